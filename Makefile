@@ -1,0 +1,190 @@
+# rill build. `make` builds lib/librill.a, lib/librill.so and bin/rill; `make check` runs every
+# test (then again under AddressSanitizer + UndefinedBehaviorSanitizer); `make demo` runs the
+# demo; `make bench` runs the benchmarks. See README.md.
+include config.mk
+
+SHELL := /bin/bash
+ROOT := $(abspath .)
+
+# ------------------------------------------------------------------ feature detection
+have_header = $(shell printf '\#include <stdio.h>\n\#include <$(1)>\n' | $(CC) $(2) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0)
+resolve = $(if $(filter auto,$(1)),$(2),$(1))
+
+USE_JPEG_R   := $(call resolve,$(USE_JPEG),$(call have_header,jpeglib.h))
+USE_PNG_R    := $(call resolve,$(USE_PNG),$(call have_header,png.h))
+USE_SQLITE_R := $(call resolve,$(USE_SQLITE),$(call have_header,sqlite3.h))
+USE_CUDA_R   := $(call resolve,$(USE_CUDA),$(shell command -v $(NVCC) >/dev/null 2>&1 && test -f $(CUDA_HOME)/include/cuda_runtime_api.h && echo 1 || echo 0))
+
+# ------------------------------------------------------------------ flags
+CSTD     := -std=c11 -D_GNU_SOURCE
+WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
+CPPFLAGS += -Iinclude -Ilib -Iaddons \
+            -DRILL_HAVE_JPEG=$(USE_JPEG_R) -DRILL_HAVE_PNG=$(USE_PNG_R) \
+            -DRILL_HAVE_SQLITE=$(USE_SQLITE_R) -DRILL_HAVE_CUDA=$(USE_CUDA_R)
+CFLAGS   += $(CSTD) $(WARN) $(OPT) -g -fPIC -pthread -fvisibility=hidden
+LDLIBS   += -pthread -lm -ldl -lrt
+ifneq ($(SANITIZE),)
+CFLAGS   += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS  += -fsanitize=$(SANITIZE)
+OPT      := -O1
+endif
+ifeq ($(USE_JPEG_R),1)
+LDLIBS   += -ljpeg
+endif
+ifeq ($(USE_PNG_R),1)
+LDLIBS   += -lpng16 -lz
+endif
+ifeq ($(USE_SQLITE_R),1)
+LDLIBS   += -lsqlite3
+endif
+ifeq ($(USE_CUDA_R),1)
+CPPFLAGS += -I$(CUDA_HOME)/include
+# The CUDA runtime is linked statically: librill.so runs where only the driver is installed,
+# and on machines without one (CUDA calls then fail with RILL_ENODEV).
+LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++
+NVCCFLAGS ?= -O2 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden \
+             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+endif
+
+# ------------------------------------------------------------------ sources
+LIB_C   := $(sort $(wildcard lib/*.c addons/*.c))
+LIB_CU  := $(if $(filter 1,$(USE_CUDA_R)),$(sort $(wildcard lib/*.cu addons/*.cu)))
+LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
+BIN_C   := $(sort $(wildcard bin/*.c))
+BIN_OBJ := $(BIN_C:%.c=$(BUILD)/obj/%.o)
+HEADERS := $(wildcard include/*.h lib/*.h addons/*.h bin/*.h)
+
+LIB_A   := $(OUT)/lib/librill.a
+LIB_SO  := $(OUT)/lib/librill.so
+RILL    := $(OUT)/bin/rill
+
+TEST_C    := $(sort $(wildcard test/test_*.c))
+TEST_BIN  := $(TEST_C:test/%.c=$(BUILD)/test/%)
+BENCH_C   := $(sort $(wildcard test/bench/bench_*.c))
+BENCH_BIN := $(BENCH_C:test/bench/%.c=$(BUILD)/bench/%)
+# Tests that exercise the worker pool; `make tsan` runs these under ThreadSanitizer.
+TSAN_TESTS ?= test_core test_iter test_threads
+
+.PHONY: all lib tests check test pytest check-asan tsan bench demo fuzz fuzz-smoke deps venv \
+        gpu-check gpu-bench clean info
+all: deps $(LIB_A) $(LIB_SO) $(RILL)
+lib: $(LIB_A) $(LIB_SO)
+
+info:
+	@echo "jpeg=$(USE_JPEG_R) png=$(USE_PNG_R) sqlite=$(USE_SQLITE_R) cuda=$(USE_CUDA_R) sanitize=$(SANITIZE)"
+
+$(BUILD)/obj/%.o: %.c $(HEADERS) config.mk
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu $(HEADERS) config.mk
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Iinclude -Ilib -Iaddons -DRILL_HAVE_CUDA=1 -c $< -o $@
+
+$(LIB_A): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(RILL): $(BIN_OBJ) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(BIN_OBJ) $(LIB_A) $(LDLIBS)
+
+# ------------------------------------------------------------------ dependencies
+# Debian packages the build and the tests need. Installed when missing and we are root;
+# otherwise the build stops with the command to run.
+DEB_PACKAGES := libcriterion-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libsqlite3-dev \
+                zlib1g-dev pkg-config
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages:$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) || \
+	      { echo "apt-get failed; run: apt-get update && apt-get install -y$$missing"; exit 1; }; \
+	  else \
+	    echo "missing Debian packages; run: sudo apt-get update && sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+# ------------------------------------------------------------------ tests
+$(BUILD)/test/%: test/%.c test/common.h $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itest $(filter-out -fvisibility=hidden,$(CFLAGS)) -Wno-missing-field-initializers \
+	  $(LDFLAGS) -o $@ $< $(LIB_A) -lcriterion $(LDLIBS)
+
+tests: $(TEST_BIN)
+
+# Runs every C test binary (T=name runs one: make test T=test_core).
+test: all $(TEST_BIN)
+	@set -e; fail=0; for t in $(if $(T),$(BUILD)/test/$(T),$(TEST_BIN)); do \
+	  echo "== $$t"; RILL_TEST_ROOT=$(ROOT) RILL_BIN=$(ROOT)/$(RILL) $$t --jobs 2 || fail=1; \
+	done; exit $$fail
+
+VENV := $(ROOT)/.venv
+PY_PACKAGES := pytest pyarrow nanoarrow numpy pandas polars
+venv: $(VENV)/.stamp
+$(VENV)/.stamp:
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check $(PY_PACKAGES)
+	touch $@
+
+pytest: all venv
+	@if ls test/python/test_*.py >/dev/null 2>&1; then \
+	  RILL_LIB=$(ROOT)/$(LIB_SO) RILL_BIN=$(ROOT)/$(RILL) PYTHONPATH=$(ROOT)/python \
+	  $(VENV)/bin/python -m pytest -q test/python; fi
+
+check-asan:
+	$(MAKE) BUILD=build/asan OUT=build/asan SANITIZE=address,undefined test
+
+tsan:
+	$(MAKE) BUILD=build/tsan OUT=build/tsan SANITIZE=thread \
+	  $(addprefix build/tsan/test/,$(TSAN_TESTS))
+	@set -e; for t in $(TSAN_TESTS); do echo "== tsan $$t"; \
+	  TSAN_OPTIONS="halt_on_error=1" RILL_TEST_ROOT=$(ROOT) build/tsan/test/$$t --jobs 1; done
+
+check: all test pytest fuzz-smoke check-asan
+
+# ------------------------------------------------------------------ fuzzing (clang libFuzzer)
+FUZZ_C   := $(sort $(wildcard test/fuzz/*.c))
+FUZZ_BIN := $(FUZZ_C:test/fuzz/%.c=build/fuzz/%)
+FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined $(CSTD) -Iinclude -Ilib -Iaddons \
+              -DRILL_HAVE_JPEG=$(USE_JPEG_R) -DRILL_HAVE_PNG=$(USE_PNG_R) \
+              -DRILL_HAVE_SQLITE=$(USE_SQLITE_R) -DRILL_HAVE_CUDA=0
+build/fuzz/%: test/fuzz/%.c $(LIB_C) $(HEADERS)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -o $@ $< $(filter-out lib/stream_cuda.c addons/cuda.c,$(LIB_C)) $(filter-out -L% -lcudart_static -lstdc++,$(LDLIBS))
+FUZZ_SECONDS ?= 20
+fuzz-smoke: $(FUZZ_BIN)
+	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p build/fuzz/corpus-$$n; \
+	  echo "== fuzz $$n ($(FUZZ_SECONDS)s)"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build/fuzz/corpus-$$n test/fuzz/seeds/$$n 2>&1 | tail -3 || exit 1; done
+fuzz: FUZZ_SECONDS=300
+fuzz: fuzz-smoke
+
+# ------------------------------------------------------------------ benchmarks and demo
+$(BUILD)/bench/%: test/bench/%.c $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itest $(filter-out -fvisibility=hidden,$(CFLAGS)) -O3 $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) \
+	  $(shell pkg-config --libs libturbojpeg 2>/dev/null)
+
+bench: all $(BENCH_BIN) venv
+	@for s in test/bench/run_*.sh; do echo "== $$s"; \
+	  ROOT=$(ROOT) BUILD=$(ROOT)/$(BUILD) RILL_LIB=$(ROOT)/$(LIB_SO) RILL_BIN=$(ROOT)/$(RILL) \
+	  VENV=$(VENV) bash $$s || exit 1; done
+
+demo: all
+	$(RILL) demo
+
+gpu-check gpu-bench: all
+	@if [ -f test/gpu/Makefile.inc ]; then $(MAKE) -f test/gpu/Makefile.inc $@; \
+	 else echo "no GPU tests in this tree"; fi
+
+clean:
+	rm -rf build lib/librill.a lib/librill.so bin/rill

@@ -1,0 +1,14 @@
+/* Subcommands of the rill command-line tool. Each returns the process exit code:
+ * 0 success, 1 runtime error (the message names the file), 2 usage error. */
+#ifndef RILL_BIN_COMMANDS_H
+#define RILL_BIN_COMMANDS_H
+
+/* TEMPORARY while the command files land: weak so the tool links without them. */
+#define RILL_CMD __attribute__((weak))
+
+RILL_CMD int rill_cmd_head(int argc, char** argv);         /* bin/cmd_head.c */
+RILL_CMD int rill_cmd_demo(int argc, char** argv);         /* bin/cmd_image.c */
+RILL_CMD int rill_cmd_preview(int argc, char** argv);      /* bin/cmd_image.c */
+RILL_CMD int rill_cmd_bench_images(int argc, char** argv); /* bin/cmd_image.c */
+
+#endif

@@ -1,0 +1,82 @@
+/* rill: command-line front end. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "rill.h"
+
+static void usage(FILE* f) {
+  fprintf(f,
+          "usage: rill <command> [options]\n"
+          "\n"
+          "commands:\n"
+          "  demo [DIR]                 run the image training pipeline on a corpus, write preview.png\n"
+          "  preview DIR -o FILE.png    write a grid of one augmented batch\n"
+          "  bench images DIR           measure the image pipeline (images/s)\n"
+          "  head FILE.csv              print the first rows of a CSV file\n"
+          "  head DB.sqlite \"SELECT ..\" print the first rows of a query\n"
+          "  info                       version, built-in features, CUDA devices\n"
+          "  help                       this text\n"
+          "\n"
+          "Run 'rill <command> --help' for the options of a command.\n");
+}
+
+static int cmd_info(int argc, char** argv) {
+  if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    printf("usage: rill info\nPrints the version, the features built in and the CUDA devices.\n");
+    return 0;
+  }
+  if (argc > 1) {
+    fprintf(stderr, "rill info: unexpected argument '%s'\n", argv[1]);
+    return 2;
+  }
+  printf("rill %s\n", rill_version());
+  printf("features:\n");
+  printf("  jpeg    %s\n", rill_has_feature(RILL_FEATURE_JPEG) ? "yes (libjpeg-turbo)" : "no");
+  printf("  png     %s\n", rill_has_feature(RILL_FEATURE_PNG) ? "yes (libpng)" : "no");
+  printf("  sqlite  %s\n", rill_has_feature(RILL_FEATURE_SQLITE) ? "yes" : "no");
+  printf("  cuda    %s\n", rill_has_feature(RILL_FEATURE_CUDA) ? "yes (CUDA runtime)" : "no (built without CUDA)");
+  int n = rill_cuda_device_count();
+  printf("cuda devices: %d\n", n);
+  if (rill_has_feature(RILL_FEATURE_CUDA) && n == 0) {
+    rill_stream_t* s = NULL;
+    rill_error_t err;
+    rill_error_clear(&err);
+    if (rill_stream_new_cuda(0, &s, &err) != RILL_OK) printf("  (%s)\n", err.message);
+    rill_stream_free(s);
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char* cmd = argv[1];
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+    printf("rill %s\n", rill_version());
+    return 0;
+  }
+  if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+  if ((!strcmp(cmd, "head") && !rill_cmd_head) || (!strcmp(cmd, "demo") && !rill_cmd_demo) ||
+      (!strcmp(cmd, "preview") && !rill_cmd_preview) || (!strcmp(cmd, "bench") && !rill_cmd_bench_images)) {
+    fprintf(stderr, "rill: '%s' is not built in\n", cmd);
+    return 1;
+  }
+  if (!strcmp(cmd, "head")) return rill_cmd_head(argc - 1, argv + 1);
+  if (!strcmp(cmd, "demo")) return rill_cmd_demo(argc - 1, argv + 1);
+  if (!strcmp(cmd, "preview")) return rill_cmd_preview(argc - 1, argv + 1);
+  if (!strcmp(cmd, "bench")) {
+    if (argc >= 3 && !strcmp(argv[2], "images")) return rill_cmd_bench_images(argc - 2, argv + 2);
+    fprintf(stderr, "rill bench: expected 'images' (rill bench images DIR)\n");
+    return 2;
+  }
+  fprintf(stderr, "rill: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return 2;
+}

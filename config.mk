@@ -1,0 +1,17 @@
+# Build configuration. Override on the command line: make USE_CUDA=0 SANITIZE=address
+CC       ?= cc
+NVCC     ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+# auto: detected; 1: required; 0: left out (the addon returns RILL_ENOTSUP)
+USE_CUDA   ?= auto
+USE_PNG    ?= auto
+USE_JPEG   ?= auto
+USE_SQLITE ?= auto
+# address | undefined | address,undefined | thread (empty: none)
+SANITIZE ?=
+OPT      ?= -O2
+# Where objects go and where lib/ and bin/ outputs go (sanitizer builds use build/<name>).
+BUILD ?= build
+OUT   ?= .
+# Python used for the test virtual environment.
+PYTHON ?= python3

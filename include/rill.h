@@ -1,0 +1,436 @@
+/* rill: a pull-based streaming dataframe that feeds machine-learning training loops.
+ *
+ * Core API: errors, types, arrays, dataframes and their operators (map, reduce, batch,
+ * shuffle, shard, filter), iterators with background prefetch, streams, the native
+ * interchange view and version queries. This header depends on no optional library.
+ *
+ * Conventions
+ *   - Every function that can fail returns an int status: RILL_OK (0) or a negative
+ *     RILL_E* code, and fills the caller's rill_error_t (when not NULL) with the code and a
+ *     message. Iterators also return RILL_END (1) when exhausted.
+ *   - Option structs are zero-initialisable: a zero field means the documented default.
+ *   - Objects are freed with their *_free function; NULL is a no-op.
+ */
+#ifndef RILL_H
+#define RILL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define RILL_API __attribute__((visibility("default")))
+#define RILL_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define RILL_API
+#define RILL_PRINTF(f, a)
+#endif
+
+/* ---------------------------------------------------------------- version and features */
+
+#define RILL_VERSION_MAJOR 0
+#define RILL_VERSION_MINOR 1
+#define RILL_VERSION_PATCH 0
+#define RILL_VERSION_STRING "0.1.0"
+
+RILL_API const char* rill_version(void); /* "MAJOR.MINOR.PATCH" of the linked library */
+
+typedef enum rill_feature {
+  RILL_FEATURE_CUDA = 1, /* built with the CUDA runtime (a device may still be absent) */
+  RILL_FEATURE_JPEG,     /* libjpeg-turbo decoding */
+  RILL_FEATURE_PNG,      /* libpng decoding */
+  RILL_FEATURE_SQLITE,   /* SQLite source */
+  RILL_FEATURE_THREADS   /* worker threads (always 1 on POSIX builds) */
+} rill_feature_t;
+
+RILL_API int rill_has_feature(rill_feature_t feature); /* 1 or 0 */
+RILL_API int rill_cuda_device_count(void);             /* 0 without CUDA or without a device */
+
+/* ---------------------------------------------------------------- errors */
+
+enum {
+  RILL_OK = 0,
+  RILL_END = 1,         /* iterator exhausted: not an error */
+  RILL_EINVAL = -1,     /* wrong API use: bad argument, unknown column, wrong type */
+  RILL_ENOMEM = -2,     /* allocation failed; the objects involved stay usable */
+  RILL_EIO = -3,        /* a file could not be opened or read */
+  RILL_EFORMAT = -4,    /* malformed or corrupt data (CSV, image, ...) */
+  RILL_ENOTSUP = -5,    /* valid but unsupported: a type, a format, a missing optional library */
+  RILL_ENODEV = -6,     /* no CUDA device, or CUDA support not built in */
+  RILL_ERANGE = -7,     /* a value does not fit (integer overflow, pixel limit, ...) */
+  RILL_ESQL = -8,       /* SQLite reported an error */
+  RILL_ECUDA = -9,      /* the CUDA runtime reported an error */
+  RILL_ESTAGE = -10     /* a user stage function failed without giving a code */
+};
+
+#define RILL_ERROR_MESSAGE_SIZE 512
+
+typedef struct rill_error {
+  int code;        /* RILL_OK or a RILL_E* code */
+  int64_t row;     /* row of the iterated dataframe that failed, or -1 */
+  int column;      /* column of the iterated dataframe that failed, or -1 */
+  char message[RILL_ERROR_MESSAGE_SIZE]; /* what failed and where (file:line, row, column) */
+} rill_error_t;
+
+RILL_API const char* rill_strerror(int code); /* static text for a status code */
+
+/* Sets err->code and err->message (printf-style); leaves err->row and err->column as they
+ * are, so a stage function may set err->row (the cell index within its call) first.
+ * Returns `code`. A NULL err is allowed. Stage functions use it to report failures. */
+RILL_API int rill_error_set(rill_error_t* err, int code, const char* fmt, ...) RILL_PRINTF(3, 4);
+RILL_API void rill_error_clear(rill_error_t* err); /* code 0, row -1, column -1, "" */
+
+/* ---------------------------------------------------------------- allocation */
+
+/* Every allocation rill makes (objects and buffers) goes through this allocator.
+ * alloc returns memory aligned to `alignment` (a power of two, at least 64 for buffers)
+ * or NULL; rill then returns RILL_ENOMEM and leaves its objects usable. */
+typedef struct rill_allocator {
+  void* (*alloc)(size_t size, size_t alignment, void* ctx);
+  void (*free)(void* ptr, void* ctx);
+  void* ctx;
+} rill_allocator_t;
+
+RILL_API void rill_set_allocator(const rill_allocator_t* allocator); /* NULL: the default */
+
+/* ---------------------------------------------------------------- types */
+
+typedef enum rill_dtype {                   /* numeric values are not a contract */
+  RILL_BOOL = 1,                            /* one byte per value (0/1) */
+  RILL_INT8, RILL_INT16, RILL_INT32, RILL_INT64,
+  RILL_UINT8, RILL_UINT16, RILL_UINT32, RILL_UINT64,
+  RILL_FLOAT16, RILL_BFLOAT16, RILL_FLOAT32, RILL_FLOAT64,
+  RILL_STRING,                              /* UTF-8, variable length */
+  RILL_BINARY,                              /* bytes, variable length */
+  RILL_TIMESTAMP_US                         /* int64 microseconds since the epoch, UTC */
+} rill_dtype_t;
+
+typedef enum rill_device_type {             /* codes equal DLPack's and Arrow's */
+  RILL_DEVICE_CPU = 1,
+  RILL_DEVICE_CUDA = 2,
+  RILL_DEVICE_CUDA_HOST = 3                 /* pinned host memory */
+} rill_device_type_t;
+
+typedef struct rill_device {
+  rill_device_type_t type;                  /* 0 is read as RILL_DEVICE_CPU */
+  int id;                                   /* CUDA ordinal; 0 for CPU */
+} rill_device_t;
+
+#define RILL_MAX_NDIM 8
+
+typedef struct rill_type {                  /* the type of one cell */
+  rill_dtype_t dtype;
+  int ndim;                                 /* 0: scalar cell */
+  int64_t shape[RILL_MAX_NDIM];             /* -1: the size varies per cell */
+} rill_type_t;
+
+RILL_API rill_type_t rill_type_scalar(rill_dtype_t dtype);
+RILL_API rill_type_t rill_type_tensor(rill_dtype_t dtype, int ndim, const int64_t* shape);
+RILL_API size_t rill_dtype_size(rill_dtype_t dtype);        /* bytes per element; 0 for STRING/BINARY */
+RILL_API const char* rill_dtype_name(rill_dtype_t dtype);   /* "int64", "float32", ... */
+RILL_API int rill_type_is_fixed(const rill_type_t* type);   /* fixed bytes per cell */
+RILL_API int64_t rill_type_cell_bytes(const rill_type_t* type); /* -1 when not fixed */
+RILL_API int rill_type_equal(const rill_type_t* a, const rill_type_t* b);
+/* Writes "float32[3,224,224]" or "uint8[-1,-1,3]" into buf; returns buf. */
+RILL_API char* rill_type_format(const rill_type_t* type, char* buf, size_t size);
+
+/* ---------------------------------------------------------------- arrays */
+
+typedef struct rill_array_priv rill_array_priv_t;
+
+/* `length` cells of one type in Arrow-compatible buffers (64-byte aligned).
+ *   fixed-shape cells (numeric/bool dtypes, no -1 dimension): `data` is the C-contiguous
+ *     tensor [length, shape...]; `offsets` and `shapes` are NULL.
+ *   STRING / BINARY scalars: `offsets` holds length+1 byte offsets into `data`, offsets[0] == 0.
+ *   cells with a -1 dimension: `offsets` holds length+1 byte offsets into `data` and `shapes`
+ *     holds length*ndim int64 (the shape of cell i at shapes[i*ndim]).
+ *   `validity`: LSB-first bitmap, bit i set = cell i valid; NULL = all valid.
+ *   `null_count`: exact. The value bytes of a null cell are unspecified (zero when rill
+ *   produced them).
+ * Arrays are reference counted; the fields are read-only except while a stage function
+ * fills its output array. */
+typedef struct rill_array {
+  rill_type_t type;
+  int64_t length;
+  int64_t null_count;
+  uint8_t* validity;
+  int64_t* offsets;
+  int64_t* shapes;
+  void* data;
+  int64_t data_size;          /* bytes of `data` in use */
+  rill_device_t device;
+  void* event;                /* cudaEvent_t recorded when the data is ready, or NULL */
+  rill_array_priv_t* priv;
+} rill_array_t;
+
+/* A new standalone array of `length` cells: fixed-shape data zero-filled; variable cells get
+ * offsets (all zero: empty cells) and, for -1 shapes, zeroed shapes; grow data with
+ * rill_array_reserve. Reference count 1. */
+RILL_API int rill_array_new(rill_type_t type, int64_t length, rill_array_t** out, rill_error_t* err);
+
+/* Wraps caller buffers without copying (layout as above). `release(ctx)` is called when the
+ * last reference goes; it may be NULL when the caller keeps the buffers alive longer than
+ * every use. null_count < 0 means "count it". */
+RILL_API int rill_array_wrap(rill_type_t type, int64_t length, void* data, int64_t data_size,
+                             uint8_t* validity, int64_t null_count, int64_t* offsets,
+                             int64_t* shapes, void (*release)(void* ctx), void* ctx,
+                             rill_array_t** out, rill_error_t* err);
+
+/* Zero-copy view of cells [start, start+n): shares data, holds a reference on `a`. */
+RILL_API int rill_array_slice(const rill_array_t* a, int64_t start, int64_t n, rill_array_t** out,
+                              rill_error_t* err);
+/* A deep copy into fresh host buffers. */
+RILL_API int rill_array_copy(const rill_array_t* a, rill_array_t** out, rill_error_t* err);
+
+RILL_API rill_array_t* rill_array_retain(const rill_array_t* a);  /* returns a */
+RILL_API void rill_array_release(const rill_array_t* a);          /* NULL is a no-op */
+RILL_API int64_t rill_array_refcount(const rill_array_t* a);
+
+/* Building (only on an array you are filling): */
+RILL_API int rill_array_reserve(rill_array_t* a, int64_t data_bytes); /* keeps contents; RILL_ENOMEM */
+/* Appends `n` bytes as cell i of a variable-length array (cells are appended in order:
+ * i must equal the number of cells already set). For -1 shapes, `shape` gives the cell's
+ * shape (ndim values); otherwise it is ignored. */
+RILL_API int rill_array_set_var(rill_array_t* a, int64_t i, const void* bytes, int64_t n,
+                                const int64_t* shape);
+RILL_API int rill_array_set_null(rill_array_t* a, int64_t i);  /* allocates validity on first use */
+RILL_API int rill_array_is_valid(const rill_array_t* a, int64_t i);
+/* Pointer to cell i's bytes and their count (fixed or variable cells). */
+RILL_API const void* rill_array_cell(const rill_array_t* a, int64_t i, int64_t* nbytes);
+/* The shape of cell i (the type's shape, or the per-cell shape); returns ndim. */
+RILL_API int rill_array_cell_shape(const rill_array_t* a, int64_t i, int64_t* shape);
+/* Host-side wait for the array's event (no-op on host arrays). */
+RILL_API int rill_array_sync(const rill_array_t* a, rill_error_t* err);
+
+/* ---------------------------------------------------------------- streams */
+
+typedef struct rill_stream rill_stream_t;
+
+RILL_API rill_stream_t* rill_stream_new_cpu(void);     /* NULL only when out of memory */
+/* A CUDA stream on `device`. Without CUDA support or a device: RILL_ENODEV with a message. */
+RILL_API int rill_stream_new_cuda(int device, rill_stream_t** out, rill_error_t* err);
+RILL_API void* rill_stream_cuda_handle(const rill_stream_t* s); /* cudaStream_t, NULL for CPU */
+RILL_API rill_device_t rill_stream_device(const rill_stream_t* s);
+RILL_API int rill_stream_synchronize(rill_stream_t* s, rill_error_t* err);
+RILL_API void rill_stream_free(rill_stream_t* s);
+
+/* ---------------------------------------------------------------- dataframes */
+
+typedef struct rill_df rill_df_t;
+typedef struct rill_exec rill_exec_t;
+
+typedef struct rill_field {
+  const char* name;
+  rill_type_t type;
+  int nullable;
+  rill_device_t device;
+} rill_field_t;
+
+typedef enum rill_stage_where {
+  RILL_STAGE_CPU = 0,         /* worker threads; rows split across them (fn must be reentrant) */
+  RILL_STAGE_CPU_SERIAL,      /* one call at a time, on a worker thread */
+  RILL_STAGE_CUDA             /* fn enqueues work on rill_exec_cuda_stream(exec) */
+} rill_stage_where_t;
+
+typedef enum rill_on_error {
+  RILL_ON_ERROR_RAISE = 0,    /* rill_iter_next returns the error (row, column, message) */
+  RILL_ON_ERROR_SKIP,         /* the row is dropped and counted in stats */
+  RILL_ON_ERROR_NULL          /* the cell becomes null */
+} rill_on_error_t;
+
+typedef struct rill_stage_opts {
+  rill_stage_where_t where;
+  int64_t grain;              /* rows per task; 0 = the engine picks */
+  rill_on_error_t on_error;
+  int nullable;               /* the column may hold nulls (set automatically under NULL) */
+  int device;                 /* CUDA device of a RILL_STAGE_CUDA stage */
+} rill_stage_opts_t;
+
+RILL_API int rill_df_new(int64_t rows, rill_df_t** out, rill_error_t* err);
+RILL_API void rill_df_free(rill_df_t* df);   /* NULL is a no-op; derived dataframes keep parents alive */
+RILL_API int64_t rill_df_rows(const rill_df_t* df);
+RILL_API int rill_df_ncolumns(const rill_df_t* df);
+RILL_API int rill_df_column(const rill_df_t* df, const char* name); /* index, or RILL_EINVAL */
+RILL_API const rill_field_t* rill_df_field(const rill_df_t* df, int column); /* NULL if out of range */
+
+/* Source column: fill `out` with the cells of rows[0..n) (row indices of this dataframe).
+ * Allocate `out` with rill_exec_alloc. On failure return a negative code through
+ * rill_error_set; set err->row to the failing cell's index i in [0, n) when one row is at
+ * fault (the engine turns it into a row id and applies on_error). */
+typedef int (*rill_source_fn)(const int64_t* rows, int64_t n, rill_array_t* out,
+                              rill_exec_t* exec, void* ctx, rill_error_t* err);
+RILL_API int rill_df_add_source(rill_df_t* df, const char* name, rill_type_t type, rill_source_fn fn,
+                                void* ctx, void (*ctx_free)(void*), const rill_stage_opts_t* opts,
+                                rill_error_t* err); /* the new column index, or < 0 */
+
+/* Map: one derived column computed from input columns, for a chunk of rows;
+ * in[i]->length == the output length. Same error convention as sources. */
+typedef int (*rill_map_fn)(const rill_array_t* const* in, int nin, rill_array_t* out,
+                           rill_exec_t* exec, void* ctx, rill_error_t* err);
+RILL_API int rill_df_map(rill_df_t* df, const char* name, rill_type_t type, const int* inputs,
+                         int ninputs, rill_map_fn fn, void* ctx, void (*ctx_free)(void*),
+                         const rill_stage_opts_t* opts, rill_error_t* err); /* column index or < 0 */
+
+/* Reduce: a new dataframe of ceil(rows/k) rows and one column (named like `column`);
+ * row i = fn(rows [i*k, min(i*k+k, rows)) of `column`). */
+typedef int (*rill_reduce_fn)(const rill_array_t* group, rill_array_t* out /* 1 cell */,
+                              rill_exec_t* exec, void* ctx, rill_error_t* err);
+RILL_API int rill_df_reduce(rill_df_t* df, int column, int64_t k, rill_type_t type, rill_reduce_fn fn,
+                            void* ctx, void (*ctx_free)(void*), rill_df_t** out, rill_error_t* err);
+
+typedef enum rill_layout {
+  RILL_LAYOUT_HWC = 0,        /* cells as they are (channels last) */
+  RILL_LAYOUT_CHW = 1         /* channels first: a 3-D HWC cell is transposed */
+} rill_layout_t;
+#define RILL_LAYOUT_NHWC RILL_LAYOUT_HWC
+#define RILL_LAYOUT_NCHW RILL_LAYOUT_CHW
+
+typedef struct rill_batch_opts {
+  int drop_last;              /* drop a short last batch */
+  rill_layout_t layout;       /* NCHW transposes 3-D HWC cells; NHWC keeps cells as they are */
+  int pinned;                 /* batch buffers in pinned host memory (CUDA builds) */
+} rill_batch_opts_t;
+
+/* Batch: a new dataframe whose row i holds rows [i*B, i*B+B) of the chosen columns,
+ * stacked into arrays of length <= B (columns keep their names and types). */
+RILL_API int rill_df_batch(rill_df_t* df, const int* columns, int ncolumns, int64_t batch,
+                           const rill_batch_opts_t* opts, rill_df_t** out, rill_error_t* err);
+
+/* Views: a new dataframe over the same columns (same indices and names) plus any columns
+ * mapped onto it later. */
+RILL_API int rill_df_shuffle(rill_df_t* df, uint64_t seed, rill_df_t** out, rill_error_t* err);
+RILL_API int rill_df_shard(rill_df_t* df, int rank, int world, rill_df_t** out, rill_error_t* err);
+RILL_API int rill_df_filter(rill_df_t* df, int column /* BOOL */, rill_df_t** out, rill_error_t* err);
+
+/* ---------------------------------------------------------------- execution context */
+
+typedef struct rill_rng {     /* xoshiro256** state; seeded by the engine */
+  uint64_t s[4];
+} rill_rng_t;
+
+RILL_API uint64_t rill_rng_u64(rill_rng_t* rng);
+RILL_API double rill_rng_uniform(rill_rng_t* rng);                /* [0, 1) */
+RILL_API double rill_rng_range(rill_rng_t* rng, double lo, double hi); /* [lo, hi) */
+/* A generator for (seed, epoch, row, column): the same four give the same stream. */
+RILL_API rill_rng_t rill_rng_seeded(uint64_t seed, int64_t epoch, int64_t row, int64_t column);
+
+/* Generator for cell i of the current call, seeded from (iterator seed, epoch, row id of
+ * cell i, column): independent of threads, prefetch depth and call order. */
+RILL_API rill_rng_t rill_exec_rng(const rill_exec_t* exec, int64_t i);
+RILL_API const int64_t* rill_exec_rows(const rill_exec_t* exec); /* row ids of this call's cells */
+RILL_API int64_t rill_exec_epoch(const rill_exec_t* exec);
+RILL_API int rill_exec_worker(const rill_exec_t* exec);          /* worker index, -1 = caller */
+RILL_API int rill_exec_column(const rill_exec_t* exec);          /* the column being computed */
+RILL_API rill_stream_t* rill_exec_stream(const rill_exec_t* exec);
+RILL_API void* rill_exec_cuda_stream(const rill_exec_t* exec);   /* cudaStream_t or NULL */
+/* Prepares `out` for `length` cells of `type` (as rill_array_new). When the engine has
+ * pre-assigned `out` (a slot of a batch buffer), its memory is used: no copy later.
+ * Returns RILL_OK, RILL_ENOMEM, or RILL_EINVAL when type/length contradict the slot. */
+RILL_API int rill_exec_alloc(rill_exec_t* exec, rill_array_t* out, rill_type_t type, int64_t length);
+
+/* ---------------------------------------------------------------- iterators */
+
+typedef struct rill_iter rill_iter_t;
+
+#define RILL_PREFETCH_NONE (-1)  /* compute each row inside rill_iter_next */
+#define RILL_THREADS_NONE (-1)   /* no worker threads: all work on the calling thread */
+
+typedef struct rill_iter_opts {
+  const int* columns;         /* columns to produce; NULL = all */
+  int ncolumns;
+  int prefetch;               /* rows computed ahead; 0 = 2; RILL_PREFETCH_NONE = none */
+  int threads;                /* worker threads; 0 = one per core; RILL_THREADS_NONE = none */
+  uint64_t seed;              /* seed of rill_exec_rng */
+  int64_t epoch;              /* first epoch */
+  rill_stream_t* stream;      /* the consumer's stream; NULL = host */
+} rill_iter_opts_t;
+
+typedef struct rill_row {
+  int64_t index;              /* row of the iterated dataframe */
+  int ncolumns;
+  const rill_array_t* const* columns; /* borrowed until the next call on the iterator */
+} rill_row_t;
+
+typedef struct rill_iter_state { /* O(1) position: restore reproduces the following rows */
+  uint64_t seed;
+  int64_t epoch;
+  int64_t cursor;
+  uint64_t fingerprint;       /* of the dataframe and columns; restore checks it */
+} rill_iter_state_t;
+
+typedef struct rill_iter_stats {
+  int64_t rows;               /* rows handed out (batches for a batched dataframe) */
+  int64_t cells;              /* parent rows inside them */
+  int64_t skipped;            /* rows dropped under RILL_ON_ERROR_SKIP */
+  int64_t nulled;             /* cells nulled under RILL_ON_ERROR_NULL */
+  int64_t errors;             /* errors returned under RILL_ON_ERROR_RAISE */
+  int64_t wait_ns;            /* time rill_iter_next blocked waiting for data */
+  int64_t compute_ns;         /* time spent inside stage functions (all threads) */
+  int64_t stage_calls;        /* stage function calls */
+  int64_t allocs;             /* buffer allocations that missed the pools */
+  int64_t reuses;             /* buffer allocations served from the pools */
+} rill_iter_stats_t;
+
+RILL_API int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_iter_t** out,
+                           rill_error_t* err);
+/* RILL_OK (row filled), RILL_END (on every call once exhausted), or < 0: the error of the
+ * failing row with err->row/err->column set; the next call continues with the next row. */
+RILL_API int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err);
+RILL_API const rill_array_t* rill_row_get(const rill_row_t* row, int i); /* borrowed */
+RILL_API int rill_iter_prefetch(rill_iter_t* it, int n);  /* start n more rows now (optional) */
+RILL_API int rill_iter_seek(rill_iter_t* it, int64_t row); /* drops prefetched rows */
+RILL_API int rill_iter_set_epoch(rill_iter_t* it, int64_t epoch); /* reshuffles; cursor to 0 */
+RILL_API int64_t rill_iter_epoch(const rill_iter_t* it);
+RILL_API int rill_iter_save(const rill_iter_t* it, rill_iter_state_t* st);
+RILL_API int rill_iter_restore(rill_iter_t* it, const rill_iter_state_t* st);
+RILL_API void rill_iter_stats(const rill_iter_t* it, rill_iter_stats_t* st);
+RILL_API void rill_iter_free(rill_iter_t* it);
+
+/* ---------------------------------------------------------------- native interchange view */
+
+/* Mirrors the Python dataframe interchange protocol's Column and Buffer. */
+typedef enum rill_interchange_kind {
+  RILL_KIND_INT = 0, RILL_KIND_UINT = 1, RILL_KIND_FLOAT = 2, RILL_KIND_BOOL = 20,
+  RILL_KIND_STRING = 21, RILL_KIND_DATETIME = 22, RILL_KIND_CATEGORICAL = 23
+} rill_interchange_kind_t;
+
+typedef enum rill_interchange_null {
+  RILL_NULL_NON_NULLABLE = 0, RILL_NULL_USE_NAN = 1, RILL_NULL_USE_SENTINEL = 2,
+  RILL_NULL_USE_BITMASK = 3, RILL_NULL_USE_BYTEMASK = 4
+} rill_interchange_null_t;
+
+typedef struct rill_interchange_dtype {
+  rill_interchange_kind_t kind;
+  int bit_width;
+  const char* format;         /* Arrow format string ("l", "u", "tsu:UTC", ...) */
+  char endianness;            /* '=' native, '|' not applicable */
+} rill_interchange_dtype_t;
+
+typedef struct rill_interchange_buffer {
+  const void* ptr;            /* NULL when absent */
+  int64_t bufsize;            /* bytes */
+  rill_device_t device;
+  rill_interchange_dtype_t dtype;
+} rill_interchange_buffer_t;
+
+typedef struct rill_interchange_column {
+  int64_t size;               /* cells */
+  int64_t offset;             /* always 0 */
+  rill_interchange_dtype_t dtype;
+  rill_interchange_null_t null_kind;
+  int64_t null_value;         /* the sentinel, or the mask value that means null (0) */
+  int64_t null_count;
+  rill_interchange_buffer_t data, validity, offsets;
+} rill_interchange_column_t;
+
+/* Fills the view (borrowed: valid while `a` is referenced). RILL_ENOTSUP for arrays the
+ * protocol cannot express. */
+RILL_API int rill_array_interchange(const rill_array_t* a, rill_interchange_column_t* out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RILL_H */

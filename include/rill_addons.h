@@ -1,0 +1,210 @@
+/* rill addons: sources (memory, CSV, SQLite, files, images) and operators (image decode and
+ * augmentation, normalize, one-hot, to-device). An addon whose library was not found at build
+ * time still links and returns RILL_ENOTSUP with a message naming the missing library. */
+#ifndef RILL_ADDONS_H
+#define RILL_ADDONS_H
+
+#include "rill.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ================================================================ memory */
+
+/* A dataframe whose source columns are the given arrays (all of one length). With copy = 0
+ * the arrays are referenced (rill_array_wrap borrows caller buffers without copying);
+ * with copy = 1 they are deep-copied. Columns are nullable when their array has a validity
+ * bitmap. */
+RILL_API int rill_df_from_arrays(const char* const* names, const rill_array_t* const* arrays,
+                                 int ncolumns, int copy, rill_df_t** out, rill_error_t* err);
+
+/* ================================================================ CSV */
+
+/* A column type override: by name (when `name` is not NULL) or by 0-based index. */
+typedef struct rill_csv_column {
+  const char* name;           /* header name; NULL: use `index` */
+  int index;                  /* 0-based column index when name is NULL */
+  rill_dtype_t dtype;         /* BOOL, INT8..UINT64, FLOAT32, FLOAT64, STRING, TIMESTAMP_US */
+} rill_csv_column_t;
+
+/* Options of the CSV source (zero = defaults).
+ * Parsing follows RFC 4180 (quoted fields, doubled quotes, line breaks inside quotes, CRLF or
+ * LF line ends, a last line without a line end); a UTF-8 byte order mark is skipped; blank
+ * lines are skipped. A quote inside an unquoted field, and characters after a closing quote,
+ * are kept literally (as Python's csv module does). */
+typedef struct rill_csv_opts {
+  char delimiter;             /* 0 = ',' */
+  char quote;                 /* 0 = '"' */
+  int no_header;              /* 1: the first row is data; columns are named column_0, ... */
+  int no_infer;               /* 1: every column not overridden is STRING */
+  const rill_csv_column_t* columns; /* type overrides (borrowed for the call) */
+  int ncolumns;
+  /* A value that does not fit its column's type: RAISE (error naming file, line, column),
+   * SKIP (the row is dropped by the iterator) or NULL (the cell becomes null). */
+  rill_on_error_t on_error;
+  /* A row with too few or too many fields, found when the file is opened: RAISE (the open
+   * fails naming the line), SKIP (the row is left out of the dataframe) or NULL (missing
+   * fields are null; a row with too many fields becomes all nulls). */
+  rill_on_error_t on_bad_row;
+  int threads;                /* threads of the index pass; 0 = one per core */
+  int64_t infer_rows;         /* rows sampled for type inference; 0 = 1000; < 0 = all */
+  int64_t chunk_bytes;        /* bytes per parallel index chunk; 0 = 8 MiB */
+  int borrow;                 /* rill_df_from_csv_buffer: 1 = use the caller's memory */
+  const char* name;           /* name of a buffer in messages; NULL = "<buffer>" */
+} rill_csv_opts_t;
+
+/* A dataframe over a CSV file: one source column per field, typed by inference over the
+ * first `infer_rows` rows (int64, float64, bool, ISO 8601 timestamp -> TIMESTAMP_US, else
+ * string) unless overridden. An empty field is null in non-string columns.
+ * The file is memory-mapped; opening builds an index of row starts (one int64 per row, found
+ * in parallel chunks), and cells are parsed only when an iterator pulls their rows, so a file
+ * larger than memory can be read. The file must not change while the dataframe lives.
+ * Columns may be computed concurrently (RILL_STAGE_CPU).
+ * Returns RILL_OK, RILL_EIO (open/map failed), RILL_EFORMAT (empty input, unterminated
+ * quote, bad row under RAISE: the message names file and 1-based line), RILL_EINVAL (bad
+ * options, unknown override), RILL_ENOTSUP (override dtype), RILL_ENOMEM.
+ * Free with rill_df_free. */
+RILL_API int rill_df_from_csv(const char* path, const rill_csv_opts_t* opts, rill_df_t** out,
+                              rill_error_t* err);
+/* As rill_df_from_csv over `size` bytes in memory: copied, unless opts->borrow is set (then
+ * `data` must stay valid and unchanged while the dataframe and its iterators live). */
+RILL_API int rill_df_from_csv_buffer(const void* data, size_t size, const rill_csv_opts_t* opts,
+                                     rill_df_t** out, rill_error_t* err);
+/* Parses an ISO 8601 timestamp (YYYY-MM-DD[(T| )HH:MM[:SS[.fraction]]][Z|+HH:MM|-HH:MM|+HHMM])
+ * into microseconds since the epoch, UTC. Returns RILL_OK or RILL_EFORMAT. */
+RILL_API int rill_parse_timestamp(const char* s, size_t n, int64_t* us);
+
+/* ================================================================ SQLite */
+
+typedef enum rill_sql_kind {
+  RILL_SQL_NULL = 0, RILL_SQL_INT64, RILL_SQL_DOUBLE, RILL_SQL_TEXT, RILL_SQL_BLOB
+} rill_sql_kind_t;
+
+/* A bound parameter (?1, ?2, ... in order). Text and blob bytes are copied at the call. */
+typedef struct rill_sql_param {
+  rill_sql_kind_t kind;
+  int64_t i;                  /* RILL_SQL_INT64 */
+  double d;                   /* RILL_SQL_DOUBLE */
+  const void* bytes;          /* RILL_SQL_TEXT / RILL_SQL_BLOB */
+  int64_t size;               /* bytes; < 0 for NUL-terminated text */
+} rill_sql_param_t;
+
+typedef struct rill_sqlite_opts {
+  const rill_csv_column_t* columns; /* type overrides by name or index (borrowed) */
+  int ncolumns;
+  rill_on_error_t on_error;   /* a value that does not convert to its column's type */
+  int64_t infer_rows;         /* rows sampled for columns without a declared type; 0 = 1000 */
+  int64_t chunk_rows;         /* rows per materialised chunk; 0 = 65536 */
+  int busy_timeout_ms;        /* wait on a locked database; 0 = fail at once */
+} rill_sqlite_opts_t;
+
+/* A dataframe over the result of `sql` (with `nparams` bound parameters) on the SQLite
+ * database at `path` (opened read-only; "file:" URIs allowed). Column types come from the
+ * declared types (INT -> int64, REAL/FLOA/DOUB -> float64, TEXT/CHAR/CLOB -> string,
+ * BLOB -> binary, BOOL -> bool, DATE/TIME -> timestamp_us) and, without one, from the values
+ * of the first `infer_rows` rows. NULL -> null; BLOB -> binary.
+ * When `sql` is a bare table name the table is read by rowid on demand (in chunks, one
+ * connection per concurrent reader), so memory stays bounded and shuffled access over a large
+ * table works; any other query is run once and its result held in chunks.
+ * Errors: RILL_ESQL with sqlite3_errmsg and the SQL text (bad SQL, missing table, locked
+ * database), RILL_EIO (the file cannot be opened), RILL_EINVAL, RILL_ENOMEM; RILL_ENOTSUP when
+ * built without libsqlite3. Free with rill_df_free. */
+RILL_API int rill_df_from_sqlite(const char* path, const char* sql, const rill_sql_param_t* params,
+                                 int nparams, const rill_sqlite_opts_t* opts, rill_df_t** out,
+                                 rill_error_t* err);
+/* The same over an open `sqlite3*` handle (borrowed: it must outlive the dataframe; rill
+ * serialises its own use of it with a mutex). */
+RILL_API int rill_df_from_sqlite_db(void* db, const char* sql, const rill_sql_param_t* params,
+                                    int nparams, const rill_sqlite_opts_t* opts, rill_df_t** out,
+                                    rill_error_t* err);
+
+/* ================================================================ files and images */
+
+/* ---- image operators
+ * Each operator adds one derived column (rill_df_map) to `df` and returns its index, or a
+ * negative code (RILL_EINVAL with a message for a bad argument, an unknown column or a
+ * column of the wrong type). Image cells are uint8 HWC: fixed [H,W,C] or variable
+ * [-1,-1,C] (C known). Operators marked "fused decode" also take a BINARY column of encoded
+ * JPEG/PNG bytes and decode only what they need; decode errors name the row and, when `df`
+ * has a STRING column named "path", the file. Null input cells give null output cells.
+ * All randomness comes from rill_exec_rng: results depend on (seed, epoch, row, column)
+ * only. The stages run on worker threads; the operators are reentrant. */
+
+typedef enum rill_interp {
+  RILL_INTERP_BILINEAR = 0,   /* 2x2 taps, half-pixel centres (default) */
+  RILL_INTERP_AREA = 1        /* box filter (pixel-area average) when downscaling; bilinear up */
+} rill_interp_t;
+
+typedef struct rill_rrc_opts {
+  int size[2];                /* output (height, width); required */
+  double scale[2];            /* range of the crop's area fraction; {0,0} = {0.08, 1} */
+  double ratio[2];            /* range of the crop's aspect w/h; {0,0} = {3/4, 4/3} */
+  rill_interp_t interpolation;
+  int channels;               /* BINARY input: 1, 3 (0 = 3) or 4 */
+  int64_t max_pixels;         /* BINARY input: larger images are RILL_ERANGE; 0 = 100 MP */
+  rill_on_error_t on_error;   /* for rows whose image cannot be decoded */
+} rill_rrc_opts_t;
+
+/* Random resized crop (torchvision's RandomResizedCrop): samples an area fraction in
+ * `scale` and a log-uniform aspect ratio in `ratio` up to 10 times, falling back to a
+ * centre crop; the crop is resized to `size`. Output uint8[h,w,C]. Fused decode: the JPEG is
+ * decoded for the crop region only, DCT-scaled down while it stays at least `size`. */
+RILL_API int rill_image_random_resized_crop(rill_df_t* df, const char* name, int column,
+                                            const rill_rrc_opts_t* opts, rill_error_t* err);
+
+typedef struct rill_resize_opts {
+  int size[2];                /* (height, width); width 0: the shorter side becomes height,
+                                 keeping the aspect ratio (output uint8[-1,-1,C]) */
+  rill_interp_t interpolation;
+  int channels;               /* BINARY input: 1, 3 (0 = 3) or 4 */
+  int64_t max_pixels;         /* BINARY input: 0 = 100 MP */
+  rill_on_error_t on_error;
+} rill_resize_opts_t;
+
+/* Resize (bilinear or area). Output uint8[h,w,C] (or [-1,-1,C], see size). Fused decode. */
+RILL_API int rill_image_resize(rill_df_t* df, const char* name, int column,
+                               const rill_resize_opts_t* opts, rill_error_t* err);
+
+/* Centre crop to height x width; smaller images are padded with zeros (torchvision's rule).
+ * Output uint8[height,width,C]. */
+RILL_API int rill_image_center_crop(rill_df_t* df, const char* name, int column, int height,
+                                    int width, rill_error_t* err);
+
+/* Horizontal flip with probability p in [0, 1]. Same type as the input. */
+RILL_API int rill_image_flip(rill_df_t* df, const char* name, int column, double p,
+                             rill_error_t* err);
+
+typedef struct rill_jitter_opts {
+  double brightness;          /* factor uniform in [max(0, 1-b), 1+b]; 0 = unchanged */
+  double contrast;            /* blend with the mean grey level, same range rule */
+  double saturation;          /* blend with the pixel's grey level, same range rule */
+} rill_jitter_opts_t;
+
+/* Colour jitter like torchvision's ColorJitter (without hue): the three adjustments are
+ * applied in a random order, each clamped to [0, 255]. Alpha is kept. Same type as input. */
+RILL_API int rill_image_jitter(rill_df_t* df, const char* name, int column,
+                               const rill_jitter_opts_t* opts, rill_error_t* err);
+
+typedef struct rill_normalize_opts {
+  double flip;                /* probability of a horizontal flip, fused into the pass */
+  double mean[4];             /* per channel, in [0, 1] units (0 = 0) */
+  double std[4];              /* per channel (0 = 1) */
+  rill_dtype_t dtype;         /* RILL_FLOAT32 (0 = this) or RILL_FLOAT16 */
+  rill_layout_t layout;       /* RILL_LAYOUT_CHW: output [C,H,W]; RILL_LAYOUT_HWC: [H,W,C] */
+} rill_normalize_opts_t;
+
+/* (x / 255 - mean) / std per channel, to float32/float16, optionally HWC -> CHW and flipped,
+ * in one pass over the image. Output dtype[C,H,W] or dtype[H,W,C] (-1 where the input varies). */
+RILL_API int rill_image_normalize(rill_df_t* df, const char* name, int column,
+                                  const rill_normalize_opts_t* opts, rill_error_t* err);
+
+/* One-hot encoding of an int64 label column into dtype[classes] (0 = RILL_FLOAT32; any
+ * numeric dtype or BOOL). A label outside [0, classes) is RILL_ERANGE for its row. */
+RILL_API int rill_one_hot(rill_df_t* df, const char* name, int column, int64_t classes,
+                          rill_dtype_t dtype, rill_error_t* err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RILL_ADDONS_H */

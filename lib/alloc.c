@@ -1,0 +1,71 @@
+/* Allocation: every byte rill allocates goes through the allocator set here. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static void* default_alloc(size_t size, size_t alignment, void* ctx) {
+  (void)ctx;
+  void* p = NULL;
+  if (alignment < sizeof(void*)) alignment = sizeof(void*);
+  if (posix_memalign(&p, alignment, size ? size : 1) != 0) return NULL;
+  return p;
+}
+
+static void default_free(void* p, void* ctx) {
+  (void)ctx;
+  free(p);
+}
+
+static rill_allocator_t g_allocator = {default_alloc, default_free, NULL};
+
+void rill_set_allocator(const rill_allocator_t* allocator) {
+  if (allocator && allocator->alloc && allocator->free)
+    g_allocator = *allocator;
+  else
+    g_allocator = (rill_allocator_t){default_alloc, default_free, NULL};
+}
+
+void* rill__alloc(size_t size) { return g_allocator.alloc(size, RILL_ALIGN, g_allocator.ctx); }
+
+void rill__free(void* p) {
+  if (p) g_allocator.free(p, g_allocator.ctx);
+}
+
+void* rill__calloc(size_t n, size_t size) {
+  if (size && n > SIZE_MAX / size) return NULL;
+  void* p = rill__alloc(n * size);
+  if (p) memset(p, 0, n * size);
+  return p;
+}
+
+void* rill__realloc(void* p, size_t old_size, size_t new_size) {
+  void* q = rill__alloc(new_size);
+  if (!q) return NULL;
+  if (p) {
+    memcpy(q, p, old_size < new_size ? old_size : new_size);
+    rill__free(p);
+  }
+  return q;
+}
+
+char* rill__strdup(const char* s) {
+  if (!s) return NULL;
+  size_t n = strlen(s) + 1;
+  char* d = rill__alloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+void* rill__device_alloc(rill_device_t dev, size_t size) {
+  if (dev.type == 0 || dev.type == RILL_DEVICE_CPU) return rill__alloc(size);
+  return rill__cuda_alloc(dev, size);
+}
+
+void rill__device_free(rill_device_t dev, void* p) {
+  if (!p) return;
+  if (dev.type == 0 || dev.type == RILL_DEVICE_CPU)
+    rill__free(p);
+  else
+    rill__cuda_free(dev, p);
+}

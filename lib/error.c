@@ -1,0 +1,78 @@
+/* Status codes, error reporting and small platform helpers. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+const char* rill_strerror(int code) {
+  switch (code) {
+    case RILL_OK: return "ok";
+    case RILL_END: return "end of data";
+    case RILL_EINVAL: return "invalid argument";
+    case RILL_ENOMEM: return "out of memory";
+    case RILL_EIO: return "input/output error";
+    case RILL_EFORMAT: return "malformed data";
+    case RILL_ENOTSUP: return "not supported";
+    case RILL_ENODEV: return "no CUDA device";
+    case RILL_ERANGE: return "value out of range";
+    case RILL_ESQL: return "SQLite error";
+    case RILL_ECUDA: return "CUDA error";
+    case RILL_ESTAGE: return "stage function failed";
+    default: return "unknown status";
+  }
+}
+
+void rill_error_clear(rill_error_t* err) {
+  if (!err) return;
+  err->code = RILL_OK;
+  err->row = -1;
+  err->column = -1;
+  err->message[0] = '\0';
+}
+
+static void format_message(rill_error_t* err, const char* fmt, va_list ap) {
+  if (fmt)
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+  else
+    snprintf(err->message, sizeof err->message, "%s", rill_strerror(err->code));
+}
+
+int rill_error_set(rill_error_t* err, int code, const char* fmt, ...) {
+  if (!err) return code;
+  err->code = code;
+  va_list ap;
+  va_start(ap, fmt);
+  format_message(err, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int rill__vfail(rill_error_t* err, int code, const char* fmt, va_list ap) {
+  if (!err) return code;
+  err->code = code;
+  err->row = -1;
+  err->column = -1;
+  format_message(err, fmt, ap);
+  return code;
+}
+
+int rill__fail(rill_error_t* err, int code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  rill__vfail(err, code, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int64_t rill__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int rill__ncores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}

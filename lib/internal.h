@@ -1,0 +1,107 @@
+/* Internal declarations shared by the library's files. Not installed. */
+#ifndef RILL_INTERNAL_H
+#define RILL_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "rill.h"
+
+#define RILL_ALIGN 64
+
+/* ---- allocation (through rill_set_allocator) */
+void* rill__alloc(size_t size);               /* 64-byte aligned; NULL on failure */
+void* rill__calloc(size_t n, size_t size);    /* zeroed; NULL on failure or overflow */
+void* rill__realloc(void* p, size_t old_size, size_t new_size); /* copies old_size bytes */
+void rill__free(void* p);
+char* rill__strdup(const char* s);
+
+/* ---- errors */
+/* Sets code and message and resets row/column to -1 (for API-level failures). */
+int rill__fail(rill_error_t* err, int code, const char* fmt, ...) RILL_PRINTF(3, 4);
+int rill__vfail(rill_error_t* err, int code, const char* fmt, va_list ap);
+int64_t rill__now_ns(void);                   /* CLOCK_MONOTONIC */
+int rill__ncores(void);
+
+/* ---- memory on devices: host (aligned), pinned host and CUDA device memory.
+ * Pinned and device memory come from stream_cuda.c; without CUDA they fail (NULL). */
+void* rill__device_alloc(rill_device_t dev, size_t size);
+void rill__device_free(rill_device_t dev, void* p);
+
+/* ---- arrays */
+enum {
+  RILL__ARRAY_SLOT = 1,       /* pre-assigned window: rill_exec_alloc keeps its memory */
+  RILL__ARRAY_EXTERNAL = 2    /* buffers belong to someone else (wrap / slice) */
+};
+
+typedef struct rill_pool rill_pool_t;
+
+struct rill_array_priv {
+  _Atomic int64_t refs;
+  int flags;
+  rill_pool_t* pool;          /* the array returns there at refs == 0; NULL: freed */
+  void (*release)(void* ctx); /* wrapped external buffers */
+  void* release_ctx;
+  const rill_array_t* parent; /* slices hold a reference on their parent */
+  /* owned buffers and their capacities in bytes (reused across pool round trips) */
+  void* data_buf;
+  int64_t data_cap;
+  uint8_t* validity_buf;
+  int64_t validity_cap;
+  int64_t* offsets_buf;
+  int64_t offsets_cap;
+  int64_t* shapes_buf;
+  int64_t shapes_cap;
+  int64_t var_cells;          /* cells appended by rill_array_set_var */
+  rill_array_t* next_free;    /* pool free list */
+  void* engine;               /* for the engine's own bookkeeping */
+};
+
+/* A new empty array (length 0, no buffers) bound to `pool` (NULL = standalone), refs = 1. */
+int rill__array_create(rill_pool_t* pool, rill_device_t device, rill_array_t** out);
+/* Sizes the array's buffers for `length` cells of `type` reusing capacity: fixed cells get
+ * length*cell_bytes data (zeroed when `zero`), variable cells get offsets (zeroed) and shapes;
+ * validity is dropped (all valid) and null_count set to 0. RILL_ENOMEM on failure (the array
+ * keeps its previous buffers). */
+int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool zero);
+/* Makes `win` a window over cells [start, start+n) of fixed-shape `parent` (whose buffers
+ * stay owned by the parent): data points into the parent, validity is the window's own
+ * (allocated by set_null on demand), flags = RILL__ARRAY_SLOT. `win` is not reference
+ * counted (priv points to `wpriv`, supplied by the caller). */
+void rill__array_window(rill_array_t* win, rill_array_priv_t* wpriv, const rill_array_t* parent,
+                        int64_t start, int64_t n);
+/* Frees what a window owns (its validity bitmap); the parent's buffers are untouched. */
+void rill__array_window_release(rill_array_t* win);
+/* Ensures a validity bitmap exists for `a` (all valid). */
+int rill__array_ensure_validity(rill_array_t* a);
+int64_t rill__count_nulls(const uint8_t* validity, int64_t length);
+static inline int rill__bit_get(const uint8_t* bits, int64_t i) { return (bits[i >> 3] >> (i & 7)) & 1; }
+static inline void rill__bit_set(uint8_t* bits, int64_t i) { bits[i >> 3] |= (uint8_t)(1u << (i & 7)); }
+static inline void rill__bit_clear(uint8_t* bits, int64_t i) { bits[i >> 3] &= (uint8_t)~(1u << (i & 7)); }
+
+/* ---- pools of arrays: reuse buffers once the last reference is gone */
+rill_pool_t* rill__pool_new(rill_device_t device);
+/* Drops the owner's reference: the pool is freed once every array it lent has come back. */
+void rill__pool_free(rill_pool_t* pool);
+/* An array of the pool (a returned one when available), refs = 1, length 0. */
+int rill__pool_acquire(rill_pool_t* pool, rill_array_t** out);
+void rill__pool_counts(const rill_pool_t* pool, int64_t* allocs, int64_t* reuses);
+
+/* ---- CUDA (lib/stream_cuda.c). Built without CUDA, or run without a device, every
+ * function that can fail returns RILL_ENODEV with a message (allocators return NULL). */
+int rill__cuda_device_count(void);                       /* 0 without CUDA or device */
+int rill__cuda_check_device(int device, rill_error_t* err); /* RILL_OK or RILL_ENODEV */
+void* rill__cuda_alloc(rill_device_t dev, size_t size);  /* CUDA device or pinned host memory */
+void rill__cuda_free(rill_device_t dev, void* p);
+int rill__cuda_event_new(int device, void** event, rill_error_t* err);
+int rill__cuda_event_record(void* event, void* stream, rill_error_t* err);
+int rill__cuda_stream_wait_event(void* stream, void* event, rill_error_t* err);
+int rill__cuda_event_sync(void* event, rill_error_t* err);
+int rill__cuda_event_query(void* event);                 /* 1 done, 0 pending, < 0 error */
+void rill__cuda_event_free(void* event);
+/* Copies between host/pinned/device memory, async on `stream` (NULL: synchronous). */
+int rill__cuda_memcpy(void* dst, rill_device_t dst_dev, const void* src, rill_device_t src_dev,
+                      size_t size, void* stream, rill_error_t* err);
+
+#endif /* RILL_INTERNAL_H */

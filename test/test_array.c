@@ -1,0 +1,260 @@
+/* Arrays, types, errors, allocation and random numbers. */
+#include <stdatomic.h>
+
+#include "common.h"
+#include "internal.h"
+
+Test(types, sizes_names_and_format) {
+  cr_assert_eq(rill_dtype_size(RILL_BOOL), 1);
+  cr_assert_eq(rill_dtype_size(RILL_FLOAT16), 2);
+  cr_assert_eq(rill_dtype_size(RILL_TIMESTAMP_US), 8);
+  cr_assert_eq(rill_dtype_size(RILL_STRING), 0);
+  cr_assert_str_eq(rill_dtype_name(RILL_UINT16), "uint16");
+  rill_type_t t = rill_type_tensor(RILL_FLOAT32, 3, (int64_t[]){3, 224, 224});
+  char buf[64];
+  cr_assert_str_eq(rill_type_format(&t, buf, sizeof buf), "float32[3,224,224]");
+  cr_assert_eq(rill_type_cell_bytes(&t), 4 * 3 * 224 * 224);
+  rill_type_t v = rill_type_tensor(RILL_UINT8, 3, (int64_t[]){-1, -1, 3});
+  cr_assert(!rill_type_is_fixed(&v));
+  cr_assert_eq(rill_type_cell_bytes(&v), -1);
+  cr_assert(!rill_type_equal(&t, &v));
+  rill_type_t s = rill_type_scalar(RILL_STRING);
+  cr_assert(!rill_type_is_fixed(&s));
+}
+
+Test(errors, strerror_and_set) {
+  cr_assert_str_eq(rill_strerror(RILL_ENODEV), "no CUDA device");
+  cr_assert_str_eq(rill_strerror(12345), "unknown status");
+  rill_error_t err;
+  rill_error_clear(&err);
+  cr_assert_eq(err.row, -1);
+  err.row = 7;
+  cr_assert_eq(rill_error_set(&err, RILL_EFORMAT, "bad %s at %d", "cell", 3), RILL_EFORMAT);
+  cr_assert_eq(err.code, RILL_EFORMAT);
+  cr_assert_eq(err.row, 7, "rill_error_set keeps the row");
+  cr_assert_str_eq(err.message, "bad cell at 3");
+  cr_assert_eq(rill_error_set(NULL, RILL_EIO, "x"), RILL_EIO);
+}
+
+Test(version, matches_header) {
+  cr_assert_str_eq(rill_version(), RILL_VERSION_STRING);
+  cr_assert_eq(rill_has_feature(RILL_FEATURE_THREADS), 1);
+}
+
+Test(rng, deterministic_and_uniform) {
+  rill_rng_t a = rill_rng_seeded(42, 1, 100, 3), b = rill_rng_seeded(42, 1, 100, 3);
+  rill_rng_t c = rill_rng_seeded(42, 1, 101, 3), d = rill_rng_seeded(42, 2, 100, 3);
+  uint64_t xa = rill_rng_u64(&a);
+  cr_assert_eq(xa, rill_rng_u64(&b));
+  cr_assert_neq(xa, rill_rng_u64(&c));
+  cr_assert_neq(xa, rill_rng_u64(&d));
+  double sum = 0;
+  for (int i = 0; i < 100000; i++) {
+    double u = rill_rng_uniform(&a);
+    cr_assert(u >= 0 && u < 1);
+    sum += u;
+  }
+  cr_assert(sum / 100000 > 0.49 && sum / 100000 < 0.51, "mean %f", sum / 100000);
+  double r = rill_rng_range(&a, 5, 6);
+  cr_assert(r >= 5 && r < 6);
+}
+
+Test(array, new_fixed_is_zeroed_and_aligned) {
+  rill_error_t err;
+  rill_array_t* a;
+  RT_OK(rill_array_new(rill_type_tensor(RILL_INT32, 2, (int64_t[]){2, 3}), 5, &a, &err), err);
+  cr_assert_eq(a->length, 5);
+  cr_assert_eq(a->data_size, 5 * 6 * 4);
+  cr_assert_eq((uintptr_t)a->data % 64, 0);
+  for (int i = 0; i < 30; i++) cr_assert_eq(((int32_t*)a->data)[i], 0);
+  cr_assert_null(a->validity);
+  cr_assert_eq(rill_array_refcount(a), 1);
+  int64_t nb;
+  const int32_t* cell = rill_array_cell(a, 2, &nb);
+  cr_assert_eq(nb, 24);
+  cr_assert_eq(cell, (int32_t*)a->data + 12);
+  int64_t shape[RILL_MAX_NDIM];
+  cr_assert_eq(rill_array_cell_shape(a, 0, shape), 2);
+  cr_assert_eq(shape[1], 3);
+  rill_array_release(a);
+}
+
+Test(array, invalid_arguments) {
+  rill_error_t err;
+  rill_array_t* a;
+  RT_FAILS(rill_array_new(rill_type_scalar(RILL_INT8), -1, &a, &err), RILL_EINVAL, "negative length", err);
+  RT_FAILS(rill_array_new(rill_type_scalar((rill_dtype_t)99), 1, &a, &err), RILL_EINVAL, "invalid type", err);
+  rill_type_t bad = rill_type_tensor(RILL_STRING, 1, (int64_t[]){2});
+  RT_FAILS(rill_array_new(bad, 1, &a, &err), RILL_EINVAL, "invalid type", err);
+  RT_FAILS(rill_array_wrap(rill_type_scalar(RILL_STRING), 2, "ab", 2, NULL, 0, NULL, NULL, NULL, NULL, &a, &err),
+           RILL_EINVAL, "need offsets", err);
+  int64_t off[] = {0, 2, 1};
+  RT_FAILS(rill_array_wrap(rill_type_scalar(RILL_STRING), 2, "ab", 2, NULL, 0, off, NULL, NULL, NULL, &a, &err),
+           RILL_EINVAL, "offsets decrease", err);
+}
+
+Test(array, strings_set_var_and_nulls) {
+  rill_error_t err;
+  rill_array_t* a;
+  RT_OK(rill_array_new(rill_type_scalar(RILL_STRING), 4, &a, &err), err);
+  const char* words[] = {"alpha", "", NULL, "a much longer string that forces the buffer to grow past sixty-four bytes"};
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(rill_array_set_var(a, i, words[i], words[i] ? (int64_t)strlen(words[i]) : 0, NULL), RILL_OK);
+    if (!words[i]) cr_assert_eq(rill_array_set_null(a, i), RILL_OK);
+  }
+  cr_assert_eq(rill_array_set_var(a, 1, "x", 1, NULL), RILL_EINVAL, "cells are appended in order");
+  cr_assert_eq(a->null_count, 1);
+  cr_assert(rill_array_is_valid(a, 0) && !rill_array_is_valid(a, 2));
+  int64_t n;
+  const char* s = rill_array_cell(a, 3, &n);
+  cr_assert_eq(n, (int64_t)strlen(words[3]));
+  cr_assert(!memcmp(s, words[3], (size_t)n));
+  cr_assert_eq(a->offsets[0], 0);
+  cr_assert_eq(a->offsets[4], a->data_size);
+  /* a second set_null of the same cell does not count twice */
+  cr_assert_eq(rill_array_set_null(a, 2), RILL_OK);
+  cr_assert_eq(a->null_count, 1);
+  cr_assert_eq(rill_array_set_null(a, 9), RILL_EINVAL);
+  rill_array_release(a);
+}
+
+Test(array, variable_shape_cells) {
+  rill_error_t err;
+  rill_array_t* a;
+  RT_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 3, (int64_t[]){-1, -1, 3}), 2, &a, &err), err);
+  uint8_t px[2 * 3 * 3];
+  for (int i = 0; i < 18; i++) px[i] = (uint8_t)i;
+  cr_assert_eq(rill_array_set_var(a, 0, px, 18, (int64_t[]){2, 3, 3}), RILL_OK);
+  cr_assert_eq(rill_array_set_var(a, 1, px, 3, (int64_t[]){1, 1, 3}), RILL_OK);
+  int64_t shape[RILL_MAX_NDIM];
+  rill_array_cell_shape(a, 0, shape);
+  cr_assert(shape[0] == 2 && shape[1] == 3 && shape[2] == 3);
+  rill_array_cell_shape(a, 1, shape);
+  cr_assert(shape[0] == 1 && shape[1] == 1);
+  cr_assert_eq(a->offsets[2], 21);
+  cr_assert_eq(rill_array_set_var(a, 2, px, 1, (int64_t[]){1, 1, 1}), RILL_EINVAL, "past the end");
+  rill_array_release(a);
+}
+
+static int released;
+static void on_release(void* ctx) { released += *(int*)ctx; }
+
+Test(array, wrap_borrows_and_releases_once) {
+  rill_error_t err;
+  int64_t data[5] = {1, 2, 3, 4, 5};
+  uint8_t validity = 0x1B; /* cells 2 null */
+  int one = 1;
+  released = 0;
+  rill_array_t* a;
+  RT_OK(rill_array_wrap(rill_type_scalar(RILL_INT64), 5, data, 0, &validity, -1, NULL, NULL, on_release, &one, &a, &err), err);
+  cr_assert_eq(a->data, data, "no copy");
+  cr_assert_eq(a->null_count, 1);
+  cr_assert_eq(a->data_size, 40);
+  rill_array_retain(a);
+  rill_array_release(a);
+  cr_assert_eq(released, 0);
+  rill_array_release(a);
+  cr_assert_eq(released, 1);
+}
+
+Test(array, slice_shares_and_keeps_parent) {
+  rill_error_t err;
+  rill_array_t *a, *s, *t;
+  RT_OK(rill_array_new(rill_type_scalar(RILL_INT32), 20, &a, &err), err);
+  for (int i = 0; i < 20; i++) ((int32_t*)a->data)[i] = i;
+  rill_array_set_null(a, 3);
+  rill_array_set_null(a, 10);
+  RT_OK(rill_array_slice(a, 3, 9, &s, &err), err);
+  cr_assert_eq(s->data, (int32_t*)a->data + 3);
+  cr_assert_eq(s->null_count, 2);
+  cr_assert(!rill_array_is_valid(s, 0) && !rill_array_is_valid(s, 7) && rill_array_is_valid(s, 1));
+  RT_OK(rill_array_slice(a, 8, 4, &t, &err), err);
+  cr_assert_eq(t->null_count, 1);
+  cr_assert_eq(t->validity, a->validity + 1, "byte-aligned slices share validity");
+  rill_array_release(a); /* the slices keep it alive */
+  cr_assert_eq(((int32_t*)s->data)[8], 11);
+  rill_array_t* u = (rill_array_t*)&u;
+  RT_FAILS(rill_array_slice(s, 5, 5, &u, &err), RILL_EINVAL, "outside an array of 9", err);
+  cr_assert_null(u, "out is cleared on failure");
+  rill_array_release(s);
+  rill_array_release(t);
+}
+
+Test(array, slice_and_copy_strings) {
+  rill_error_t err;
+  rill_array_t *a, *s, *c;
+  RT_OK(rill_array_new(rill_type_scalar(RILL_BINARY), 3, &a, &err), err);
+  rill_array_set_var(a, 0, "xy", 2, NULL);
+  rill_array_set_var(a, 1, "abc", 3, NULL);
+  rill_array_set_var(a, 2, "", 0, NULL);
+  rill_array_set_null(a, 2);
+  RT_OK(rill_array_slice(a, 1, 2, &s, &err), err);
+  cr_assert_eq(s->offsets[0], 0);
+  cr_assert_eq(s->offsets[1], 3);
+  cr_assert(!memcmp(s->data, "abc", 3));
+  cr_assert_eq(s->null_count, 1);
+  RT_OK(rill_array_copy(s, &c, &err), err);
+  cr_assert_neq(c->data, s->data);
+  cr_assert_eq(c->data_size, 3);
+  cr_assert(!memcmp(c->data, "abc", 3));
+  cr_assert(!rill_array_is_valid(c, 1));
+  rill_array_release(a);
+  rill_array_release(s);
+  rill_array_release(c);
+}
+
+Test(pool, reuses_buffers_after_release) {
+  rill_pool_t* pool = rill__pool_new((rill_device_t){RILL_DEVICE_CPU, 0});
+  cr_assert_not_null(pool);
+  rill_array_t *a, *b;
+  cr_assert_eq(rill__pool_acquire(pool, &a), RILL_OK);
+  cr_assert_eq(rill__array_prepare(a, rill_type_scalar(RILL_FLOAT32), 1000, false), RILL_OK);
+  void* data = a->data;
+  rill_array_release(a);
+  cr_assert_eq(rill__pool_acquire(pool, &b), RILL_OK);
+  cr_assert_eq(b, a, "the returned array is lent again");
+  cr_assert_eq(rill__array_prepare(b, rill_type_scalar(RILL_FLOAT32), 500, false), RILL_OK);
+  cr_assert_eq(b->data, data, "capacity is reused");
+  int64_t allocs, reuses;
+  rill__pool_counts(pool, &allocs, &reuses);
+  cr_assert_eq(allocs, 1);
+  cr_assert_eq(reuses, 1);
+  /* the pool may be freed while an array is still out: the array outlives it */
+  rill__pool_free(pool);
+  ((float*)b->data)[499] = 1.5f;
+  rill_array_release(b);
+}
+
+static _Atomic int fail_after = -1;
+static void* failing_alloc(size_t size, size_t align, void* ctx) {
+  (void)ctx;
+  if (atomic_load(&fail_after) == 0) return NULL;
+  if (atomic_load(&fail_after) > 0) atomic_fetch_sub(&fail_after, 1);
+  void* p = NULL;
+  return posix_memalign(&p, align, size ? size : 1) ? NULL : p;
+}
+static void failing_free(void* p, void* ctx) {
+  (void)ctx;
+  free(p);
+}
+
+Test(alloc, failures_give_enomem_and_no_leak) {
+  rill_set_allocator(&(rill_allocator_t){failing_alloc, failing_free, NULL});
+  rill_error_t err;
+  int ok = 0;
+  for (int n = 0; n < 10 && !ok; n++) {
+    atomic_store(&fail_after, n);
+    rill_array_t *a = NULL, *s = NULL;
+    int r = rill_array_new(rill_type_scalar(RILL_STRING), 3, &a, &err);
+    if (r == RILL_OK) r = rill_array_set_var(a, 0, "hello", 5, NULL);
+    if (r == RILL_OK) r = rill_array_set_null(a, 1);
+    if (r == RILL_OK) r = rill_array_slice(a, 1, 1, &s, &err);
+    if (r == RILL_OK) ok = 1;
+    else cr_assert_eq(r, RILL_ENOMEM, "step %d: %d", n, r);
+    rill_array_release(s);
+    rill_array_release(a);
+  }
+  atomic_store(&fail_after, -1);
+  rill_set_allocator(NULL);
+  cr_assert(ok, "succeeds once enough allocations are allowed");
+}
