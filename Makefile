@@ -66,7 +66,7 @@ BENCH_BIN := $(BENCH_C:test/bench/%.c=$(BUILD)/bench/%)
 # Tests that exercise the worker pool; `make tsan` runs these under ThreadSanitizer.
 TSAN_TESTS ?= test_core test_iter test_threads
 
-.PHONY: all lib tests check test pytest check-asan tsan bench demo fuzz fuzz-smoke deps venv \
+.PHONY: all lib tests check test pytest check-asan tsan bench bench-deps data demo fuzz fuzz-smoke deps venv \
         gpu-check gpu-bench clean info
 all: deps $(LIB_A) $(LIB_SO) $(RILL)
 lib: $(LIB_A) $(LIB_SO)
@@ -159,7 +159,7 @@ FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined $(CSTD) -Iinclude -Ilib
               -DRILL_HAVE_SQLITE=$(USE_SQLITE_R) -DRILL_HAVE_CUDA=0
 build/fuzz/%: test/fuzz/%.c $(LIB_C) $(HEADERS)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_FLAGS) -o $@ $< $(filter-out lib/stream_cuda.c addons/cuda.c,$(LIB_C)) $(filter-out -L% -lcudart_static -lstdc++,$(LDLIBS))
+	clang $(FUZZ_FLAGS) -o $@ $< $(LIB_C) $(filter-out -L% -lcudart_static -lstdc++,$(LDLIBS))
 FUZZ_SECONDS ?= 20
 fuzz-smoke: $(FUZZ_BIN)
 	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p build/fuzz/corpus-$$n; \
@@ -174,7 +174,13 @@ $(BUILD)/bench/%: test/bench/%.c $(LIB_A)
 	$(CC) $(CPPFLAGS) -Itest $(filter-out -fvisibility=hidden,$(CFLAGS)) -O3 $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) \
 	  $(shell pkg-config --libs libturbojpeg 2>/dev/null)
 
-bench: all $(BENCH_BIN) venv
+# Peers the benchmarks compare with: PyTorch's DataLoader + torchvision + PIL (Debian's,
+# run with the system Python).
+BENCH_DEB := python3-torch python3-torchvision python3-pil python3-numpy
+bench-deps:
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(BENCH_DEB)"
+
+bench: all $(BENCH_BIN) venv bench-deps
 	@for s in test/bench/run_*.sh; do echo "== $$s"; \
 	  ROOT=$(ROOT) BUILD=$(ROOT)/$(BUILD) RILL_LIB=$(ROOT)/$(LIB_SO) RILL_BIN=$(ROOT)/$(RILL) \
 	  VENV=$(VENV) bash $$s || exit 1; done
@@ -182,7 +188,8 @@ bench: all $(BENCH_BIN) venv
 demo: all
 	$(RILL) demo
 
-gpu-check gpu-bench: all
+# The GPU machine may lack Debian's -dev packages and a registry: test/gpu builds what it needs.
+gpu-check gpu-bench:
 	@if [ -f test/gpu/Makefile.inc ]; then $(MAKE) -f test/gpu/Makefile.inc $@; \
 	 else echo "no GPU tests in this tree"; fi
 

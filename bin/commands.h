@@ -3,12 +3,9 @@
 #ifndef RILL_BIN_COMMANDS_H
 #define RILL_BIN_COMMANDS_H
 
-/* TEMPORARY while the command files land: weak so the tool links without them. */
-#define RILL_CMD __attribute__((weak))
-
-RILL_CMD int rill_cmd_head(int argc, char** argv);         /* bin/cmd_head.c */
-RILL_CMD int rill_cmd_demo(int argc, char** argv);         /* bin/cmd_image.c */
-RILL_CMD int rill_cmd_preview(int argc, char** argv);      /* bin/cmd_image.c */
-RILL_CMD int rill_cmd_bench_images(int argc, char** argv); /* bin/cmd_image.c */
+int rill_cmd_head(int argc, char** argv);         /* bin/cmd_head.c */
+int rill_cmd_demo(int argc, char** argv);         /* bin/cmd_image.c */
+int rill_cmd_preview(int argc, char** argv);      /* bin/cmd_image.c */
+int rill_cmd_bench_images(int argc, char** argv); /* bin/cmd_image.c */
 
 #endif

@@ -63,11 +63,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
-  if ((!strcmp(cmd, "head") && !rill_cmd_head) || (!strcmp(cmd, "demo") && !rill_cmd_demo) ||
-      (!strcmp(cmd, "preview") && !rill_cmd_preview) || (!strcmp(cmd, "bench") && !rill_cmd_bench_images)) {
-    fprintf(stderr, "rill: '%s' is not built in\n", cmd);
-    return 1;
-  }
   if (!strcmp(cmd, "head")) return rill_cmd_head(argc - 1, argv + 1);
   if (!strcmp(cmd, "demo")) return rill_cmd_demo(argc - 1, argv + 1);
   if (!strcmp(cmd, "preview")) return rill_cmd_preview(argc - 1, argv + 1);

@@ -121,6 +121,69 @@ RILL_API int rill_df_from_sqlite_db(void* db, const char* sql, const rill_sql_pa
 
 /* ================================================================ files and images */
 
+/* ---- files and decode */
+
+/* Options of the file sources and of rill_file_read. Zero = defaults. */
+typedef struct rill_files_opts {
+  rill_on_error_t on_error;   /* a file that cannot be read (RILL_EIO naming the path) */
+  int64_t grain;              /* rows per task of the "bytes" column; 0 = the engine picks */
+  int all_files;              /* rill_df_from_image_folder: accept every file, not only
+                                 .jpg .jpeg .png (case-insensitive) */
+} rill_files_opts_t;
+
+/* A dataframe of n rows over the given files: "path" (STRING, the paths as given) and
+ * "bytes" (BINARY, each file's contents, read when a row is pulled; a file that cannot be
+ * read is RILL_EIO with its path and the system's reason, handled by opts->on_error).
+ * The paths are copied. opts may be NULL. Free with rill_df_free. */
+RILL_API int rill_df_from_files(const char* const* paths, int64_t n, const rill_files_opts_t* opts,
+                                rill_df_t** out, rill_error_t* err);
+
+/* As rill_df_from_files over the paths listed in a text file, one per line (empty lines are
+ * skipped, a trailing CR is dropped). Relative paths are resolved against the folder of
+ * `list_path`. RILL_EIO when the list cannot be read. */
+RILL_API int rill_df_from_file_list(const char* list_path, const rill_files_opts_t* opts,
+                                    rill_df_t** out, rill_error_t* err);
+
+/* Map: a BINARY column `name` holding the contents of the files named by the STRING column
+ * `path_column` (e.g. a CSV column of paths). A null path gives a null cell. Returns the new
+ * column index, or < 0. */
+RILL_API int rill_file_read(rill_df_t* df, const char* name, int path_column,
+                            const rill_files_opts_t* opts, rill_error_t* err);
+
+/* An ImageFolder tree: root/<class>/.../<file>. Classes are the sub-folders of root (hidden
+ * ones skipped) in byte order, labelled 0..K-1; files are found recursively and sorted by
+ * path within each class. Columns: "path" (STRING, root/class/file), "bytes" (BINARY, read
+ * on demand), "label" (INT64). RILL_EIO when root cannot be read, RILL_EFORMAT when it holds
+ * no image file. The class names: rill_image_folder_classes. */
+RILL_API int rill_df_from_image_folder(const char* root, const rill_files_opts_t* opts,
+                                       rill_df_t** out, rill_error_t* err);
+
+/* The class names of a dataframe made by rill_df_from_image_folder: names[label] for labels
+ * 0..count-1. Borrowed: valid while `df` lives. RILL_EINVAL for any other dataframe (a
+ * shuffled or batched view included: ask the folder's dataframe). Thread-safe. */
+RILL_API int rill_image_folder_classes(const rill_df_t* df, const char* const** names, int* count,
+                                       rill_error_t* err);
+
+/* Options of rill_image_decode. Zero = defaults. */
+typedef struct rill_decode_opts {
+  int channels;               /* 0 or 3: RGB; 1: gray; 4: RGBA (alpha 255 where the file has none) */
+  int64_t max_pixels;         /* images with more pixels: RILL_ERANGE before any decoding;
+                                 0 = 100,000,000 */
+  rill_on_error_t on_error;   /* bad images: RILL_EFORMAT (corrupt, truncated, empty),
+                                 RILL_ENOTSUP (not JPEG/PNG, decoder not built), RILL_ERANGE */
+  int64_t grain;              /* rows per task; 0 = the engine picks */
+  const char* path_column;    /* STRING column named in error messages; NULL = "path" when the
+                                 dataframe has one; "" = none */
+} rill_decode_opts_t;
+
+/* Map: decodes the JPEG or PNG images of the BINARY column `bytes_column` (the format comes
+ * from the magic bytes, never from a file name) into uint8 cells of shape [-1, -1, C] (HWC,
+ * C = opts->channels). Gray and CMYK JPEGs and palette / 16-bit / gray / alpha PNGs are
+ * converted. A null input cell gives a null cell. Runs on worker threads. Errors name the
+ * row's file (see path_column). Returns the new column index, or < 0. */
+RILL_API int rill_image_decode(rill_df_t* df, const char* name, int bytes_column,
+                               const rill_decode_opts_t* opts, rill_error_t* err);
+
 /* ---- image operators
  * Each operator adds one derived column (rill_df_map) to `df` and returns its index, or a
  * negative code (RILL_EINVAL with a message for a bad argument, an unknown column or a
@@ -203,6 +266,54 @@ RILL_API int rill_image_normalize(rill_df_t* df, const char* name, int column,
  * numeric dtype or BOOL). A label outside [0, classes) is RILL_ERANGE for its row. */
 RILL_API int rill_one_hot(rill_df_t* df, const char* name, int column, int64_t classes,
                           rill_dtype_t dtype, rill_error_t* err);
+
+/* ================================================================ CUDA */
+
+/* Both operators below are RILL_STAGE_CUDA maps: they run on the stage's CUDA stream, their
+ * output lives in device memory and carries an event (rill_array_t.event) recorded when it is
+ * ready. Built without CUDA they return RILL_ENODEV "rill was built without CUDA"; on a
+ * machine without a device, RILL_ENODEV "no CUDA device: <CUDA's reason>". */
+
+typedef struct rill_to_device_opts {
+  int device;                 /* CUDA ordinal (0 = the first device) */
+  int inflight;               /* copies in flight at once, each with its own pinned staging
+                               * buffer (0 = 3; at most 64) */
+} rill_to_device_opts_t;
+
+/* Adds a column `name` holding `column`'s cells (or batches) copied into device memory with
+ * cudaMemcpyAsync. Pinned inputs (batches built with rill_batch_opts_t.pinned, or arrays
+ * already on the device) are copied in place; pageable ones go through pinned staging buffers
+ * whose host copy overlaps the DMA. A staging buffer is reused only once its copy completed.
+ * The column must have fixed-shape numeric cells (RILL_EINVAL otherwise); a chunk with null
+ * cells fails with RILL_EINVAL (device arrays carry no validity). opts NULL = defaults.
+ * Returns the new column index, or < 0. */
+RILL_API int rill_to_device(rill_df_t* df, const char* name, int column,
+                            const rill_to_device_opts_t* opts, rill_error_t* err);
+
+/* rill_image_normalize on the GPU: uint8[H,W,C] cells (C in 1..4) already on `device`
+ * (from rill_to_device) become (x / 255 - mean) / std as float32 or float16, in [C,H,W]
+ * (RILL_LAYOUT_CHW) or [H,W,C] layout, each image mirrored with probability opts->flip.
+ * Image i is flipped when the first draw of rill_exec_rng(exec, i) (its row's generator)
+ * is below opts->flip: reproducible per (seed, epoch, row) whatever the threads, prefetch or
+ * batch size. Computed as x * (1 / (255 std)) + (-mean / std) in float32 without fused
+ * multiply-add: within 2e-6 of the exact value (float16: rounded from that). A chunk with
+ * null cells fails with RILL_EINVAL. opts NULL = defaults. Returns the new
+ * column index, or < 0 (RILL_EINVAL for a wrong input type or option, with a message). */
+RILL_API int rill_cuda_normalize(rill_df_t* df, const char* name, int column,
+                                 const rill_normalize_opts_t* opts, int device, rill_error_t* err);
+
+typedef struct rill_cuda_pool_stats {
+  int64_t allocs;             /* pinned/device blocks obtained from the driver */
+  int64_t reuses;             /* requests served from freed blocks */
+  int64_t cached_bytes;       /* bytes of freed blocks kept for reuse */
+} rill_cuda_pool_stats_t;
+
+/* Counters of the pinned and device buffer pool (process-wide; thread-safe). Freed blocks
+ * are reused only after every CUDA stream made by rill_stream_new_cuda has passed the point
+ * where they were freed. All zero without CUDA. */
+RILL_API void rill_cuda_pool_stats(rill_cuda_pool_stats_t* st);
+/* Gives cached blocks whose pending work completed back to the driver; returns their bytes. */
+RILL_API int64_t rill_cuda_pool_trim(void);
 
 #ifdef __cplusplus
 }

@@ -313,8 +313,8 @@ RILL_API int rill_array_export_dlpack_legacy(const rill_array_t* a, DLManagedTen
  * (struct arrays). The stream is consumed and released (also on failure). All batches are
  * read now and concatenated into one rill array per column (a copy: rill buffers are 64-byte
  * aligned and owned by rill); the dataframe has the total row count.
- * Formats: c s i l C S I L (ints), e f g (floats), b (bool, unpacked), u U (utf8; int32
- * offsets widened), z Z (binary), ts{s,m,u,n}:<any tz> (converted to microseconds),
+ * Formats: c s i l C S I L (ints), e f g (floats), b (bool, unpacked), u U vu (utf8; int32
+ * offsets widened, views copied), z Z vz (binary), ts{s,m,u,n}:<any tz> (to microseconds),
  * +w:N of a numeric/bool element (tensor cells [N], or the shape of an
  * arrow.fixed_shape_tensor extension), "S" with "rill.dtype"="bfloat16" metadata.
  * Anything else: RILL_ENOTSUP naming the column and the format string. Nulls are kept
@@ -324,6 +324,21 @@ RILL_API int rill_df_from_arrow(struct ArrowArrayStream* stream, rill_df_t** out
 /* The same for one record batch: `schema` must be a struct ("+s"); both are released. */
 RILL_API int rill_df_from_arrow_batch(struct ArrowSchema* schema, struct ArrowArray* array,
                                       rill_df_t** out, rill_error_t* err);
+
+/* ================================================================ Python capsule helpers */
+
+/* PyCapsule destructors for bindings that load librill.so from Python (ctypes) and wrap
+ * exports in the capsules of the Arrow PyCapsule interface ("arrow_schema", "arrow_array",
+ * "arrow_array_stream", payloads allocated with PyMem_RawMalloc) and of DLPack ("dltensor",
+ * "dltensor_versioned"). Each calls the payload's release callback or deleter when the
+ * capsule was not consumed, then frees the payload. They look the CPython functions up in
+ * the running process and are safe to run while a Python exception is pending. Call them
+ * only as capsule destructors (GIL held). */
+RILL_API void rill_pycapsule_destroy_schema(void* capsule);
+RILL_API void rill_pycapsule_destroy_array(void* capsule);
+RILL_API void rill_pycapsule_destroy_stream(void* capsule);
+RILL_API void rill_pycapsule_destroy_dltensor(void* capsule);
+RILL_API void rill_pycapsule_destroy_dltensor_versioned(void* capsule);
 
 #ifdef __cplusplus
 }

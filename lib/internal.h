@@ -100,6 +100,8 @@ int rill__cuda_stream_wait_event(void* stream, void* event, rill_error_t* err);
 int rill__cuda_event_sync(void* event, rill_error_t* err);
 int rill__cuda_event_query(void* event);                 /* 1 done, 0 pending, < 0 error */
 void rill__cuda_event_free(void* event);
+void rill__cuda_pool_stats(int64_t* allocs, int64_t* reuses, int64_t* cached_bytes);
+int64_t rill__cuda_pool_trim(void);
 /* Copies between host/pinned/device memory, async on `stream` (NULL: synchronous). */
 int rill__cuda_memcpy(void* dst, rill_device_t dst_dev, const void* src, rill_device_t src_dev,
                       size_t size, void* stream, rill_error_t* err);

@@ -342,11 +342,6 @@ static int export_var_tensor(const export_ctx_t* cx, const rill_array_t* a, cons
       schema_init(ss, shape_format, "shape", NULL, 0, 1) != RILL_OK ||
       schema_init(ss->children[0], "i", "item", NULL, 0, 0) != RILL_OK)
     return nomem(cx, name, s, NULL);
-  int rc;
-  char* emd = dtype_metadata(t->dtype, &rc);
-  if (rc != RILL_OK || schema_init(sd->children[0], element_format(t->dtype), "item", emd,
-                                   ARROW_FLAG_NULLABLE, 0) != RILL_OK)
-    return nomem(cx, name, s, NULL);
 
   if (array_init(arr, a, n, a->null_count > 0 ? a->null_count : 0, 1, 2) != RILL_OK)
     return nomem(cx, name, s, NULL);
@@ -375,9 +370,8 @@ static int export_var_tensor(const export_ctx_t* cx, const rill_array_t* a, cons
   }
   node_of(ad)->buffers[1] = offs;
   node_of(as->children[0])->buffers[1] = shp;
-  rc = export_flat(cx, a, t->dtype, a->data, total, NULL, 0, "item", ARROW_FLAG_NULLABLE,
-                   &(struct ArrowSchema){0}, ad->children[0]);
-  /* The element schema was built above; export_flat's own schema is not needed. */
+  int rc = export_flat(cx, a, t->dtype, a->data, total, NULL, 0, "item", ARROW_FLAG_NULLABLE,
+                       sd->children[0], ad->children[0]);
   if (rc != RILL_OK) {
     arr->release(arr);
     s->release(s);

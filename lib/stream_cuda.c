@@ -71,11 +71,13 @@ void* rill__cuda_alloc(rill_device_t dev, size_t size) { return NULL; }
 void rill__cuda_free(rill_device_t dev, void* p) {}
 
 int rill__cuda_event_new(int device, void** event, rill_error_t* err) {
-  if (event != NULL) *event = NULL;
-  return rill__fail(err, RILL_ENODEV, NO_CUDA);
+  if (event == NULL) return rill__fail(err, RILL_EINVAL, "cuda event: out is NULL");
+  *event = NULL;
+  return rill__cuda_check_device(device, err);
 }
 
 int rill__cuda_event_record(void* event, void* stream, rill_error_t* err) {
+  if (event == NULL) return rill__fail(err, RILL_EINVAL, "cuda event: event is NULL");
   return rill__fail(err, RILL_ENODEV, NO_CUDA);
 }
 
@@ -145,8 +147,11 @@ int rill__cuda_device_count(void) {
 int rill__cuda_check_device(int device, rill_error_t* err) {
   if (device < 0) return rill__fail(err, RILL_EINVAL, "invalid CUDA device %d", device);
   pthread_once(&g_count_once, count_devices);
-  if (g_count == 0)
-    return rill__fail(err, RILL_ENODEV, "no CUDA device: %s", cudaGetErrorString(g_count_error));
+  if (g_count == 0) {
+    const char* hint = g_count_error == cudaErrorInsufficientDriver
+                         ? " (no NVIDIA driver, or one older than rill's CUDA runtime)" : "";
+    return rill__fail(err, RILL_ENODEV, "no CUDA device: %s%s", cudaGetErrorString(g_count_error), hint);
+  }
   if (device >= g_count)
     return rill__fail(err, RILL_ENODEV, "no CUDA device %d: the machine has %d", device, g_count);
   return RILL_OK;
@@ -314,6 +319,7 @@ typedef struct block {
 } block_t;
 
 #define NBUCKETS 256
+#define CACHE_MAX_BYTES ((size_t)4 << 30) /* cached blocks beyond this are given back */
 static block_t* g_live[NBUCKETS];   /* blocks handed out, by pointer */
 static block_t* g_cached;           /* blocks freed, waiting for reuse */
 static cudaEvent_t* g_ev_free;      /* spare events (any device; device kept alongside) */
@@ -514,6 +520,8 @@ void rill__cuda_free(rill_device_t dev, void* p) {
     b->next = g_cached;
     g_cached = b;
     g_cached_bytes += b->size;
+    /* Sizes that stopped being asked for would otherwise stay cached forever. */
+    if (g_cached_bytes > CACHE_MAX_BYTES) trim_locked();
   }
   pthread_mutex_unlock(&g_mu);
   /* A pointer rill did not hand out is ignored: freeing it would corrupt the driver. */
@@ -523,7 +531,6 @@ void rill__cuda_free(rill_device_t dev, void* p) {
 
 /* ---------------------------------------------------------------- public pool controls */
 
-void rill__cuda_pool_stats(int64_t* allocs, int64_t* reuses, int64_t* cached_bytes);
 void rill__cuda_pool_stats(int64_t* allocs, int64_t* reuses, int64_t* cached_bytes) {
 #if RILL_HAVE_CUDA
   pthread_mutex_lock(&g_mu);
@@ -538,7 +545,6 @@ void rill__cuda_pool_stats(int64_t* allocs, int64_t* reuses, int64_t* cached_byt
 #endif
 }
 
-int64_t rill__cuda_pool_trim(void);
 int64_t rill__cuda_pool_trim(void) {
 #if RILL_HAVE_CUDA
   pthread_mutex_lock(&g_mu);

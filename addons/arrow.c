@@ -1,0 +1,558 @@
+/* Arrow import: a dataframe whose source columns hold the data of Arrow record batches
+ * (from pyarrow, pandas, polars or any producer of the C Data / C Stream Interfaces).
+ * All batches are read, then each column is copied (converting where rill's layout differs:
+ * bit-packed booleans, int32 offsets, timestamp units) into one rill array; the dataframe is
+ * made by rill_df_from_arrays. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "rill_addons.h"
+#include "rill_interop.h"
+
+typedef enum conv {
+  CONV_COPY,      /* fixed-width values: memcpy */
+  CONV_BOOL,      /* bits -> bytes */
+  CONV_TS,        /* int64 scaled to microseconds */
+  CONV_VAR32,     /* utf8 / binary with int32 offsets */
+  CONV_VAR64,     /* large_utf8 / large_binary */
+  CONV_VIEW,      /* utf8_view / binary_view (16-byte views + data buffers) */
+  CONV_FSL        /* fixed_size_list of fixed-width (or bool) elements */
+} conv_t;
+
+typedef struct column {
+  const char* name;     /* borrowed from the schema (kept until the end) */
+  char format[64];      /* for messages */
+  rill_type_t type;
+  conv_t conv;
+  int elem_bool;        /* CONV_FSL of booleans */
+  int64_t list_size;    /* CONV_FSL: elements per cell */
+  int64_t ts_mul, ts_div;
+  rill_array_t* out;
+} column_t;
+
+typedef struct import {
+  struct ArrowSchema schema;
+  struct ArrowArray* batches;
+  int64_t nbatches, cap;
+  column_t* cols;
+  int64_t ncols;
+  int64_t rows;
+} import_t;
+
+/* ---------------------------------------------------------------- schema */
+
+/* Looks up `key` in binary C Data Interface metadata; copies its value (NUL-terminated,
+ * truncated to size-1) into `val`. Returns 1 when found. */
+static int metadata_get(const char* md, const char* key, char* val, size_t size) {
+  if (md == NULL) return 0;
+  int32_t n;
+  memcpy(&n, md, 4);
+  const char* p = md + 4;
+  size_t klen = strlen(key);
+  for (int32_t i = 0; i < n; i++) {
+    int32_t kl, vl;
+    memcpy(&kl, p, 4);
+    p += 4;
+    const char* k = p;
+    p += kl;
+    memcpy(&vl, p, 4);
+    p += 4;
+    const char* v = p;
+    p += vl;
+    if ((size_t)kl == klen && memcmp(k, key, klen) == 0) {
+      size_t m = (size_t)vl < size - 1 ? (size_t)vl : size - 1;
+      memcpy(val, v, m);
+      val[m] = '\0';
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Element formats of fixed width. */
+static int fixed_dtype(const char* f, rill_dtype_t* d) {
+  if (strlen(f) != 1) return 0;
+  switch (f[0]) {
+  case 'c': *d = RILL_INT8; return 1;
+  case 's': *d = RILL_INT16; return 1;
+  case 'i': *d = RILL_INT32; return 1;
+  case 'l': *d = RILL_INT64; return 1;
+  case 'C': *d = RILL_UINT8; return 1;
+  case 'S': *d = RILL_UINT16; return 1;
+  case 'I': *d = RILL_UINT32; return 1;
+  case 'L': *d = RILL_UINT64; return 1;
+  case 'e': *d = RILL_FLOAT16; return 1;
+  case 'f': *d = RILL_FLOAT32; return 1;
+  case 'g': *d = RILL_FLOAT64; return 1;
+  case 'b': *d = RILL_BOOL; return 1;
+  }
+  return 0;
+}
+
+static int is_bf16(const struct ArrowSchema* s) {
+  char v[32];
+  return strcmp(s->format, "S") == 0 && metadata_get(s->metadata, "rill.dtype", v, sizeof v) &&
+         strcmp(v, "bfloat16") == 0;
+}
+
+/* Reads {"shape":[a,b,...]} from fixed_shape_tensor metadata; returns ndim or -1. */
+static int parse_shape(const char* json, int64_t* shape) {
+  const char* p = strstr(json, "\"shape\"");
+  if (p == NULL) return -1;
+  p = strchr(p, '[');
+  if (p == NULL) return -1;
+  p++;
+  int n = 0;
+  for (;;) {
+    while (*p == ' ') p++;
+    if (*p == ']') return n;
+    if (n == RILL_MAX_NDIM) return -1;
+    char* end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v < 0) return -1;
+    shape[n++] = v;
+    p = end;
+    while (*p == ' ') p++;
+    if (*p == ',') p++;
+    else if (*p != ']') return -1;
+  }
+}
+
+static int unsupported(const char* name, const char* format, const char* why, rill_error_t* err) {
+  return rill__fail(err, RILL_ENOTSUP, "rill_df_from_arrow: column '%s' has Arrow format \"%s\"%s",
+                    name, format, why);
+}
+
+static int column_type(const struct ArrowSchema* s, column_t* c, rill_error_t* err) {
+  const char* f = s->format;
+  c->name = s->name != NULL ? s->name : "";
+  snprintf(c->format, sizeof c->format, "%s", f);
+  c->ts_mul = c->ts_div = 1;
+  if (s->dictionary != NULL) return unsupported(c->name, f, " (dictionary-encoded)", err);
+  rill_dtype_t d;
+  if (fixed_dtype(f, &d)) {
+    c->type = rill_type_scalar(is_bf16(s) ? RILL_BFLOAT16 : d);
+    c->conv = d == RILL_BOOL ? CONV_BOOL : CONV_COPY;
+    return RILL_OK;
+  }
+  if (strcmp(f, "u") == 0 || strcmp(f, "z") == 0 || strcmp(f, "U") == 0 || strcmp(f, "Z") == 0) {
+    c->type = rill_type_scalar(f[0] == 'u' || f[0] == 'U' ? RILL_STRING : RILL_BINARY);
+    c->conv = (f[0] == 'u' || f[0] == 'z') ? CONV_VAR32 : CONV_VAR64;
+    return RILL_OK;
+  }
+  if (strcmp(f, "vu") == 0 || strcmp(f, "vz") == 0) {
+    c->type = rill_type_scalar(f[1] == 'u' ? RILL_STRING : RILL_BINARY);
+    c->conv = CONV_VIEW;
+    return RILL_OK;
+  }
+  if (strncmp(f, "ts", 2) == 0 && strlen(f) >= 4 && f[3] == ':') {
+    switch (f[2]) {
+    case 's': c->ts_mul = 1000000; break;
+    case 'm': c->ts_mul = 1000; break;
+    case 'u': break;
+    case 'n': c->ts_div = 1000; break;
+    default: return unsupported(c->name, f, "", err);
+    }
+    c->type = rill_type_scalar(RILL_TIMESTAMP_US);
+    c->conv = CONV_TS;
+    return RILL_OK;
+  }
+  if (strncmp(f, "+w:", 3) == 0) {
+    char* end;
+    long long n = strtoll(f + 3, &end, 10);
+    if (*end != '\0' || n < 0 || s->n_children != 1 || s->children == NULL)
+      return unsupported(c->name, f, " (malformed fixed_size_list)", err);
+    const struct ArrowSchema* item = s->children[0];
+    if (!fixed_dtype(item->format, &d))
+      return unsupported(c->name, f, " (fixed_size_list of a non-numeric element type)", err);
+    if (is_bf16(item)) d = RILL_BFLOAT16;
+    int64_t shape[RILL_MAX_NDIM] = {n};
+    int ndim = 1;
+    char ext[64], json[512];
+    if (metadata_get(s->metadata, "ARROW:extension:name", ext, sizeof ext) &&
+        strcmp(ext, "arrow.fixed_shape_tensor") == 0 &&
+        metadata_get(s->metadata, "ARROW:extension:metadata", json, sizeof json)) {
+      int64_t sh[RILL_MAX_NDIM];
+      int nd = parse_shape(json, sh);
+      int64_t prod = 1;
+      for (int i = 0; i < nd; i++) prod *= sh[i];
+      if (nd < 1 || prod != n)
+        return unsupported(c->name, f, " (arrow.fixed_shape_tensor metadata does not match the list size)",
+                           err);
+      ndim = nd;
+      memcpy(shape, sh, sizeof(int64_t) * (size_t)nd);
+    }
+    c->type = rill_type_tensor(d, ndim, shape);
+    c->conv = CONV_FSL;
+    c->elem_bool = d == RILL_BOOL;
+    c->list_size = n;
+    return RILL_OK;
+  }
+  return unsupported(c->name, f, "", err);
+}
+
+/* ---------------------------------------------------------------- batches */
+
+static void import_free(import_t* im) {
+  for (int64_t i = 0; i < im->nbatches; i++)
+    if (im->batches[i].release != NULL) im->batches[i].release(&im->batches[i]);
+  rill__free(im->batches);
+  if (im->cols != NULL)
+    for (int64_t i = 0; i < im->ncols; i++) rill_array_release(im->cols[i].out);
+  rill__free(im->cols);
+  if (im->schema.release != NULL) im->schema.release(&im->schema);
+}
+
+static int read_schema(import_t* im, rill_error_t* err) {
+  const struct ArrowSchema* s = &im->schema;
+  if (s->format == NULL || strcmp(s->format, "+s") != 0)
+    return rill__fail(err, RILL_EINVAL,
+                      "rill_df_from_arrow: expected a record batch (struct \"+s\"), got format \"%s\"",
+                      s->format != NULL ? s->format : "(null)");
+  im->ncols = s->n_children;
+  if (im->ncols <= 0)
+    return rill__fail(err, RILL_EINVAL, "rill_df_from_arrow: the record batch has no columns");
+  im->cols = rill__calloc((size_t)im->ncols, sizeof(column_t));
+  if (im->cols == NULL) return rill__fail(err, RILL_ENOMEM, "rill_df_from_arrow: out of memory");
+  for (int64_t i = 0; i < im->ncols; i++) {
+    int rc = column_type(s->children[i], &im->cols[i], err);
+    if (rc != RILL_OK) return rc;
+  }
+  return RILL_OK;
+}
+
+/* Takes the batch over (moves the struct). */
+static int add_batch(import_t* im, struct ArrowArray* b, rill_error_t* err) {
+  if (b->n_children != im->ncols || b->length < 0) {
+    b->release(b);
+    return rill__fail(err, RILL_EFORMAT,
+                      "rill_df_from_arrow: batch %" PRId64 " has %" PRId64 " columns, the schema %" PRId64,
+                      im->nbatches, b->n_children, im->ncols);
+  }
+  for (int64_t i = 0; i < im->ncols; i++) {
+    const struct ArrowArray* c = b->children[i];
+    if (c == NULL || c->length < b->offset + b->length) {
+      b->release(b);
+      return rill__fail(err, RILL_EFORMAT,
+                        "rill_df_from_arrow: batch %" PRId64 ", column '%s': %" PRId64
+                        " values for %" PRId64 " rows", im->nbatches, im->cols[i].name, c->length,
+                        b->length);
+    }
+  }
+  if (im->nbatches == im->cap) {
+    int64_t cap = im->cap ? im->cap * 2 : 16;
+    struct ArrowArray* nb = rill__realloc(im->batches, (size_t)im->cap * sizeof(*nb),
+                                          (size_t)cap * sizeof(*nb));
+    if (nb == NULL) {
+      b->release(b);
+      return rill__fail(err, RILL_ENOMEM, "rill_df_from_arrow: out of memory");
+    }
+    im->batches = nb;
+    im->cap = cap;
+  }
+  im->batches[im->nbatches++] = *b;
+  b->release = NULL;
+  im->rows += im->batches[im->nbatches - 1].length;
+  return RILL_OK;
+}
+
+/* ---------------------------------------------------------------- conversion */
+
+static int bit(const void* bits, int64_t i) { return (((const uint8_t*)bits)[i >> 3] >> (i & 7)) & 1; }
+
+static int fail_buffer(const column_t* c, int64_t batch, rill_error_t* err) {
+  return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: batch %" PRId64
+                    ", column '%s' (\"%s\"): a required buffer is missing", batch, c->name, c->format);
+}
+
+/* Bytes of view `i` (physical index) of a utf8_view / binary_view array, or NULL with
+ * *len = -1 when the view points outside the array's buffers. Null rows read as empty. */
+static const uint8_t* view_bytes(const struct ArrowArray* a, int64_t i, int null, int32_t* len) {
+  const uint8_t* v = (const uint8_t*)a->buffers[1] + 16 * i;
+  int32_t n;
+  memcpy(&n, v, 4);
+  if (null) n = 0;
+  *len = n;
+  if (n < 0) {
+    *len = -1;
+    return NULL;
+  }
+  if (n <= 12) return v + 4;
+  int32_t buf, off;
+  memcpy(&buf, v + 8, 4);
+  memcpy(&off, v + 12, 4);
+  if (buf < 0 || off < 0 || 2 + (int64_t)buf >= a->n_buffers - 1 || a->buffers[2 + buf] == NULL) {
+    *len = -1;
+    return NULL;
+  }
+  return (const uint8_t*)a->buffers[2 + buf] + off;
+}
+
+/* Copies rows [0, n) of child `a` (starting at logical index `start` of the child, i.e.
+ * after the parent's and the child's offsets) into c->out at row `dst`. `pvalid`/`pstart`:
+ * the struct's validity (NULL = all valid). */
+static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, int64_t n,
+                       const void* pvalid, int64_t pstart, int64_t dst, int64_t batch,
+                       rill_error_t* err) {
+  rill_array_t* o = c->out;
+  const void* valid = (a->null_count != 0 && a->n_buffers > 0) ? a->buffers[0] : NULL;
+  for (int64_t i = 0; i < n; i++) {
+    if ((valid != NULL && !bit(valid, start + i)) || (pvalid != NULL && !bit(pvalid, pstart + i))) {
+      if (rill_array_set_null(o, dst + i) != RILL_OK)
+        return rill__fail(err, RILL_ENOMEM, "rill_df_from_arrow: out of memory");
+    }
+  }
+  if (n == 0) return RILL_OK;
+  if (a->n_buffers < 2 || a->buffers[1] == NULL) {
+    if (c->conv != CONV_FSL) return fail_buffer(c, batch, err);
+  }
+  switch (c->conv) {
+  case CONV_COPY: {
+    size_t es = rill_dtype_size(c->type.dtype);
+    memcpy((uint8_t*)o->data + dst * (int64_t)es, (const uint8_t*)a->buffers[1] + start * (int64_t)es,
+           (size_t)n * es);
+    return RILL_OK;
+  }
+  case CONV_BOOL: {
+    uint8_t* d = (uint8_t*)o->data + dst;
+    for (int64_t i = 0; i < n; i++) d[i] = (uint8_t)bit(a->buffers[1], start + i);
+    return RILL_OK;
+  }
+  case CONV_TS: {
+    const int64_t* s = (const int64_t*)a->buffers[1] + start;
+    int64_t* d = (int64_t*)o->data + dst;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t v = s[i];
+      if (c->ts_div > 1) {
+        int64_t q = v / c->ts_div;
+        if ((v % c->ts_div) < 0) q--; /* floor */
+        d[i] = q;
+      } else if (__builtin_mul_overflow(v, c->ts_mul, &d[i])) {
+        if (rill_array_is_valid(o, dst + i))
+          return rill__fail(err, RILL_ERANGE,
+                            "rill_df_from_arrow: column '%s', row %" PRId64
+                            ": timestamp %" PRId64 " (\"%s\") overflows microseconds", c->name,
+                            dst + i, v, c->format);
+        d[i] = 0;
+      }
+    }
+    return RILL_OK;
+  }
+  case CONV_VAR32:
+  case CONV_VAR64: {
+    int64_t base = o->offsets[dst];
+    int64_t first, last;
+    if (c->conv == CONV_VAR32) {
+      const int32_t* off = (const int32_t*)a->buffers[1] + start;
+      first = off[0];
+      last = off[n];
+      for (int64_t i = 1; i <= n; i++) {
+        if (off[i] < off[i - 1])
+          return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s', row %" PRId64
+                            ": decreasing offsets", c->name, dst + i - 1);
+        o->offsets[dst + i] = base + (off[i] - first);
+      }
+    } else {
+      const int64_t* off = (const int64_t*)a->buffers[1] + start;
+      first = off[0];
+      last = off[n];
+      for (int64_t i = 1; i <= n; i++) {
+        if (off[i] < off[i - 1])
+          return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s', row %" PRId64
+                            ": decreasing offsets", c->name, dst + i - 1);
+        o->offsets[dst + i] = base + (off[i] - first);
+      }
+    }
+    if (last > first) {
+      if (a->n_buffers < 3 || a->buffers[2] == NULL) return fail_buffer(c, batch, err);
+      memcpy((uint8_t*)o->data + base, (const uint8_t*)a->buffers[2] + first, (size_t)(last - first));
+    }
+    o->data_size = base + (last - first);
+    o->priv->var_cells = dst + n;
+    return RILL_OK;
+  }
+  case CONV_VIEW: {
+    int64_t pos = o->offsets[dst];
+    for (int64_t i = 0; i < n; i++) {
+      int32_t len;
+      const uint8_t* p = view_bytes(a, start + i, !rill_array_is_valid(o, dst + i), &len);
+      if (len < 0)
+        return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s', row %" PRId64
+                          ": a string view points outside its buffers", c->name, dst + i);
+      if (pos + len > o->data_size && rill_array_reserve(o, pos + len) != RILL_OK)
+        return rill__fail(err, RILL_ENOMEM, "rill_df_from_arrow: out of memory");
+      if (len > 0) memcpy((uint8_t*)o->data + pos, p, (size_t)len);
+      pos += len;
+      o->offsets[dst + i + 1] = pos;
+      o->data_size = pos;
+    }
+    o->priv->var_cells = dst + n;
+    return RILL_OK;
+  }
+  case CONV_FSL: {
+    const struct ArrowArray* item = a->children[0];
+    int64_t k = c->list_size;
+    int64_t istart = item->offset + start * k;
+    int64_t count = n * k;
+    if (item->length < istart - item->offset + count)
+      return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: batch %" PRId64
+                        ", column '%s': the fixed_size_list child is too short", batch, c->name);
+    if (count == 0) return RILL_OK;
+    if (item->null_count != 0 && item->n_buffers > 0 && item->buffers[0] != NULL) {
+      /* elements under a null cell may be null: only valid cells must be complete */
+      for (int64_t i = 0; i < count; i++)
+        if (!bit(item->buffers[0], istart + i) && rill_array_is_valid(o, dst + i / k))
+          return rill__fail(err, RILL_ENOTSUP, "rill_df_from_arrow: column '%s', row %" PRId64
+                            ": null elements inside a tensor cell (\"%s\") are not supported",
+                            c->name, dst + i / k, c->format);
+    }
+    if (item->n_buffers < 2 || item->buffers[1] == NULL) return fail_buffer(c, batch, err);
+    if (c->elem_bool) {
+      uint8_t* d = (uint8_t*)o->data + dst * k;
+      for (int64_t i = 0; i < count; i++) d[i] = (uint8_t)bit(item->buffers[1], istart + i);
+    } else {
+      size_t es = rill_dtype_size(c->type.dtype);
+      memcpy((uint8_t*)o->data + dst * k * (int64_t)es,
+             (const uint8_t*)item->buffers[1] + istart * (int64_t)es, (size_t)count * es);
+    }
+    return RILL_OK;
+  }
+  }
+  return RILL_OK;
+}
+
+/* Total value bytes of a variable-length column over all batches. */
+static int64_t var_bytes(const import_t* im, int64_t col) {
+  int64_t total = 0;
+  for (int64_t b = 0; b < im->nbatches; b++) {
+    const struct ArrowArray* p = &im->batches[b];
+    const struct ArrowArray* a = p->children[col];
+    if (p->length == 0 || a->n_buffers < 2 || a->buffers[1] == NULL) continue;
+    int64_t start = p->offset + a->offset;
+    if (im->cols[col].conv == CONV_VIEW) {
+      for (int64_t i = 0; i < p->length; i++) {
+        int32_t len;
+        int64_t k = start + i;
+        int null = a->null_count != 0 && a->buffers[0] != NULL && !bit(a->buffers[0], k);
+        view_bytes(a, k, null, &len);
+        if (len > 0) total += len;
+      }
+    } else if (im->cols[col].conv == CONV_VAR32) {
+      const int32_t* off = a->buffers[1];
+      total += (int64_t)off[start + p->length] - off[start];
+    } else {
+      const int64_t* off = a->buffers[1];
+      total += off[start + p->length] - off[start];
+    }
+  }
+  return total;
+}
+
+static int build(import_t* im, rill_df_t** out, rill_error_t* err) {
+  for (int64_t i = 0; i < im->ncols; i++) {
+    column_t* c = &im->cols[i];
+    int rc = rill_array_new(c->type, im->rows, &c->out, err);
+    if (rc != RILL_OK) return rc;
+    if (c->conv == CONV_VAR32 || c->conv == CONV_VAR64 || c->conv == CONV_VIEW) {
+      int64_t bytes = var_bytes(im, i);
+      if (bytes < 0)
+        return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s': negative offsets",
+                          c->name);
+      if (rill_array_reserve(c->out, bytes > 0 ? bytes : 1) != RILL_OK)
+        return rill__fail(err, RILL_ENOMEM, "rill_df_from_arrow: out of memory for column '%s'",
+                          c->name);
+    }
+    int64_t dst = 0;
+    for (int64_t b = 0; b < im->nbatches; b++) {
+      const struct ArrowArray* p = &im->batches[b];
+      const struct ArrowArray* a = p->children[i];
+      const void* pvalid = (p->null_count != 0 && p->n_buffers > 0) ? p->buffers[0] : NULL;
+      rc = copy_column(c, a, p->offset + a->offset, p->length, pvalid, p->offset, dst, b, err);
+      if (rc != RILL_OK) return rc;
+      dst += p->length;
+    }
+  }
+  const char** names = rill__calloc((size_t)im->ncols, sizeof(char*));
+  const rill_array_t** arrays = rill__calloc((size_t)im->ncols, sizeof(rill_array_t*));
+  if (names == NULL || arrays == NULL) {
+    rill__free(names);
+    rill__free(arrays);
+    return rill__fail(err, RILL_ENOMEM, "rill_df_from_arrow: out of memory");
+  }
+  for (int64_t i = 0; i < im->ncols; i++) {
+    names[i] = im->cols[i].name;
+    arrays[i] = im->cols[i].out;
+  }
+  int rc = rill_df_from_arrays(names, arrays, (int)im->ncols, 0, out, err);
+  rill__free(names);
+  rill__free(arrays);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- public */
+
+int rill_df_from_arrow(struct ArrowArrayStream* stream, rill_df_t** out, rill_error_t* err) {
+  if (out != NULL) *out = NULL;
+  if (stream == NULL || stream->release == NULL || out == NULL) {
+    if (stream != NULL && stream->release != NULL) stream->release(stream);
+    return rill__fail(err, RILL_EINVAL, "rill_df_from_arrow: NULL or released argument");
+  }
+  import_t im;
+  memset(&im, 0, sizeof im);
+  int rc;
+  int e = stream->get_schema(stream, &im.schema);
+  if (e != 0) {
+    const char* msg = stream->get_last_error != NULL ? stream->get_last_error(stream) : NULL;
+    rc = rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: get_schema failed (%d): %s", e,
+                    msg != NULL ? msg : "no message");
+    im.schema.release = NULL;
+    goto done;
+  }
+  if ((rc = read_schema(&im, err)) != RILL_OK) goto done;
+  for (;;) {
+    struct ArrowArray b;
+    memset(&b, 0, sizeof b);
+    e = stream->get_next(stream, &b);
+    if (e != 0) {
+      const char* msg = stream->get_last_error != NULL ? stream->get_last_error(stream) : NULL;
+      rc = rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: get_next failed after %" PRId64
+                      " batches (%d): %s", im.nbatches, e, msg != NULL ? msg : "no message");
+      goto done;
+    }
+    if (b.release == NULL) break;
+    if ((rc = add_batch(&im, &b, err)) != RILL_OK) goto done;
+  }
+  rc = build(&im, out, err);
+done:
+  import_free(&im);
+  stream->release(stream);
+  return rc;
+}
+
+int rill_df_from_arrow_batch(struct ArrowSchema* schema, struct ArrowArray* array,
+                             rill_df_t** out, rill_error_t* err) {
+  if (out != NULL) *out = NULL;
+  import_t im;
+  memset(&im, 0, sizeof im);
+  int rc;
+  if (schema == NULL || array == NULL || out == NULL || schema->release == NULL ||
+      array->release == NULL) {
+    if (schema != NULL && schema->release != NULL) schema->release(schema);
+    if (array != NULL && array->release != NULL) array->release(array);
+    return rill__fail(err, RILL_EINVAL, "rill_df_from_arrow_batch: NULL or released argument");
+  }
+  im.schema = *schema;
+  schema->release = NULL;
+  if ((rc = read_schema(&im, err)) != RILL_OK) {
+    array->release(array);
+    goto done;
+  }
+  if ((rc = add_batch(&im, array, err)) != RILL_OK) goto done;
+  rc = build(&im, out, err);
+done:
+  import_free(&im);
+  return rc;
+}

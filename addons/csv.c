@@ -1,0 +1,1194 @@
+/* CSV source: RFC 4180 parsing over a memory-mapped file or a buffer, a parallel index of
+ * row starts built when the file is opened, type inference over a sample, and cells parsed
+ * lazily when an iterator pulls their rows.
+ *
+ * Index pass: the input is cut into chunks whose boundaries sit just after a '\n'. At such a
+ * point the parser is either at the start of a record or inside a quoted field, so each chunk
+ * is scanned twice (speculatively) from both states, in parallel; the second scan stops as
+ * soon as it starts a record where the first one did (from there they agree). Stitching the
+ * chunks in order picks, for each, the scan that matches the state the previous chunk ended
+ * in. The index holds one int64 (byte offset) per row. */
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "csv_internal.h"
+#include "internal.h"
+#include "rill_addons.h"
+
+#define CSV_DEFAULT_INFER 1000
+#define CSV_DEFAULT_CHUNK (8 << 20)
+#define CSV_LINE_STEP_SHIFT 20 /* line-number checkpoints every 1 MiB */
+
+/* ------------------------------------------------------------------ value parsing */
+
+int rill__parse_uint64(const char* s, size_t n, uint64_t* v) {
+  size_t i = 0;
+  if (n > 0 && s[0] == '+') i = 1;
+  if (i == n) return RILL_EFORMAT;
+  uint64_t acc = 0;
+  int over = 0;
+  for (; i < n; i++) {
+    unsigned d = (unsigned)((unsigned char)s[i] - '0');
+    if (d > 9) return RILL_EFORMAT;
+    if (acc > (UINT64_MAX - d) / 10) over = 1;
+    else acc = acc * 10 + d;
+  }
+  if (over) return RILL_ERANGE;
+  *v = acc;
+  return RILL_OK;
+}
+
+int rill__parse_int64(const char* s, size_t n, int64_t* v) {
+  int neg = n > 0 && s[0] == '-';
+  if (neg && n > 1 && s[1] == '+') return RILL_EFORMAT;
+  uint64_t acc;
+  int rc = rill__parse_uint64(s + neg, n - (size_t)neg, &acc);
+  if (rc != RILL_OK) return rc;
+  if (neg) {
+    if (acc > (uint64_t)INT64_MAX + 1) return RILL_ERANGE;
+    *v = acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc;
+  } else {
+    if (acc > (uint64_t)INT64_MAX) return RILL_ERANGE;
+    *v = (int64_t)acc;
+  }
+  return RILL_OK;
+}
+
+static int ieq(const char* s, size_t n, const char* lit) {
+  size_t m = strlen(lit);
+  if (n != m) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+    if (c != lit[i]) return 0;
+  }
+  return 1;
+}
+
+int rill__parse_double(const char* s, size_t n, double* v) {
+  if (n == 0) return RILL_EFORMAT;
+  size_t i = (s[0] == '+' || s[0] == '-') ? 1 : 0;
+  const char* w = s + i;
+  size_t wn = n - i;
+  if (ieq(w, wn, "nan") || ieq(w, wn, "inf") || ieq(w, wn, "infinity")) {
+    double x = (w[0] == 'n' || w[0] == 'N') ? NAN : INFINITY;
+    *v = s[0] == '-' ? -x : x;
+    return RILL_OK;
+  }
+  int digits = 0;
+  for (size_t k = i; k < n; k++) {
+    char c = s[k];
+    if (c >= '0' && c <= '9') digits = 1;
+    else if (c != '.' && c != 'e' && c != 'E' && c != '+' && c != '-') return RILL_EFORMAT;
+  }
+  if (!digits) return RILL_EFORMAT;
+  char small[64];
+  char* buf = small;
+  if (n >= sizeof small) {
+    buf = rill__alloc(n + 1);
+    if (!buf) return RILL_ENOMEM;
+  }
+  memcpy(buf, s, n);
+  buf[n] = 0;
+  char* end = NULL;
+  errno = 0;
+  double x = strtod(buf, &end);
+  int rc = RILL_OK;
+  if (end != buf + n) rc = RILL_EFORMAT;
+  else if (errno == ERANGE && isinf(x)) rc = RILL_ERANGE;
+  if (buf != small) rill__free(buf);
+  if (rc == RILL_OK) *v = x;
+  return rc;
+}
+
+int rill__parse_bool(const char* s, size_t n, int allow01, uint8_t* v) {
+  if (ieq(s, n, "true")) { *v = 1; return RILL_OK; }
+  if (ieq(s, n, "false")) { *v = 0; return RILL_OK; }
+  if (allow01 && n == 1 && (s[0] == '0' || s[0] == '1')) { *v = (uint8_t)(s[0] == '1'); return RILL_OK; }
+  return RILL_EFORMAT;
+}
+
+static int digits_at(const char* s, size_t n, size_t at, int count, int* out) {
+  if (at + (size_t)count > n) return 0;
+  int v = 0;
+  for (int k = 0; k < count; k++) {
+    unsigned d = (unsigned)((unsigned char)s[at + (size_t)k] - '0');
+    if (d > 9) return 0;
+    v = v * 10 + (int)d;
+  }
+  *out = v;
+  return 1;
+}
+
+static int64_t days_from_civil(int64_t y, int m, int d) {
+  y -= m <= 2;
+  int64_t era = (y >= 0 ? y : y - 399) / 400;
+  int64_t yoe = y - era * 400;
+  int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+int rill_parse_timestamp(const char* s, size_t n, int64_t* us) {
+  int y, mo, d, h = 0, mi = 0, sec = 0;
+  if (!s || !us) return RILL_EFORMAT;
+  if (!digits_at(s, n, 0, 4, &y) || n < 10 || s[4] != '-' || !digits_at(s, n, 5, 2, &mo) ||
+      s[7] != '-' || !digits_at(s, n, 8, 2, &d))
+    return RILL_EFORMAT;
+  static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1]) return RILL_EFORMAT;
+  int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  if (mo == 2 && d == 29 && !leap) return RILL_EFORMAT;
+  size_t i = 10;
+  int64_t frac = 0;
+  if (i < n && (s[i] == 'T' || s[i] == ' ')) {
+    if (!digits_at(s, n, i + 1, 2, &h) || i + 3 >= n || s[i + 3] != ':' ||
+        !digits_at(s, n, i + 4, 2, &mi))
+      return RILL_EFORMAT;
+    i += 6;
+    if (i < n && s[i] == ':') {
+      if (!digits_at(s, n, i + 1, 2, &sec)) return RILL_EFORMAT;
+      i += 3;
+      if (i < n && (s[i] == '.' || s[i] == ',')) {
+        i++;
+        int nd = 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9') {
+          if (nd < 6) frac = frac * 10 + (s[i] - '0');
+          nd++;
+          i++;
+        }
+        if (nd == 0) return RILL_EFORMAT;
+        for (int k = nd; k < 6; k++) frac *= 10;
+      }
+    }
+    if (h > 23 || mi > 59 || sec > 59) return RILL_EFORMAT;
+  }
+  int64_t tz = 0;
+  if (i < n && (s[i] == 'Z' || s[i] == 'z')) {
+    i++;
+  } else if (i < n && (s[i] == '+' || s[i] == '-') && i > 10) {
+    int th, tm = 0;
+    int sign = s[i] == '-' ? -1 : 1;
+    if (!digits_at(s, n, i + 1, 2, &th)) return RILL_EFORMAT;
+    i += 3;
+    if (i < n && s[i] == ':') {
+      if (!digits_at(s, n, i + 1, 2, &tm)) return RILL_EFORMAT;
+      i += 3;
+    } else if (i < n) {
+      if (!digits_at(s, n, i, 2, &tm)) return RILL_EFORMAT;
+      i += 2;
+    }
+    if (th > 23 || tm > 59) return RILL_EFORMAT;
+    tz = sign * (th * 3600 + tm * 60);
+  }
+  if (i != n) return RILL_EFORMAT;
+  int64_t secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - tz;
+  *us = secs * 1000000 + frac;
+  return RILL_OK;
+}
+
+int rill__text_dtype_supported(rill_dtype_t dt) {
+  switch (dt) {
+  case RILL_BOOL: case RILL_INT8: case RILL_INT16: case RILL_INT32: case RILL_INT64:
+  case RILL_UINT8: case RILL_UINT16: case RILL_UINT32: case RILL_UINT64:
+  case RILL_FLOAT32: case RILL_FLOAT64: case RILL_STRING: case RILL_TIMESTAMP_US:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int rill__store_text(rill_array_t* out, int64_t i, rill_dtype_t dt, const char* s, size_t n) {
+  int64_t iv;
+  uint64_t uv;
+  double dv;
+  int rc;
+  switch (dt) {
+  case RILL_BOOL: {
+    uint8_t b;
+    rc = rill__parse_bool(s, n, 1, &b);
+    if (rc == RILL_OK) ((uint8_t*)out->data)[i] = b;
+    return rc;
+  }
+  case RILL_INT8: case RILL_INT16: case RILL_INT32: case RILL_INT64:
+    rc = rill__parse_int64(s, n, &iv);
+    if (rc != RILL_OK) return rc;
+    if (dt == RILL_INT8) {
+      if (iv < INT8_MIN || iv > INT8_MAX) return RILL_ERANGE;
+      ((int8_t*)out->data)[i] = (int8_t)iv;
+    } else if (dt == RILL_INT16) {
+      if (iv < INT16_MIN || iv > INT16_MAX) return RILL_ERANGE;
+      ((int16_t*)out->data)[i] = (int16_t)iv;
+    } else if (dt == RILL_INT32) {
+      if (iv < INT32_MIN || iv > INT32_MAX) return RILL_ERANGE;
+      ((int32_t*)out->data)[i] = (int32_t)iv;
+    } else {
+      ((int64_t*)out->data)[i] = iv;
+    }
+    return RILL_OK;
+  case RILL_UINT8: case RILL_UINT16: case RILL_UINT32: case RILL_UINT64:
+    if (n > 0 && s[0] == '-') {
+      rc = rill__parse_int64(s, n, &iv);
+      return rc == RILL_OK ? (iv == 0 ? RILL_EFORMAT : RILL_ERANGE) : rc;
+    }
+    rc = rill__parse_uint64(s, n, &uv);
+    if (rc != RILL_OK) return rc;
+    if (dt == RILL_UINT8) {
+      if (uv > UINT8_MAX) return RILL_ERANGE;
+      ((uint8_t*)out->data)[i] = (uint8_t)uv;
+    } else if (dt == RILL_UINT16) {
+      if (uv > UINT16_MAX) return RILL_ERANGE;
+      ((uint16_t*)out->data)[i] = (uint16_t)uv;
+    } else if (dt == RILL_UINT32) {
+      if (uv > UINT32_MAX) return RILL_ERANGE;
+      ((uint32_t*)out->data)[i] = (uint32_t)uv;
+    } else {
+      ((uint64_t*)out->data)[i] = uv;
+    }
+    return RILL_OK;
+  case RILL_FLOAT32:
+    rc = rill__parse_double(s, n, &dv);
+    if (rc != RILL_OK) return rc;
+    if (isfinite(dv) && fabs(dv) > FLT_MAX) return RILL_ERANGE;
+    ((float*)out->data)[i] = (float)dv;
+    return RILL_OK;
+  case RILL_FLOAT64:
+    rc = rill__parse_double(s, n, &dv);
+    if (rc == RILL_OK) ((double*)out->data)[i] = dv;
+    return rc;
+  case RILL_TIMESTAMP_US:
+    rc = rill_parse_timestamp(s, n, &iv);
+    if (rc == RILL_OK) ((int64_t*)out->data)[i] = iv;
+    return rc;
+  default:
+    return RILL_ENOTSUP;
+  }
+}
+
+static uint64_t hash_str(const char* s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  return h;
+}
+
+typedef struct name_slot {
+  const char* s;
+  int next_dup;
+} name_slot_t;
+
+static name_slot_t* name_find(name_slot_t* t, size_t mask, const char* s) {
+  for (size_t i = hash_str(s) & mask;; i = (i + 1) & mask)
+    if (!t[i].s || strcmp(t[i].s, s) == 0) return &t[i];
+}
+
+int rill__unique_names(char** names, int n, char sep) {
+  size_t cap = 16;
+  while (cap < (size_t)n * 4 + 4) cap *= 2;
+  name_slot_t* t = rill__calloc(cap, sizeof *t);
+  if (!t) return RILL_ENOMEM;
+  int rc = RILL_OK;
+  for (int k = 0; k < n && rc == RILL_OK; k++) {
+    name_slot_t* slot = name_find(t, cap - 1, names[k]);
+    if (slot->s) {
+      name_slot_t* base = slot;
+      size_t len = strlen(names[k]);
+      char* fresh = rill__alloc(len + 16);
+      if (!fresh) { rc = RILL_ENOMEM; break; }
+      for (;;) {
+        snprintf(fresh, len + 16, "%s%c%d", names[k], sep, ++base->next_dup);
+        slot = name_find(t, cap - 1, fresh);
+        if (!slot->s) break;
+      }
+      rill__free(names[k]);
+      names[k] = fresh;
+    }
+    slot->s = names[k];
+  }
+  rill__free(t);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ the CSV object */
+
+typedef struct csv_cache {
+  struct csv_cache* next;
+  int busy;
+  int64_t n, cap;             /* rows held / capacity */
+  int64_t* rows;              /* the key: row ids of the call that filled it */
+  int64_t* spans;             /* n * ncols * 2 byte offsets: field start, end */
+  int64_t* nfields;           /* fields found in each row */
+  char* scratch;              /* unescaped field bytes */
+  size_t scratch_cap;
+} csv_cache_t;
+
+typedef struct csv {
+  _Atomic int refs;
+  char* name;
+  const char* data;
+  int64_t size;
+  void* map;                  /* mmap'ed region or NULL */
+  void* owned;                /* copied buffer or NULL */
+  char delim, quote;
+  int ncols;
+  char** names;
+  rill_dtype_t* types;
+  int64_t nrows;
+  int64_t* starts;
+  rill_on_error_t on_error;
+  pthread_mutex_t mu;
+  csv_cache_t* caches;
+  int64_t* lines;             /* lines[k]: physical line at byte k << CSV_LINE_STEP_SHIFT */
+  int64_t nlines;
+} csv_t;
+
+static void csv_unref(csv_t* c) {
+  if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
+  while (c->caches) {
+    csv_cache_t* k = c->caches;
+    c->caches = k->next;
+    rill__free(k->rows);
+    rill__free(k->spans);
+    rill__free(k->nfields);
+    rill__free(k->scratch);
+    rill__free(k);
+  }
+  if (c->names)
+    for (int i = 0; i < c->ncols; i++) rill__free(c->names[i]);
+  rill__free(c->names);
+  rill__free(c->types);
+  rill__free(c->starts);
+  rill__free(c->lines);
+  if (c->map) munmap(c->map, (size_t)c->size);
+  rill__free(c->owned);
+  rill__free(c->name);
+  pthread_mutex_destroy(&c->mu);
+  rill__free(c);
+}
+
+/* Counts physical line breaks ('\n', "\r\n" or a lone '\r') in [a, b). */
+static int64_t count_breaks(const char* d, int64_t size, int64_t a, int64_t b) {
+  int64_t n = 0;
+  for (int64_t i = a; i < b; i++) {
+    char ch = d[i];
+    if (ch == '\n') n++;
+    else if (ch == '\r' && (i + 1 >= size || d[i + 1] != '\n')) n++;
+  }
+  return n;
+}
+
+/* The 1-based physical line holding byte `off`. Builds checkpoints on first use. */
+static int64_t csv_line(csv_t* c, int64_t off) {
+  pthread_mutex_lock(&c->mu);
+  if (!c->lines) {
+    int64_t n = (c->size >> CSV_LINE_STEP_SHIFT) + 1;
+    int64_t* l = rill__alloc((size_t)n * sizeof *l);
+    if (l) {
+      l[0] = 1;
+      for (int64_t k = 1; k < n; k++)
+        l[k] = l[k - 1] + count_breaks(c->data, c->size, (k - 1) << CSV_LINE_STEP_SHIFT,
+                                       k << CSV_LINE_STEP_SHIFT);
+      c->lines = l;
+      c->nlines = n;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!c->lines) return 1 + count_breaks(c->data, c->size, 0, off);
+  int64_t k = off >> CSV_LINE_STEP_SHIFT;
+  if (k >= c->nlines) k = c->nlines - 1;
+  return c->lines[k] + count_breaks(c->data, c->size, k << CSV_LINE_STEP_SHIFT, off);
+}
+
+/* Splits the record at `pos` into fields: up to `max` (start, end) byte spans go to `sp`;
+ * returns the number of fields; *next = offset after the record's line end. */
+static int64_t split_record(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp,
+                            int64_t max, int64_t* next) {
+  int64_t nf = 0, i = pos;
+  for (;;) {
+    int64_t fs = i;
+    if (i < size && d[i] == q) {
+      i++;
+      for (;;) {
+        const char* p = memchr(d + i, q, (size_t)(size - i));
+        if (!p) { i = size; break; }
+        i = p - d + 1;
+        if (i < size && d[i] == q) { i++; continue; }
+        break;
+      }
+    }
+    while (i < size && d[i] != dl && d[i] != '\n' && d[i] != '\r') i++;
+    if (nf < max) { sp[2 * nf] = fs; sp[2 * nf + 1] = i; }
+    nf++;
+    if (i >= size) { *next = size; return nf; }
+    if (d[i] == dl) { i++; continue; }
+    if (d[i] == '\r' && i + 1 < size && d[i + 1] == '\n') i += 2;
+    else i++;
+    *next = i;
+    return nf;
+  }
+}
+
+/* The text of field [s, e): quotes removed and doubled quotes undone. Uses *scratch only
+ * when the bytes must change. Returns RILL_OK or RILL_ENOMEM. */
+static int unescape(const char* d, int64_t s, int64_t e, char q, char** scratch, size_t* cap,
+                    const char** out, size_t* n) {
+  if (s == e || d[s] != q) { *out = d + s; *n = (size_t)(e - s); return RILL_OK; }
+  const char* p = memchr(d + s + 1, q, (size_t)(e - s - 1));
+  if (!p) { *out = d + s + 1; *n = (size_t)(e - s - 1); return RILL_OK; } /* unterminated */
+  if (p == d + e - 1) { *out = d + s + 1; *n = (size_t)(e - s - 2); return RILL_OK; }
+  size_t need = (size_t)(e - s);
+  if (*cap < need) {
+    char* nb = rill__alloc(need);
+    if (!nb) return RILL_ENOMEM;
+    rill__free(*scratch);
+    *scratch = nb;
+    *cap = need;
+  }
+  char* w = *scratch;
+  size_t k = 0;
+  int64_t i = s + 1;
+  while (i < e) {
+    if (d[i] == q) {
+      if (i + 1 < e && d[i + 1] == q) { w[k++] = q; i += 2; continue; }
+      i++; /* closing quote: what follows is kept literally */
+      while (i < e) w[k++] = d[i++];
+      break;
+    }
+    w[k++] = d[i++];
+  }
+  *out = w;
+  *n = k;
+  return RILL_OK;
+}
+
+/* ------------------------------------------------------------------ index pass */
+
+typedef struct vec {
+  int64_t* v;
+  int64_t n, cap;
+} vec_t;
+
+static int vec_push(vec_t* a, int64_t x) {
+  if (a->n == a->cap) {
+    int64_t nc = a->cap ? a->cap * 2 : 1024;
+    int64_t* nv = rill__realloc(a->v, (size_t)a->n * sizeof *nv, (size_t)nc * sizeof *nv);
+    if (!nv) return RILL_ENOMEM;
+    a->v = nv;
+    a->cap = nc;
+  }
+  a->v[a->n++] = x;
+  return RILL_OK;
+}
+
+typedef struct spec {
+  vec_t starts;               /* record start offsets */
+  vec_t bad;                  /* pairs: record start, field count (count != expected) */
+  int end_in_quotes;          /* chunk ended inside a quoted field */
+  int64_t tail_start, tail_nf; /* when it did: the open record's start (-1: before the chunk) and fields */
+  int head_done;              /* scan from inside quotes: the record open at the start ended here */
+  int64_t head_nf;            /* fields that open record gained in this chunk (beyond its first) */
+  int rc;
+} spec_t;
+
+enum { S_START, S_FIELD, S_UNQ, S_Q, S_QQ };
+
+static int is_nl(char c) { return c == '\n' || c == '\r'; }
+
+/* Scans [begin, end) from `state`. With `ref` (the scan of the same chunk from S_START),
+ * stops when a record starts where one of ref's does and takes ref's results from there. */
+static void scan_chunk(const char* d, int64_t begin, int64_t end, int state, char dl, char q,
+                       int64_t expected, spec_t* s, const spec_t* ref) {
+  int st = state;
+  int64_t i = begin, rec = -1, nf = 0, j = 0;
+  s->rc = RILL_OK;
+  s->head_done = 0;
+  s->head_nf = 0;
+  s->tail_start = -1;
+  s->tail_nf = 0;
+  while (i < end) {
+    char c = d[i];
+    switch (st) {
+    case S_START:
+      if (is_nl(c)) { i++; break; }
+      if (ref) {
+        while (j < ref->starts.n && ref->starts.v[j] < i) j++;
+        if (j < ref->starts.n && ref->starts.v[j] == i) {
+          for (int64_t k = j; k < ref->starts.n && s->rc == RILL_OK; k++)
+            s->rc = vec_push(&s->starts, ref->starts.v[k]);
+          for (int64_t k = 0; k < ref->bad.n && s->rc == RILL_OK; k += 2)
+            if (ref->bad.v[k] >= i) {
+              s->rc = vec_push(&s->bad, ref->bad.v[k]);
+              if (s->rc == RILL_OK) s->rc = vec_push(&s->bad, ref->bad.v[k + 1]);
+            }
+          s->end_in_quotes = ref->end_in_quotes;
+          s->tail_start = ref->tail_start;
+          s->tail_nf = ref->tail_nf;
+          return;
+        }
+      }
+      rec = i;
+      nf = 1;
+      if (vec_push(&s->starts, i) != RILL_OK) { s->rc = RILL_ENOMEM; return; }
+      st = S_FIELD;
+      break;
+    case S_FIELD:
+      i++;
+      if (c == q) st = S_Q;
+      else if (c == dl) nf++;
+      else if (is_nl(c)) goto record_end;
+      else st = S_UNQ;
+      break;
+    case S_UNQ:
+      while (i < end && d[i] != dl && d[i] != '\n' && d[i] != '\r') i++;
+      if (i == end) break;
+      c = d[i++];
+      if (c == dl) { nf++; st = S_FIELD; break; }
+      goto record_end;
+    case S_Q: {
+      const char* p = memchr(d + i, q, (size_t)(end - i));
+      if (!p) { i = end; break; }
+      i = p - d + 1;
+      st = S_QQ;
+      break;
+    }
+    default: /* S_QQ */
+      i++;
+      if (c == q) st = S_Q;
+      else if (c == dl) { nf++; st = S_FIELD; }
+      else if (is_nl(c)) goto record_end;
+      else st = S_UNQ;
+      break;
+    }
+    continue;
+  record_end:
+    if (rec < 0) {
+      s->head_done = 1;
+      s->head_nf = nf;
+    } else if (nf != expected) {
+      if (vec_push(&s->bad, rec) != RILL_OK || vec_push(&s->bad, nf) != RILL_OK) {
+        s->rc = RILL_ENOMEM;
+        return;
+      }
+    }
+    st = S_START;
+  }
+  s->end_in_quotes = st == S_Q;
+  if (st == S_Q) {
+    if (rec >= 0) {
+      s->tail_start = rec;
+      s->tail_nf = nf;
+    } else {
+      s->head_nf = nf; /* the whole chunk is inside the open record */
+    }
+  } else if (st != S_START) {
+    /* the last record, ended by the end of the input */
+    if (rec < 0) {
+      s->head_done = 1;
+      s->head_nf = nf;
+    } else if (nf != expected) {
+      if (vec_push(&s->bad, rec) != RILL_OK || vec_push(&s->bad, nf) != RILL_OK) s->rc = RILL_ENOMEM;
+    }
+  }
+}
+
+typedef struct index_job {
+  const char* d;
+  int64_t* bounds;            /* nchunks + 1 */
+  int64_t nchunks;
+  char dl, q;
+  int64_t expected;
+  spec_t* out;                /* scan from the start of a record */
+  spec_t* in;                 /* scan from inside a quoted field */
+  _Atomic int64_t next;
+} index_job_t;
+
+static void* index_worker(void* arg) {
+  index_job_t* job = arg;
+  for (;;) {
+    int64_t k = atomic_fetch_add(&job->next, 1);
+    if (k >= job->nchunks) break;
+    int64_t b = job->bounds[k], e = job->bounds[k + 1];
+    scan_chunk(job->d, b, e, S_START, job->dl, job->q, job->expected, &job->out[k], NULL);
+    if (k > 0 && job->out[k].rc == RILL_OK)
+      scan_chunk(job->d, b, e, S_Q, job->dl, job->q, job->expected, &job->in[k], &job->out[k]);
+  }
+  return NULL;
+}
+
+/* Builds c->starts over [begin, size) honouring the bad-row policy. */
+static int build_index(csv_t* c, int64_t begin, int64_t expected, const rill_csv_opts_t* o,
+                       rill_error_t* err) {
+  int64_t chunk = o->chunk_bytes > 0 ? o->chunk_bytes : CSV_DEFAULT_CHUNK;
+  int64_t span = c->size - begin;
+  int64_t maxchunks = span / chunk + 2;
+  int64_t* bounds = rill__alloc((size_t)(maxchunks + 1) * sizeof *bounds);
+  if (!bounds) return rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
+  int64_t nch = 0;
+  bounds[0] = begin;
+  for (int64_t pos = begin; pos < c->size;) {
+    int64_t nominal = pos + chunk;
+    int64_t b = c->size;
+    if (nominal < c->size) {
+      const char* p = memchr(c->data + nominal, '\n', (size_t)(c->size - nominal));
+      b = p ? p - c->data + 1 : c->size;
+    }
+    bounds[++nch] = b;
+    pos = b;
+  }
+  spec_t* out = rill__calloc((size_t)(nch ? nch : 1), sizeof *out);
+  spec_t* in = rill__calloc((size_t)(nch ? nch : 1), sizeof *in);
+  int rc = RILL_OK;
+  if (!out || !in) {
+    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
+    goto done;
+  }
+  index_job_t job = {.d = c->data, .bounds = bounds, .nchunks = nch, .dl = c->delim,
+                     .q = c->quote, .expected = expected, .out = out, .in = in};
+  atomic_init(&job.next, 0);
+  int nthreads = o->threads > 0 ? o->threads : rill__ncores();
+  if (nthreads > nch) nthreads = (int)nch;
+  if (nthreads > 64) nthreads = 64;
+  pthread_t tids[64];
+  int started = 0;
+  for (int t = 1; t < nthreads; t++) {
+    if (pthread_create(&tids[started], NULL, index_worker, &job) != 0) break;
+    started++;
+  }
+  index_worker(&job);
+  for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
+
+  /* stitch: pick each chunk's scan from the state the previous one ended in */
+  int64_t total = 0, nbad = 0;
+  int inq = 0;
+  int64_t open_start = -1, open_nf = 0; /* a record spanning chunk boundaries */
+  vec_t xbad = {0};                     /* bad records that span chunks: start, fields */
+  spec_t** pick = rill__calloc((size_t)(nch ? nch : 1), sizeof *pick);
+  if (!pick) {
+    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
+    goto done;
+  }
+  for (int64_t k = 0; k < nch; k++) {
+    spec_t* s = inq ? &in[k] : &out[k];
+    if (s->rc != RILL_OK || out[k].rc != RILL_OK) {
+      rill__free(pick);
+      rill__free(xbad.v);
+      rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
+      goto done;
+    }
+    if (inq) {
+      open_nf += s->head_nf;
+      if (s->head_done) {
+        if (open_nf != expected && (vec_push(&xbad, open_start) != RILL_OK || vec_push(&xbad, open_nf) != RILL_OK)) {
+          rill__free(pick);
+          rill__free(xbad.v);
+          rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
+          goto done;
+        }
+        open_start = -1;
+      }
+    }
+    if (s->end_in_quotes && s->tail_start >= 0) {
+      open_start = s->tail_start;
+      open_nf = s->tail_nf;
+    }
+    pick[k] = s;
+    total += s->starts.n;
+    nbad += s->bad.n / 2;
+    inq = s->end_in_quotes;
+  }
+  nbad += xbad.n / 2;
+  if (inq) {
+    int64_t last = -1;
+    for (int64_t k = nch - 1; k >= 0 && last < 0; k--)
+      if (pick[k]->starts.n) last = pick[k]->starts.v[pick[k]->starts.n - 1];
+    rill__free(pick);
+    rill__free(xbad.v);
+    rc = rill__fail(err, RILL_EFORMAT, "%s:%lld: unterminated quoted field", c->name,
+                    (long long)csv_line(c, last < 0 ? begin : last));
+    goto done;
+  }
+  if (nbad && o->on_bad_row == RILL_ON_ERROR_RAISE) {
+    int64_t at = xbad.n ? xbad.v[0] : INT64_MAX, nf = xbad.n ? xbad.v[1] : 0;
+    for (int64_t k = 0; k < nch; k++)
+      if (pick[k]->bad.n && pick[k]->bad.v[0] < at) {
+        at = pick[k]->bad.v[0];
+        nf = pick[k]->bad.v[1];
+        break;
+      }
+    rill__free(pick);
+    rill__free(xbad.v);
+    rc = rill__fail(err, RILL_EFORMAT, "%s:%lld: expected %lld fields, found %lld", c->name,
+                    (long long)csv_line(c, at), (long long)expected, (long long)nf);
+    goto done;
+  }
+  int skip = o->on_bad_row == RILL_ON_ERROR_SKIP;
+  int64_t keep = skip ? total - nbad : total;
+  c->starts = rill__alloc((size_t)(keep ? keep : 1) * sizeof *c->starts);
+  if (!c->starts) {
+    rill__free(pick);
+    rill__free(xbad.v);
+    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index (%lld rows)", c->name,
+                    (long long)keep);
+    goto done;
+  }
+  int64_t w = 0, x = 0;
+  for (int64_t k = 0; k < nch; k++) {
+    spec_t* s = pick[k];
+    if (!skip || (!s->bad.n && (x >= xbad.n || (s->starts.n && xbad.v[x] > s->starts.v[s->starts.n - 1])))) {
+      if (s->starts.n) memcpy(c->starts + w, s->starts.v, (size_t)s->starts.n * sizeof *c->starts);
+      w += s->starts.n;
+    } else {
+      int64_t b = 0;
+      for (int64_t r = 0; r < s->starts.n; r++) {
+        if (b < s->bad.n && s->bad.v[b] == s->starts.v[r]) { b += 2; continue; }
+        while (x < xbad.n && xbad.v[x] < s->starts.v[r]) x += 2;
+        if (x < xbad.n && xbad.v[x] == s->starts.v[r]) { x += 2; continue; }
+        c->starts[w++] = s->starts.v[r];
+      }
+    }
+    rill__free(s->starts.v);
+    s->starts.v = NULL;
+  }
+  c->nrows = w;
+  rill__free(pick);
+  rill__free(xbad.v);
+done:
+  for (int64_t k = 0; out && in && k < nch; k++) {
+    rill__free(out[k].starts.v);
+    rill__free(out[k].bad.v);
+    rill__free(in[k].starts.v);
+    rill__free(in[k].bad.v);
+  }
+  rill__free(out);
+  rill__free(in);
+  rill__free(bounds);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ row cache and decoding */
+
+static csv_cache_t* cache_get(csv_t* c, const int64_t* rows, int64_t n, int* hit) {
+  csv_cache_t* free_one = NULL;
+  *hit = 0;
+  pthread_mutex_lock(&c->mu);
+  for (csv_cache_t* k = c->caches; k; k = k->next) {
+    if (k->busy) continue;
+    if (k->n == n && memcmp(k->rows, rows, (size_t)n * sizeof *rows) == 0) {
+      k->busy = 1;
+      *hit = 1;
+      pthread_mutex_unlock(&c->mu);
+      return k;
+    }
+    if (!free_one) free_one = k;
+  }
+  if (!free_one) {
+    free_one = rill__calloc(1, sizeof *free_one);
+    if (free_one) {
+      free_one->next = c->caches;
+      c->caches = free_one;
+    }
+  }
+  if (free_one) free_one->busy = 1;
+  pthread_mutex_unlock(&c->mu);
+  return free_one;
+}
+
+static void cache_put(csv_t* c, csv_cache_t* k) {
+  pthread_mutex_lock(&c->mu);
+  k->busy = 0;
+  pthread_mutex_unlock(&c->mu);
+}
+
+static int cache_fill(csv_t* c, csv_cache_t* k, const int64_t* rows, int64_t n) {
+  k->n = 0; /* invalid until filled */
+  if (n > k->cap) {
+    int64_t* nr = rill__alloc((size_t)n * sizeof *nr);
+    int64_t* ns = rill__alloc((size_t)n * (size_t)c->ncols * 2 * sizeof *ns);
+    int64_t* nn = rill__alloc((size_t)n * sizeof *nn);
+    if (!nr || !ns || !nn) {
+      rill__free(nr); rill__free(ns); rill__free(nn);
+      return RILL_ENOMEM;
+    }
+    rill__free(k->rows); rill__free(k->spans); rill__free(k->nfields);
+    k->rows = nr; k->spans = ns; k->nfields = nn; k->cap = n;
+  }
+  int64_t stride = (int64_t)c->ncols * 2;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t next;
+    k->nfields[i] = split_record(c->data, c->size, c->starts[rows[i]], c->delim, c->quote,
+                                 k->spans + i * stride, c->ncols, &next);
+  }
+  memcpy(k->rows, rows, (size_t)n * sizeof *rows);
+  k->n = n;
+  return RILL_OK;
+}
+
+typedef struct csv_col {
+  csv_t* csv;
+  int k;
+} csv_col_t;
+
+static void csv_col_free(void* p) {
+  csv_col_t* col = p;
+  if (!col) return;
+  csv_unref(col->csv);
+  rill__free(col);
+}
+
+static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec,
+                      void* ctx, rill_error_t* err) {
+  csv_col_t* col = ctx;
+  csv_t* c = col->csv;
+  int k = col->k;
+  rill_dtype_t dt = c->types[k];
+  for (int64_t i = 0; i < n; i++)
+    if (rows[i] < 0 || rows[i] >= c->nrows)
+      return rill__fail(err, RILL_EINVAL, "%s: row %lld out of range (%lld rows)", c->name,
+                        (long long)rows[i], (long long)c->nrows);
+  int rc = rill_exec_alloc(exec, out, rill_type_scalar(dt), n);
+  if (rc != RILL_OK) return rill_error_set(err, rc, "%s: column '%s': cannot allocate %lld cells",
+                                           c->name, c->names[k], (long long)n);
+  int hit;
+  csv_cache_t* cache = cache_get(c, rows, n, &hit);
+  if (!cache) return rill_error_set(err, RILL_ENOMEM, "%s: out of memory", c->name);
+  if (!hit && (rc = cache_fill(c, cache, rows, n)) != RILL_OK) {
+    cache_put(c, cache);
+    return rill_error_set(err, rc, "%s: out of memory splitting rows", c->name);
+  }
+  int64_t stride = (int64_t)c->ncols * 2;
+  int64_t pos = 0; /* string bytes written */
+  if (dt == RILL_STRING) {
+    /* the raw field spans bound the unescaped bytes: one reservation, then direct writes */
+    int64_t bound = 0;
+    for (int64_t i = 0; i < n; i++)
+      if (k < cache->nfields[i] && cache->nfields[i] <= c->ncols)
+        bound += cache->spans[i * stride + 2 * k + 1] - cache->spans[i * stride + 2 * k];
+    if ((rc = rill_array_reserve(out, bound > 0 ? bound : 1)) != RILL_OK || !out->offsets) {
+      cache_put(c, cache);
+      return rill_error_set(err, rc ? rc : RILL_EINVAL, "%s: column '%s': cannot reserve %lld bytes", c->name,
+                            c->names[k], (long long)bound);
+    }
+    out->offsets[0] = 0;
+  }
+  rc = RILL_OK;
+  for (int64_t i = 0; i < n && rc == RILL_OK; i++) {
+    int64_t nf = cache->nfields[i];
+    int is_null = nf > c->ncols || k >= nf; /* kept bad rows (policy NULL) */
+    const char* s = NULL;
+    size_t len = 0;
+    if (!is_null) {
+      int64_t fs = cache->spans[i * stride + 2 * k], fe = cache->spans[i * stride + 2 * k + 1];
+      if (unescape(c->data, fs, fe, c->quote, &cache->scratch, &cache->scratch_cap, &s, &len) !=
+          RILL_OK) {
+        rc = rill_error_set(err, RILL_ENOMEM, "%s: out of memory", c->name);
+        break;
+      }
+      if (dt != RILL_STRING && len == 0) is_null = 1;
+    }
+    if (dt == RILL_STRING) {
+      if (!is_null && len) {
+        memcpy((char*)out->data + pos, s, len);
+        pos += (int64_t)len;
+      }
+      out->offsets[i + 1] = pos;
+    } else if (!is_null) {
+      int vrc = rill__store_text(out, i, dt, s, len);
+      if (vrc == RILL_ENOMEM) {
+        rc = rill_error_set(err, vrc, "%s: out of memory", c->name);
+        break;
+      }
+      if (vrc != RILL_OK) {
+        if (c->on_error == RILL_ON_ERROR_NULL) {
+          is_null = 1;
+        } else {
+          int64_t line = csv_line(c, c->starts[rows[i]]);
+          if (err) err->row = i;
+          rc = rill_error_set(err, vrc, "%s:%lld: column '%s': %s '%.*s'%s %s %s", c->name,
+                              (long long)line, c->names[k],
+                              vrc == RILL_ERANGE ? "value" : "cannot parse",
+                              (int)(len > 40 ? 40 : len), s, len > 40 ? "..." : "",
+                              vrc == RILL_ERANGE ? (dt == RILL_FLOAT32 || dt == RILL_FLOAT64
+                                                        ? "is out of range of" : "does not fit")
+                                                 : "as",
+                              rill_dtype_name(dt));
+          break;
+        }
+      }
+    }
+    if (is_null && (rc = rill_array_set_null(out, i)) != RILL_OK) {
+      rc = rill_error_set(err, rc, "%s: out of memory", c->name);
+      break;
+    }
+  }
+  if (dt == RILL_STRING) {
+    for (int64_t i = 0; i < n; i++)
+      if (out->offsets[i + 1] < out->offsets[i]) out->offsets[i + 1] = out->offsets[i]; /* after an error */
+    out->data_size = out->offsets[n];
+    out->priv->var_cells = n;
+  }
+  cache_put(c, cache);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ opening */
+
+enum { T_INT = 1, T_FLOAT = 2, T_BOOL = 4, T_TS = 8, T_ALL = 15 };
+
+static int infer_types(csv_t* c, int64_t limit, rill_error_t* err) {
+  int* mask = rill__alloc((size_t)c->ncols * sizeof *mask);
+  int* seen = rill__calloc((size_t)c->ncols, sizeof *seen);
+  int64_t* sp = rill__alloc((size_t)c->ncols * 2 * sizeof *sp);
+  char* scratch = NULL;
+  size_t cap = 0;
+  int rc = RILL_OK;
+  if (!mask || !seen || !sp) {
+    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+    goto done;
+  }
+  for (int k = 0; k < c->ncols; k++) mask[k] = T_ALL;
+  int64_t rows = limit < 0 || limit > c->nrows ? c->nrows : limit;
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t next;
+    int64_t nf = split_record(c->data, c->size, c->starts[r], c->delim, c->quote, sp, c->ncols, &next);
+    if (nf > c->ncols) continue;
+    for (int k = 0; k < nf; k++) {
+      if (!mask[k] || c->types[k]) continue;
+      const char* s;
+      size_t n;
+      if (unescape(c->data, sp[2 * k], sp[2 * k + 1], c->quote, &scratch, &cap, &s, &n) != RILL_OK) {
+        rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+        goto done;
+      }
+      if (n == 0) continue;
+      seen[k] = 1;
+      int m = mask[k];
+      int64_t iv;
+      double dv;
+      uint8_t bv;
+      if ((m & T_INT) && rill__parse_int64(s, n, &iv) != RILL_OK) m &= ~T_INT;
+      if ((m & T_FLOAT) && !(m & T_INT) && rill__parse_double(s, n, &dv) != RILL_OK) m &= ~T_FLOAT;
+      if ((m & T_BOOL) && rill__parse_bool(s, n, 0, &bv) != RILL_OK) m &= ~T_BOOL;
+      if ((m & T_TS) && rill_parse_timestamp(s, n, &iv) != RILL_OK) m &= ~T_TS;
+      mask[k] = m;
+    }
+  }
+  for (int k = 0; k < c->ncols; k++) {
+    if (c->types[k]) continue;
+    int m = seen[k] ? mask[k] : 0;
+    c->types[k] = (m & T_INT) ? RILL_INT64 : (m & T_FLOAT) ? RILL_FLOAT64 : (m & T_BOOL) ? RILL_BOOL
+                  : (m & T_TS) ? RILL_TIMESTAMP_US : RILL_STRING;
+  }
+done:
+  rill__free(mask);
+  rill__free(seen);
+  rill__free(sp);
+  rill__free(scratch);
+  return rc;
+}
+
+/* Column names from the header record at `pos` (or generated); sets c->ncols and returns the
+ * offset where data starts. */
+static int read_header(csv_t* c, int64_t pos, int no_header, int64_t* data_begin, rill_error_t* err) {
+  while (pos < c->size && is_nl(c->data[pos])) pos++;
+  if (pos >= c->size) return rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", c->name);
+  int64_t next;
+  int64_t nf = split_record(c->data, c->size, pos, c->delim, c->quote, NULL, 0, &next);
+  if (nf > 100000)
+    return rill__fail(err, RILL_EFORMAT, "%s:%lld: too many columns (%lld)", c->name,
+                      (long long)csv_line(c, pos), (long long)nf);
+  int64_t* sp = rill__alloc((size_t)nf * 2 * sizeof *sp);
+  c->names = rill__calloc((size_t)nf, sizeof *c->names);
+  c->types = rill__calloc((size_t)nf, sizeof *c->types);
+  if (!sp || !c->names || !c->types) {
+    rill__free(sp);
+    return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+  }
+  c->ncols = (int)nf;
+  split_record(c->data, c->size, pos, c->delim, c->quote, sp, nf, &next);
+  char* scratch = NULL;
+  size_t cap = 0;
+  int rc = RILL_OK;
+  for (int k = 0; k < c->ncols && rc == RILL_OK; k++) {
+    const char* s = NULL;
+    size_t n = 0;
+    if (!no_header && unescape(c->data, sp[2 * k], sp[2 * k + 1], c->quote, &scratch, &cap, &s, &n) != RILL_OK) {
+      rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+      break;
+    }
+    char base[64];
+    if (no_header || n == 0) {
+      snprintf(base, sizeof base, "column_%d", k);
+      s = base;
+      n = strlen(base);
+    }
+    char* name = rill__alloc(n + 1);
+    if (!name) { rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name); break; }
+    memcpy(name, s, n);
+    name[n] = 0;
+    c->names[k] = name;
+  }
+  rill__free(scratch);
+  rill__free(sp);
+  if (rc == RILL_OK && rill__unique_names(c->names, c->ncols, '.') != RILL_OK)
+    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+  *data_begin = no_header ? pos : next;
+  return rc;
+}
+
+static int apply_overrides(csv_t* c, const rill_csv_opts_t* o, rill_error_t* err) {
+  for (int i = 0; i < o->ncolumns; i++) {
+    const rill_csv_column_t* ov = &o->columns[i];
+    int k = -1;
+    if (ov->name) {
+      for (int j = 0; j < c->ncols && k < 0; j++)
+        if (strcmp(c->names[j], ov->name) == 0) k = j;
+      if (k < 0)
+        return rill__fail(err, RILL_EINVAL, "%s: type override for unknown column '%s'", c->name,
+                          ov->name);
+    } else {
+      if (ov->index < 0 || ov->index >= c->ncols)
+        return rill__fail(err, RILL_EINVAL, "%s: type override for column index %d (the file has %d columns)",
+                          c->name, ov->index, c->ncols);
+      k = ov->index;
+    }
+    if (!rill__text_dtype_supported(ov->dtype))
+      return rill__fail(err, RILL_ENOTSUP, "%s: column '%s': dtype %s is not supported for CSV",
+                        c->name, c->names[k], rill_dtype_name(ov->dtype));
+    c->types[k] = ov->dtype;
+  }
+  return RILL_OK;
+}
+
+static int csv_open(csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, rill_error_t* err) {
+  int rc;
+  int64_t pos = 0, data_begin = 0;
+  if (c->size >= 3 && memcmp(c->data, "\xEF\xBB\xBF", 3) == 0) pos = 3;
+  if ((rc = read_header(c, pos, o->no_header, &data_begin, err)) != RILL_OK) return rc;
+  if ((rc = build_index(c, data_begin, c->ncols, o, err)) != RILL_OK) return rc;
+  if ((rc = apply_overrides(c, o, err)) != RILL_OK) return rc;
+  if (o->no_infer)
+    for (int k = 0; k < c->ncols; k++)
+      if (!c->types[k]) c->types[k] = RILL_STRING;
+  if ((rc = infer_types(c, o->infer_rows ? o->infer_rows : CSV_DEFAULT_INFER, err)) != RILL_OK)
+    return rc;
+  rill_df_t* df = NULL;
+  if ((rc = rill_df_new(c->nrows, &df, err)) != RILL_OK) return rc;
+  for (int k = 0; k < c->ncols; k++) {
+    csv_col_t* col = rill__alloc(sizeof *col);
+    if (!col) {
+      rill_df_free(df);
+      return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+    }
+    atomic_fetch_add(&c->refs, 1);
+    col->csv = c;
+    col->k = k;
+    rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error};
+    so.nullable = c->types[k] != RILL_STRING || o->on_error == RILL_ON_ERROR_NULL ||
+                  o->on_bad_row == RILL_ON_ERROR_NULL;
+    rc = rill_df_add_source(df, c->names[k], rill_type_scalar(c->types[k]), csv_source, col,
+                            csv_col_free, &so, err);
+    if (rc < 0) {
+      rill_df_free(df);
+      return rc;
+    }
+  }
+  *out = df;
+  return RILL_OK;
+}
+
+static int csv_new(const char* name, const rill_csv_opts_t* o, csv_t** out, rill_error_t* err) {
+  if (o->delimiter == '\n' || o->delimiter == '\r' || o->quote == '\n' || o->quote == '\r' ||
+      (o->delimiter ? o->delimiter : ',') == (o->quote ? o->quote : '"'))
+    return rill__fail(err, RILL_EINVAL, "%s: the delimiter and quote must differ and not be line breaks", name);
+  if (o->ncolumns < 0 || (o->ncolumns > 0 && !o->columns))
+    return rill__fail(err, RILL_EINVAL, "%s: ncolumns %d without columns", name, o->ncolumns);
+  csv_t* c = rill__calloc(1, sizeof *c);
+  if (!c) return rill__fail(err, RILL_ENOMEM, "out of memory");
+  c->name = rill__strdup(name);
+  if (!c->name) {
+    rill__free(c);
+    return rill__fail(err, RILL_ENOMEM, "out of memory");
+  }
+  atomic_init(&c->refs, 1);
+  pthread_mutex_init(&c->mu, NULL);
+  c->delim = o->delimiter ? o->delimiter : ',';
+  c->quote = o->quote ? o->quote : '"';
+  c->on_error = o->on_error;
+  *out = c;
+  return RILL_OK;
+}
+
+int rill_df_from_csv(const char* path, const rill_csv_opts_t* opts, rill_df_t** out, rill_error_t* err) {
+  rill_csv_opts_t o = {0};
+  if (opts) o = *opts;
+  if (!path || !out) return rill__fail(err, RILL_EINVAL, "rill_df_from_csv: path and out are required");
+  *out = NULL;
+  csv_t* c;
+  int rc = csv_new(path, &o, &c, err);
+  if (rc != RILL_OK) return rc;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    rc = rill__fail(err, RILL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    goto fail;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    rc = rill__fail(err, RILL_EIO, "%s: not a regular file", path);
+    close(fd);
+    goto fail;
+  }
+  c->size = (int64_t)st.st_size;
+  if (c->size == 0) {
+    close(fd);
+    rc = rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", path);
+    goto fail;
+  }
+  c->map = mmap(NULL, (size_t)c->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (c->map == MAP_FAILED) {
+    c->map = NULL;
+    rc = rill__fail(err, RILL_EIO, "%s: cannot map: %s", path, strerror(errno));
+    goto fail;
+  }
+  c->data = c->map;
+  rc = csv_open(c, &o, out, err);
+fail:
+  csv_unref(c);
+  return rc;
+}
+
+int rill_df_from_csv_buffer(const void* data, size_t size, const rill_csv_opts_t* opts,
+                            rill_df_t** out, rill_error_t* err) {
+  rill_csv_opts_t o = {0};
+  if (opts) o = *opts;
+  const char* name = o.name ? o.name : "<buffer>";
+  if (!out || (!data && size))
+    return rill__fail(err, RILL_EINVAL, "rill_df_from_csv_buffer: data and out are required");
+  *out = NULL;
+  csv_t* c;
+  int rc = csv_new(name, &o, &c, err);
+  if (rc != RILL_OK) return rc;
+  c->size = (int64_t)size;
+  if (size == 0) {
+    rc = rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", name);
+  } else if (o.borrow) {
+    c->data = data;
+  } else if (!(c->owned = rill__alloc(size))) {
+    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory copying %zu bytes", name, size);
+  } else {
+    memcpy(c->owned, data, size);
+    c->data = c->owned;
+  }
+  if (rc == RILL_OK) rc = csv_open(c, &o, out, err);
+  csv_unref(c);
+  return rc;
+}

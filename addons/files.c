@@ -1,0 +1,527 @@
+/* File sources: a list of paths (memory or a text file), an ImageFolder tree (class =
+ * sub-folder, int64 labels, class names) and a map that reads the files named by a STRING
+ * column. File contents are read on demand straight into the output array. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "rill_addons.h"
+
+#define MAX_DEPTH 32 /* folder nesting followed under a class (guards symlink loops) */
+
+/* ---------------------------------------------------------------- growable lists */
+
+typedef struct strlist {
+  char** items;
+  int64_t n, cap;
+} strlist_t;
+
+static int strlist_push(strlist_t* l, char* s) {
+  if (!s) return RILL_ENOMEM;
+  if (l->n == l->cap) {
+    int64_t ncap = l->cap ? l->cap * 2 : 16;
+    char** p = rill__realloc(l->items, (size_t)l->cap * sizeof *p, (size_t)ncap * sizeof *p);
+    if (!p) {
+      rill__free(s);
+      return RILL_ENOMEM;
+    }
+    l->items = p;
+    l->cap = ncap;
+  }
+  l->items[l->n++] = s;
+  return RILL_OK;
+}
+
+static void strlist_free(strlist_t* l) {
+  for (int64_t i = 0; i < l->n; i++) rill__free(l->items[i]);
+  rill__free(l->items);
+  *l = (strlist_t){0};
+}
+
+static int cmp_str(const void* a, const void* b) {
+  return strcmp(*(char* const*)a, *(char* const*)b);
+}
+
+static char* join(const char* a, const char* b) {
+  size_t la = strlen(a), lb = strlen(b);
+  int slash = la > 0 && a[la - 1] != '/';
+  char* s = rill__alloc(la + (size_t)slash + lb + 1);
+  if (!s) return NULL;
+  memcpy(s, a, la);
+  if (slash) s[la] = '/';
+  memcpy(s + la + slash, b, lb + 1);
+  return s;
+}
+
+static const char* sys_error(int e, char* buf, size_t size) {
+  /* GNU strerror_r returns the message (maybe not in buf) */
+  return strerror_r(e, buf, size);
+}
+
+/* ---------------------------------------------------------------- shared context */
+
+typedef struct files_ctx {
+  _Atomic int refs;
+  int64_t n;
+  char** paths;                  /* n NUL-terminated paths */
+  int64_t* lens;
+  int64_t* labels;               /* ImageFolder: n labels; NULL otherwise */
+  char** classes;
+  int nclasses;
+  const rill_df_t* df;           /* ImageFolder: the dataframe, for rill_image_folder_classes */
+  struct files_ctx* next;        /* in the registry of folder dataframes */
+} files_ctx_t;
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static files_ctx_t* registry;
+
+static void ctx_unref(void* p) {
+  files_ctx_t* c = p;
+  if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
+  if (c->df) {
+    pthread_mutex_lock(&registry_lock);
+    for (files_ctx_t** q = &registry; *q; q = &(*q)->next)
+      if (*q == c) {
+        *q = c->next;
+        break;
+      }
+    pthread_mutex_unlock(&registry_lock);
+  }
+  for (int64_t i = 0; i < c->n; i++) rill__free(c->paths[i]);
+  rill__free(c->paths);
+  rill__free(c->lens);
+  rill__free(c->labels);
+  for (int i = 0; i < c->nclasses; i++) rill__free(c->classes[i]);
+  rill__free(c->classes);
+  rill__free(c);
+}
+
+/* ---------------------------------------------------------------- reading files */
+
+/* Reads the file `path` as cell i of the BINARY array `out` (cells before i already set). */
+static int read_cell(rill_array_t* out, int64_t i, const char* path, rill_error_t* err) {
+  char eb[128];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    if (err) err->row = i;
+    return rill_error_set(err, RILL_EIO, "%s: cannot open: %s", path, sys_error(e, eb, sizeof eb));
+  }
+  struct stat st;
+  int fe = fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : !S_ISREG(st.st_mode) ? EINVAL : 0;
+  if (fe) {
+    int e = fe;
+    close(fd);
+    if (err) err->row = i;
+    return rill_error_set(err, RILL_EIO, "%s: cannot read: %s", path, sys_error(e, eb, sizeof eb));
+  }
+  int64_t size = (int64_t)st.st_size;
+  int rc = rill_array_set_var(out, i, NULL, size, NULL);
+  if (rc < 0) {
+    close(fd);
+    if (err) err->row = i;
+    return rill_error_set(err, rc, "%s: cannot allocate %lld bytes", path, (long long)size);
+  }
+  uint8_t* dst = (uint8_t*)out->data + out->offsets[i];
+  int64_t got = 0;
+  while (got < size) {
+    ssize_t r = read(fd, dst + got, (size_t)(size - got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      close(fd);
+      out->offsets[i + 1] = out->offsets[i]; /* take the cell back: the engine sets it */
+      out->data_size = out->offsets[i];
+      out->priv->var_cells = i;
+      if (err) err->row = i;
+      return rill_error_set(err, RILL_EIO, "%s: read failed: %s", path, sys_error(e, eb, sizeof eb));
+    }
+    if (r == 0) break; /* the file shrank since fstat: keep what it holds now */
+    got += r;
+  }
+  close(fd);
+  if (got < size) {
+    out->offsets[i + 1] = out->offsets[i] + got;
+    out->data_size = out->offsets[i + 1];
+  }
+  return RILL_OK;
+}
+
+static int path_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
+                       rill_error_t* err) {
+  const files_ctx_t* c = ctx;
+  int rc = rill_exec_alloc(exec, out, rill_type_scalar(RILL_STRING), n);
+  if (rc < 0) return rill_error_set(err, rc, "cannot allocate %lld paths", (long long)n);
+  for (int64_t i = 0; i < n; i++)
+    if ((rc = rill_array_set_var(out, i, c->paths[rows[i]], c->lens[rows[i]], NULL)) < 0)
+      return rill_error_set(err, rc, "cannot allocate path cells");
+  return RILL_OK;
+}
+
+static int bytes_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
+                        rill_error_t* err) {
+  const files_ctx_t* c = ctx;
+  int rc = rill_exec_alloc(exec, out, rill_type_scalar(RILL_BINARY), n);
+  if (rc < 0) return rill_error_set(err, rc, "cannot allocate %lld file cells", (long long)n);
+  for (int64_t i = 0; i < n; i++)
+    if ((rc = read_cell(out, i, c->paths[rows[i]], err)) < 0) return rc;
+  return RILL_OK;
+}
+
+static int label_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
+                        rill_error_t* err) {
+  const files_ctx_t* c = ctx;
+  int rc = rill_exec_alloc(exec, out, rill_type_scalar(RILL_INT64), n);
+  if (rc < 0) return rill_error_set(err, rc, "cannot allocate %lld labels", (long long)n);
+  int64_t* d = out->data;
+  for (int64_t i = 0; i < n; i++) d[i] = c->labels[rows[i]];
+  return RILL_OK;
+}
+
+/* Builds the dataframe over c (which it consumes: c is unreferenced on every path). */
+static int build_df(files_ctx_t* c, const rill_files_opts_t* opts, rill_df_t** out, rill_error_t* err) {
+  rill_files_opts_t o = opts ? *opts : (rill_files_opts_t){0};
+  rill_df_t* df = NULL;
+  int rc = rill_df_new(c->n, &df, err);
+  if (rc < 0) {
+    ctx_unref(c);
+    return rc;
+  }
+  rill_stage_opts_t plain = {.where = RILL_STAGE_CPU};
+  rill_stage_opts_t io = {.where = RILL_STAGE_CPU, .grain = o.grain, .on_error = o.on_error,
+                          .nullable = o.on_error == RILL_ON_ERROR_NULL};
+  atomic_fetch_add(&c->refs, 1);
+  rc = rill_df_add_source(df, "path", rill_type_scalar(RILL_STRING), path_source, c, ctx_unref, &plain, err);
+  if (rc >= 0) {
+    atomic_fetch_add(&c->refs, 1);
+    rc = rill_df_add_source(df, "bytes", rill_type_scalar(RILL_BINARY), bytes_source, c, ctx_unref, &io, err);
+  }
+  if (rc >= 0 && c->labels) {
+    atomic_fetch_add(&c->refs, 1);
+    rc = rill_df_add_source(df, "label", rill_type_scalar(RILL_INT64), label_source, c, ctx_unref, &plain, err);
+  }
+  if (rc < 0) {
+    rill_df_free(df);
+    ctx_unref(c);
+    return rc;
+  }
+  if (c->labels) {
+    c->df = df;
+    pthread_mutex_lock(&registry_lock);
+    c->next = registry;
+    registry = c;
+    pthread_mutex_unlock(&registry_lock);
+  }
+  ctx_unref(c);
+  *out = df;
+  return RILL_OK;
+}
+
+/* A context over the paths of `l` (taken over: l is emptied). */
+static files_ctx_t* ctx_from_list(strlist_t* l) {
+  files_ctx_t* c = rill__calloc(1, sizeof *c);
+  if (!c) return NULL;
+  atomic_init(&c->refs, 1);
+  c->paths = l->items;
+  c->n = l->n;
+  *l = (strlist_t){0};
+  c->lens = rill__calloc(c->n ? (size_t)c->n : 1, sizeof *c->lens);
+  if (!c->lens) {
+    ctx_unref(c);
+    return NULL;
+  }
+  for (int64_t i = 0; i < c->n; i++) c->lens[i] = (int64_t)strlen(c->paths[i]);
+  return c;
+}
+
+int rill_df_from_files(const char* const* paths, int64_t n, const rill_files_opts_t* opts, rill_df_t** out,
+                       rill_error_t* err) {
+  if (!out || n < 0 || (n > 0 && !paths))
+    return rill__fail(err, RILL_EINVAL, "rill_df_from_files: paths, n >= 0 and out are required");
+  *out = NULL;
+  strlist_t l = {0};
+  for (int64_t i = 0; i < n; i++) {
+    if (!paths[i]) {
+      strlist_free(&l);
+      return rill__fail(err, RILL_EINVAL, "rill_df_from_files: path %lld is NULL", (long long)i);
+    }
+    if (strlist_push(&l, rill__strdup(paths[i])) < 0) {
+      strlist_free(&l);
+      return rill__fail(err, RILL_ENOMEM, "out of memory");
+    }
+  }
+  files_ctx_t* c = ctx_from_list(&l);
+  if (!c) {
+    strlist_free(&l);
+    return rill__fail(err, RILL_ENOMEM, "out of memory");
+  }
+  return build_df(c, opts, out, err);
+}
+
+/* Reads a whole (small) text file. */
+static int slurp(const char* path, char** data, size_t* size, rill_error_t* err) {
+  char eb[128];
+  FILE* f = fopen(path, "rb");
+  if (!f) return rill__fail(err, RILL_EIO, "%s: cannot open: %s", path, sys_error(errno, eb, sizeof eb));
+  size_t cap = 4096, n = 0;
+  char* buf = rill__alloc(cap);
+  while (buf) {
+    if (n + 1 >= cap) {
+      char* nb = rill__realloc(buf, cap, cap * 2);
+      if (!nb) {
+        rill__free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t r = fread(buf + n, 1, cap - n - 1, f);
+    n += r;
+    if (r == 0) break;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (!buf) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", path);
+  if (bad) {
+    rill__free(buf);
+    return rill__fail(err, RILL_EIO, "%s: read failed", path);
+  }
+  buf[n] = 0;
+  *data = buf;
+  *size = n;
+  return RILL_OK;
+}
+
+int rill_df_from_file_list(const char* list_path, const rill_files_opts_t* opts, rill_df_t** out,
+                           rill_error_t* err) {
+  if (!list_path || !out) return rill__fail(err, RILL_EINVAL, "rill_df_from_file_list: list_path and out are required");
+  *out = NULL;
+  char* text = NULL;
+  size_t size = 0;
+  int rc = slurp(list_path, &text, &size, err);
+  if (rc < 0) return rc;
+  /* the folder of the list, for relative entries */
+  const char* slash = strrchr(list_path, '/');
+  char* dir = NULL;
+  if (slash) {
+    size_t dl = (size_t)(slash - list_path) + 1;
+    dir = rill__alloc(dl + 1);
+    if (!dir) {
+      rill__free(text);
+      return rill__fail(err, RILL_ENOMEM, "out of memory");
+    }
+    memcpy(dir, list_path, dl);
+    dir[dl] = 0;
+  }
+  strlist_t l = {0};
+  int64_t line = 0;
+  for (char* p = text; p < text + size;) {
+    char* e = memchr(p, '\n', (size_t)(text + size - p));
+    if (!e) e = text + size;
+    line++;
+    size_t len = (size_t)(e - p);
+    if (len > 0 && p[len - 1] == '\r') len--;
+    if (len > 0) {
+      if (memchr(p, 0, len)) {
+        strlist_free(&l);
+        rill__free(text);
+        rill__free(dir);
+        return rill__fail(err, RILL_EFORMAT, "%s:%lld: NUL byte in path", list_path, (long long)line);
+      }
+      p[len] = 0;
+      char* s = p[0] != '/' && dir ? join(dir, p) : rill__strdup(p);
+      if (strlist_push(&l, s) < 0) {
+        strlist_free(&l);
+        rill__free(text);
+        rill__free(dir);
+        return rill__fail(err, RILL_ENOMEM, "out of memory");
+      }
+    }
+    p = e + 1;
+  }
+  rill__free(text);
+  rill__free(dir);
+  files_ctx_t* c = ctx_from_list(&l);
+  if (!c) {
+    strlist_free(&l);
+    return rill__fail(err, RILL_ENOMEM, "out of memory");
+  }
+  return build_df(c, opts, out, err);
+}
+
+/* ---------------------------------------------------------------- rill_file_read */
+
+static int read_map(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* exec, void* ctx,
+                    rill_error_t* err) {
+  const rill_array_t* paths = in[0];
+  int64_t n = paths->length;
+  int rc = rill_exec_alloc(exec, out, rill_type_scalar(RILL_BINARY), n);
+  if (rc < 0) return rill_error_set(err, rc, "cannot allocate %lld file cells", (long long)n);
+  char path[4096];
+  for (int64_t i = 0; i < n; i++) {
+    if (!rill_array_is_valid(paths, i)) {
+      if ((rc = rill_array_set_var(out, i, NULL, 0, NULL)) < 0 || (rc = rill_array_set_null(out, i)) < 0)
+        return rill_error_set(err, rc, "out of memory");
+      continue;
+    }
+    int64_t len = 0;
+    const char* p = rill_array_cell(paths, i, &len);
+    if (len >= (int64_t)sizeof path || memchr(p, 0, (size_t)len)) {
+      if (err) err->row = i;
+      return rill_error_set(err, RILL_EIO, "%.*s: cannot open: %s", (int)(len > 200 ? 200 : len), p,
+                            len >= (int64_t)sizeof path ? "path too long" : "NUL byte in path");
+    }
+    memcpy(path, p, (size_t)len);
+    path[len] = 0;
+    if ((rc = read_cell(out, i, path, err)) < 0) return rc;
+  }
+  return RILL_OK;
+}
+
+int rill_file_read(rill_df_t* df, const char* name, int path_column, const rill_files_opts_t* opts,
+                   rill_error_t* err) {
+  rill_files_opts_t o = opts ? *opts : (rill_files_opts_t){0};
+  if (!df || !name) return rill__fail(err, RILL_EINVAL, "rill_file_read: df and name are required");
+  const rill_field_t* f = rill_df_field(df, path_column);
+  if (!f) return rill__fail(err, RILL_EINVAL, "rill_file_read: no column %d", path_column);
+  if (f->type.dtype != RILL_STRING || f->type.ndim != 0)
+    return rill__fail(err, RILL_EINVAL, "rill_file_read: column '%s' is not STRING", f->name);
+  rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .grain = o.grain, .on_error = o.on_error,
+                          .nullable = f->nullable || o.on_error == RILL_ON_ERROR_NULL};
+  return rill_df_map(df, name, rill_type_scalar(RILL_BINARY), &path_column, 1, read_map, NULL, NULL, &so, err);
+}
+
+/* ---------------------------------------------------------------- ImageFolder */
+
+static int is_image_name(const char* name) {
+  const char* dot = strrchr(name, '.');
+  return dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0 || strcasecmp(dot, ".png") == 0);
+}
+
+/* The names in `dir` (hidden ones skipped), sorted. */
+static int list_dir(const char* dir, strlist_t* names, rill_error_t* err) {
+  char eb[128];
+  DIR* d = opendir(dir);
+  if (!d) return rill__fail(err, RILL_EIO, "%s: cannot open folder: %s", dir, sys_error(errno, eb, sizeof eb));
+  struct dirent* e;
+  int rc = RILL_OK;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    if ((rc = strlist_push(names, rill__strdup(e->d_name))) < 0) {
+      rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+      break;
+    }
+  }
+  closedir(d);
+  if (rc < 0) return rc;
+  if (names->n > 1) qsort(names->items, (size_t)names->n, sizeof(char*), cmp_str);
+  return RILL_OK;
+}
+
+static int is_dir(const char* path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Appends the files under `dir` (recursively, sorted by path) to `files`. */
+static int walk(const char* dir, int depth, int all, strlist_t* files, rill_error_t* err) {
+  strlist_t names = {0};
+  int rc = list_dir(dir, &names, err);
+  for (int64_t i = 0; rc >= 0 && i < names.n; i++) {
+    char* p = join(dir, names.items[i]);
+    if (!p) {
+      rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+      break;
+    }
+    if (is_dir(p)) {
+      if (depth < MAX_DEPTH) rc = walk(p, depth + 1, all, files, err);
+      rill__free(p);
+    } else if (all || is_image_name(names.items[i])) {
+      if (strlist_push(files, p) < 0) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+    } else {
+      rill__free(p);
+    }
+  }
+  strlist_free(&names);
+  return rc;
+}
+
+int rill_df_from_image_folder(const char* root, const rill_files_opts_t* opts, rill_df_t** out,
+                              rill_error_t* err) {
+  if (!root || !out) return rill__fail(err, RILL_EINVAL, "rill_df_from_image_folder: root and out are required");
+  *out = NULL;
+  int all = opts && opts->all_files;
+  strlist_t entries = {0}, classes = {0}, files = {0};
+  int64_t* labels = NULL;
+  int64_t labels_cap = 0;
+  int rc = list_dir(root, &entries, err);
+  for (int64_t i = 0; rc >= 0 && i < entries.n; i++) {
+    char* p = join(root, entries.items[i]);
+    if (!p) {
+      rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+      break;
+    }
+    if (is_dir(p)) {
+      int64_t before = files.n;
+      rc = walk(p, 1, all, &files, err);
+      if (rc >= 0 && files.n > labels_cap) {
+        int64_t ncap = files.cap;
+        int64_t* nl = rill__realloc(labels, (size_t)labels_cap * sizeof *nl, (size_t)ncap * sizeof *nl);
+        if (!nl) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+        else labels = nl, labels_cap = ncap;
+      }
+      for (int64_t k = before; rc >= 0 && k < files.n; k++) labels[k] = classes.n;
+      if (rc >= 0 && strlist_push(&classes, rill__strdup(entries.items[i])) < 0)
+        rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+    }
+    rill__free(p);
+  }
+  strlist_free(&entries);
+  if (rc >= 0 && classes.n > 0x7fffffff) rc = rill__fail(err, RILL_ERANGE, "%s: too many classes", root);
+  if (rc >= 0 && files.n == 0)
+    rc = rill__fail(err, RILL_EFORMAT, "%s: no image files in class sub-folders (%s)", root,
+                    all ? "any file" : ".jpg .jpeg .png");
+  if (rc < 0) {
+    strlist_free(&classes);
+    strlist_free(&files);
+    rill__free(labels);
+    return rc;
+  }
+  files_ctx_t* c = ctx_from_list(&files);
+  if (!c) {
+    strlist_free(&classes);
+    strlist_free(&files);
+    rill__free(labels);
+    return rill__fail(err, RILL_ENOMEM, "out of memory");
+  }
+  c->labels = labels;
+  c->classes = classes.items;
+  c->nclasses = (int)classes.n;
+  return build_df(c, opts, out, err);
+}
+
+int rill_image_folder_classes(const rill_df_t* df, const char* const** names, int* count, rill_error_t* err) {
+  if (!df || !names || !count)
+    return rill__fail(err, RILL_EINVAL, "rill_image_folder_classes: df, names and count are required");
+  int rc = RILL_EINVAL;
+  pthread_mutex_lock(&registry_lock);
+  for (files_ctx_t* c = registry; c; c = c->next)
+    if (c->df == df) {
+      *names = (const char* const*)c->classes;
+      *count = c->nclasses;
+      rc = RILL_OK;
+      break;
+    }
+  pthread_mutex_unlock(&registry_lock);
+  if (rc < 0) return rill__fail(err, RILL_EINVAL, "rill_image_folder_classes: not a dataframe made by rill_df_from_image_folder");
+  return RILL_OK;
+}

@@ -1,0 +1,222 @@
+/* Image decoding shared by the image addons: format detection by magic bytes, request
+ * geometry (region, DCT scale, pixel limit) and the rill_image_decode map. */
+#include <string.h>
+
+#include "image_internal.h"
+#include "internal.h"
+#include "rill_addons.h"
+
+static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+
+static rill__img_format_t sniff(const uint8_t* p, size_t n, const char** other) {
+  *other = NULL;
+  if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) return RILL__IMG_JPEG;
+  if (n >= 8 && memcmp(p, png_magic, 8) == 0) return RILL__IMG_PNG;
+  if (n >= 4 && memcmp(p, "GIF8", 4) == 0) *other = "GIF";
+  else if (n >= 2 && p[0] == 'B' && p[1] == 'M') *other = "BMP";
+  else if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0) *other = "WebP";
+  else if (n >= 4 && (memcmp(p, "II*\0", 4) == 0 || memcmp(p, "MM\0*", 4) == 0)) *other = "TIFF";
+  else if (n >= 12 && memcmp(p + 4, "ftyp", 4) == 0) *other = "HEIF/AVIF";
+  return RILL__IMG_UNKNOWN;
+}
+
+static int unknown_format(const uint8_t* p, size_t n, rill_error_t* err) {
+  const char* other;
+  if (n == 0) return rill_error_set(err, RILL_EFORMAT, "empty file");
+  sniff(p, n, &other);
+  if (other) return rill_error_set(err, RILL_ENOTSUP, "unsupported image format (%s)", other);
+  return rill_error_set(err, RILL_ENOTSUP, "unsupported image format (neither JPEG nor PNG)");
+}
+
+int rill__img_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err) {
+  const char* other;
+  if (!buf && n) return rill_error_set(err, RILL_EINVAL, "image data is NULL");
+  switch (sniff(buf, n, &other)) {
+    case RILL__IMG_JPEG: return rill__jpeg_probe(buf, n, info, err);
+    case RILL__IMG_PNG: return rill__png_probe(buf, n, info, err);
+    default: return unknown_format(buf, n, err);
+  }
+}
+
+static int scaled(int v, int d) { return (v + d - 1) / d; }
+
+static void region_at(const rill__img_info_t* info, int x, int y, int w, int h, int d,
+                      rill__img_geom_t* g) {
+  g->denom = d;
+  g->sw = scaled(info->width, d);
+  g->sh = scaled(info->height, d);
+  g->x = x / d;
+  g->y = y / d;
+  int x1 = scaled(x + w, d), y1 = scaled(y + h, d);
+  if (x1 > g->sw) x1 = g->sw;
+  if (y1 > g->sh) y1 = g->sh;
+  g->w = x1 - g->x;
+  g->h = y1 - g->y;
+}
+
+int rill__img_geometry(const rill__img_info_t* info, const rill__img_request_t* req,
+                       rill__img_geom_t* geom, rill_error_t* err) {
+  if (req->channels != 1 && req->channels != 3 && req->channels != 4)
+    return rill_error_set(err, RILL_EINVAL, "channels must be 1, 3 or 4 (got %d)", req->channels);
+  int64_t limit = req->max_pixels > 0 ? req->max_pixels : RILL__DEFAULT_MAX_PIXELS;
+  int64_t pixels = (int64_t)info->width * info->height;
+  if (info->width <= 0 || info->height <= 0)
+    return rill_error_set(err, RILL_EFORMAT, "image of %dx%d pixels", info->width, info->height);
+  if (pixels > limit)
+    return rill_error_set(err, RILL_ERANGE, "image of %dx%d pixels exceeds the limit of %lld pixels",
+                          info->width, info->height, (long long)limit);
+  int x = 0, y = 0, w = info->width, h = info->height;
+  if (req->w != 0 && req->h != 0) {
+    if (req->x < 0 || req->y < 0 || req->w < 0 || req->h < 0 || req->x > info->width - req->w ||
+        req->y > info->height - req->h)
+      return rill_error_set(err, RILL_EINVAL, "region %dx%d at (%d,%d) is outside the %dx%d image",
+                            req->w, req->h, req->x, req->y, info->width, info->height);
+    x = req->x, y = req->y, w = req->w, h = req->h;
+  }
+  int d = 1;
+  if (info->format == RILL__IMG_JPEG && (req->min_w > 0 || req->min_h > 0)) {
+    for (int c = 8; c > 1; c /= 2) {
+      rill__img_geom_t t;
+      region_at(info, x, y, w, h, c, &t);
+      if ((req->min_w <= 0 || t.w >= req->min_w) && (req->min_h <= 0 || t.h >= req->min_h)) {
+        d = c;
+        break;
+      }
+    }
+  }
+  region_at(info, x, y, w, h, d, geom);
+  return RILL_OK;
+}
+
+int rill__img_plan(const rill__img_info_t* info, const rill__img_request_t* req,
+                   rill__img_out_t* plan, rill_error_t* err) {
+  rill__img_geom_t g;
+  int rc = rill__img_geometry(info, req, &g, err);
+  if (rc < 0) return rc;
+  *plan = (rill__img_out_t){g.w, g.h, req->channels, g.denom};
+  return RILL_OK;
+}
+
+int rill__img_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
+                     size_t dst_size, rill__img_out_t* out, rill_error_t* err) {
+  const char* other;
+  if (!buf && n) return rill_error_set(err, RILL_EINVAL, "image data is NULL");
+  switch (sniff(buf, n, &other)) {
+    case RILL__IMG_JPEG: return rill__jpeg_decode(buf, n, req, dst, dst_size, out, err);
+    case RILL__IMG_PNG: return rill__png_decode(buf, n, req, dst, dst_size, out, err);
+    default: return unknown_format(buf, n, err);
+  }
+}
+
+/* ---------------------------------------------------------------- rill_image_decode */
+
+typedef struct decode_ctx {
+  int channels;
+  int64_t max_pixels;
+} decode_ctx_t;
+
+/* Turns the decoder's error for cell i into the stage's error, naming the cell's file. */
+static int cell_error(rill_error_t* err, int64_t i, const rill_array_t* paths, const rill_error_t* e) {
+  if (err) err->row = i;
+  if (paths && rill_array_is_valid(paths, i)) {
+    int64_t len = 0;
+    const char* p = rill_array_cell(paths, i, &len);
+    return rill_error_set(err, e->code, "%.*s: %s", (int)len, p, e->message);
+  }
+  return rill_error_set(err, e->code, "image: %s", e->message);
+}
+
+/* Takes back cell i, the last one set, so that the engine can set it (empty or null). */
+static void unset_cell(rill_array_t* out, int64_t i) {
+  out->offsets[i + 1] = out->offsets[i];
+  out->data_size = out->offsets[i];
+  for (int d = 0; d < 3; d++) out->shapes[i * 3 + d] = 0;
+  out->priv->var_cells = i;
+}
+
+static int decode_map(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* exec,
+                      void* ctx, rill_error_t* err) {
+  const decode_ctx_t* dc = ctx;
+  const rill_array_t* bytes = in[0];
+  const rill_array_t* paths = nin > 1 ? in[1] : NULL;
+  int64_t n = bytes->length;
+  int64_t shape[3] = {-1, -1, dc->channels};
+  int rc = rill_exec_alloc(exec, out, rill_type_tensor(RILL_UINT8, 3, shape), n);
+  if (rc < 0) return rill_error_set(err, rc, "cannot allocate %lld decoded images", (long long)n);
+  rill__img_request_t req = {.channels = dc->channels, .max_pixels = dc->max_pixels};
+  rill_error_t e;
+  rill_error_clear(&e);
+
+  /* Cell by cell: header, size, then the decode straight into the cell's place. Cells
+   * before a failing one stay set (the engine keeps them and calls again after it). */
+  for (int64_t i = 0; i < n; i++) {
+    int64_t sh[3] = {0, 0, dc->channels};
+    if (!rill_array_is_valid(bytes, i)) {
+      if ((rc = rill_array_set_var(out, i, NULL, 0, sh)) < 0 || (rc = rill_array_set_null(out, i)) < 0)
+        return rill_error_set(err, rc, "out of memory");
+      continue;
+    }
+    int64_t nb = 0;
+    const void* cell = rill_array_cell(bytes, i, &nb);
+    rill__img_info_t info;
+    rill__img_out_t plan, got;
+    if ((rc = rill__img_probe(cell, (size_t)nb, &info, &e)) < 0 ||
+        (rc = rill__img_plan(&info, &req, &plan, &e)) < 0)
+      return cell_error(err, i, paths, &e);
+    sh[0] = plan.h;
+    sh[1] = plan.w;
+    int64_t size = sh[0] * sh[1] * sh[2];
+    if ((rc = rill_array_set_var(out, i, NULL, size, sh)) < 0) {
+      if (err) err->row = i;
+      return rill_error_set(err, rc, "cannot allocate %lld bytes for a %lldx%lld image", (long long)size,
+                            (long long)sh[1], (long long)sh[0]);
+    }
+    if ((rc = rill__img_decode(cell, (size_t)nb, &req, (uint8_t*)out->data + out->offsets[i], (size_t)size,
+                               &got, &e)) < 0) {
+      unset_cell(out, i);
+      return cell_error(err, i, paths, &e);
+    }
+  }
+  return RILL_OK;
+}
+
+int rill_image_decode(rill_df_t* df, const char* name, int bytes_column, const rill_decode_opts_t* opts,
+                      rill_error_t* err) {
+  rill_decode_opts_t o = opts ? *opts : (rill_decode_opts_t){0};
+  if (!df || !name) return rill__fail(err, RILL_EINVAL, "rill_image_decode: df and name are required");
+  if (o.channels == 0) o.channels = 3;
+  if (o.channels != 1 && o.channels != 3 && o.channels != 4)
+    return rill__fail(err, RILL_EINVAL, "rill_image_decode: channels must be 1, 3 or 4 (got %d)", o.channels);
+  if (o.max_pixels < 0)
+    return rill__fail(err, RILL_EINVAL, "rill_image_decode: max_pixels must be >= 0");
+  const rill_field_t* f = rill_df_field(df, bytes_column);
+  if (!f) return rill__fail(err, RILL_EINVAL, "rill_image_decode: no column %d", bytes_column);
+  if (f->type.dtype != RILL_BINARY || f->type.ndim != 0)
+    return rill__fail(err, RILL_EINVAL, "rill_image_decode: column '%s' is not BINARY", f->name);
+  int inputs[2] = {bytes_column, -1};
+  int ninputs = 1;
+  const char* pname = o.path_column ? o.path_column : "path";
+  if (pname[0]) {
+    int pc = -1;
+    for (int c = 0; c < rill_df_ncolumns(df); c++) {
+      const rill_field_t* pf = rill_df_field(df, c);
+      if (pf && strcmp(pf->name, pname) == 0) pc = c;
+    }
+    const rill_field_t* pf = pc >= 0 ? rill_df_field(df, pc) : NULL;
+    if (pf && pf->type.dtype == RILL_STRING && pf->type.ndim == 0) {
+      inputs[1] = pc;
+      ninputs = 2;
+    } else if (o.path_column) {
+      return rill__fail(err, RILL_EINVAL, "rill_image_decode: no STRING column '%s'", pname);
+    }
+  }
+  decode_ctx_t* ctx = rill__calloc(1, sizeof *ctx);
+  if (!ctx) return rill__fail(err, RILL_ENOMEM, "out of memory");
+  ctx->channels = o.channels;
+  ctx->max_pixels = o.max_pixels;
+  int64_t shape[3] = {-1, -1, o.channels};
+  rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .grain = o.grain, .on_error = o.on_error,
+                          .nullable = f->nullable || o.on_error == RILL_ON_ERROR_NULL};
+  return rill_df_map(df, name, rill_type_tensor(RILL_UINT8, 3, shape), inputs, ninputs, decode_map, ctx,
+                     rill__free, &so, err);
+}

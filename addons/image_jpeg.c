@@ -1,0 +1,261 @@
+/* JPEG decoding through libjpeg-turbo's libjpeg API: DCT-domain scaling, crop-aware decoding
+ * (jpeg_crop_scanline + jpeg_skip_scanlines), gray/RGB/RGBA output, CMYK and YCCK converted
+ * to RGB. Errors and the "premature end of file" warning become RILL_EFORMAT through a
+ * setjmp/longjmp error manager; each thread keeps one decompressor and its row buffers. */
+#include <string.h>
+
+#include "image_internal.h"
+#include "internal.h"
+
+#if RILL_HAVE_JPEG
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdio.h>
+
+#include <jerror.h>
+#include <jpeglib.h>
+
+#define MAX_ROWS 16 /* scanlines asked of libjpeg per call */
+
+typedef struct jpeg_state {
+  struct jpeg_decompress_struct cinfo;
+  struct jpeg_error_mgr mgr;
+  jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  uint8_t* rows;                 /* MAX_ROWS scratch scanlines */
+  size_t rows_cap;
+} jpeg_state_t;
+
+static pthread_key_t state_key;
+static pthread_once_t state_once = PTHREAD_ONCE_INIT;
+static int state_key_ok;
+static _Thread_local jpeg_state_t* tls_state;
+
+static void state_destroy(void* p) {
+  jpeg_state_t* st = p;
+  if (!st) return;
+  jpeg_destroy_decompress(&st->cinfo);
+  rill__free(st->rows);
+  rill__free(st);
+  tls_state = NULL;
+}
+
+static void state_key_init(void) { state_key_ok = pthread_key_create(&state_key, state_destroy) == 0; }
+
+static void on_error_exit(j_common_ptr cinfo) {
+  jpeg_state_t* st = (jpeg_state_t*)cinfo->client_data;
+  cinfo->err->format_message(cinfo, st->message);
+  longjmp(st->jump, 1);
+}
+
+static void on_emit_message(j_common_ptr cinfo, int level) {
+  /* Warnings (level -1) are ignored except a premature end of data: libjpeg would pad the
+   * image with gray and report success, which would hide a truncated file. */
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
+    jpeg_state_t* st = (jpeg_state_t*)cinfo->client_data;
+    cinfo->err->format_message(cinfo, st->message);
+    longjmp(st->jump, 1);
+  }
+}
+
+static void on_output_message(j_common_ptr cinfo) { (void)cinfo; }
+
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static jpeg_state_t* state_get(rill_error_t* err) {
+  if (tls_state) return tls_state;
+  pthread_once(&state_once, state_key_init);
+  jpeg_state_t* st = rill__calloc(1, sizeof *st);
+  if (!st) {
+    rill_error_set(err, RILL_ENOMEM, "out of memory (JPEG decoder state)");
+    return NULL;
+  }
+  st->cinfo.err = jpeg_std_error(&st->mgr);
+  st->mgr.error_exit = on_error_exit;
+  st->mgr.emit_message = on_emit_message;
+  st->mgr.output_message = on_output_message;
+  st->cinfo.client_data = st;
+  if (setjmp(st->jump)) { /* jpeg_create_decompress fails only when out of memory */
+    rill__free(st);
+    rill_error_set(err, RILL_ENOMEM, "out of memory (JPEG decoder state)");
+    return NULL;
+  }
+  jpeg_create_decompress(&st->cinfo);
+  if (state_key_ok) pthread_setspecific(state_key, st);
+  tls_state = st;
+  return st;
+}
+
+static int rows_reserve(jpeg_state_t* st, size_t bytes, rill_error_t* err) {
+  if (st->rows_cap >= bytes) return RILL_OK;
+  size_t cap = st->rows_cap ? st->rows_cap : 4096;
+  while (cap < bytes) cap *= 2;
+  uint8_t* p = rill__alloc(cap);
+  if (!p) return rill_error_set(err, RILL_ENOMEM, "out of memory (%zu bytes of JPEG scanlines)", cap);
+  rill__free(st->rows);
+  st->rows = p;
+  st->rows_cap = cap;
+  return RILL_OK;
+}
+
+/* Stored channels of a JPEG by its color space. */
+static int stored_channels(const struct jpeg_decompress_struct* c) { return c->num_components; }
+
+int rill__jpeg_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err) {
+  jpeg_state_t* st = state_get(err);
+  if (!st) return RILL_ENOMEM;
+  j_decompress_ptr c = &st->cinfo;
+  if (setjmp(st->jump)) {
+    jpeg_abort_decompress(c);
+    return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG header (%s)", st->message);
+  }
+  jpeg_mem_src(c, (const unsigned char*)buf, (unsigned long)n);
+  jpeg_read_header(c, TRUE);
+  info->format = RILL__IMG_JPEG;
+  info->width = (int)c->image_width;
+  info->height = (int)c->image_height;
+  info->channels = stored_channels(c);
+  jpeg_abort_decompress(c);
+  return RILL_OK;
+}
+
+/* CMYK scanline -> RGB / gray / RGBA. Adobe files store inverted CMYK (255 = no ink). */
+static void convert_cmyk(const uint8_t* src, uint8_t* dst, int w, int channels, int inverted) {
+  for (int i = 0; i < w; i++, src += 4) {
+    int c = src[0], m = src[1], y = src[2], k = src[3];
+    if (!inverted) {
+      c = 255 - c;
+      m = 255 - m;
+      y = 255 - y;
+      k = 255 - k;
+    }
+    int r = (c * k + 127) / 255, g = (m * k + 127) / 255, b = (y * k + 127) / 255;
+    if (channels == 1) {
+      *dst++ = rill__img_luma(r, g, b);
+    } else {
+      dst[0] = (uint8_t)r;
+      dst[1] = (uint8_t)g;
+      dst[2] = (uint8_t)b;
+      if (channels == 4) dst[3] = 255;
+      dst += channels;
+    }
+  }
+}
+
+int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
+                      size_t dst_size, rill__img_out_t* out, rill_error_t* err) {
+  jpeg_state_t* st = state_get(err);
+  if (!st) return RILL_ENOMEM;
+  j_decompress_ptr c = &st->cinfo;
+  if (setjmp(st->jump)) {
+    jpeg_abort_decompress(c);
+    return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (%s)", st->message);
+  }
+  jpeg_mem_src(c, (const unsigned char*)buf, (unsigned long)n);
+  jpeg_read_header(c, TRUE);
+
+  rill__img_info_t info = {RILL__IMG_JPEG, (int)c->image_width, (int)c->image_height,
+                           stored_channels(c)};
+  rill__img_geom_t g;
+  int rc = rill__img_geometry(&info, req, &g, err);
+  if (rc < 0) {
+    jpeg_abort_decompress(c);
+    return rc;
+  }
+  int channels = req->channels;
+  size_t need = (size_t)g.w * (size_t)g.h * (size_t)channels;
+  if (dst_size < need) {
+    jpeg_abort_decompress(c);
+    return rill_error_set(err, RILL_EINVAL, "destination of %zu bytes is smaller than the %dx%dx%d image",
+                          dst_size, g.w, g.h, channels);
+  }
+
+  int cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;
+  int ocomps;
+  if (cmyk) {
+    c->out_color_space = JCS_CMYK;
+    ocomps = 4;
+  } else if (c->num_components != 1 && c->num_components != 3) {
+    jpeg_abort_decompress(c);
+    return rill_error_set(err, RILL_ENOTSUP, "JPEG with %d color components is not supported",
+                          c->num_components);
+  } else {
+    c->out_color_space = channels == 1 ? JCS_GRAYSCALE : channels == 3 ? JCS_RGB : JCS_EXT_RGBA;
+    ocomps = channels;
+  }
+  c->scale_num = 1;
+  c->scale_denom = (unsigned)g.denom;
+  jpeg_start_decompress(c);
+  if ((int)c->output_width != g.sw || (int)c->output_height != g.sh) {
+    jpeg_abort_decompress(c);
+    return rill_error_set(err, RILL_EFORMAT, "JPEG decoder produced %ux%u pixels, expected %dx%d",
+                          c->output_width, c->output_height, g.sw, g.sh);
+  }
+
+  /* Crop: libjpeg widens the column range to iMCU boundaries; copy out the exact columns. */
+  int colskip = 0, cw = g.sw;
+  if (g.x > 0 || g.w < g.sw) {
+    JDIMENSION xoff = (JDIMENSION)g.x, width = (JDIMENSION)g.w;
+    jpeg_crop_scanline(c, &xoff, &width);
+    colskip = g.x - (int)xoff;
+    cw = (int)width;
+  }
+  if (g.y > 0 && jpeg_skip_scanlines(c, (JDIMENSION)g.y) != (JDIMENSION)g.y) {
+    jpeg_abort_decompress(c);
+    return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (could not skip %d rows)", g.y);
+  }
+
+  size_t stride = (size_t)g.w * (size_t)channels;
+  int direct = !cmyk && colskip == 0 && cw == g.w;
+  if (!direct && (rc = rows_reserve(st, (size_t)MAX_ROWS * (size_t)cw * (size_t)ocomps, err)) < 0) {
+    jpeg_abort_decompress(c);
+    return rc;
+  }
+  JSAMPROW ptrs[MAX_ROWS];
+  int row = 0;
+  while (row < g.h) {
+    int want = g.h - row < MAX_ROWS ? g.h - row : MAX_ROWS;
+    for (int k = 0; k < want; k++)
+      ptrs[k] = direct ? dst + (size_t)(row + k) * stride
+                       : st->rows + (size_t)k * (size_t)cw * (size_t)ocomps;
+    int got = (int)jpeg_read_scanlines(c, ptrs, (JDIMENSION)want);
+    if (got <= 0) {
+      jpeg_abort_decompress(c);
+      return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (no scanline at row %d)", g.y + row);
+    }
+    if (!direct) {
+      for (int k = 0; k < got; k++) {
+        const uint8_t* src = ptrs[k] + (size_t)colskip * (size_t)ocomps;
+        uint8_t* d = dst + (size_t)(row + k) * stride;
+        if (cmyk)
+          convert_cmyk(src, d, g.w, channels, c->saw_Adobe_marker);
+        else
+          memcpy(d, src, stride);
+      }
+    }
+    row += got;
+  }
+  if (c->output_scanline == c->output_height)
+    jpeg_finish_decompress(c); /* reads to the end marker: a truncated tail is an error */
+  else
+    jpeg_abort_decompress(c);
+  if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom};
+  return RILL_OK;
+}
+
+#else /* !RILL_HAVE_JPEG */
+
+int rill__jpeg_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err) {
+  (void)buf, (void)n, (void)info;
+  return rill_error_set(err, RILL_ENOTSUP, "JPEG decoding is not available: built without libjpeg");
+}
+
+int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
+                      size_t dst_size, rill__img_out_t* out, rill_error_t* err) {
+  (void)buf, (void)n, (void)req, (void)dst, (void)dst_size, (void)out;
+  return rill_error_set(err, RILL_ENOTSUP, "JPEG decoding is not available: built without libjpeg");
+}
+
+#endif

@@ -1,0 +1,827 @@
+/* SQLite source: a query (with bound parameters) or a table as a dataframe.
+ *
+ * A bare table name is read by rowid on demand: opening counts the rows and, when the rowids
+ * are not one contiguous range, keeps the sorted rowid list (8 bytes per row); each pull fetches
+ * the rows it needs (a range scan for consecutive rows, point lookups otherwise) on a
+ * connection of its own, so concurrent readers never share a connection. Any other query is
+ * run once at open and its raw values are kept in chunks of `chunk_rows` rows; values are
+ * converted to the column types when pulled, so conversion errors carry their row. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "csv_internal.h"
+#include "internal.h"
+#include "rill_addons.h"
+
+#if RILL_HAVE_SQLITE
+#include <sqlite3.h>
+
+#define SQ_DEFAULT_CHUNK 65536
+#define SQ_DEFAULT_INFER 1000
+
+typedef struct sqval {
+  int type;                   /* SQLITE_INTEGER, _FLOAT, _TEXT, _BLOB, _NULL */
+  int64_t i;                  /* integer; or byte offset of text/blob in the set's bytes */
+  double d;
+  int64_t len;
+} sqval_t;
+
+typedef struct rowset {
+  int64_t n, cap;             /* rows */
+  sqval_t* v;                 /* n * ncols */
+  char* bytes;
+  int64_t nbytes, bytes_cap;
+} rowset_t;
+
+typedef struct conn {
+  struct conn* next;
+  sqlite3* db;
+  sqlite3_stmt* point;        /* table mode: one row by rowid */
+  sqlite3_stmt* range;        /* table mode: rows with rowid in [?1, ?2] */
+  int busy;
+  rowset_t rs;                /* the rows of the last fill */
+  int64_t* key;               /* row ids of the last fill */
+  int64_t keyn, keycap;
+} conn_t;
+
+typedef struct sq {
+  _Atomic int refs;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  char* sql;
+  char* path;                 /* NULL: single shared connection */
+  sqlite3* shared_db;
+  int own_shared;             /* close shared_db when freed */
+  int busy_ms;
+  int ncols;
+  char** names;
+  rill_dtype_t* types;
+  int64_t nrows;
+  rill_on_error_t on_error;
+  /* table mode */
+  char* table;                /* quoted name, NULL in query mode */
+  int64_t rowid_base;
+  int64_t* rowids;            /* NULL when rowid = rowid_base + row */
+  /* query mode */
+  rowset_t* chunks;
+  int64_t nchunks, chunk_rows;
+  conn_t* conns;
+} sq_t;
+
+static void rowset_free(rowset_t* r) {
+  rill__free(r->v);
+  rill__free(r->bytes);
+  memset(r, 0, sizeof *r);
+}
+
+/* Appends the current row of `st` (ncols values). */
+static int rowset_add(rowset_t* r, sqlite3_stmt* st, int ncols) {
+  if (r->n == r->cap) {
+    int64_t nc = r->cap ? r->cap * 2 : 64;
+    sqval_t* nv = rill__realloc(r->v, (size_t)(r->n * ncols) * sizeof *nv,
+                                (size_t)(nc * ncols) * sizeof *nv);
+    if (!nv) return RILL_ENOMEM;
+    r->v = nv;
+    r->cap = nc;
+  }
+  sqval_t* row = r->v + r->n * ncols;
+  for (int k = 0; k < ncols; k++) {
+    sqval_t* v = &row[k];
+    v->type = sqlite3_column_type(st, k);
+    v->i = 0;
+    v->d = 0;
+    v->len = 0;
+    if (v->type == SQLITE_INTEGER) {
+      v->i = sqlite3_column_int64(st, k);
+    } else if (v->type == SQLITE_FLOAT) {
+      v->d = sqlite3_column_double(st, k);
+    } else if (v->type == SQLITE_TEXT || v->type == SQLITE_BLOB) {
+      const void* p = v->type == SQLITE_TEXT ? (const void*)sqlite3_column_text(st, k)
+                                             : sqlite3_column_blob(st, k);
+      int64_t n = sqlite3_column_bytes(st, k);
+      if (!p && n > 0) return RILL_ENOMEM;
+      if (r->nbytes + n > r->bytes_cap) {
+        int64_t nc = r->bytes_cap ? r->bytes_cap : 4096;
+        while (nc < r->nbytes + n) nc *= 2;
+        char* nb = rill__realloc(r->bytes, (size_t)r->nbytes, (size_t)nc);
+        if (!nb) return RILL_ENOMEM;
+        r->bytes = nb;
+        r->bytes_cap = nc;
+      }
+      if (n) memcpy(r->bytes + r->nbytes, p, (size_t)n);
+      v->i = r->nbytes;
+      v->len = n;
+      r->nbytes += n;
+    }
+  }
+  r->n++;
+  return RILL_OK;
+}
+
+static void conn_free(conn_t* c, int close_db) {
+  sqlite3_finalize(c->point);
+  sqlite3_finalize(c->range);
+  if (close_db) sqlite3_close(c->db);
+  rowset_free(&c->rs);
+  rill__free(c->key);
+  rill__free(c);
+}
+
+static void sq_unref(sq_t* s) {
+  if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
+  while (s->conns) {
+    conn_t* c = s->conns;
+    s->conns = c->next;
+    conn_free(c, c->db != s->shared_db);
+  }
+  if (s->own_shared) sqlite3_close(s->shared_db);
+  for (int64_t k = 0; k < s->nchunks; k++) rowset_free(&s->chunks[k]);
+  rill__free(s->chunks);
+  if (s->names)
+    for (int k = 0; k < s->ncols; k++) rill__free(s->names[k]);
+  rill__free(s->names);
+  rill__free(s->types);
+  rill__free(s->rowids);
+  rill__free(s->table);
+  rill__free(s->sql);
+  rill__free(s->path);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  rill__free(s);
+}
+
+static int sq_fail(rill_error_t* err, int code, sqlite3* db, const char* sql) {
+  return rill__fail(err, code, "sqlite: %s (SQL: %.300s)", db ? sqlite3_errmsg(db) : "out of memory", sql);
+}
+
+static int open_db(const char* path, int busy_ms, sqlite3** out, rill_error_t* err) {
+  sqlite3* db = NULL;
+  int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL);
+  if (rc != SQLITE_OK) {
+    int code = rc == SQLITE_CANTOPEN ? RILL_EIO : RILL_ESQL;
+    rill__fail(err, code, "%s: cannot open database: %s", path, db ? sqlite3_errmsg(db) : "out of memory");
+    sqlite3_close(db);
+    return code;
+  }
+  sqlite3_busy_timeout(db, busy_ms);
+  *out = db;
+  return RILL_OK;
+}
+
+/* A free connection (with its statements in table mode), waiting for the shared one. */
+static conn_t* conn_get(sq_t* s, const int64_t* rows, int64_t n, int* hit, rill_error_t* err) {
+  *hit = 0;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    conn_t* free_one = NULL;
+    for (conn_t* c = s->conns; c; c = c->next) {
+      if (c->busy) continue;
+      if (c->keyn == n && memcmp(c->key, rows, (size_t)n * sizeof *rows) == 0) {
+        c->busy = 1;
+        *hit = 1;
+        pthread_mutex_unlock(&s->mu);
+        return c;
+      }
+      if (!free_one) free_one = c;
+    }
+    if (free_one) {
+      free_one->busy = 1;
+      pthread_mutex_unlock(&s->mu);
+      return free_one;
+    }
+    if (!s->path && s->conns) {
+      pthread_cond_wait(&s->cv, &s->mu);
+      continue;
+    }
+    break;
+  }
+  pthread_mutex_unlock(&s->mu);
+  conn_t* c = rill__calloc(1, sizeof *c);
+  if (!c) {
+    rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+    return NULL;
+  }
+  if (s->path) {
+    if (open_db(s->path, s->busy_ms, &c->db, err) != RILL_OK) {
+      rill__free(c);
+      return NULL;
+    }
+  } else {
+    c->db = s->shared_db;
+  }
+  c->busy = 1;
+  pthread_mutex_lock(&s->mu);
+  c->next = s->conns;
+  s->conns = c;
+  pthread_mutex_unlock(&s->mu);
+  return c;
+}
+
+static void conn_put(sq_t* s, conn_t* c) {
+  pthread_mutex_lock(&s->mu);
+  c->busy = 0;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static int64_t rowid_of(const sq_t* s, int64_t row) {
+  return s->rowids ? s->rowids[row] : s->rowid_base + row;
+}
+
+/* Table mode: reads rows[0..n) into c->rs. */
+static int fetch_rows(sq_t* s, conn_t* c, const int64_t* rows, int64_t n, rill_error_t* err) {
+  char sql[600];
+  c->keyn = 0;
+  c->rs.n = 0;
+  c->rs.nbytes = 0;
+  int consecutive = n > 1;
+  for (int64_t i = 1; i < n && consecutive; i++) consecutive = rows[i] == rows[i - 1] + 1;
+  sqlite3_stmt** stp = consecutive ? &c->range : &c->point;
+  if (!*stp) {
+    snprintf(sql, sizeof sql, consecutive ? "SELECT * FROM %s WHERE rowid BETWEEN ?1 AND ?2 ORDER BY rowid"
+                                          : "SELECT * FROM %s WHERE rowid = ?1", s->table);
+    if (sqlite3_prepare_v2(c->db, sql, -1, stp, NULL) != SQLITE_OK) {
+      int rc = sq_fail(err, RILL_ESQL, c->db, sql);
+      sqlite3_finalize(*stp);
+      *stp = NULL;
+      return rc;
+    }
+  }
+  sqlite3_stmt* st = *stp;
+  int rc = RILL_OK;
+  int64_t i = 0;
+  while (i < n && rc == RILL_OK) {
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, rowid_of(s, rows[i]));
+    if (consecutive) sqlite3_bind_int64(st, 2, rowid_of(s, rows[n - 1]));
+    int got = 0;
+    int step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+      if (rowset_add(&c->rs, st, s->ncols) != RILL_OK) { rc = rill__fail(err, RILL_ENOMEM, "sqlite: out of memory"); break; }
+      got++;
+      if (!consecutive) break;
+    }
+    if (rc != RILL_OK) break;
+    if (step != SQLITE_ROW && step != SQLITE_DONE) {
+      rc = rill__fail(err, RILL_ESQL, "sqlite: %s (reading table %s)", sqlite3_errmsg(c->db), s->table);
+      break;
+    }
+    int64_t want = consecutive ? n : 1;
+    if (got != want) {
+      rc = rill__fail(err, RILL_ESQL, "sqlite: table %s changed while read: rowid %lld is missing",
+                      s->table, (long long)rowid_of(s, rows[i + got < n ? i + got : i]));
+      break;
+    }
+    i += want;
+  }
+  sqlite3_reset(st);
+  if (rc != RILL_OK) return rc;
+  if (n > c->keycap) {
+    int64_t* nk = rill__alloc((size_t)n * sizeof *nk);
+    if (!nk) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+    rill__free(c->key);
+    c->key = nk;
+    c->keycap = n;
+  }
+  memcpy(c->key, rows, (size_t)n * sizeof *rows);
+  c->keyn = n;
+  return RILL_OK;
+}
+
+static const char* sqtype_name(int t) {
+  switch (t) {
+  case SQLITE_INTEGER: return "INTEGER";
+  case SQLITE_FLOAT: return "REAL";
+  case SQLITE_TEXT: return "TEXT";
+  case SQLITE_BLOB: return "BLOB";
+  default: return "NULL";
+  }
+}
+
+static int store_int(rill_array_t* out, int64_t i, rill_dtype_t dt, int64_t v) {
+  switch (dt) {
+  case RILL_BOOL: if (v != 0 && v != 1) return RILL_ERANGE; ((uint8_t*)out->data)[i] = (uint8_t)v; return RILL_OK;
+  case RILL_INT8: if (v < INT8_MIN || v > INT8_MAX) return RILL_ERANGE; ((int8_t*)out->data)[i] = (int8_t)v; return RILL_OK;
+  case RILL_INT16: if (v < INT16_MIN || v > INT16_MAX) return RILL_ERANGE; ((int16_t*)out->data)[i] = (int16_t)v; return RILL_OK;
+  case RILL_INT32: if (v < INT32_MIN || v > INT32_MAX) return RILL_ERANGE; ((int32_t*)out->data)[i] = (int32_t)v; return RILL_OK;
+  case RILL_INT64: ((int64_t*)out->data)[i] = v; return RILL_OK;
+  case RILL_UINT8: if (v < 0 || v > UINT8_MAX) return RILL_ERANGE; ((uint8_t*)out->data)[i] = (uint8_t)v; return RILL_OK;
+  case RILL_UINT16: if (v < 0 || v > UINT16_MAX) return RILL_ERANGE; ((uint16_t*)out->data)[i] = (uint16_t)v; return RILL_OK;
+  case RILL_UINT32: if (v < 0 || v > (int64_t)UINT32_MAX) return RILL_ERANGE; ((uint32_t*)out->data)[i] = (uint32_t)v; return RILL_OK;
+  case RILL_UINT64: if (v < 0) return RILL_ERANGE; ((uint64_t*)out->data)[i] = (uint64_t)v; return RILL_OK;
+  case RILL_FLOAT32: ((float*)out->data)[i] = (float)v; return RILL_OK;
+  case RILL_FLOAT64: ((double*)out->data)[i] = (double)v; return RILL_OK;
+  case RILL_TIMESTAMP_US:
+    if (v > INT64_MAX / 1000000 || v < INT64_MIN / 1000000) return RILL_ERANGE;
+    ((int64_t*)out->data)[i] = v * 1000000;
+    return RILL_OK;
+  default: return RILL_ENOTSUP;
+  }
+}
+
+static int store_double(rill_array_t* out, int64_t i, rill_dtype_t dt, double d) {
+  if (dt == RILL_FLOAT64) { ((double*)out->data)[i] = d; return RILL_OK; }
+  if (dt == RILL_FLOAT32) { ((float*)out->data)[i] = (float)d; return RILL_OK; }
+  if (dt == RILL_TIMESTAMP_US) {
+    if (!isfinite(d) || fabs(d) > 9.2e12) return RILL_ERANGE;
+    ((int64_t*)out->data)[i] = (int64_t)llround(d * 1e6);
+    return RILL_OK;
+  }
+  if (!isfinite(d) || d != floor(d)) return RILL_EFORMAT;
+  if (d < -9.2233720368547758e18 || d >= 9.2233720368547758e18) return RILL_ERANGE;
+  return store_int(out, i, dt, (int64_t)d);
+}
+
+#define SQ_NUM_TEXT 40 /* bytes reserved for a number written as text */
+
+/* Converts value v (bytes in `bytes`) to cell i of out. Variable-length cells are written
+ * at *pos of out->data, reserved beforehand. */
+static int store_value(rill_array_t* out, int64_t i, rill_dtype_t dt, const sqval_t* v, const char* bytes,
+                       int64_t* pos) {
+  if (dt == RILL_STRING || dt == RILL_BINARY) {
+    char* dst = (char*)out->data + *pos;
+    int n = 0;
+    if (v->type == SQLITE_INTEGER) {
+      n = snprintf(dst, SQ_NUM_TEXT, "%lld", (long long)v->i);
+    } else if (v->type == SQLITE_FLOAT) {
+      n = snprintf(dst, SQ_NUM_TEXT, "%.17g", v->d);
+    } else if (v->type != SQLITE_NULL) {
+      if (v->len) memcpy(dst, bytes + v->i, (size_t)v->len);
+      n = (int)v->len;
+    }
+    *pos += n;
+    out->offsets[i + 1] = *pos;
+    return v->type == SQLITE_NULL ? rill_array_set_null(out, i) : RILL_OK;
+  }
+  if (v->type == SQLITE_NULL) return rill_array_set_null(out, i);
+  switch (v->type) {
+  case SQLITE_INTEGER: return store_int(out, i, dt, v->i);
+  case SQLITE_FLOAT: return store_double(out, i, dt, v->d);
+  case SQLITE_TEXT: return rill__store_text(out, i, dt, bytes + v->i, (size_t)v->len);
+  default: return RILL_EFORMAT;
+  }
+}
+
+typedef struct sq_col {
+  sq_t* s;
+  int k;
+} sq_col_t;
+
+static void sq_col_free(void* p) {
+  sq_col_t* c = p;
+  if (!c) return;
+  sq_unref(c->s);
+  rill__free(c);
+}
+
+static int sq_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
+                     rill_error_t* err) {
+  sq_col_t* col = ctx;
+  sq_t* s = col->s;
+  int k = col->k;
+  rill_dtype_t dt = s->types[k];
+  for (int64_t i = 0; i < n; i++)
+    if (rows[i] < 0 || rows[i] >= s->nrows)
+      return rill__fail(err, RILL_EINVAL, "sqlite: row %lld out of range (%lld rows)", (long long)rows[i],
+                        (long long)s->nrows);
+  int rc = rill_exec_alloc(exec, out, rill_type_scalar(dt), n);
+  if (rc != RILL_OK) return rill_error_set(err, rc, "sqlite: column '%s': cannot allocate %lld cells", s->names[k], (long long)n);
+  conn_t* c = NULL;
+  if (s->table) {
+    int hit;
+    c = conn_get(s, rows, n, &hit, err);
+    if (!c) return err ? err->code : RILL_ESQL;
+    if (!hit && (rc = fetch_rows(s, c, rows, n, err)) != RILL_OK) {
+      conn_put(s, c);
+      return rc;
+    }
+  }
+  int var = dt == RILL_STRING || dt == RILL_BINARY;
+  int64_t pos = 0;
+  if (var) {
+    int64_t bound = 0;
+    for (int64_t i = 0; i < n; i++) {
+      const sqval_t* v = c ? &c->rs.v[i * s->ncols + k]
+                           : &s->chunks[rows[i] / s->chunk_rows].v[(rows[i] % s->chunk_rows) * s->ncols + k];
+      bound += (v->type == SQLITE_TEXT || v->type == SQLITE_BLOB) ? v->len : SQ_NUM_TEXT;
+    }
+    if ((rc = rill_array_reserve(out, bound > 0 ? bound : 1)) != RILL_OK || !out->offsets) {
+      if (c) conn_put(s, c);
+      return rill_error_set(err, rc ? rc : RILL_EINVAL, "sqlite: column '%s': cannot reserve %lld bytes", s->names[k],
+                            (long long)bound);
+    }
+    out->offsets[0] = 0;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    const sqval_t* v;
+    const char* bytes;
+    if (c) {
+      v = &c->rs.v[i * s->ncols + k];
+      bytes = c->rs.bytes;
+    } else {
+      const rowset_t* ch = &s->chunks[rows[i] / s->chunk_rows];
+      v = &ch->v[(rows[i] % s->chunk_rows) * s->ncols + k];
+      bytes = ch->bytes;
+    }
+    int vrc = store_value(out, i, dt, v, bytes, &pos);
+    if (vrc == RILL_OK) continue;
+    if (vrc == RILL_ENOMEM) { rc = rill_error_set(err, vrc, "sqlite: out of memory"); break; }
+    if (s->on_error == RILL_ON_ERROR_NULL) {
+      if ((rc = rill_array_set_null(out, i)) != RILL_OK) { rc = rill_error_set(err, rc, "sqlite: out of memory"); break; }
+      continue;
+    }
+    if (err) err->row = i;
+    if (v->type == SQLITE_TEXT)
+      rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert TEXT '%.*s'%s to %s (SQL: %.200s)",
+                          (long long)rows[i], s->names[k], (int)(v->len > 40 ? 40 : v->len), bytes + v->i,
+                          v->len > 40 ? "..." : "", rill_dtype_name(dt), s->sql);
+    else
+      rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert %s value to %s (SQL: %.200s)",
+                          (long long)rows[i], s->names[k], sqtype_name(v->type), rill_dtype_name(dt), s->sql);
+    break;
+  }
+  if (var) {
+    for (int64_t i = 0; i < n; i++)
+      if (out->offsets[i + 1] < out->offsets[i]) out->offsets[i + 1] = out->offsets[i]; /* after an error */
+    out->data_size = out->offsets[n];
+    out->priv->var_cells = n;
+  }
+  if (c) conn_put(s, c);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ opening */
+
+static int contains_ci(const char* s, const char* w) {
+  size_t n = strlen(w);
+  for (; *s; s++) {
+    size_t k = 0;
+    while (k < n && s[k] && (s[k] | 0x20) == (w[k] | 0x20)) k++;
+    if (k == n) return 1;
+  }
+  return 0;
+}
+
+/* Type from the declared type; 0 when it must come from the values. */
+static rill_dtype_t decl_dtype(const char* decl) {
+  if (!decl || !*decl) return 0;
+  if (contains_ci(decl, "BOOL")) return RILL_BOOL;
+  if (contains_ci(decl, "INT")) return RILL_INT64;
+  if (contains_ci(decl, "CHAR") || contains_ci(decl, "CLOB") || contains_ci(decl, "TEXT")) return RILL_STRING;
+  if (contains_ci(decl, "BLOB")) return RILL_BINARY;
+  if (contains_ci(decl, "REAL") || contains_ci(decl, "FLOA") || contains_ci(decl, "DOUB")) return RILL_FLOAT64;
+  if (contains_ci(decl, "DATE") || contains_ci(decl, "TIME")) return RILL_TIMESTAMP_US;
+  return 0;
+}
+
+/* Type from the values a column holds in a sample. */
+static rill_dtype_t value_dtype(const rowset_t* r, int ncols, int k) {
+  int seen_int = 0, seen_float = 0, seen_text = 0, seen_blob = 0;
+  for (int64_t i = 0; i < r->n; i++) {
+    int t = r->v[i * ncols + k].type;
+    seen_int |= t == SQLITE_INTEGER;
+    seen_float |= t == SQLITE_FLOAT;
+    seen_text |= t == SQLITE_TEXT;
+    seen_blob |= t == SQLITE_BLOB;
+  }
+  if (seen_blob) return RILL_BINARY;
+  if (seen_text) return RILL_STRING;
+  if (seen_float) return RILL_FLOAT64;
+  if (seen_int) return RILL_INT64;
+  return RILL_STRING;
+}
+
+static int is_table_name(const char* sql) {
+  if (!sql || !*sql) return 0;
+  int dots = 0;
+  for (const char* p = sql; *p; p++) {
+    char c = *p;
+    if (c == '.') {
+      if (p == sql || !p[1] || ++dots > 1) return 0;
+      continue;
+    }
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (c >= '0' && c <= '9'))) return 0;
+    if (c >= '0' && c <= '9' && (p == sql || p[-1] == '.')) return 0;
+  }
+  return 1;
+}
+
+static int bind_params(sqlite3* db, sqlite3_stmt* st, const rill_sql_param_t* params, int nparams, const char* sql,
+                       rill_error_t* err) {
+  if (nparams != sqlite3_bind_parameter_count(st))
+    return rill__fail(err, RILL_EINVAL, "sqlite: the statement takes %d parameters, %d given (SQL: %.300s)",
+                      sqlite3_bind_parameter_count(st), nparams, sql);
+  for (int p = 0; p < nparams; p++) {
+    const rill_sql_param_t* q = &params[p];
+    int rc;
+    switch (q->kind) {
+    case RILL_SQL_NULL: rc = sqlite3_bind_null(st, p + 1); break;
+    case RILL_SQL_INT64: rc = sqlite3_bind_int64(st, p + 1, q->i); break;
+    case RILL_SQL_DOUBLE: rc = sqlite3_bind_double(st, p + 1, q->d); break;
+    case RILL_SQL_TEXT:
+      if (!q->bytes) return rill__fail(err, RILL_EINVAL, "sqlite: parameter %d: NULL text", p + 1);
+      rc = sqlite3_bind_text64(st, p + 1, q->bytes, q->size < 0 ? strlen(q->bytes) : (sqlite3_uint64)q->size,
+                               SQLITE_TRANSIENT, SQLITE_UTF8);
+      break;
+    case RILL_SQL_BLOB:
+      if (!q->bytes && q->size > 0) return rill__fail(err, RILL_EINVAL, "sqlite: parameter %d: NULL blob", p + 1);
+      rc = sqlite3_bind_blob64(st, p + 1, q->bytes ? q->bytes : "", q->size > 0 ? (sqlite3_uint64)q->size : 0,
+                               SQLITE_TRANSIENT);
+      break;
+    default:
+      return rill__fail(err, RILL_EINVAL, "sqlite: parameter %d: unknown kind %d", p + 1, (int)q->kind);
+    }
+    if (rc != SQLITE_OK) return sq_fail(err, RILL_ESQL, db, sql);
+  }
+  return RILL_OK;
+}
+
+/* Column names and declared types from a prepared statement. */
+static int read_columns(sq_t* s, sqlite3_stmt* st, rill_error_t* err) {
+  s->ncols = sqlite3_column_count(st);
+  if (s->ncols == 0) return rill__fail(err, RILL_EINVAL, "sqlite: the statement returns no columns (SQL: %.300s)", s->sql);
+  s->names = rill__calloc((size_t)s->ncols, sizeof *s->names);
+  s->types = rill__calloc((size_t)s->ncols, sizeof *s->types);
+  if (!s->names || !s->types) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+  for (int k = 0; k < s->ncols; k++) {
+    const char* nm = sqlite3_column_name(st, k);
+    char buf[64];
+    if (!nm || !*nm) { snprintf(buf, sizeof buf, "column_%d", k); nm = buf; }
+    size_t n = strlen(nm);
+    char* name = rill__alloc(n + 1);
+    if (!name) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+    memcpy(name, nm, n + 1);
+    s->names[k] = name;
+    s->types[k] = decl_dtype(sqlite3_column_decltype(st, k));
+  }
+  if (rill__unique_names(s->names, s->ncols, ':') != RILL_OK) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+  return RILL_OK;
+}
+
+static int apply_overrides(sq_t* s, const rill_sqlite_opts_t* o, rill_error_t* err) {
+  for (int i = 0; i < o->ncolumns; i++) {
+    const rill_csv_column_t* ov = &o->columns[i];
+    int k = -1;
+    if (ov->name) {
+      for (int j = 0; j < s->ncols && k < 0; j++)
+        if (strcmp(s->names[j], ov->name) == 0) k = j;
+      if (k < 0) return rill__fail(err, RILL_EINVAL, "sqlite: type override for unknown column '%s'", ov->name);
+    } else {
+      if (ov->index < 0 || ov->index >= s->ncols)
+        return rill__fail(err, RILL_EINVAL, "sqlite: type override for column index %d (the result has %d columns)",
+                          ov->index, s->ncols);
+      k = ov->index;
+    }
+    if (!rill__text_dtype_supported(ov->dtype) && ov->dtype != RILL_BINARY)
+      return rill__fail(err, RILL_ENOTSUP, "sqlite: column '%s': dtype %s is not supported", s->names[k],
+                        rill_dtype_name(ov->dtype));
+    s->types[k] = ov->dtype;
+  }
+  return RILL_OK;
+}
+
+static int run_step_error(sq_t* s, sqlite3* db, int step, rill_error_t* err) {
+  int code = (step == SQLITE_BUSY || step == SQLITE_LOCKED) ? RILL_ESQL : RILL_ESQL;
+  return sq_fail(err, code, db, s->sql);
+}
+
+/* Query mode: runs the statement, keeping every row in chunks. */
+static int materialise(sq_t* s, sqlite3* db, sqlite3_stmt* st, rill_error_t* err) {
+  int64_t cap = 0;
+  int step;
+  s->nrows = 0;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t ch = s->nrows / s->chunk_rows;
+    if (ch >= s->nchunks) {
+      if (ch >= cap) {
+        int64_t nc = cap ? cap * 2 : 16;
+        rowset_t* nr = rill__realloc(s->chunks, (size_t)cap * sizeof *nr, (size_t)nc * sizeof *nr);
+        if (!nr) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory holding the result");
+        memset(nr + cap, 0, (size_t)(nc - cap) * sizeof *nr);
+        s->chunks = nr;
+        cap = nc;
+      }
+      s->nchunks = ch + 1;
+    }
+    if (rowset_add(&s->chunks[ch], st, s->ncols) != RILL_OK)
+      return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory holding the result");
+    s->nrows++;
+  }
+  if (step != SQLITE_DONE) return run_step_error(s, db, step, err);
+  return RILL_OK;
+}
+
+/* Table mode: row count and rowid layout. Returns 1 when the table has no rowid. */
+static int table_layout(sq_t* s, sqlite3* db, rill_error_t* err) {
+  char sql[600];
+  sqlite3_stmt* st = NULL;
+  snprintf(sql, sizeof sql, "SELECT count(*), min(rowid), max(rowid) FROM %s", s->table);
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+    sqlite3_finalize(st);
+    return 1; /* WITHOUT ROWID table (or a view): read it as a query */
+  }
+  int step = sqlite3_step(st);
+  if (step != SQLITE_ROW) {
+    int rc = sq_fail(err, RILL_ESQL, db, sql);
+    sqlite3_finalize(st);
+    return rc;
+  }
+  s->nrows = sqlite3_column_int64(st, 0);
+  int64_t lo = sqlite3_column_int64(st, 1), hi = sqlite3_column_int64(st, 2);
+  sqlite3_finalize(st);
+  s->rowid_base = lo;
+  if (s->nrows == 0 || (hi - lo >= 0 && hi - lo + 1 == s->nrows)) return RILL_OK;
+  s->rowids = rill__alloc((size_t)s->nrows * sizeof *s->rowids);
+  if (!s->rowids) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory for %lld rowids", (long long)s->nrows);
+  snprintf(sql, sizeof sql, "SELECT rowid FROM %s ORDER BY rowid", s->table);
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+    sqlite3_finalize(st);
+    return sq_fail(err, RILL_ESQL, db, sql);
+  }
+  int64_t n = 0;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW && n < s->nrows) s->rowids[n++] = sqlite3_column_int64(st, 0);
+  int rc = RILL_OK;
+  if (step != SQLITE_ROW && step != SQLITE_DONE) rc = sq_fail(err, RILL_ESQL, db, sql);
+  else if (n != s->nrows) rc = rill__fail(err, RILL_ESQL, "sqlite: table %s changed while opened", s->table);
+  sqlite3_finalize(st);
+  return rc;
+}
+
+static int sq_open(sq_t* s, sqlite3* db, const rill_sql_param_t* params, int nparams, const rill_sqlite_opts_t* o,
+                   rill_df_t** out, rill_error_t* err) {
+  int rc;
+  sqlite3_stmt* st = NULL;
+  char quoted[520];
+  const char* run_sql = s->sql;
+  if (is_table_name(s->sql) && strlen(s->sql) < 240) {
+    if (nparams) return rill__fail(err, RILL_EINVAL, "sqlite: a table name takes no parameters (SQL: %s)", s->sql);
+    const char* dot = strchr(s->sql, '.');
+    if (dot) snprintf(quoted, sizeof quoted, "\"%.*s\".\"%s\"", (int)(dot - s->sql), s->sql, dot + 1);
+    else snprintf(quoted, sizeof quoted, "\"%s\"", s->sql);
+    s->table = rill__strdup(quoted);
+    if (!s->table) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+    char sql[600];
+    snprintf(sql, sizeof sql, "SELECT * FROM %s", quoted);
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+      rc = rill__fail(err, RILL_ESQL, "sqlite: %s (SQL: %s)", sqlite3_errmsg(db), s->sql);
+      sqlite3_finalize(st);
+      return rc;
+    }
+    rc = table_layout(s, db, err);
+    if (rc < 0) { sqlite3_finalize(st); return rc; }
+    if (rc == 1) { /* no rowid: materialise */
+      rill__free(s->table);
+      s->table = NULL;
+      run_sql = NULL;
+    }
+  } else {
+    if (sqlite3_prepare_v2(db, s->sql, -1, &st, NULL) != SQLITE_OK) {
+      rc = sq_fail(err, RILL_ESQL, db, s->sql);
+      sqlite3_finalize(st);
+      return rc;
+    }
+    if (!st) return rill__fail(err, RILL_EINVAL, "sqlite: empty statement (SQL: %.300s)", s->sql);
+    if ((rc = bind_params(db, st, params, nparams, s->sql, err)) != RILL_OK) { sqlite3_finalize(st); return rc; }
+  }
+  (void)run_sql;
+  if ((rc = read_columns(s, st, err)) != RILL_OK) { sqlite3_finalize(st); return rc; }
+  if ((rc = apply_overrides(s, o, err)) != RILL_OK) { sqlite3_finalize(st); return rc; }
+  int64_t infer = o->infer_rows > 0 ? o->infer_rows : SQ_DEFAULT_INFER;
+  int need_infer = 0;
+  for (int k = 0; k < s->ncols; k++) need_infer |= s->types[k] == 0;
+  if (s->table) {
+    if (need_infer) {
+      rowset_t sample = {0};
+      int step;
+      while (sample.n < infer && (step = sqlite3_step(st)) == SQLITE_ROW)
+        if (rowset_add(&sample, st, s->ncols) != RILL_OK) { rowset_free(&sample); sqlite3_finalize(st); return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory"); }
+      for (int k = 0; k < s->ncols; k++)
+        if (!s->types[k]) s->types[k] = value_dtype(&sample, s->ncols, k);
+      rowset_free(&sample);
+    }
+  } else {
+    rc = materialise(s, db, st, err);
+    if (rc != RILL_OK) { sqlite3_finalize(st); return rc; }
+    if (need_infer) {
+      for (int k = 0; k < s->ncols; k++) {
+        if (s->types[k]) continue;
+        rowset_t sample = s->nchunks ? s->chunks[0] : (rowset_t){0};
+        if (sample.n > infer) sample.n = infer;
+        s->types[k] = value_dtype(&sample, s->ncols, k);
+      }
+    }
+  }
+  sqlite3_finalize(st);
+  rill_df_t* df = NULL;
+  if ((rc = rill_df_new(s->nrows, &df, err)) != RILL_OK) return rc;
+  for (int k = 0; k < s->ncols; k++) {
+    sq_col_t* col = rill__alloc(sizeof *col);
+    if (!col) { rill_df_free(df); return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory"); }
+    atomic_fetch_add(&s->refs, 1);
+    col->s = s;
+    col->k = k;
+    rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error, .nullable = 1};
+    rc = rill_df_add_source(df, s->names[k], rill_type_scalar(s->types[k]), sq_source, col, sq_col_free, &so, err);
+    if (rc < 0) { rill_df_free(df); return rc; }
+  }
+  *out = df;
+  return RILL_OK;
+}
+
+static int sq_new(const char* sql, const rill_sqlite_opts_t* o, sq_t** out, rill_error_t* err) {
+  if (!sql) return rill__fail(err, RILL_EINVAL, "sqlite: sql is required");
+  if (o->ncolumns < 0 || (o->ncolumns > 0 && !o->columns))
+    return rill__fail(err, RILL_EINVAL, "sqlite: ncolumns %d without columns", o->ncolumns);
+  sq_t* s = rill__calloc(1, sizeof *s);
+  if (!s || !(s->sql = rill__strdup(sql))) {
+    rill__free(s);
+    return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+  }
+  atomic_init(&s->refs, 1);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->on_error = o->on_error;
+  s->busy_ms = o->busy_timeout_ms;
+  s->chunk_rows = o->chunk_rows > 0 ? o->chunk_rows : SQ_DEFAULT_CHUNK;
+  *out = s;
+  return RILL_OK;
+}
+
+static int check_args(const rill_sql_param_t* params, int nparams, rill_df_t** out, rill_error_t* err) {
+  if (!out) return rill__fail(err, RILL_EINVAL, "sqlite: out is required");
+  *out = NULL;
+  if (nparams < 0 || (nparams > 0 && !params)) return rill__fail(err, RILL_EINVAL, "sqlite: %d parameters without params", nparams);
+  return RILL_OK;
+}
+
+int rill_df_from_sqlite(const char* path, const char* sql, const rill_sql_param_t* params, int nparams,
+                        const rill_sqlite_opts_t* opts, rill_df_t** out, rill_error_t* err) {
+  rill_sqlite_opts_t o = {0};
+  if (opts) o = *opts;
+  int rc = check_args(params, nparams, out, err);
+  if (rc != RILL_OK) return rc;
+  if (!path) return rill__fail(err, RILL_EINVAL, "sqlite: path is required");
+  sq_t* s;
+  if ((rc = sq_new(sql, &o, &s, err)) != RILL_OK) return rc;
+  sqlite3* db = NULL;
+  if ((rc = open_db(*path ? path : ":memory:", o.busy_timeout_ms, &db, err)) != RILL_OK) {
+    sq_unref(s);
+    return rc;
+  }
+  /* an in-memory database exists only on its one connection */
+  int memory = !*path || strcmp(path, ":memory:") == 0 || strstr(path, "mode=memory") || strstr(path, ":memory:");
+  if (memory) {
+    s->shared_db = db;
+    s->own_shared = 1;
+  } else if (!(s->path = rill__strdup(path))) {
+    sqlite3_close(db);
+    sq_unref(s);
+    return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+  }
+  rc = sq_open(s, db, params, nparams, &o, out, err);
+  if (rc != RILL_OK && rc != RILL_ENOMEM && rc != RILL_EINVAL && strstr(err ? err->message : "", path) == NULL && err) {
+    /* name the database in the message */
+    char msg[RILL_ERROR_MESSAGE_SIZE];
+    snprintf(msg, sizeof msg, "%s", err->message);
+    rill__fail(err, rc, "%s: %s", path, msg);
+  }
+  if (!memory) sqlite3_close(db);
+  sq_unref(s);
+  return rc;
+}
+
+int rill_df_from_sqlite_db(void* db, const char* sql, const rill_sql_param_t* params, int nparams,
+                           const rill_sqlite_opts_t* opts, rill_df_t** out, rill_error_t* err) {
+  rill_sqlite_opts_t o = {0};
+  if (opts) o = *opts;
+  int rc = check_args(params, nparams, out, err);
+  if (rc != RILL_OK) return rc;
+  if (!db) return rill__fail(err, RILL_EINVAL, "sqlite: db is required");
+  sq_t* s;
+  if ((rc = sq_new(sql, &o, &s, err)) != RILL_OK) return rc;
+  s->shared_db = db;
+  rc = sq_open(s, db, params, nparams, &o, out, err);
+  sq_unref(s);
+  return rc;
+}
+
+#else /* !RILL_HAVE_SQLITE */
+
+int rill_df_from_sqlite(const char* path, const char* sql, const rill_sql_param_t* params, int nparams,
+                        const rill_sqlite_opts_t* opts, rill_df_t** out, rill_error_t* err) {
+  (void)path; (void)sql; (void)params; (void)nparams; (void)opts;
+  if (out) *out = NULL;
+  return rill__fail(err, RILL_ENOTSUP, "SQLite source: built without libsqlite3");
+}
+
+int rill_df_from_sqlite_db(void* db, const char* sql, const rill_sql_param_t* params, int nparams,
+                           const rill_sqlite_opts_t* opts, rill_df_t** out, rill_error_t* err) {
+  (void)db; (void)sql; (void)params; (void)nparams; (void)opts;
+  if (out) *out = NULL;
+  return rill__fail(err, RILL_ENOTSUP, "SQLite source: built without libsqlite3");
+}
+
+#endif

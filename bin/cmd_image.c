@@ -1,0 +1,416 @@
+/* rill demo, rill preview and rill bench images: the training-input pipeline over an
+ * ImageFolder tree (decode fused with random resized crop, flip, normalize, batch), with a
+ * progress bar, a throughput report and a PNG grid of one augmented batch. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#if RILL_HAVE_PNG
+#include <png.h>
+#endif
+
+#include "commands.h"
+#include "rill.h"
+#include "rill_addons.h"
+
+#define DEFAULT_CORPUS "build/data/corpus"
+
+static const double MEAN[3] = {0.485, 0.456, 0.406}, STD[3] = {0.229, 0.224, 0.225};
+
+typedef struct opts {
+  const char* dir;
+  const char* out;   /* PNG grid */
+  int size, batch, threads, epochs, prefetch;
+  uint64_t seed;
+} opts_t;
+
+typedef struct pipeline {
+  rill_df_t *files, *shuffled, *batches;
+  rill_iter_t* it;
+  int64_t images;
+} pipeline_t;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double rss_mib(void) {
+  FILE* f = fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (!f) return 0;
+  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  fclose(f);
+  return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+}
+
+/* ---------------------------------------------------------------- arguments */
+
+static int parse_int(const char* cmd, const char* name, const char* v, int lo, int hi, int* out) {
+  char* end = NULL;
+  errno = 0;
+  long x = v ? strtol(v, &end, 10) : 0;
+  if (!v || errno || !end || *end || x < lo || x > hi) {
+    fprintf(stderr, "rill %s: %s needs an integer in [%d, %d], got '%s'\n", cmd, name, lo, hi, v ? v : "");
+    return 2;
+  }
+  *out = (int)x;
+  return 0;
+}
+
+/* Parses argv[1..]: options and at most one positional folder. Returns 0, 2 (usage error)
+ * or -1 (--help printed). */
+static int parse(const char* cmd, int argc, char** argv, opts_t* o, int allow_out, int allow_runs, const char* usage) {
+  for (int i = 1; i < argc; i++) {
+    const char* a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+    int rc = 0;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(usage, stdout);
+      return -1;
+    } else if (allow_out && (!strcmp(a, "-o") || !strcmp(a, "--output"))) {
+      if (!v) {
+        fprintf(stderr, "rill %s: %s needs a file name\n", cmd, a);
+        return 2;
+      }
+      o->out = v;
+      i++;
+    } else if (!strcmp(a, "--size")) {
+      rc = parse_int(cmd, a, v, 8, 4096, &o->size), i++;
+    } else if (!strcmp(a, "--batch")) {
+      rc = parse_int(cmd, a, v, 1, 65536, &o->batch), i++;
+    } else if (!strcmp(a, "--seed")) {
+      int s = 0;
+      rc = parse_int(cmd, a, v, 0, 2147483647, &s), i++;
+      o->seed = (uint64_t)s;
+    } else if (allow_runs && !strcmp(a, "--threads")) {
+      rc = parse_int(cmd, a, v, 0, 1024, &o->threads), i++;
+    } else if (allow_runs && !strcmp(a, "--epochs")) {
+      rc = parse_int(cmd, a, v, 1, 1000000, &o->epochs), i++;
+    } else if (allow_runs && !strcmp(a, "--prefetch")) {
+      rc = parse_int(cmd, a, v, 1, 1024, &o->prefetch), i++;
+    } else if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "rill %s: unknown option '%s'\n%s", cmd, a, usage);
+      return 2;
+    } else if (!o->dir) {
+      o->dir = a;
+    } else {
+      fprintf(stderr, "rill %s: unexpected argument '%s'\n%s", cmd, a, usage);
+      return 2;
+    }
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- pipeline */
+
+static void pipeline_free(pipeline_t* p) {
+  rill_iter_free(p->it);
+  rill_df_free(p->batches);
+  rill_df_free(p->shuffled);
+  rill_df_free(p->files);
+  memset(p, 0, sizeof *p);
+}
+
+static int check_dir(const char* cmd, const char* dir, int is_default) {
+  struct stat st;
+  if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+  if (is_default)
+    fprintf(stderr,
+            "rill %s: the image corpus '%s' does not exist; build it with `make data` (from the source tree), "
+            "or pass a folder with one sub-folder of images per class\n",
+            cmd, dir);
+  else
+    fprintf(stderr, "rill %s: '%s': %s\n", cmd, dir, stat(dir, &st) == 0 ? "not a directory" : strerror(errno));
+  return 1;
+}
+
+/* ImageFolder -> shuffle -> random resized crop (fused decode) -> normalize + flip -> batch. */
+static int pipeline_new(const char* cmd, const opts_t* o, pipeline_t* p) {
+  rill_error_t err = {0};
+  memset(p, 0, sizeof *p);
+  if (rill_df_from_image_folder(o->dir, NULL, &p->files, &err) < 0) goto fail;
+  p->images = rill_df_rows(p->files);
+  if (rill_df_shuffle(p->files, o->seed, &p->shuffled, &err) < 0) goto fail;
+  int bytes = rill_df_column(p->shuffled, "bytes"), label = rill_df_column(p->shuffled, "label");
+  int img = rill_image_random_resized_crop(
+      p->shuffled, "img", bytes,
+      &(rill_rrc_opts_t){.size = {o->size, o->size}, .on_error = RILL_ON_ERROR_SKIP}, &err);
+  if (img < 0) goto fail;
+  int x = rill_image_normalize(p->shuffled, "x", img,
+                               &(rill_normalize_opts_t){.flip = 0.5,
+                                                        .mean = {MEAN[0], MEAN[1], MEAN[2]},
+                                                        .std = {STD[0], STD[1], STD[2]},
+                                                        .dtype = RILL_FLOAT32,
+                                                        .layout = RILL_LAYOUT_CHW},
+                               &err);
+  if (x < 0) goto fail;
+  if (rill_df_batch(p->shuffled, (int[]){x, label}, 2, o->batch, NULL, &p->batches, &err) < 0) goto fail;
+  rill_iter_opts_t io = {.prefetch = o->prefetch ? o->prefetch : 4, .threads = o->threads, .seed = o->seed};
+  if (rill_iter_new(p->batches, &io, &p->it, &err) < 0) goto fail;
+  return 0;
+fail:
+  fprintf(stderr, "rill %s: %s\n", cmd, err.message[0] ? err.message : rill_strerror(err.code));
+  pipeline_free(p);
+  return 1;
+}
+
+/* ---------------------------------------------------------------- progress bar */
+
+typedef struct progress {
+  int tty;
+  double start, last;
+  int64_t total;
+} progress_t;
+
+static void progress_start(progress_t* pr, int64_t total) {
+  pr->tty = isatty(STDERR_FILENO);
+  pr->start = pr->last = now_s();
+  pr->total = total;
+}
+
+static void progress_show(progress_t* pr, int64_t done, int final) {
+  double t = now_s();
+  if (!final && t - pr->last < (pr->tty ? 0.1 : 2.0)) return;
+  pr->last = t;
+  double el = t - pr->start, rate = el > 0 ? done / el : 0;
+  double eta = rate > 0 ? (pr->total - done) / rate : 0;
+  int pct = pr->total ? (int)(100 * done / pr->total) : 100;
+  if (pr->tty) {
+    char bar[31];
+    int fill = pct * 30 / 100;
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+    bar[30] = 0;
+    fprintf(stderr, "\r[%s] %3d%% %lld/%lld images  %.0f images/s  ETA %.0fs   ", bar, pct, (long long)done,
+            (long long)pr->total, rate, eta);
+    if (final) fputc('\n', stderr);
+  } else {
+    fprintf(stderr, "%lld/%lld images (%d%%), %.0f images/s, ETA %.0fs\n", (long long)done, (long long)pr->total, pct,
+            rate, eta);
+  }
+  fflush(stderr);
+}
+
+/* ---------------------------------------------------------------- preview grid */
+
+/* Denormalizes a float32 [n,3,S,S] batch into an RGB grid. */
+static uint8_t* grid_from_batch(const rill_array_t* t, int* gw, int* gh) {
+  int64_t n = t->length;
+  if (t->type.ndim != 3 || t->type.dtype != RILL_FLOAT32 || t->type.shape[0] != 3 || n < 1) return NULL;
+  int S = (int)t->type.shape[1], SW = (int)t->type.shape[2], pad = 2;
+  int cols = (int)ceil(sqrt((double)n)), rows = (int)((n + cols - 1) / cols);
+  *gw = cols * (SW + pad) + pad;
+  *gh = rows * (S + pad) + pad;
+  uint8_t* g = malloc((size_t)*gw * *gh * 3);
+  if (!g) return NULL;
+  memset(g, 40, (size_t)*gw * *gh * 3);
+  const float* f = t->data;
+  for (int64_t i = 0; i < n; i++) {
+    if (!rill_array_is_valid(t, i)) continue;
+    int ox = pad + (int)(i % cols) * (SW + pad), oy = pad + (int)(i / cols) * (S + pad);
+    const float* img = f + (size_t)i * 3 * S * SW;
+    for (int c = 0; c < 3; c++)
+      for (int y = 0; y < S; y++)
+        for (int x = 0; x < SW; x++) {
+          double v = (img[((size_t)c * S + y) * SW + x] * STD[c] + MEAN[c]) * 255.0;
+          v = v < 0 ? 0 : v > 255 ? 255 : v;
+          g[((size_t)(oy + y) * *gw + ox + x) * 3 + c] = (uint8_t)(v + 0.5);
+        }
+  }
+  return g;
+}
+
+static int write_png(const char* cmd, const char* path, const uint8_t* px, int w, int h) {
+#if RILL_HAVE_PNG
+  png_image img;
+  memset(&img, 0, sizeof img);
+  img.version = PNG_IMAGE_VERSION;
+  img.width = (png_uint_32)w;
+  img.height = (png_uint_32)h;
+  img.format = PNG_FORMAT_RGB;
+  if (!png_image_write_to_file(&img, path, 0, px, 0, NULL)) {
+    fprintf(stderr, "rill %s: cannot write '%s': %s\n", cmd, path, img.message[0] ? img.message : strerror(errno));
+    png_image_free(&img);
+    return 1;
+  }
+  return 0;
+#else
+  (void)px, (void)w, (void)h;
+  fprintf(stderr, "rill %s: cannot write '%s': rill was built without libpng\n", cmd, path);
+  return 1;
+#endif
+}
+
+static int save_grid(const char* cmd, const char* path, const rill_array_t* batch) {
+  int gw = 0, gh = 0;
+  uint8_t* g = grid_from_batch(batch, &gw, &gh);
+  if (!g) {
+    fprintf(stderr, "rill %s: cannot make the preview grid (out of memory or empty batch)\n", cmd);
+    return 1;
+  }
+  int rc = write_png(cmd, path, g, gw, gh);
+  free(g);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- runs */
+
+typedef struct run_result {
+  int64_t images, batches, skipped;
+  double seconds, first_batch_s;
+} run_result_t;
+
+/* Pulls every batch of one epoch. `grid` (optional) gets the first batch written to it. */
+static int run_epoch(const char* cmd, pipeline_t* p, progress_t* pr, int64_t done_before, const char* grid,
+                     run_result_t* r) {
+  rill_error_t err = {0};
+  rill_row_t row;
+  int rc;
+  double t0 = now_s();
+  memset(r, 0, sizeof *r);
+  r->first_batch_s = -1;
+  while ((rc = rill_iter_next(p->it, &row, &err)) == RILL_OK) {
+    const rill_array_t* t = rill_row_get(&row, 0);
+    if (r->first_batch_s < 0) r->first_batch_s = now_s() - t0;
+    if (grid && r->batches == 0 && save_grid(cmd, grid, t)) return 1;
+    r->images += t->length;
+    r->batches++;
+    if (pr) progress_show(pr, done_before + r->images, 0);
+  }
+  r->seconds = now_s() - t0;
+  if (rc < 0) {
+    if (pr && pr->tty) fputc('\n', stderr);
+    fprintf(stderr, "rill %s: %s\n", cmd, err.message[0] ? err.message : rill_strerror(rc));
+    return 1;
+  }
+  rill_iter_stats_t st;
+  rill_iter_stats(p->it, &st);
+  r->skipped = st.skipped;
+  return 0;
+}
+
+static const char* DEMO_USAGE =
+    "usage: rill demo [DIR] [--size N] [--batch B] [--threads T] [--seed S] [-o preview.png]\n"
+    "\n"
+    "Runs the training-input pipeline over an ImageFolder tree (DIR/<class>/<image>; default\n"
+    "" DEFAULT_CORPUS ", made by `make data`): decode fused with a random resized crop to NxN\n"
+    "(default 224), random horizontal flip, normalize to float32 CHW, batches of B (default 64).\n"
+    "Shows progress, prints the throughput and writes a grid of the first augmented batch to\n"
+    "preview.png (or -o FILE). Unreadable images are skipped and counted.\n"
+    "Exit status: 0 ok, 1 runtime error, 2 usage error.\n";
+
+int rill_cmd_demo(int argc, char** argv) {
+  opts_t o = {.size = 224, .batch = 64, .seed = 42, .out = "preview.png", .epochs = 1};
+  int rc = parse("demo", argc, argv, &o, 1, 1, DEMO_USAGE);
+  if (rc) return rc < 0 ? 0 : rc;
+  int is_default = !o.dir;
+  if (!o.dir) o.dir = DEFAULT_CORPUS;
+  if (check_dir("demo", o.dir, is_default)) return 1;
+  pipeline_t p;
+  double t0 = now_s();
+  if (pipeline_new("demo", &o, &p)) return 1;
+  fprintf(stderr, "rill demo: %lld images in '%s' -> random resized crop %d, flip, normalize, batches of %d\n",
+          (long long)p.images, o.dir, o.size, o.batch);
+  progress_t pr;
+  progress_start(&pr, p.images);
+  run_result_t r;
+  rc = run_epoch("demo", &p, &pr, 0, o.out, &r);
+  if (!rc) {
+    progress_show(&pr, r.images, 1);
+    double total = now_s() - t0;
+    printf("%lld images in %lld batches of %d x 3 x %d x %d float32: %.2f s, %.0f images/s "
+           "(first batch after %.0f ms, %lld skipped)\n",
+           (long long)r.images, (long long)r.batches, o.batch, o.size, o.size, total, r.images / total,
+           r.first_batch_s * 1e3, (long long)r.skipped);
+    printf("preview of the first batch: %s\n", o.out);
+  }
+  pipeline_free(&p);
+  return rc;
+}
+
+static const char* PREVIEW_USAGE =
+    "usage: rill preview DIR -o grid.png [--size N] [--batch B] [--seed S]\n"
+    "\n"
+    "Writes a PNG grid of one augmented batch (random resized crop NxN, default 224; random\n"
+    "flip; normalized then denormalized for display) of the ImageFolder tree DIR. B images\n"
+    "(default 16); the same seed gives the same grid.\n"
+    "Exit status: 0 ok, 1 runtime error, 2 usage error.\n";
+
+int rill_cmd_preview(int argc, char** argv) {
+  opts_t o = {.size = 224, .batch = 16, .seed = 42, .epochs = 1};
+  int rc = parse("preview", argc, argv, &o, 1, 0, PREVIEW_USAGE);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (!o.dir || !o.out) {
+    fprintf(stderr, "rill preview: %s\n%s", !o.dir ? "missing DIR" : "missing -o FILE", PREVIEW_USAGE);
+    return 2;
+  }
+  if (check_dir("preview", o.dir, 0)) return 1;
+  pipeline_t p;
+  if (pipeline_new("preview", &o, &p)) return 1;
+  rill_error_t err = {0};
+  rill_row_t row;
+  rc = rill_iter_next(p.it, &row, &err);
+  if (rc == RILL_OK) {
+    rc = save_grid("preview", o.out, rill_row_get(&row, 0));
+    if (!rc) printf("%s: %lld images of %dx%d\n", o.out, (long long)rill_row_get(&row, 0)->length, o.size, o.size);
+  } else {
+    fprintf(stderr, "rill preview: %s\n", rc == RILL_END ? "no image could be read" : err.message);
+    rc = 1;
+  }
+  pipeline_free(&p);
+  return rc;
+}
+
+static const char* BENCH_USAGE =
+    "usage: rill bench images DIR [--threads N] [--batch B] [--epochs E] [--size S] [--prefetch P]\n"
+    "\n"
+    "Measures the training-input pipeline (decode + random resized crop S (224) + flip +\n"
+    "normalize float32 CHW + batch B (256)) over the ImageFolder tree DIR for E epochs (3):\n"
+    "images/s per epoch, time to the first batch and resident memory after each epoch.\n"
+    "Threads 0 (default) = one per core.\n"
+    "Exit status: 0 ok, 1 runtime error, 2 usage error.\n";
+
+int rill_cmd_bench_images(int argc, char** argv) {
+  opts_t o = {.size = 224, .batch = 256, .seed = 1, .epochs = 3};
+  int rc = parse("bench images", argc, argv, &o, 0, 1, BENCH_USAGE);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (!o.dir) {
+    fprintf(stderr, "rill bench images: missing DIR\n%s", BENCH_USAGE);
+    return 2;
+  }
+  if (check_dir("bench images", o.dir, 0)) return 1;
+  pipeline_t p;
+  double t0 = now_s();
+  if (pipeline_new("bench images", &o, &p)) return 1;
+  double setup = now_s() - t0;
+  printf("rill bench images: %lld images, batch %d, size %d, threads %d (0 = per core)\n", (long long)p.images, o.batch,
+         o.size, o.threads);
+  double best = 0;
+  for (int e = 0; e < o.epochs && !rc; e++) {
+    if (e > 0 && rill_iter_set_epoch(p.it, e) < 0) {
+      fprintf(stderr, "rill bench images: cannot start epoch %d\n", e);
+      rc = 1;
+      break;
+    }
+    run_result_t r;
+    rc = run_epoch("bench images", &p, NULL, 0, NULL, &r);
+    if (rc) break;
+    double ips = r.seconds > 0 ? r.images / r.seconds : 0;
+    best = ips > best ? ips : best;
+    printf("epoch %d: %lld images in %.3f s = %.1f images/s; first batch %.1f ms%s; RSS %.1f MiB; skipped %lld\n", e,
+           (long long)r.images, r.seconds, ips, r.first_batch_s * 1e3, e == 0 ? " (+ setup)" : "", rss_mib(),
+           (long long)r.skipped);
+    if (e == 0) printf("setup (folder scan + plan): %.1f ms\n", setup * 1e3);
+  }
+  if (!rc) printf("best: %.1f images/s\n", best);
+  pipeline_free(&p);
+  return rc;
+}

@@ -1,0 +1,204 @@
+/* Engine internals shared by dataframe.c, exec.c, iter.c and pool.c. Not installed.
+ *
+ * Stage function error convention (sources, maps, reduces):
+ *   Before each call the engine sets err->code = 0, err->row = -1, err->column = -1.
+ *   A function that fails returns a negative code (through rill_error_set) and may set
+ *   err->row to the index i in [0, n) of the cell at fault; cells before i are kept.
+ *   Without err->row the whole call (all its cells) failed. A positive status other than
+ *   RILL_OK is reported as RILL_ESTAGE. The engine then applies the stage's on_error:
+ *   RAISE records the error for the row of the iterated dataframe (err->row) and the
+ *   requested column that needed the stage (err->column), with a message naming the
+ *   stage, the row and the function's own message; NULL makes the cell null and calls
+ *   the function again for the cells after it; SKIP drops the row (a batch that held it
+ *   comes out shorter) and calls the function again for the cells after it. */
+#ifndef RILL_ENGINE_H
+#define RILL_ENGINE_H
+
+#include <pthread.h>
+
+#include "internal.h"
+
+/* ---------------------------------------------------------------- worker pool (pool.c) */
+
+typedef struct rill__group {
+  int64_t pending; /* tasks submitted and not finished; guarded by the pool's mutex */
+} rill__group_t;
+
+typedef struct rill__task {
+  void (*fn)(void* arg);
+  void* arg;
+  rill__group_t* group;
+  struct rill__task* next;
+} rill__task_t;
+
+typedef struct rill__workers rill__workers_t;
+
+/* nthreads worker threads (0: none; tasks then run in rill__workers_wait). */
+int rill__workers_new(int nthreads, rill__workers_t** out);
+void rill__workers_free(rill__workers_t* w); /* joins the threads; NULL is a no-op */
+int rill__workers_count(const rill__workers_t* w);
+/* Queues `task` (memory owned by the caller until it has run or been cancelled). */
+void rill__workers_submit(rill__workers_t* w, rill__task_t* task);
+/* Returns once every task of `group` has finished; the caller runs queued tasks meanwhile. */
+void rill__workers_wait(rill__workers_t* w, rill__group_t* group);
+/* Removes the queued (not started) tasks of `group`; returns how many. */
+int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group);
+int rill__worker_index(void); /* index of the calling worker thread, -1 elsewhere */
+
+/* ---------------------------------------------------------------- dataframes (dataframe.c) */
+
+typedef enum {
+  RILL__DF_BASE = 0,
+  RILL__DF_SHUFFLE,
+  RILL__DF_SHARD,
+  RILL__DF_FILTER,
+  RILL__DF_BATCH,
+  RILL__DF_REDUCE
+} rill__df_kind_t;
+
+typedef enum {
+  RILL__COL_SOURCE = 0,
+  RILL__COL_MAP,
+  RILL__COL_PARENT, /* a view's copy of the parent column with the same index */
+  RILL__COL_BATCH,  /* parent column `pcol` stacked */
+  RILL__COL_REDUCE  /* parent column `pcol` reduced by k */
+} rill__col_kind_t;
+
+#define RILL__MAX_INPUTS 64
+
+typedef struct rill__column {
+  rill_field_t field; /* field.name is owned */
+  rill__col_kind_t kind;
+  rill_source_fn source;
+  rill_map_fn map;
+  rill_reduce_fn reduce;
+  void* ctx;
+  void (*ctx_free)(void*);
+  rill_stage_opts_t opts;
+  int* inputs;
+  int ninputs;
+  int pcol;
+  int transpose; /* batch column: 3-D HWC cells become CHW */
+  pthread_mutex_t serial;
+} rill__column_t;
+
+struct rill_df {
+  _Atomic int64_t refs;
+  _Atomic int64_t frozen; /* children + iterators: columns can no longer be added */
+  rill__df_kind_t kind;
+  int64_t rows;
+  rill_df_t* parent;
+  rill__column_t** cols;
+  int ncols, cap;
+  uint64_t seed;      /* shuffle */
+  int rank, world;    /* shard */
+  int64_t* kept;      /* filter: kept parent rows */
+  int64_t batch;      /* batch */
+  rill_batch_opts_t bopts;
+  int64_t k;          /* reduce */
+};
+
+/* Row `x` of view `df` (shuffle/shard/filter) as a row of its parent, for `epoch`. */
+int64_t rill__view_row(const rill_df_t* df, int64_t epoch, int64_t x);
+void rill__df_retain(rill_df_t* df);
+void rill__df_freeze(rill_df_t* df, int delta);
+
+/* ---------------------------------------------------------------- iterators and evaluation */
+
+/* One computed stage (a SOURCE/MAP/REDUCE column, or a transposing BATCH column) of an
+ * iterator's plan. */
+typedef struct rill__node {
+  rill_df_t* df;
+  int col;
+  int depth;
+  rill_pool_t* pool;
+  rill_stream_t* stream;     /* CUDA stages */
+  rill_device_t device;
+  _Atomic int64_t ns_per_row; /* last measured cost, picks the default grain */
+} rill__node_t;
+
+typedef struct rill__frame {
+  rill_df_t* df;
+  int level;
+  int64_t* rows;
+  int64_t rows_cap;
+  rill_array_t** vals;
+  int64_t* goff; /* reduce: group g holds child cells [goff[g], goff[g+1]) */
+  int64_t goff_cap;
+} rill__frame_t;
+
+typedef struct rill__rowerr {
+  int64_t row;
+  rill_error_t err;
+} rill__rowerr_t;
+
+typedef struct rill__chunk {
+  struct rill_iter* it;
+  rill__frame_t* frames;
+  int nframes;
+  int64_t* level_n;
+  int64_t start, end, epoch;
+  int reqcol;
+  rill_array_t** cols; /* results, one per requested column */
+  int64_t m;           /* items: surviving rows (row mode) or 1/0 (batched) */
+  int64_t* top;        /* top row ids of the m rows (row mode) */
+  rill__rowerr_t* rerr;
+  int64_t nrerr, rerr_cap;
+  pthread_mutex_t mu;  /* guards rerr while stage tasks run */
+  int rc;
+  rill_error_t err;
+  int64_t skipped, nulled;
+} rill__chunk_t;
+
+typedef struct rill__slot {
+  int busy;    /* holds a scheduled or computed chunk */
+  int queued;  /* submitted to the pool */
+  int done;    /* computed */
+  rill__group_t group;
+  rill__task_t task;
+  rill__chunk_t chunk;
+} rill__slot_t;
+
+struct rill_iter {
+  rill_df_t* df;
+  int nreq;
+  int* req;
+  rill_df_t** chain;
+  int nchain;
+  rill__node_t*** nodemap; /* [depth][column] */
+  rill__node_t** nodes;
+  int nnodes;
+  int batched;  /* the iterated dataframe is batched */
+  int boundary; /* one row per chunk */
+  int64_t chunk_rows;
+  int ahead;
+  int nthreads;
+  rill__workers_t* workers;
+  rill__slot_t* slots;
+  int nslots;
+  int head, inflight;
+  int64_t next_start;
+  int cur_active;
+  int64_t pos_r, pos_e; /* hand-out positions in the current slot */
+  int64_t cursor;
+  int64_t epoch;
+  uint64_t seed;
+  uint64_t fingerprint;
+  rill_stream_t* stream;
+  rill_array_t** held;      /* slices handed out in row mode */
+  const rill_array_t** rowcols;
+  /* statistics */
+  int64_t st_rows, st_cells, st_skipped, st_nulled, st_errors, st_wait;
+  _Atomic int64_t st_compute, st_calls;
+};
+
+/* exec.c: computes chunk->start..end of the iterator's dataframe. */
+void rill__chunk_eval(rill__chunk_t* chunk);
+void rill__chunk_release(rill__chunk_t* chunk);
+int rill__chunk_init(struct rill_iter* it, rill__chunk_t* chunk);
+void rill__chunk_destroy(rill__chunk_t* chunk);
+
+/* Defined in array.c: frees a window's own validity bitmap. */
+void rill__array_window_release(rill_array_t* win);
+
+#endif /* RILL_ENGINE_H */

@@ -1,0 +1,852 @@
+/* Evaluation of a chunk (consecutive rows of the iterated dataframe) and the execution
+ * context handed to stage functions.
+ *
+ * A chunk keeps one frame per dataframe of the iterated dataframe's ancestry (a chain: each
+ * dataframe has at most one parent). A frame holds the row ids of that dataframe for the
+ * chunk's cells and the columns computed so far (each (dataframe, column) once per chunk,
+ * so a shared input is computed once per row). Frames whose cells correspond one to one
+ * share a "level": views share their parent's level, a batched dataframe shares its
+ * parent's (its cells are the parent's rows of the batch), a reduce starts a new level
+ * below it (k parent cells per cell). Dropping a cell (SKIP, or a RAISE in row mode)
+ * compacts every frame of its level in place. See engine.h for the error convention. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+struct rill_exec {
+  const int64_t* rows;
+  int64_t n;
+  int64_t epoch;
+  uint64_t seed;
+  int column;
+  int worker;
+  rill_stream_t* stream;
+};
+
+/* ---------------------------------------------------------------- execution context */
+
+rill_rng_t rill_exec_rng(const rill_exec_t* exec, int64_t i) {
+  if (!exec) return rill_rng_seeded(0, 0, i, 0);
+  int64_t row = (i >= 0 && i < exec->n) ? exec->rows[i] : -1 - i;
+  return rill_rng_seeded(exec->seed, exec->epoch, row, exec->column);
+}
+const int64_t* rill_exec_rows(const rill_exec_t* exec) { return exec ? exec->rows : NULL; }
+int64_t rill_exec_epoch(const rill_exec_t* exec) { return exec ? exec->epoch : 0; }
+int rill_exec_worker(const rill_exec_t* exec) { return exec ? exec->worker : -1; }
+int rill_exec_column(const rill_exec_t* exec) { return exec ? exec->column : -1; }
+rill_stream_t* rill_exec_stream(const rill_exec_t* exec) { return exec ? exec->stream : NULL; }
+void* rill_exec_cuda_stream(const rill_exec_t* exec) {
+  return exec && exec->stream ? rill_stream_cuda_handle(exec->stream) : NULL;
+}
+
+int rill_exec_alloc(rill_exec_t* exec, rill_array_t* out, rill_type_t type, int64_t length) {
+  (void)exec;
+  if (!out || !out->priv || length < 0) return RILL_EINVAL;
+  if (out->priv->flags & RILL__ARRAY_SLOT) {
+    if (!rill_type_equal(&type, &out->type) || length != out->length) return RILL_EINVAL;
+    return RILL_OK;
+  }
+  if (out->priv->flags & RILL__ARRAY_EXTERNAL) return RILL_EINVAL;
+  return rill__array_prepare(out, type, length, false);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static int is_host(rill_device_t d) {
+  return d.type == 0 || d.type == RILL_DEVICE_CPU || d.type == RILL_DEVICE_CUDA_HOST;
+}
+
+enum { FATE_OK = 0, FATE_NULL, FATE_SKIP, FATE_RAISE };
+
+static int ensure_i64(int64_t** buf, int64_t* cap, int64_t n) {
+  if (n <= *cap && *buf) return RILL_OK;
+  int64_t ncap = n > 2 * *cap ? n : 2 * *cap;
+  if (ncap < 16) ncap = 16;
+  int64_t* nb = rill__alloc(sizeof *nb * (size_t)ncap);
+  if (!nb) return RILL_ENOMEM;
+  rill__free(*buf);
+  *buf = nb;
+  *cap = ncap;
+  return RILL_OK;
+}
+
+static const char* col_name(const rill_df_t* df, int c) { return df->cols[c]->field.name; }
+
+/* Records a failure of the whole chunk (the first one wins). */
+static void chunk_fail(rill__chunk_t* ch, int code, const char* fmt, ...) RILL_PRINTF(3, 4);
+static void chunk_fail(rill__chunk_t* ch, int code, const char* fmt, ...) {
+  pthread_mutex_lock(&ch->mu);
+  if (ch->rc == RILL_OK) {
+    va_list ap;
+    va_start(ap, fmt);
+    rill__vfail(&ch->err, code, fmt, ap);
+    va_end(ap);
+    ch->err.row = ch->start;
+    ch->err.column = ch->reqcol;
+    ch->rc = code;
+  }
+  pthread_mutex_unlock(&ch->mu);
+}
+
+/* Compacts `a` (length n) in place, keeping the cells whose keep[i] is set. */
+static int array_compact(rill_array_t* a, const uint8_t* keep, int64_t n) {
+  if (!a || a->length != n) return RILL_OK;
+  if (!is_host(a->device)) return RILL_ENOTSUP;
+  int64_t j = 0;
+  int nd = a->type.ndim;
+  if (!a->offsets) {
+    int64_t cb = rill_type_cell_bytes(&a->type);
+    uint8_t* d = a->data;
+    for (int64_t i = 0; i < n; i++) {
+      if (!keep[i]) continue;
+      if (i != j && cb > 0) memmove(d + j * cb, d + i * cb, (size_t)cb);
+      if (a->validity) {
+        if (rill__bit_get(a->validity, i))
+          rill__bit_set(a->validity, j);
+        else
+          rill__bit_clear(a->validity, j);
+      }
+      j++;
+    }
+    a->data_size = j * (cb > 0 ? cb : 0);
+  } else {
+    uint8_t* d = a->data;
+    int64_t pos = 0;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t s = a->offsets[i], e = a->offsets[i + 1];
+      if (!keep[i]) continue;
+      if (e > s && pos != s) memmove(d + pos, d + s, (size_t)(e - s));
+      a->offsets[j] = pos;
+      pos += e - s;
+      if (a->shapes && i != j) memmove(a->shapes + j * nd, a->shapes + i * nd, sizeof(int64_t) * (size_t)nd);
+      if (a->validity) {
+        if (rill__bit_get(a->validity, i))
+          rill__bit_set(a->validity, j);
+        else
+          rill__bit_clear(a->validity, j);
+      }
+      j++;
+    }
+    a->offsets[j] = pos;
+    a->data_size = pos;
+    a->priv->var_cells = j;
+  }
+  a->length = j;
+  a->null_count = rill__count_nulls(a->validity, j);
+  return RILL_OK;
+}
+
+/* Drops the cells of `level` whose keep[i] is 0 from every frame of the level. */
+static int compact_level(rill__chunk_t* ch, int level, const uint8_t* keep) {
+  int64_t n = ch->level_n[level], m = 0;
+  for (int64_t i = 0; i < n; i++) m += keep[i] != 0;
+  for (int d = 0; d < ch->nframes; d++) {
+    rill__frame_t* f = &ch->frames[d];
+    if (f->level != level || !f->df) continue;
+    int64_t j = 0;
+    for (int64_t i = 0; i < n; i++)
+      if (keep[i]) f->rows[j++] = f->rows[i];
+    for (int c = 0; c < f->df->ncols; c++)
+      if (f->vals[c] && array_compact(f->vals[c], keep, n) != RILL_OK) return RILL_ENOTSUP;
+  }
+  for (int d = 0; d + 1 < ch->nframes; d++) {
+    rill__frame_t* f = &ch->frames[d];
+    if (f->df->kind != RILL__DF_REDUCE || ch->frames[d + 1].level != level) continue;
+    int64_t groups = ch->level_n[f->level], cnt = 0, prev = f->goff[0];
+    for (int64_t g = 0; g < groups; g++) {
+      int64_t s = prev, e = f->goff[g + 1];
+      f->goff[g] = cnt;
+      for (int64_t i = s; i < e; i++) cnt += keep[i] != 0;
+      prev = e;
+    }
+    f->goff[groups] = cnt;
+  }
+  ch->level_n[level] = m;
+  return RILL_OK;
+}
+
+/* ---------------------------------------------------------------- running one stage */
+
+typedef struct run {
+  rill__chunk_t* ch;
+  rill__frame_t* fr;
+  rill__column_t* c;
+  rill__node_t* node;
+  int col;
+  int rowmode; /* a RAISE drops the row and records its error (row mode, top level) */
+  int64_t n;
+  const rill_array_t* in[RILL__MAX_INPUTS];
+  int nin;
+  const rill_array_t* child; /* reduce input */
+  rill_array_t* out;
+  int fixed;
+  int out_direct; /* var output: `out` is still the first call's own array */
+  pthread_mutex_t mu;
+  uint8_t* fate;
+  int64_t nulled, nfate;
+  int fail_rc; /* a RAISE outside row mode: the chunk fails with the first cell's error */
+  int64_t fail_cell;
+  rill_error_t fail_err;
+  _Atomic int64_t ns;
+} run_t;
+
+typedef struct inview {
+  rill_array_t arr;
+  rill_array_priv_t priv;
+  uint8_t* bits;
+  rill_array_t* slice;
+} inview_t;
+
+static int inview_make(inview_t* v, const rill_array_t* src, int64_t a, int64_t k, const rill_array_t** out) {
+  v->bits = NULL;
+  v->slice = NULL;
+  if (src->offsets) {
+    int r = rill_array_slice(src, a, k, &v->slice, NULL);
+    *out = v->slice;
+    return r;
+  }
+  memset(&v->priv, 0, sizeof v->priv);
+  atomic_init(&v->priv.refs, 1);
+  v->priv.flags = RILL__ARRAY_EXTERNAL;
+  v->arr = *src;
+  v->arr.priv = &v->priv;
+  int64_t cb = rill_type_cell_bytes(&src->type);
+  v->arr.data = (uint8_t*)src->data + a * (cb > 0 ? cb : 0);
+  v->arr.data_size = k * (cb > 0 ? cb : 0);
+  v->arr.length = k;
+  v->arr.validity = NULL;
+  v->arr.null_count = 0;
+  if (src->validity && src->null_count > 0) {
+    if ((a & 7) == 0) {
+      v->arr.validity = src->validity + (a >> 3);
+    } else {
+      v->bits = rill__calloc((size_t)(k + 7) / 8 + 1, 1);
+      if (!v->bits) return RILL_ENOMEM;
+      for (int64_t i = 0; i < k; i++)
+        if (rill__bit_get(src->validity, a + i)) rill__bit_set(v->bits, i);
+      v->arr.validity = v->bits;
+    }
+    v->arr.null_count = rill__count_nulls(v->arr.validity, k);
+  }
+  *out = &v->arr;
+  return RILL_OK;
+}
+
+static void inview_free(inview_t* v) {
+  rill__free(v->bits);
+  rill_array_release(v->slice);
+}
+
+/* The message of a failed cell, naming row and column. */
+static void format_cell_error(run_t* R, int64_t idx, const rill_error_t* e, rill_error_t* out) {
+  rill__chunk_t* ch = R->ch;
+  rill_df_t* top = ch->it->df;
+  const char* req = col_name(top, ch->reqcol);
+  const char* stage = R->c->field.name;
+  int64_t row = R->rowmode ? R->fr->rows[idx] : ch->start;
+  char where[160];
+  if (ch->it->batched)
+    snprintf(where, sizeof where, "batch %lld (row %lld)", (long long)ch->start, (long long)R->fr->rows[idx]);
+  else
+    snprintf(where, sizeof where, "row %lld", (long long)row);
+  out->code = e->code;
+  out->row = row;
+  out->column = ch->reqcol;
+  if (strcmp(req, stage) == 0 && R->fr == &ch->frames[0])
+    rill_error_set(out, e->code, "%s, column '%s': %s", where, stage, e->message);
+  else
+    rill_error_set(out, e->code, "%s, column '%s' (stage '%s'): %s", where, req, stage, e->message);
+}
+
+/* Applies the stage's on_error to cell idx. Var outputs get an empty cell first. */
+static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e) {
+  rill__chunk_t* ch = R->ch;
+  int policy = R->c->opts.on_error;
+  if (!R->fixed) {
+    int64_t zeros[RILL_MAX_NDIM] = {0};
+    if (rill_array_set_var(R->out, idx, NULL, 0, zeros) != RILL_OK) {
+      chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+      return;
+    }
+  } else if (is_host(R->out->device)) {
+    int64_t cb = rill_type_cell_bytes(&R->out->type);
+    if (cb > 0) memset((uint8_t*)R->out->data + idx * cb, 0, (size_t)cb);
+  }
+  pthread_mutex_lock(&R->mu);
+  if (policy == RILL_ON_ERROR_NULL) {
+    if (rill_array_set_null(R->out, idx) != RILL_OK) {
+      pthread_mutex_unlock(&R->mu);
+      chunk_fail(ch, RILL_ENOMEM, "column '%s': cannot make cell null (out of memory or device memory)",
+                 R->c->field.name);
+      return;
+    }
+    R->nulled++;
+    pthread_mutex_unlock(&R->mu);
+    return;
+  }
+  if (!R->fate) {
+    R->fate = rill__calloc((size_t)R->n, 1);
+    if (!R->fate) {
+      pthread_mutex_unlock(&R->mu);
+      chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+      return;
+    }
+  }
+  R->fate[idx] = policy == RILL_ON_ERROR_SKIP ? FATE_SKIP : FATE_RAISE;
+  R->nfate++;
+  if (policy == RILL_ON_ERROR_RAISE) {
+    if (R->rowmode) {
+      pthread_mutex_lock(&ch->mu);
+      if (ch->nrerr == ch->rerr_cap) {
+        int64_t ncap = ch->rerr_cap ? ch->rerr_cap * 2 : 4;
+        rill__rowerr_t* nr = rill__realloc(ch->rerr, sizeof *nr * (size_t)ch->rerr_cap, sizeof *nr * (size_t)ncap);
+        if (!nr) {
+          pthread_mutex_unlock(&ch->mu);
+          pthread_mutex_unlock(&R->mu);
+          chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+          return;
+        }
+        ch->rerr = nr;
+        ch->rerr_cap = ncap;
+      }
+      rill__rowerr_t* re = &ch->rerr[ch->nrerr++];
+      format_cell_error(R, idx, e, &re->err);
+      re->row = re->err.row;
+      pthread_mutex_unlock(&ch->mu);
+    } else if (R->fail_cell < 0 || idx < R->fail_cell) {
+      R->fail_cell = idx;
+      R->fail_rc = e->code;
+      format_cell_error(R, idx, e, &R->fail_err);
+    }
+  }
+  pthread_mutex_unlock(&R->mu);
+}
+
+/* Moves cells [0, k) of `piece` (a window over out, or a var array) into out at `a`. */
+static int commit(run_t* R, rill_array_t* piece, int64_t a, int64_t k) {
+  if (R->fixed) {
+    if (piece->validity) {
+      pthread_mutex_lock(&R->mu);
+      for (int64_t j = 0; j < k; j++)
+        if (!rill__bit_get(piece->validity, j) && rill_array_set_null(R->out, a + j) != RILL_OK) {
+          pthread_mutex_unlock(&R->mu);
+          return RILL_ENOMEM;
+        }
+      pthread_mutex_unlock(&R->mu);
+    }
+    return RILL_OK;
+  }
+  for (int64_t j = 0; j < k; j++) {
+    int64_t nb;
+    const void* p = rill_array_cell(piece, j, &nb);
+    int64_t shape[RILL_MAX_NDIM] = {0};
+    if (piece->shapes) rill_array_cell_shape(piece, j, shape);
+    if (rill_array_set_var(R->out, a + j, p, nb, shape) != RILL_OK) return RILL_ENOMEM;
+    if (!rill_array_is_valid(piece, j) && rill_array_set_null(R->out, a + j) != RILL_OK) return RILL_ENOMEM;
+  }
+  return RILL_OK;
+}
+
+static int piece_ok(run_t* R, const rill_array_t* piece, int64_t k) {
+  return piece->length == k && rill_type_equal(&piece->type, &R->c->field.type) &&
+         (R->fixed || (piece->offsets && piece->priv->var_cells >= 0));
+}
+
+/* Var outputs: after the first call failed, `out` becomes a fresh array of n cells and
+ * the first call's array becomes a piece. */
+static int var_detach(run_t* R, rill_array_t** piece) {
+  if (!R->out_direct) return RILL_OK;
+  rill_array_t* fresh;
+  if (rill__pool_acquire(R->node->pool, &fresh) != RILL_OK) return RILL_ENOMEM;
+  if (rill__array_prepare(fresh, R->c->field.type, R->n, false) != RILL_OK) {
+    rill_array_release(fresh);
+    return RILL_ENOMEM;
+  }
+  *piece = R->out;
+  R->out = fresh;
+  R->out_direct = 0;
+  return RILL_OK;
+}
+
+static void call_range(run_t* R, int64_t a, int64_t b);
+
+/* One call of the stage function for cells [a, b); returns the status and fills e. */
+static int invoke(run_t* R, int64_t a, int64_t b, rill_array_t* piece, rill_error_t* e) {
+  rill__chunk_t* ch = R->ch;
+  int64_t k = b - a;
+  rill_exec_t ex = {.rows = R->fr->rows + a, .n = k, .epoch = ch->epoch, .seed = ch->it->seed,
+                    .column = R->col, .worker = rill__worker_index(), .stream = R->node->stream};
+  inview_t views[R->nin > 0 ? R->nin : 1];
+  const rill_array_t* ins[R->nin > 0 ? R->nin : 1];
+  int nv = 0, rc = RILL_OK;
+  rill_array_t* group = NULL;
+  e->code = 0;
+  e->row = -1;
+  e->column = -1;
+  e->message[0] = '\0';
+  if (R->c->kind == RILL__COL_MAP) {
+    for (int i = 0; i < R->nin; i++) {
+      if (a == 0 && b == R->n) {
+        ins[i] = R->in[i];
+        continue;
+      }
+      rc = inview_make(&views[nv], R->in[i], a, k, &ins[i]);
+      nv++;
+      if (rc != RILL_OK) break;
+    }
+  } else if (R->c->kind == RILL__COL_REDUCE) {
+    int64_t s = R->fr->goff[a], en = R->fr->goff[a + 1];
+    rc = rill_array_slice(R->child, s, en - s, &group, NULL);
+  }
+  if (rc != RILL_OK) {
+    rill_error_set(e, rc, "out of memory preparing the inputs");
+  } else {
+    int serial = R->c->opts.where == RILL_STAGE_CPU_SERIAL;
+    if (serial) pthread_mutex_lock(&R->c->serial);
+    int64_t t0 = rill__now_ns();
+    if (R->c->kind == RILL__COL_SOURCE)
+      rc = R->c->source(ex.rows, k, piece, &ex, R->c->ctx, e);
+    else if (R->c->kind == RILL__COL_MAP)
+      rc = R->c->map(ins, R->nin, piece, &ex, R->c->ctx, e);
+    else
+      rc = R->c->reduce(group, piece, &ex, R->c->ctx, e);
+    int64_t dt = rill__now_ns() - t0;
+    if (serial) pthread_mutex_unlock(&R->c->serial);
+    atomic_fetch_add(&R->ns, dt);
+    atomic_fetch_add(&ch->it->st_compute, dt);
+    atomic_fetch_add(&ch->it->st_calls, 1);
+    if (rc > 0) {
+      rill_error_set(e, RILL_ESTAGE, "the stage function returned status %d", rc);
+      rc = RILL_ESTAGE;
+    } else if (rc < 0 && (e->code == 0 || !e->message[0])) {
+      if (e->code == 0) e->code = rc;
+      snprintf(e->message, sizeof e->message, "%s", rill_strerror(rc));
+    }
+    if (rc < 0) e->code = rc;
+    if (rc == RILL_OK && !piece_ok(R, piece, k)) {
+      char t1[96], t2[96];
+      rill_error_set(e, RILL_ESTAGE, "the stage function produced %lld cells of %s for %lld rows of %s",
+                     (long long)piece->length, rill_type_format(&piece->type, t1, sizeof t1), (long long)k,
+                     rill_type_format(&R->c->field.type, t2, sizeof t2));
+      e->row = -1;
+      rc = RILL_ESTAGE;
+    }
+  }
+  for (int i = 0; i < nv; i++) inview_free(&views[i]);
+  rill_array_release(group);
+  return rc;
+}
+
+static void call_range(run_t* R, int64_t a, int64_t b) {
+  while (a < b && R->ch->rc == RILL_OK) {
+    int64_t k = b - a;
+    rill_array_t win;
+    rill_array_priv_t wpriv;
+    rill_array_t* piece = NULL;
+    if (R->fixed) {
+      rill__array_window(&win, &wpriv, R->out, a, k);
+      piece = &win;
+    } else if (R->out_direct && a == 0 && b == R->n) {
+      piece = R->out;
+    } else if (rill__pool_acquire(R->node->pool, &piece) != RILL_OK) {
+      chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+      return;
+    }
+    rill_error_t e;
+    int rc = invoke(R, a, b, piece, &e);
+    if (rc == RILL_OK) {
+      int cr = RILL_OK;
+      if (piece != R->out) cr = commit(R, piece, a, k);
+      if (R->fixed)
+        rill__array_window_release(&win);
+      else if (piece != R->out)
+        rill_array_release(piece);
+      if (cr != RILL_OK) chunk_fail(R->ch, cr, "column '%s': out of memory", R->c->field.name);
+      return;
+    }
+    int64_t i = (e.row >= 0 && e.row < k) ? e.row : -1;
+    if (!R->fixed && piece == R->out && var_detach(R, &piece) != RILL_OK) {
+      rill_array_release(piece == R->out ? NULL : piece);
+      chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+      return;
+    }
+    if (i > 0) {
+      if (piece_ok(R, piece, k) && (R->fixed || piece->priv->var_cells >= i)) {
+        if (commit(R, piece, a, i) != RILL_OK)
+          chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+      } else {
+        call_range(R, a, a + i); /* the function gave nothing usable: recompute the cells before */
+      }
+    }
+    if (R->fixed)
+      rill__array_window_release(&win);
+    else
+      rill_array_release(piece);
+    if (i < 0) {
+      for (int64_t j = a; j < b; j++) cell_fail(R, j, &e);
+      return;
+    }
+    cell_fail(R, a + i, &e);
+    a += i + 1;
+  }
+}
+
+typedef struct split {
+  run_t* R;
+  int64_t a, b;
+  rill__task_t task;
+} split_t;
+
+static void split_main(void* arg) {
+  split_t* s = arg;
+  call_range(s->R, s->a, s->b);
+}
+
+static int64_t pick_grain(run_t* R, int nthreads) {
+  int64_t g = R->c->opts.grain;
+  if (g > 0) return g;
+  int64_t nspr = atomic_load(&R->node->ns_per_row);
+  if (nspr <= 0) g = (R->n + nthreads) / (nthreads + 1); /* not measured yet: one task per thread */
+  else g = 20000 / nspr;                                  /* a task of about 20 us */
+  return g < 64 ? 64 : g;
+}
+
+static void run_cells(run_t* R) {
+  rill_iter_t* it = R->ch->it;
+  int nthreads = rill__workers_count(it->workers);
+  if (R->c->kind == RILL__COL_REDUCE) {
+    for (int64_t i = 0; i < R->n && R->ch->rc == RILL_OK; i++) call_range(R, i, i + 1);
+    return;
+  }
+  int64_t grain = pick_grain(R, nthreads);
+  if (grain < 1) grain = 1;
+  /* maps on a batched dataframe receive whole batches */
+  int whole = it->batched && R->fr == &R->ch->frames[0];
+  int splittable = R->fixed && !whole && R->c->opts.where == RILL_STAGE_CPU && nthreads > 0 && R->n > grain;
+  int64_t ntasks = splittable ? (R->n + grain - 1) / grain : 1;
+  split_t* sp = ntasks > 1 ? rill__calloc((size_t)ntasks, sizeof *sp) : NULL;
+  if (!sp) {
+    call_range(R, 0, R->n);
+    return;
+  }
+  rill__group_t g = {0};
+  for (int64_t t = 0; t < ntasks; t++) {
+    sp[t].R = R;
+    sp[t].a = t * grain;
+    sp[t].b = t + 1 == ntasks ? R->n : (t + 1) * grain;
+    sp[t].task.fn = split_main;
+    sp[t].task.arg = &sp[t];
+    sp[t].task.group = &g;
+    if (t > 0) rill__workers_submit(it->workers, &sp[t].task);
+  }
+  call_range(R, sp[0].a, sp[0].b);
+  rill__workers_wait(it->workers, &g);
+  rill__free(sp);
+}
+
+static int wait_inputs(run_t* R, const rill_array_t* const* in, int nin, rill_error_t* e) {
+  for (int i = 0; i < nin; i++) {
+    if (!in[i] || !in[i]->event) continue;
+    int r;
+    if (R->c->opts.where == RILL_STAGE_CUDA)
+      r = rill__cuda_stream_wait_event(rill_stream_cuda_handle(R->node->stream), in[i]->event, e);
+    else
+      r = rill__cuda_event_sync(in[i]->event, e);
+    if (r != RILL_OK) return r;
+  }
+  return RILL_OK;
+}
+
+static const rill_array_t* get_col(rill__chunk_t* ch, int d, int c);
+
+/* Computes SOURCE/MAP/REDUCE column c of frame d; stores it in the frame. */
+static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
+  rill__frame_t* fr = &ch->frames[d];
+  rill__column_t* col = fr->df->cols[c];
+  run_t R;
+  memset(&R, 0, sizeof R);
+  R.ch = ch;
+  R.fr = fr;
+  R.c = col;
+  R.col = c;
+  R.node = ch->it->nodemap[d][c];
+  R.fail_cell = -1;
+  if (col->kind == RILL__COL_MAP) {
+    R.nin = col->ninputs;
+    for (int i = 0; i < col->ninputs; i++)
+      if (!(R.in[i] = get_col(ch, d, col->inputs[i]))) return NULL;
+  } else if (col->kind == RILL__COL_REDUCE) {
+    if (!(R.child = get_col(ch, d + 1, col->pcol))) return NULL;
+  }
+  R.n = ch->level_n[fr->level];
+  R.rowmode = !ch->it->batched && fr->level == 0;
+  R.fixed = rill_type_is_fixed(&col->field.type);
+  rill_error_t e;
+  const rill_array_t* child1[1] = {R.child};
+  if (wait_inputs(&R, R.child ? child1 : R.in, R.child ? 1 : R.nin, &e) != RILL_OK) {
+    chunk_fail(ch, e.code, "column '%s': %s", col->field.name, e.message);
+    return NULL;
+  }
+  if (rill__pool_acquire(R.node->pool, &R.out) != RILL_OK) {
+    chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", col->field.name);
+    return NULL;
+  }
+  if (R.fixed || R.n == 0) {
+    int r = rill__array_prepare(R.out, col->field.type, R.n, false);
+    if (r != RILL_OK) {
+      rill_array_release(R.out);
+      chunk_fail(ch, r, "column '%s': cannot allocate %lld cells (%s)", col->field.name, (long long)R.n,
+                 rill_strerror(r));
+      return NULL;
+    }
+  } else {
+    R.out_direct = 1;
+  }
+  if (pthread_mutex_init(&R.mu, NULL) != 0) {
+    rill_array_release(R.out);
+    chunk_fail(ch, RILL_ENOMEM, "column '%s': cannot create a mutex", col->field.name);
+    return NULL;
+  }
+  if (R.n > 0) run_cells(&R);
+  pthread_mutex_destroy(&R.mu);
+  if (R.n > 0) {
+    int64_t nspr = atomic_load(&R.ns) / R.n;
+    atomic_store(&R.node->ns_per_row, nspr > 0 ? nspr : 1);
+  }
+  fr->vals[c] = R.out;
+  ch->nulled += R.nulled;
+  if (ch->rc == RILL_OK && R.fail_rc < 0) {
+    pthread_mutex_lock(&ch->mu);
+    if (ch->rc == RILL_OK) {
+      ch->rc = R.fail_rc;
+      ch->err = R.fail_err;
+    }
+    pthread_mutex_unlock(&ch->mu);
+  }
+  if (ch->rc == RILL_OK && col->opts.where == RILL_STAGE_CUDA && R.n > 0) {
+    int r = RILL_OK;
+    if (!R.out->event) r = rill__cuda_event_new(R.node->device.id, &R.out->event, &e);
+    if (r == RILL_OK) r = rill__cuda_event_record(R.out->event, rill_stream_cuda_handle(R.node->stream), &e);
+    if (r != RILL_OK) chunk_fail(ch, r, "column '%s': %s", col->field.name, e.message);
+  }
+  if (ch->rc == RILL_OK && R.nfate > 0) {
+    int64_t skipped = 0;
+    for (int64_t i = 0; i < R.n; i++) {
+      skipped += R.fate[i] == FATE_SKIP;
+      R.fate[i] = R.fate[i] == FATE_OK || R.fate[i] == FATE_NULL;
+    }
+    ch->skipped += skipped;
+    if (compact_level(ch, fr->level, R.fate) != RILL_OK)
+      chunk_fail(ch, RILL_ENOTSUP, "column '%s': rows cannot be dropped from device arrays", col->field.name);
+  }
+  rill__free(R.fate);
+  return ch->rc == RILL_OK ? R.out : NULL;
+}
+
+/* Batch column with NCHW layout: transposes each [H,W,C] cell to [C,H,W]. */
+static const rill_array_t* transpose_col(rill__chunk_t* ch, int c, const rill_array_t* a) {
+  rill__column_t* col = ch->frames[0].df->cols[c];
+  rill__node_t* node = ch->it->nodemap[0][c];
+  if (!is_host(a->device)) {
+    chunk_fail(ch, RILL_ENOTSUP, "column '%s': NCHW batches of device arrays are not supported", col->field.name);
+    return NULL;
+  }
+  rill_error_t e;
+  if (a->event && rill__cuda_event_sync(a->event, &e) != RILL_OK) {
+    chunk_fail(ch, e.code, "column '%s': %s", col->field.name, e.message);
+    return NULL;
+  }
+  rill_array_t* out;
+  if (rill__pool_acquire(node->pool, &out) != RILL_OK) {
+    chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", col->field.name);
+    return NULL;
+  }
+  int r = rill__array_prepare(out, col->field.type, a->length, false);
+  if (r == RILL_OK && a->validity && a->null_count > 0) {
+    r = rill__array_ensure_validity(out);
+    if (r == RILL_OK) {
+      memcpy(out->validity, a->validity, (size_t)(a->length + 7) / 8);
+      out->null_count = a->null_count;
+    }
+  }
+  if (r != RILL_OK) {
+    rill_array_release(out);
+    chunk_fail(ch, r, "column '%s': cannot allocate the batch", col->field.name);
+    return NULL;
+  }
+  int64_t h = a->type.shape[0], w = a->type.shape[1], cc = a->type.shape[2];
+  size_t es = rill_dtype_size(a->type.dtype);
+  int64_t cell = h * w * cc;
+  for (int64_t i = 0; i < a->length; i++) {
+    const uint8_t* s = (const uint8_t*)a->data + (size_t)(i * cell) * es;
+    uint8_t* dst = (uint8_t*)out->data + (size_t)(i * cell) * es;
+    for (int64_t y = 0; y < h; y++)
+      for (int64_t x = 0; x < w; x++)
+        for (int64_t z = 0; z < cc; z++)
+          memcpy(dst + (size_t)((z * h + y) * w + x) * es, s + (size_t)((y * w + x) * cc + z) * es, es);
+  }
+  ch->frames[0].vals[c] = out;
+  return out;
+}
+
+static const rill_array_t* get_col(rill__chunk_t* ch, int d, int c) {
+  rill__frame_t* fr = &ch->frames[d];
+  if (fr->vals[c]) return fr->vals[c];
+  rill__column_t* col = fr->df->cols[c];
+  switch (col->kind) {
+    case RILL__COL_PARENT: return get_col(ch, d + 1, c);
+    case RILL__COL_BATCH: {
+      const rill_array_t* a = get_col(ch, d + 1, col->pcol);
+      if (!a || !col->transpose) return a;
+      return transpose_col(ch, c, a);
+    }
+    default: return run_stage(ch, d, c);
+  }
+}
+
+/* ---------------------------------------------------------------- chunks */
+
+int rill__chunk_init(rill_iter_t* it, rill__chunk_t* ch) {
+  memset(ch, 0, sizeof *ch);
+  ch->it = it;
+  if (pthread_mutex_init(&ch->mu, NULL) != 0) return RILL_ENOMEM;
+  ch->nframes = it->nchain;
+  ch->frames = rill__calloc((size_t)it->nchain, sizeof *ch->frames);
+  ch->level_n = rill__calloc((size_t)it->nchain + 1, sizeof *ch->level_n);
+  ch->cols = rill__calloc((size_t)(it->nreq > 0 ? it->nreq : 1), sizeof *ch->cols);
+  if (!ch->frames || !ch->level_n || !ch->cols) return RILL_ENOMEM;
+  for (int d = 0; d < it->nchain; d++) {
+    ch->frames[d].df = it->chain[d];
+    int nc = it->chain[d]->ncols;
+    ch->frames[d].vals = rill__calloc((size_t)(nc > 0 ? nc : 1), sizeof *ch->frames[d].vals);
+    if (!ch->frames[d].vals) return RILL_ENOMEM;
+  }
+  return RILL_OK;
+}
+
+void rill__chunk_release(rill__chunk_t* ch) {
+  if (!ch->cols) return;
+  for (int q = 0; q < ch->it->nreq; q++) {
+    rill_array_release(ch->cols[q]);
+    ch->cols[q] = NULL;
+  }
+  ch->m = 0;
+  ch->nrerr = 0;
+  ch->rc = RILL_OK;
+}
+
+void rill__chunk_destroy(rill__chunk_t* ch) {
+  if (!ch->it) return;
+  rill__chunk_release(ch);
+  if (ch->frames) {
+    for (int d = 0; d < ch->nframes; d++) {
+      rill__free(ch->frames[d].vals);
+      rill__free(ch->frames[d].rows);
+      rill__free(ch->frames[d].goff);
+    }
+  }
+  rill__free(ch->frames);
+  rill__free(ch->level_n);
+  rill__free(ch->cols);
+  rill__free(ch->rerr);
+  pthread_mutex_destroy(&ch->mu);
+  memset(ch, 0, sizeof *ch);
+}
+
+static int setup_frames(rill__chunk_t* ch) {
+  rill_iter_t* it = ch->it;
+  int d0 = 0;
+  for (int d = 0; d < ch->nframes; d++) ch->frames[d].level = 0;
+  if (it->batched) {
+    rill_df_t* b = it->chain[0];
+    int64_t s = ch->start * b->batch, e = s + b->batch;
+    if (e > b->parent->rows) e = b->parent->rows;
+    int64_t n = e > s ? e - s : 0;
+    for (int d = 0; d < 2; d++) {
+      if (ensure_i64(&ch->frames[d].rows, &ch->frames[d].rows_cap, n) != RILL_OK) return RILL_ENOMEM;
+      for (int64_t i = 0; i < n; i++) ch->frames[d].rows[i] = s + i;
+    }
+    ch->level_n[0] = n;
+    d0 = 1;
+  } else {
+    int64_t n = ch->end - ch->start;
+    if (ensure_i64(&ch->frames[0].rows, &ch->frames[0].rows_cap, n) != RILL_OK) return RILL_ENOMEM;
+    for (int64_t i = 0; i < n; i++) ch->frames[0].rows[i] = ch->start + i;
+    ch->level_n[0] = n;
+  }
+  for (int d = d0; d + 1 < ch->nframes; d++) {
+    rill__frame_t* f = &ch->frames[d];
+    rill__frame_t* p = &ch->frames[d + 1];
+    rill_df_t* df = f->df;
+    int64_t n = ch->level_n[f->level];
+    if (df->kind == RILL__DF_REDUCE) {
+      int64_t prow = df->parent->rows, total = 0;
+      if (ensure_i64(&f->goff, &f->goff_cap, n + 1) != RILL_OK) return RILL_ENOMEM;
+      for (int64_t g = 0; g < n; g++) {
+        int64_t s = f->rows[g] * df->k, e = s + df->k;
+        if (e > prow) e = prow;
+        f->goff[g] = total;
+        total += e > s ? e - s : 0;
+      }
+      f->goff[n] = total;
+      if (ensure_i64(&p->rows, &p->rows_cap, total) != RILL_OK) return RILL_ENOMEM;
+      for (int64_t g = 0; g < n; g++)
+        for (int64_t j = f->goff[g]; j < f->goff[g + 1]; j++) p->rows[j] = f->rows[g] * df->k + (j - f->goff[g]);
+      p->level = f->level + 1;
+      ch->level_n[p->level] = total;
+    } else {
+      if (ensure_i64(&p->rows, &p->rows_cap, n) != RILL_OK) return RILL_ENOMEM;
+      for (int64_t i = 0; i < n; i++) p->rows[i] = rill__view_row(df, ch->epoch, f->rows[i]);
+      p->level = f->level;
+    }
+  }
+  return RILL_OK;
+}
+
+static int cmp_rowerr(const void* a, const void* b) {
+  int64_t x = ((const rill__rowerr_t*)a)->row, y = ((const rill__rowerr_t*)b)->row;
+  return x < y ? -1 : x > y;
+}
+
+void rill__chunk_eval(rill__chunk_t* ch) {
+  rill_iter_t* it = ch->it;
+  ch->rc = RILL_OK;
+  ch->nrerr = 0;
+  ch->skipped = ch->nulled = 0;
+  ch->m = 0;
+  ch->reqcol = it->nreq > 0 ? it->req[0] : 0;
+  if (setup_frames(ch) != RILL_OK) {
+    chunk_fail(ch, RILL_ENOMEM, "rows %lld..%lld: out of memory", (long long)ch->start, (long long)ch->end - 1);
+  } else {
+    for (int q = 0; q < it->nreq && ch->rc == RILL_OK; q++) {
+      ch->reqcol = it->req[q];
+      get_col(ch, 0, it->req[q]);
+    }
+    if (ch->rc == RILL_OK) {
+      for (int q = 0; q < it->nreq; q++) {
+        ch->reqcol = it->req[q];
+        ch->cols[q] = rill_array_retain(get_col(ch, 0, it->req[q]));
+      }
+      ch->m = it->batched ? (ch->level_n[0] > 0 || it->nreq == 0) : ch->level_n[0];
+      ch->top = ch->frames[0].rows;
+      if (ch->nrerr > 1) qsort(ch->rerr, (size_t)ch->nrerr, sizeof *ch->rerr, cmp_rowerr);
+    }
+  }
+  for (int d = 0; d < ch->nframes; d++) {
+    rill__frame_t* f = &ch->frames[d];
+    for (int c = 0; c < f->df->ncols; c++) {
+      rill_array_release(f->vals[c]);
+      f->vals[c] = NULL;
+    }
+  }
+  if (ch->rc != RILL_OK) {
+    for (int q = 0; q < it->nreq; q++) {
+      rill_array_release(ch->cols[q]);
+      ch->cols[q] = NULL;
+    }
+    ch->m = 0;
+    ch->nrerr = 0;
+  }
+}

@@ -1,0 +1,485 @@
+/* Iterators: a plan of the stages the requested columns need, a ring of prefetch slots
+ * (each computes one chunk of consecutive rows on the worker pool), and the hand-out of
+ * rows (or batches) in order, with per-row errors, seek, epochs and save/restore.
+ *
+ * Chunks: a batched dataframe, or one whose ancestry holds a reduce, is computed one row
+ * per chunk; otherwise chunks hold up to 256 rows (fewer when a stage asks for a smaller
+ * grain) and rill_iter_next hands out length-1 slices of the chunk's arrays. */
+#include <string.h>
+
+#include "engine.h"
+
+#define ROW_CHUNK 256
+
+/* ---------------------------------------------------------------- plan */
+
+static int add_node(rill_iter_t* it, int d, int c, rill_error_t* err) {
+  rill_df_t* df = it->chain[d];
+  rill__column_t* col = df->cols[c];
+  rill__node_t* n = rill__calloc(1, sizeof *n);
+  if (!n) return rill__fail(err, RILL_ENOMEM, "rill_iter_new: out of memory");
+  if (it->nnodes % 16 == 0) {
+    rill__node_t** nn = rill__realloc(it->nodes, sizeof *nn * (size_t)it->nnodes, sizeof *nn * (size_t)(it->nnodes + 16));
+    if (!nn) {
+      rill__free(n);
+      return rill__fail(err, RILL_ENOMEM, "rill_iter_new: out of memory");
+    }
+    it->nodes = nn;
+  }
+  it->nodes[it->nnodes++] = n;
+  it->nodemap[d][c] = n;
+  n->df = df;
+  n->col = c;
+  n->depth = d;
+  n->device = (rill_device_t){RILL_DEVICE_CPU, 0};
+  if (col->kind != RILL__COL_BATCH && col->opts.where == RILL_STAGE_CUDA) {
+    n->device = (rill_device_t){RILL_DEVICE_CUDA, col->opts.device};
+    int r = rill_stream_new_cuda(col->opts.device, &n->stream, err);
+    if (r != RILL_OK) return r;
+  }
+  n->pool = rill__pool_new(n->device);
+  if (!n->pool) return rill__fail(err, RILL_ENOMEM, "rill_iter_new: out of memory");
+  return RILL_OK;
+}
+
+/* Marks column c of chain[d] and everything it needs. */
+static int need(rill_iter_t* it, int d, int c, int64_t* min_grain, rill_error_t* err) {
+  if (it->nodemap[d][c]) return RILL_OK;
+  rill__column_t* col = it->chain[d]->cols[c];
+  int r = RILL_OK;
+  switch (col->kind) {
+    case RILL__COL_PARENT: return need(it, d + 1, c, min_grain, err);
+    case RILL__COL_BATCH:
+      if (col->transpose && (r = add_node(it, d, c, err)) != RILL_OK) return r;
+      return need(it, d + 1, col->pcol, min_grain, err);
+    case RILL__COL_SOURCE:
+    case RILL__COL_MAP:
+    case RILL__COL_REDUCE:
+      if ((r = add_node(it, d, c, err)) != RILL_OK) return r;
+      if (col->opts.grain > 0 && col->opts.grain < *min_grain) *min_grain = col->opts.grain;
+      if (col->kind == RILL__COL_MAP)
+        for (int i = 0; i < col->ninputs && r == RILL_OK; i++) r = need(it, d, col->inputs[i], min_grain, err);
+      if (col->kind == RILL__COL_REDUCE) r = need(it, d + 1, col->pcol, min_grain, err);
+      return r;
+  }
+  return RILL_OK;
+}
+
+static uint64_t fnv(uint64_t h, const void* p, size_t n) {
+  const uint8_t* b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ULL;
+  return h;
+}
+
+static uint64_t fingerprint(const rill_iter_t* it) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  for (int d = 0; d < it->nchain; d++) {
+    const rill_df_t* df = it->chain[d];
+    int64_t v[8] = {df->kind, df->rows, df->ncols, (int64_t)df->seed, df->rank, df->world, df->batch, df->k};
+    h = fnv(h, v, sizeof v);
+    int64_t b[2] = {df->bopts.drop_last, df->bopts.layout};
+    h = fnv(h, b, sizeof b);
+    for (int c = 0; c < df->ncols; c++) {
+      const rill_field_t* f = &df->cols[c]->field;
+      h = fnv(h, f->name, strlen(f->name) + 1);
+      int64_t t[2] = {f->type.dtype, f->type.ndim};
+      h = fnv(h, t, sizeof t);
+      h = fnv(h, f->type.shape, sizeof(int64_t) * (size_t)f->type.ndim);
+    }
+  }
+  for (int q = 0; q < it->nreq; q++) h = fnv(h, &it->req[q], sizeof it->req[q]);
+  return h;
+}
+
+/* ---------------------------------------------------------------- slots */
+
+static void slot_main(void* arg) {
+  rill__slot_t* s = arg;
+  rill__chunk_eval(&s->chunk);
+}
+
+static void release_held(rill_iter_t* it) {
+  for (int q = 0; q < it->nreq; q++) {
+    rill_array_release(it->held[q]);
+    it->held[q] = NULL;
+  }
+}
+
+static void schedule(rill_iter_t* it) {
+  while (it->inflight < it->nslots && it->next_start < it->df->rows) {
+    rill__slot_t* s = &it->slots[(it->head + it->inflight) % it->nslots];
+    s->busy = 1;
+    s->done = 0;
+    s->chunk.start = it->next_start;
+    s->chunk.end = it->next_start + it->chunk_rows;
+    if (s->chunk.end > it->df->rows) s->chunk.end = it->df->rows;
+    s->chunk.epoch = it->epoch;
+    it->next_start = s->chunk.end;
+    it->inflight++;
+    if (it->ahead > 0) {
+      s->queued = 1;
+      s->group.pending = 0;
+      s->task.fn = slot_main;
+      s->task.arg = s;
+      s->task.group = &s->group;
+      rill__workers_submit(it->workers, &s->task);
+    }
+  }
+}
+
+static void slot_finish(rill__slot_t* s, rill_iter_t* it) {
+  if (s->queued) {
+    rill__workers_cancel(it->workers, &s->group);
+    rill__workers_wait(it->workers, &s->group);
+    s->queued = 0;
+  }
+  rill__chunk_release(&s->chunk);
+  s->busy = 0;
+  s->done = 0;
+}
+
+static void drop_all(rill_iter_t* it) {
+  release_held(it);
+  for (int i = 0; i < it->inflight; i++) slot_finish(&it->slots[(it->head + i) % it->nslots], it);
+  it->head = 0;
+  it->inflight = 0;
+  it->cur_active = 0;
+}
+
+static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
+  if (s->queued) {
+    rill__workers_wait(it->workers, &s->group);
+    s->queued = 0;
+  } else if (!s->done) {
+    rill__chunk_eval(&s->chunk);
+  }
+  s->done = 1;
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+void rill_iter_free(rill_iter_t* it) {
+  if (!it) return;
+  if (it->slots) {
+    drop_all(it);
+    for (int i = 0; i < it->nslots; i++) rill__chunk_destroy(&it->slots[i].chunk);
+  }
+  rill__workers_free(it->workers);
+  rill__free(it->slots);
+  for (int i = 0; i < it->nnodes; i++) {
+    rill__pool_free(it->nodes[i]->pool);
+    rill_stream_free(it->nodes[i]->stream);
+    rill__free(it->nodes[i]);
+  }
+  rill__free(it->nodes);
+  if (it->nodemap)
+    for (int d = 0; d < it->nchain; d++) rill__free(it->nodemap[d]);
+  rill__free(it->nodemap);
+  rill__free(it->chain);
+  rill__free(it->req);
+  rill__free(it->held);
+  rill__free((void*)it->rowcols);
+  if (it->df) {
+    rill__df_freeze(it->df, -1);
+    rill_df_free(it->df);
+  }
+  rill__free(it);
+}
+
+int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_iter_t** out, rill_error_t* err) {
+  const char* who = "rill_iter_new";
+  if (!out) return rill__fail(err, RILL_EINVAL, "%s: out is NULL", who);
+  *out = NULL;
+  if (!df) return rill__fail(err, RILL_EINVAL, "%s: the dataframe is NULL", who);
+  rill_iter_opts_t o = {0};
+  if (opts) o = *opts;
+  if (o.ncolumns < 0 || (o.ncolumns > 0 && !o.columns))
+    return rill__fail(err, RILL_EINVAL, "%s: %d columns requested with a NULL list", who, o.ncolumns);
+  if (o.columns)
+    for (int q = 0; q < o.ncolumns; q++)
+      if (o.columns[q] < 0 || o.columns[q] >= df->ncols)
+        return rill__fail(err, RILL_EINVAL, "%s: unknown column %d (the dataframe has %d columns)", who,
+                          o.columns[q], df->ncols);
+  if (o.prefetch < RILL_PREFETCH_NONE || o.threads < RILL_THREADS_NONE)
+    return rill__fail(err, RILL_EINVAL, "%s: negative prefetch or thread count", who);
+  if (o.stream && rill_stream_device(o.stream).type == RILL_DEVICE_CUDA) {
+    int r = rill__cuda_check_device(rill_stream_device(o.stream).id, err);
+    if (r != RILL_OK) return r;
+  }
+  rill_iter_t* it = rill__calloc(1, sizeof *it);
+  if (!it) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
+  it->df = df;
+  rill__df_retain(df);
+  rill__df_freeze(df, 1);
+  it->seed = o.seed;
+  it->epoch = o.epoch;
+  it->stream = o.stream;
+  it->nreq = o.columns ? o.ncolumns : df->ncols;
+  int r = RILL_OK;
+  size_t nq = (size_t)(it->nreq > 0 ? it->nreq : 1);
+  it->req = rill__calloc(nq, sizeof *it->req);
+  it->held = rill__calloc(nq, sizeof *it->held);
+  it->rowcols = rill__calloc(nq, sizeof *it->rowcols);
+  for (const rill_df_t* d = df; d; d = d->parent) it->nchain++;
+  it->chain = rill__calloc((size_t)it->nchain, sizeof *it->chain);
+  it->nodemap = rill__calloc((size_t)it->nchain, sizeof *it->nodemap);
+  if (!it->req || !it->held || !it->rowcols || !it->chain || !it->nodemap) goto nomem;
+  for (int q = 0; q < it->nreq; q++) it->req[q] = o.columns ? o.columns[q] : q;
+  {
+    int d = 0;
+    for (rill_df_t* x = df; x; x = x->parent) {
+      it->chain[d] = x;
+      it->nodemap[d] = rill__calloc((size_t)(x->ncols > 0 ? x->ncols : 1), sizeof **it->nodemap);
+      if (!it->nodemap[d]) goto nomem;
+      if (x->kind == RILL__DF_REDUCE) it->boundary = 1;
+      d++;
+    }
+  }
+  it->batched = df->kind == RILL__DF_BATCH;
+  if (it->batched) it->boundary = 1;
+  int64_t min_grain = ROW_CHUNK;
+  for (int q = 0; q < it->nreq && r == RILL_OK; q++) r = need(it, 0, it->req[q], &min_grain, err);
+  if (r != RILL_OK) goto fail;
+  it->chunk_rows = it->boundary ? 1 : min_grain;
+  int prefetch = o.prefetch == 0 ? 2 : o.prefetch == RILL_PREFETCH_NONE ? 0 : o.prefetch;
+  it->ahead = prefetch == 0 ? 0 : (int)((prefetch + it->chunk_rows - 1) / it->chunk_rows);
+  it->nslots = 1 + it->ahead;
+  it->nthreads = o.threads == 0 ? rill__ncores() : o.threads == RILL_THREADS_NONE ? 0 : o.threads;
+  if (rill__workers_new(it->nthreads, &it->workers) != RILL_OK) goto nomem;
+  it->slots = rill__calloc((size_t)it->nslots, sizeof *it->slots);
+  if (!it->slots) goto nomem;
+  for (int i = 0; i < it->nslots; i++)
+    if (rill__chunk_init(it, &it->slots[i].chunk) != RILL_OK) goto nomem;
+  it->fingerprint = fingerprint(it);
+  *out = it;
+  return RILL_OK;
+nomem:
+  r = rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
+fail:
+  rill_iter_free(it);
+  return r;
+}
+
+/* ---------------------------------------------------------------- iteration */
+
+static int sync_columns(rill_iter_t* it, rill__chunk_t* ch, rill_error_t* err) {
+  for (int q = 0; q < it->nreq; q++) {
+    const rill_array_t* a = ch->cols[q];
+    if (!a || !a->event) continue;
+    int r;
+    void* cs = it->stream ? rill_stream_cuda_handle(it->stream) : NULL;
+    if (cs)
+      r = rill__cuda_stream_wait_event(cs, a->event, err);
+    else
+      r = rill__cuda_event_sync(a->event, err);
+    if (r != RILL_OK) return r;
+  }
+  return RILL_OK;
+}
+
+/* Points row view `v` (made by rill_array_slice, referenced only by the iterator) at cell i
+ * of host array `src`, so that row mode allocates nothing per row. */
+static int view_rebind(rill_array_t* v, const rill_array_t* src, int64_t i) {
+  rill_array_priv_t* p = v->priv;
+  if (!(p->flags & RILL__ARRAY_EXTERNAL) || !src->device.type || src->device.type != RILL_DEVICE_CPU ||
+      v->device.type != RILL_DEVICE_CPU)
+    return RILL_EINVAL;
+  if (src->offsets && !p->offsets_buf) {
+    p->offsets_buf = rill__alloc(2 * sizeof(int64_t));
+    if (!p->offsets_buf) return RILL_ENOMEM;
+    p->offsets_cap = 2 * sizeof(int64_t);
+  }
+  int null = src->validity && src->null_count > 0 && !rill__bit_get(src->validity, i);
+  if (null && !p->validity_buf) {
+    p->validity_buf = rill__alloc(1);
+    if (!p->validity_buf) return RILL_ENOMEM;
+    p->validity_cap = 1;
+  }
+  if (p->parent != src) {
+    rill_array_release(p->parent);
+    p->parent = rill_array_retain(src);
+  }
+  v->type = src->type;
+  v->length = 1;
+  v->event = NULL;
+  if (src->offsets) {
+    int64_t s = src->offsets[i], e = src->offsets[i + 1];
+    p->offsets_buf[0] = 0;
+    p->offsets_buf[1] = e - s;
+    v->offsets = p->offsets_buf;
+    v->data = src->data ? (uint8_t*)src->data + s : NULL;
+    v->data_size = e - s;
+    v->shapes = src->shapes ? src->shapes + i * src->type.ndim : NULL;
+  } else {
+    int64_t cb = rill_type_cell_bytes(&src->type);
+    v->offsets = NULL;
+    v->shapes = NULL;
+    v->data = (uint8_t*)src->data + i * cb;
+    v->data_size = cb;
+  }
+  if (null) {
+    p->validity_buf[0] = 0;
+    v->validity = p->validity_buf;
+    v->null_count = 1;
+  } else {
+    v->validity = NULL;
+    v->null_count = 0;
+  }
+  return RILL_OK;
+}
+
+int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
+  if (!it || !row) return rill__fail(err, RILL_EINVAL, "rill_iter_next: NULL argument");
+  for (;;) {
+    if (it->cur_active) {
+      rill__slot_t* s = &it->slots[it->head];
+      rill__chunk_t* ch = &s->chunk;
+      if (ch->rc != RILL_OK) {
+        int rc = ch->rc;
+        if (err) *err = ch->err;
+        it->st_errors++;
+        it->cursor = ch->end;
+        slot_finish(s, it);
+        it->head = (it->head + 1) % it->nslots;
+        it->inflight--;
+        it->cur_active = 0;
+        schedule(it);
+        return rc;
+      }
+      int64_t tr = it->pos_r < ch->m ? (it->batched ? ch->start : ch->top[it->pos_r]) : INT64_MAX;
+      int64_t te = it->pos_e < ch->nrerr ? ch->rerr[it->pos_e].row : INT64_MAX;
+      if (te < tr) {
+        if (err) *err = ch->rerr[it->pos_e].err;
+        it->pos_e++;
+        it->st_errors++;
+        it->cursor = te + 1;
+        return ch->rerr[it->pos_e - 1].err.code;
+      }
+      if (tr != INT64_MAX) {
+        if (it->batched || it->chunk_rows == 1) {
+          for (int q = 0; q < it->nreq; q++) it->rowcols[q] = ch->cols[q];
+          it->st_cells += it->batched ? (it->nreq > 0 ? ch->cols[0]->length : 0) : 1;
+        } else {
+          for (int q = 0; q < it->nreq; q++) {
+            if (it->held[q] && rill_array_refcount(it->held[q]) == 1 &&
+                view_rebind(it->held[q], ch->cols[q], it->pos_r) == RILL_OK) {
+              it->rowcols[q] = it->held[q];
+              continue;
+            }
+            rill_array_release(it->held[q]);
+            it->held[q] = NULL;
+            if (rill_array_slice(ch->cols[q], it->pos_r, 1, &it->held[q], NULL) != RILL_OK) {
+              release_held(it);
+              return rill__fail(err, RILL_ENOMEM, "rill_iter_next: out of memory (row %lld)", (long long)tr);
+            }
+            it->rowcols[q] = it->held[q];
+          }
+          it->st_cells++;
+        }
+        it->pos_r++;
+        it->st_rows++;
+        it->cursor = tr + 1;
+        row->index = tr;
+        row->ncolumns = it->nreq;
+        row->columns = it->rowcols;
+        return RILL_OK;
+      }
+      if (it->cursor < ch->end) it->cursor = ch->end;
+      slot_finish(s, it);
+      it->head = (it->head + 1) % it->nslots;
+      it->inflight--;
+      it->cur_active = 0;
+    }
+    schedule(it);
+    if (it->inflight == 0) return RILL_END;
+    rill__slot_t* s = &it->slots[it->head];
+    int64_t t0 = rill__now_ns();
+    wait_slot(it, s);
+    it->st_wait += rill__now_ns() - t0;
+    it->cur_active = 1;
+    it->pos_r = it->pos_e = 0;
+    it->st_skipped += s->chunk.skipped;
+    it->st_nulled += s->chunk.nulled;
+    if (s->chunk.rc == RILL_OK) {
+      rill_error_t e;
+      int r = sync_columns(it, &s->chunk, &e);
+      if (r != RILL_OK) {
+        rill__chunk_release(&s->chunk);
+        s->chunk.rc = r;
+        s->chunk.err = e;
+        s->chunk.err.row = s->chunk.start;
+      }
+    }
+    schedule(it);
+  }
+}
+
+const rill_array_t* rill_row_get(const rill_row_t* row, int i) {
+  if (!row || i < 0 || i >= row->ncolumns) return NULL;
+  return row->columns[i];
+}
+
+int rill_iter_prefetch(rill_iter_t* it, int n) {
+  if (!it || n < 0) return RILL_EINVAL;
+  schedule(it);
+  return RILL_OK;
+}
+
+int rill_iter_seek(rill_iter_t* it, int64_t row) {
+  if (!it || row < 0 || row > it->df->rows) return RILL_EINVAL;
+  drop_all(it);
+  it->next_start = row;
+  it->cursor = row;
+  return RILL_OK;
+}
+
+int rill_iter_set_epoch(rill_iter_t* it, int64_t epoch) {
+  if (!it) return RILL_EINVAL;
+  drop_all(it);
+  it->epoch = epoch;
+  it->next_start = 0;
+  it->cursor = 0;
+  return RILL_OK;
+}
+
+int64_t rill_iter_epoch(const rill_iter_t* it) { return it ? it->epoch : 0; }
+
+int rill_iter_save(const rill_iter_t* it, rill_iter_state_t* st) {
+  if (!it || !st) return RILL_EINVAL;
+  st->seed = it->seed;
+  st->epoch = it->epoch;
+  st->cursor = it->cursor;
+  st->fingerprint = it->fingerprint;
+  return RILL_OK;
+}
+
+int rill_iter_restore(rill_iter_t* it, const rill_iter_state_t* st) {
+  if (!it || !st || st->fingerprint != it->fingerprint || st->cursor < 0 || st->cursor > it->df->rows)
+    return RILL_EINVAL;
+  drop_all(it);
+  it->seed = st->seed;
+  it->epoch = st->epoch;
+  it->next_start = st->cursor;
+  it->cursor = st->cursor;
+  return RILL_OK;
+}
+
+void rill_iter_stats(const rill_iter_t* it, rill_iter_stats_t* st) {
+  if (!st) return;
+  memset(st, 0, sizeof *st);
+  if (!it) return;
+  st->rows = it->st_rows;
+  st->cells = it->st_cells;
+  st->skipped = it->st_skipped;
+  st->nulled = it->st_nulled;
+  st->errors = it->st_errors;
+  st->wait_ns = it->st_wait;
+  st->compute_ns = atomic_load(&((rill_iter_t*)it)->st_compute);
+  st->stage_calls = atomic_load(&((rill_iter_t*)it)->st_calls);
+  for (int i = 0; i < it->nnodes; i++) {
+    int64_t a, r;
+    rill__pool_counts(it->nodes[i]->pool, &a, &r);
+    st->allocs += a;
+    st->reuses += r;
+  }
+}

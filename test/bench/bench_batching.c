@@ -1,0 +1,128 @@
+/* Batching: bytes written into the batch buffer per second by a map stage whose output slot
+ * is the batch itself (uint8 NHWC through flip, float32 NCHW through normalize), against
+ * memcpy bandwidth of a buffer of the batch's size measured in the same run; and page faults
+ * per batch once the pools are warm (getrusage minor faults).
+ *
+ * usage: bench_batching [images] [batch] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "rill.h"
+#include "rill_addons.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static long minflt(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+
+/* memcpy bandwidth (GB/s written) for `bytes`-sized copies. */
+static double memcpy_gbs(size_t bytes) {
+  unsigned char* a = malloc(bytes);
+  unsigned char* b = malloc(bytes);
+  memset(a, 1, bytes);
+  memset(b, 2, bytes);
+  int reps = 0;
+  double t0 = now_s(), t;
+  do {
+    memcpy(reps & 1 ? a : b, reps & 1 ? b : a, bytes);
+    reps++;
+  } while ((t = now_s() - t0) < 0.5 || reps < 4);
+  volatile unsigned char sink = a[bytes / 2] ^ b[bytes / 3];
+  (void)sink;
+  free(a);
+  free(b);
+  return (double)bytes * reps / t / 1e9;
+}
+
+typedef struct result {
+  double gbs, faults_per_batch;
+  int64_t allocs_steady;
+} result_t;
+
+static int run(rill_df_t* df, int col, int batch, int threads, size_t cell_bytes, result_t* r, rill_error_t* err) {
+  rill_df_t* b = NULL;
+  rill_iter_t* it = NULL;
+  rill_row_t row;
+  if (rill_df_batch(df, &col, 1, batch, &(rill_batch_opts_t){.drop_last = 1}, &b, err) < 0) return -1;
+  if (rill_iter_new(b, &(rill_iter_opts_t){.prefetch = 2, .threads = threads, .seed = 3}, &it, err) < 0) return -1;
+  /* epoch 0 warms the pools */
+  while (rill_iter_next(it, &row, err) == RILL_OK) {
+  }
+  rill_iter_stats_t s0, s1;
+  rill_iter_stats(it, &s0);
+  long f0 = minflt();
+  int64_t batches = 0;
+  double t0 = now_s(), t = 0;
+  for (int e = 1; e <= 3 || t < 1.0; e++) { /* at least 3 epochs and one second */
+    rill_iter_set_epoch(it, e);
+    int rc;
+    while ((rc = rill_iter_next(it, &row, err)) == RILL_OK) batches++;
+    if (rc < 0) return rc;
+    t = now_s() - t0;
+  }
+  long f1 = minflt();
+  rill_iter_stats(it, &s1);
+  r->gbs = (double)batches * batch * cell_bytes / t / 1e9;
+  r->faults_per_batch = batches ? (double)(f1 - f0) / batches : 0;
+  r->allocs_steady = s1.allocs - s0.allocs;
+  rill_iter_free(it);
+  rill_df_free(b);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 512, batch = argc > 2 ? atoi(argv[2]) : 64;
+  rill_error_t err = {0};
+  rill_array_t* imgs = NULL;
+  if (rill_array_new(rill_type_tensor(RILL_UINT8, 3, (int64_t[]){224, 224, 3}), n, &imgs, &err) < 0) {
+    fprintf(stderr, "bench_batching: %s\n", err.message);
+    return 1;
+  }
+  uint32_t s = 1;
+  uint8_t* p = imgs->data;
+  for (int64_t i = 0; i < (int64_t)n * 224 * 224 * 3; i++) p[i] = (uint8_t)((s = s * 1664525u + 1013904223u) >> 24);
+  rill_df_t* df = NULL;
+  const char* names[1] = {"img"};
+  const rill_array_t* arrays[1] = {imgs};
+  if (rill_df_from_arrays(names, arrays, 1, 0, &df, &err) < 0) {
+    fprintf(stderr, "bench_batching: %s\n", err.message);
+    return 1;
+  }
+  int flip = rill_image_flip(df, "flip", 0, 0.5, &err);
+  int norm = rill_image_normalize(df, "x", 0,
+                                  &(rill_normalize_opts_t){.flip = 0.5, .mean = {0.485, 0.456, 0.406},
+                                                           .std = {0.229, 0.224, 0.225}, .layout = RILL_LAYOUT_CHW},
+                                  &err);
+  if (flip < 0 || norm < 0) {
+    fprintf(stderr, "bench_batching: %s\n", err.message);
+    return 1;
+  }
+  size_t u8 = 224 * 224 * 3, f32 = u8 * 4;
+  double mc_u8 = memcpy_gbs(u8 * batch), mc_f32 = memcpy_gbs(f32 * batch);
+  printf("memcpy_gbs_u8_batch %.2f\nmemcpy_gbs_f32_batch %.2f\n", mc_u8, mc_f32);
+  for (int threads = 1; threads <= 2; threads++) {
+    result_t a, b;
+    if (run(df, flip, batch, threads, u8, &a, &err) < 0 || run(df, norm, batch, threads, f32, &b, &err) < 0) {
+      fprintf(stderr, "bench_batching: %s\n", err.message);
+      return 1;
+    }
+    printf("batch_u8_nhwc_gbs_%dt %.2f\nratio_u8_vs_memcpy_%dt %.2f\n", threads, a.gbs, threads, a.gbs / mc_u8);
+    printf("batch_f32_nchw_gbs_%dt %.2f\nratio_f32_vs_memcpy_%dt %.2f\n", threads, b.gbs, threads, b.gbs / mc_f32);
+    printf("faults_per_batch_u8_%dt %.2f\nfaults_per_batch_f32_%dt %.2f\n", threads, a.faults_per_batch, threads,
+           b.faults_per_batch);
+    printf("steady_allocs_%dt %lld\n", threads, (long long)(a.allocs_steady + b.allocs_steady));
+  }
+  rill_df_free(df);
+  rill_array_release(imgs);
+  return 0;
+}

@@ -1,0 +1,99 @@
+"""Peers for the CSV and SQLite benchmarks (run one measurement per process so that the
+peak memory is its own).
+
+  gen-csv PATH MB        write a synthetic CSV of mixed columns (ints, floats, quoted strings)
+  gen-sqlite PATH ROWS   write a SQLite table t(id INTEGER PRIMARY KEY, a INTEGER, b REAL, s TEXT)
+  pandas-csv PATH | pyarrow-csv PATH THREADS
+  sqlite-loop PATH | pandas-sql PATH       read every row of t in shuffled order
+Each measurement prints: NAME seconds=S rows=N rss_mb=M
+"""
+import random
+import resource
+import sqlite3
+import sys
+import time
+
+
+def report(name, t0, rows):
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(f"{name} seconds={time.perf_counter() - t0:.3f} rows={rows} rss_mb={rss:.1f}")
+
+
+def gen_csv(path, mb):
+    rnd = random.Random(1)
+    words = ["alpha", "beta", "gam,ma", 'say "hi"', "delta", "e", "zeta eta", "theta"]
+    target = int(mb) << 20
+    with open(path, "w", newline="") as f:
+        f.write("id,count,price,ratio,name,tag\n")
+        size, i, buf = 0, 0, []
+        while size < target:
+            w = words[rnd.randrange(len(words))]
+            name = '"' + w.replace('"', '""') + '"' if ("," in w or '"' in w) else w
+            line = f"{i},{rnd.randrange(1000000)},{rnd.random() * 1000:.4f},{rnd.random():.6f},{name},t{i % 97}\n"
+            buf.append(line)
+            size += len(line)
+            i += 1
+            if len(buf) == 100000:
+                f.write("".join(buf))
+                buf.clear()
+        f.write("".join(buf))
+
+
+def gen_sqlite(path, rows):
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE IF EXISTS t")
+    db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, a INTEGER, b REAL, s TEXT)")
+    db.executemany("INSERT INTO t VALUES (?, ?, ?, ?)",
+                   ((i, i * 7, i * 0.5, f"row{i}") for i in range(1, int(rows) + 1)))
+    db.commit()
+    db.close()
+
+
+def main():
+    cmd, path = sys.argv[1], sys.argv[2]
+    if cmd == "gen-csv":
+        gen_csv(path, sys.argv[3])
+    elif cmd == "gen-sqlite":
+        gen_sqlite(path, sys.argv[3])
+    elif cmd == "pandas-csv":
+        import pandas as pd
+        t0 = time.perf_counter()
+        df = pd.read_csv(path)
+        report("pandas.read_csv", t0, len(df))
+    elif cmd == "pyarrow-csv":
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+        pa.set_cpu_count(int(sys.argv[3]))
+        pa.set_io_thread_count(int(sys.argv[3]))
+        t0 = time.perf_counter()
+        table = pacsv.read_csv(path)
+        report("pyarrow.csv.read_csv", t0, table.num_rows)
+    elif cmd == "sqlite-loop":
+        t0 = time.perf_counter()
+        db = sqlite3.connect(path)
+        n = db.execute("SELECT count(*) FROM t").fetchone()[0]
+        order = list(range(1, n + 1))
+        random.Random(1).shuffle(order)
+        cur = db.cursor()
+        total = 0
+        for rid in order:
+            row = cur.execute("SELECT * FROM t WHERE rowid = ?", (rid,)).fetchone()
+            total += row[1]
+        report("python_sqlite3_loop", t0, n)
+    elif cmd == "pandas-sql":
+        import numpy as np
+        import pandas as pd
+        t0 = time.perf_counter()
+        db = sqlite3.connect(path)
+        df = pd.read_sql("SELECT * FROM t", db)
+        perm = np.random.default_rng(1).permutation(len(df))
+        rows = 0
+        for start in range(0, len(df), 1024):
+            rows += len(df.iloc[perm[start:start + 1024]])
+        report("pandas.read_sql", t0, rows)
+    else:
+        sys.exit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""PIL peer of bench_decode: decodes the same JPEGs (in memory) to RGB, then the same images
+re-encoded as PNG. Prints 'JPEG_IMAGES_PER_S PNG_IMAGES_PER_S' (best of 3 passes after a
+warm-up). Usage: python3 bench_decode.py LIST [MAX]"""
+import io
+import sys
+import time
+
+from PIL import Image
+
+
+def rate(blobs):
+    def one_pass():
+        for b in blobs:
+            Image.open(io.BytesIO(b)).convert("RGB")
+
+    one_pass()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        one_pass()
+        best = min(best, time.perf_counter() - t0)
+    return len(blobs) / best
+
+
+def main():
+    limit = int(sys.argv[2]) if len(sys.argv) > 2 else 1 << 30
+    with open(sys.argv[1]) as f:
+        paths = [line.strip() for line in f if line.strip()][:limit]
+    jpegs = []
+    for p in paths:
+        with open(p, "rb") as f:
+            jpegs.append(f.read())
+    pngs = []
+    for b in jpegs:
+        out = io.BytesIO()
+        Image.open(io.BytesIO(b)).convert("RGB").save(out, format="PNG")
+        pngs.append(out.getvalue())
+    print(f"{rate(jpegs):.1f} {rate(pngs):.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+/* Full training-input pipeline over an ImageFolder corpus: decode -> random resized crop 224
+ * -> flip -> normalize -> batch 256 float32 NCHW, at 1 and 2 threads, against a direct
+ * full-size tjDecompress2 loop over the same JPEG files (the ceiling of a plain decode).
+ * Also time to the first batch and resident memory over several epochs.
+ *
+ * usage: bench_pipeline CORPUS_DIR [epochs_for_rss]
+ * Prints "key value" lines that run_pipeline.sh turns into ratios. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rill.h"
+#include "rill_addons.h"
+
+#if defined(__has_include)
+#if __has_include(<turbojpeg.h>)
+#include <turbojpeg.h>
+#define HAVE_TJ 1
+#endif
+#endif
+#ifndef HAVE_TJ
+#define HAVE_TJ 0
+#endif
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double rss_mib(void) {
+  FILE* f = fopen("/proc/self/statm", "r");
+  long pages = 0, res = 0;
+  if (!f) return 0;
+  if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
+  fclose(f);
+  return (double)res * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+}
+
+typedef struct file {
+  unsigned char* buf;
+  size_t size;
+} file_t;
+
+static int ends_with(const char* s, const char* suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcasecmp(s + a - b, suf);
+}
+
+/* Reads every JPEG under dir/<class>/ into memory. */
+static file_t* load_jpegs(const char* dir, int* count) {
+  int cap = 1024, n = 0;
+  file_t* f = malloc(sizeof *f * (size_t)cap);
+  DIR* d = opendir(dir);
+  struct dirent* e;
+  while (d && (e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char sub[4096];
+    snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+    DIR* s = opendir(sub);
+    struct dirent* g;
+    while (s && (g = readdir(s))) {
+      if (!ends_with(g->d_name, ".jpg") && !ends_with(g->d_name, ".jpeg")) continue;
+      char path[8192];
+      snprintf(path, sizeof path, "%s/%s", sub, g->d_name);
+      FILE* fp = fopen(path, "rb");
+      if (!fp) continue;
+      fseek(fp, 0, SEEK_END);
+      long sz = ftell(fp);
+      fseek(fp, 0, SEEK_SET);
+      if (sz > 0) {
+        if (n == cap) f = realloc(f, sizeof *f * (size_t)(cap *= 2));
+        f[n].buf = malloc((size_t)sz);
+        f[n].size = fread(f[n].buf, 1, (size_t)sz, fp);
+        n++;
+      }
+      fclose(fp);
+    }
+    if (s) closedir(s);
+  }
+  if (d) closedir(d);
+  *count = n;
+  return f;
+}
+
+/* Direct full-size decode of every file, one thread: images/s. */
+static double direct_decode_rate(file_t* f, int n) {
+#if HAVE_TJ
+  tjhandle h = tjInitDecompress();
+  unsigned char* dst = NULL;
+  size_t cap = 0;
+  int ok = 0;
+  double t0 = now_s();
+  for (int i = 0; i < n; i++) {
+    int w, hh, sub, cs;
+    if (tjDecompressHeader3(h, f[i].buf, (unsigned long)f[i].size, &w, &hh, &sub, &cs) != 0) continue;
+    size_t need = (size_t)w * hh * 3;
+    if (need > cap) dst = realloc(dst, cap = need);
+    if (tjDecompress2(h, f[i].buf, (unsigned long)f[i].size, dst, w, 0, hh, TJPF_RGB, 0) == 0) ok++;
+  }
+  double t = now_s() - t0;
+  free(dst);
+  tjDestroy(h);
+  return t > 0 ? ok / t : 0;
+#else
+  (void)f, (void)n;
+  return 0;
+#endif
+}
+
+typedef struct pipe {
+  rill_df_t *files, *view, *batches;
+  rill_iter_t* it;
+} pipe_t;
+
+static void pipe_free(pipe_t* p) {
+  rill_iter_free(p->it);
+  rill_df_free(p->batches);
+  rill_df_free(p->view);
+  rill_df_free(p->files);
+}
+
+static int pipe_new(const char* dir, int threads, int batch, int world, pipe_t* p, rill_error_t* err) {
+  memset(p, 0, sizeof *p);
+  rill_df_t* sh = NULL;
+  if (rill_df_from_image_folder(dir, NULL, &p->files, err) < 0) return -1;
+  if (rill_df_shuffle(p->files, 42, &sh, err) < 0) return -1;
+  if (world > 1) {
+    if (rill_df_shard(sh, 0, world, &p->view, err) < 0) {
+      rill_df_free(sh);
+      return -1;
+    }
+    rill_df_free(sh);
+  } else {
+    p->view = sh;
+  }
+  int img = rill_image_random_resized_crop(p->view, "img", rill_df_column(p->view, "bytes"),
+                                           &(rill_rrc_opts_t){.size = {224, 224}, .on_error = RILL_ON_ERROR_SKIP}, err);
+  if (img < 0) return -1;
+  int x = rill_image_normalize(p->view, "x", img,
+                               &(rill_normalize_opts_t){.flip = 0.5, .mean = {0.485, 0.456, 0.406},
+                                                        .std = {0.229, 0.224, 0.225}, .dtype = RILL_FLOAT32,
+                                                        .layout = RILL_LAYOUT_CHW},
+                               err);
+  if (x < 0) return -1;
+  if (rill_df_batch(p->view, (int[]){x, rill_df_column(p->view, "label")}, 2, batch, NULL, &p->batches, err) < 0)
+    return -1;
+  return rill_iter_new(p->batches, &(rill_iter_opts_t){.prefetch = 4, .threads = threads, .seed = 1}, &p->it, err);
+}
+
+/* One epoch: images pulled, seconds, seconds to the first batch. */
+static int epoch(pipe_t* p, int64_t* images, double* secs, double* first, rill_error_t* err) {
+  rill_row_t row;
+  int rc;
+  double t0 = now_s();
+  *images = 0;
+  *first = -1;
+  while ((rc = rill_iter_next(p->it, &row, err)) == RILL_OK) {
+    if (*first < 0) *first = now_s() - t0;
+    *images += rill_row_get(&row, 0)->length;
+  }
+  *secs = now_s() - t0;
+  return rc == RILL_END ? 0 : rc;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: bench_pipeline CORPUS_DIR [rss_epochs]\n");
+    return 2;
+  }
+  const char* dir = argv[1];
+  int rss_epochs = argc > 2 ? atoi(argv[2]) : 10;
+  rill_error_t err = {0};
+  int nf = 0;
+  file_t* files = load_jpegs(dir, &nf);
+  if (nf == 0) {
+    fprintf(stderr, "bench_pipeline: no JPEG under '%s'\n", dir);
+    return 1;
+  }
+  direct_decode_rate(files, nf < 64 ? nf : 64); /* warm up */
+  double direct = direct_decode_rate(files, nf);
+  printf("jpeg_files %d\n", nf);
+  printf("direct_full_decode_1t %.1f\n", direct);
+  for (int i = 0; i < nf; i++) free(files[i].buf);
+  free(files);
+
+  for (int threads = 1; threads <= 2; threads++) {
+    pipe_t p;
+    double t0 = now_s();
+    if (pipe_new(dir, threads, 256, 1, &p, &err) < 0) {
+      fprintf(stderr, "bench_pipeline: %s\n", err.message);
+      return 1;
+    }
+    double setup = now_s() - t0;
+    int64_t n;
+    double secs, first, best = 0;
+    for (int e = 0; e < 2; e++) { /* epoch 0 also warms the page cache */
+      if (e) rill_iter_set_epoch(p.it, e);
+      if (epoch(&p, &n, &secs, &first, &err) < 0) {
+        fprintf(stderr, "bench_pipeline: %s\n", err.message);
+        return 1;
+      }
+      if (e == 0) printf("first_batch_ms_%dt %.1f\nsetup_ms_%dt %.1f\n", threads, first * 1e3, threads, setup * 1e3);
+      if (n / secs > best) best = n / secs;
+    }
+    printf("pipeline_images_%dt %lld\n", threads, (long long)n);
+    printf("rill_pipeline_%dt %.1f\n", threads, best);
+    printf("ratio_vs_direct_%dt %.2f\n", threads, direct > 0 ? best / (threads * direct) : 0);
+    pipe_free(&p);
+  }
+
+  /* resident memory over epochs (a quarter of the corpus per epoch keeps this short) */
+  pipe_t p;
+  if (pipe_new(dir, 2, 256, 4, &p, &err) < 0) {
+    fprintf(stderr, "bench_pipeline: %s\n", err.message);
+    return 1;
+  }
+  printf("rss_mib_by_epoch");
+  double first_rss = 0, last_rss = 0;
+  for (int e = 0; e < rss_epochs; e++) {
+    int64_t n;
+    double secs, first;
+    if (e) rill_iter_set_epoch(p.it, e);
+    if (epoch(&p, &n, &secs, &first, &err) < 0) {
+      fprintf(stderr, "\nbench_pipeline: %s\n", err.message);
+      return 1;
+    }
+    last_rss = rss_mib();
+    if (e == 0) first_rss = last_rss;
+    printf(" %.1f", last_rss);
+  }
+  printf("\nrss_growth_mib %.1f\n", last_rss - first_rss);
+  pipe_free(&p);
+  return 0;
+}

@@ -1,0 +1,45 @@
+"""Peer of bench_pipeline.c: torch DataLoader (2 workers) with torchvision transforms and
+PIL over the same ImageFolder corpus, batches of 256 float32 NCHW.
+
+usage: python3 bench_pipeline.py CORPUS_DIR [epochs]
+Prints "key value" lines (images/s of the best epoch)."""
+import sys
+import time
+
+import torch
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+
+def main():
+    root = sys.argv[1]
+    epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    tf = transforms.Compose([
+        transforms.RandomResizedCrop(224),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+    ])
+    ds = datasets.ImageFolder(root, transform=tf)
+    torch.manual_seed(1)
+    loader = DataLoader(ds, batch_size=256, shuffle=True, num_workers=2)
+    best = 0.0
+    for epoch in range(epochs):
+        t0 = time.perf_counter()
+        n = 0
+        first = None
+        for x, y in loader:
+            if first is None:
+                first = time.perf_counter() - t0
+            assert x.shape[1:] == (3, 224, 224) and x.dtype == torch.float32
+            n += x.shape[0]
+        dt = time.perf_counter() - t0
+        best = max(best, n / dt)
+        if epoch == 0:
+            print(f"dataloader_first_batch_ms {first * 1e3:.1f}")
+    print(f"dataloader_images {n}")
+    print(f"dataloader_2w {best:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# CSV: parse + iterate a synthetic file through rill vs pandas.read_csv and pyarrow.csv.read_csv.
+# SQLite: every row of a table in shuffled order through rill vs a Python sqlite3 cursor loop
+# and pandas.read_sql. Sizes: CSV_MB (default 200) and SQLITE_ROWS (default 1000000).
+set -euo pipefail
+: "${ROOT:?}" "${BUILD:?}" "${VENV:?}"
+PY="$VENV/bin/python"
+PEERS="$ROOT/test/bench/bench_csv_sqlite_peers.py"
+THREADS="${THREADS:-2}"
+CSV_MB="${CSV_MB:-200}"
+SQLITE_ROWS="${SQLITE_ROWS:-1000000}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
+echo "-- CSV: ${CSV_MB} MB synthetic file, $THREADS threads"
+"$PY" "$PEERS" gen-csv "$tmp/data.csv" "$CSV_MB"
+size_mb=$(awk -v s="$(stat -c %s "$tmp/data.csv")" 'BEGIN { printf "%.1f", s / 1048576 }')
+rill=$("$BUILD/bench/bench_csv" "$tmp/data.csv" "$THREADS"); echo "$rill"
+pd=$("$PY" "$PEERS" pandas-csv "$tmp/data.csv"); echo "$pd"
+pa=$("$PY" "$PEERS" pyarrow-csv "$tmp/data.csv" "$THREADS"); echo "$pa"
+rs=$(field seconds "$rill")
+echo "file ${size_mb} MB; rill peak RSS $(field rss_mb "$rill") MB (index pass $(field index_s "$rill") s)"
+echo "speed ratio rill vs pandas.read_csv: $(ratio "$(field seconds "$pd")" "$rs")x"
+echo "speed ratio rill vs pyarrow.csv.read_csv: $(ratio "$(field seconds "$pa")" "$rs")x"
+
+echo "-- SQLite: $SQLITE_ROWS rows in shuffled order, $THREADS threads"
+"$PY" "$PEERS" gen-sqlite "$tmp/data.db" "$SQLITE_ROWS"
+rill=$("$BUILD/bench/bench_sqlite" "$tmp/data.db" t "$THREADS"); echo "$rill"
+loop=$("$PY" "$PEERS" sqlite-loop "$tmp/data.db"); echo "$loop"
+pdsql=$("$PY" "$PEERS" pandas-sql "$tmp/data.db"); echo "$pdsql"
+rs=$(field seconds "$rill")
+echo "rill rows/s: $(awk -v n="$SQLITE_ROWS" -v s="$rs" 'BEGIN { printf "%.0f", n / s }')"
+echo "speed ratio rill vs python sqlite3 loop: $(ratio "$(field seconds "$loop")" "$rs")x"
+echo "speed ratio rill vs pandas.read_sql: $(ratio "$(field seconds "$pdsql")" "$rs")x"

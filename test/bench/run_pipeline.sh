@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Full pipeline and batching benchmarks: rill against a direct libjpeg-turbo decode loop,
+# memcpy, and torch DataLoader + torchvision + PIL, measured in the same run; prints ratios.
+# Env (set by `make bench`): ROOT, BUILD. CORPUS overrides the image folder.
+set -euo pipefail
+ROOT=${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+BUILD=${BUILD:-$ROOT/build}
+CORPUS=${CORPUS:-$BUILD/data/corpus}
+RSS_EPOCHS=${RSS_EPOCHS:-10}
+
+echo "-- batching (in-memory 224x224x3 images, batches of 64)"
+"$BUILD/bench/bench_batching" 512 64
+
+if [ ! -d "$CORPUS" ]; then
+  make -C "$ROOT" data >/dev/null 2>&1 || true
+fi
+if [ ! -d "$CORPUS" ]; then
+  echo "pipeline: corpus $CORPUS missing (make data); skipped"
+  exit 0
+fi
+
+echo "-- full pipeline over $CORPUS"
+out=$("$BUILD/bench/bench_pipeline" "$CORPUS" "$RSS_EPOCHS")
+echo "$out"
+val() { echo "$out" | awk -v k="$1" '$1 == k { print $2 }'; }
+
+peer=""
+if /usr/bin/python3 -c 'import torch, torchvision, PIL' 2>/dev/null; then
+  pout=$(/usr/bin/python3 "$ROOT/test/bench/bench_pipeline.py" "$CORPUS" 2)
+  echo "$pout"
+  peer=$(echo "$pout" | awk '$1 == "dataloader_2w" { print $2 }')
+else
+  echo "dataloader peer: /usr/bin/python3 lacks torch/torchvision/PIL (python3-torch python3-torchvision python3-pil); skipped"
+fi
+
+echo "-- ratios"
+awk -v d="$(val direct_full_decode_1t)" -v r1="$(val rill_pipeline_1t)" -v r2="$(val rill_pipeline_2t)" \
+    -v p="$peer" 'BEGIN {
+  printf "rill 1 thread / direct full decode (1 thread):   %.2fx\n", r1 / d
+  printf "rill 2 threads / (2 x direct full decode):       %.2fx\n", r2 / (2 * d)
+  if (p != "") printf "rill 2 threads / DataLoader(num_workers=2):      %.2fx\n", r2 / p
+}'

@@ -1,0 +1,63 @@
+/* libFuzzer target: the CSV source must never crash on any input, and the parallel index must
+ * agree with the sequential one. The first byte picks the options. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rill.h"
+#include "rill_addons.h"
+
+static void touch_all(rill_df_t* df) {
+  rill_error_t err = {0};
+  rill_iter_t* it = NULL;
+  if (rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err) !=
+      RILL_OK)
+    return;
+  rill_row_t row;
+  int rc;
+  volatile uint8_t sink = 0;
+  while ((rc = rill_iter_next(it, &row, &err)) != RILL_END) {
+    if (rc != RILL_OK) {
+      if (err.message[0] == 0) abort(); /* every error has a message */
+      continue;
+    }
+    for (int c = 0; c < row.ncolumns; c++) {
+      const rill_array_t* a = rill_row_get(&row, c);
+      int64_t nb = 0;
+      const uint8_t* p = rill_array_cell(a, 0, &nb);
+      for (int64_t k = 0; k < nb; k++) sink ^= p[k];
+    }
+  }
+  (void)sink;
+  rill_iter_free(it);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  uint8_t f = data[0];
+  rill_csv_opts_t o = {0};
+  o.delimiter = (f & 1) ? ';' : ',';
+  o.no_header = (f >> 1) & 1;
+  o.no_infer = (f >> 2) & 1;
+  o.on_bad_row = (rill_on_error_t)(((f >> 3) & 3) % 3);
+  o.on_error = (rill_on_error_t)(((f >> 5) & 3) % 3);
+  o.infer_rows = (f & 0x80) ? 2 : 0;
+  o.threads = 1;
+  o.chunk_bytes = 1 << 30;
+  rill_error_t err = {0};
+  rill_df_t* seq = NULL;
+  int rc1 = rill_df_from_csv_buffer(data + 1, size - 1, &o, &seq, &err);
+  if (rc1 != RILL_OK && err.message[0] == 0) abort();
+  o.threads = 3;
+  o.chunk_bytes = 5;
+  rill_df_t* par = NULL;
+  int rc2 = rill_df_from_csv_buffer(data + 1, size - 1, &o, &par, &err);
+  if (rc1 != rc2) abort(); /* parallel and sequential index disagree */
+  if (rc1 == RILL_OK) {
+    if (rill_df_rows(seq) != rill_df_rows(par) || rill_df_ncolumns(seq) != rill_df_ncolumns(par)) abort();
+    touch_all(par);
+  }
+  rill_df_free(seq);
+  rill_df_free(par);
+  return 0;
+}

@@ -1,0 +1,153 @@
+"""rill's CSV parse compared with Python's csv module and pyarrow.csv as the reference.
+
+rill is run through its CLI (`rill head --all --format=json`): the first output line holds the
+column names, each further line one row as a JSON array.
+"""
+import csv
+import datetime
+import json
+import math
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pacsv = pytest.importorskip("pyarrow.csv")
+
+csv.field_size_limit(1 << 30)
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "test" / "data" / "csv"
+RILL_BIN = os.environ.get("RILL_BIN", str(ROOT / "bin" / "rill"))
+
+
+def rill_rows(path, *args, check=True):
+    proc = subprocess.run([RILL_BIN, "head", str(path), "--all", "--format=json", *args],
+                          capture_output=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr.decode()
+    if proc.returncode != 0:
+        return None, None, proc
+    lines = proc.stdout.decode("utf-8").splitlines()
+    return json.loads(lines[0]), [json.loads(line) for line in lines[1:]], proc
+
+
+def python_rows(path, delimiter=","):
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = [r for r in csv.reader(f, delimiter=delimiter) if r]  # rill skips blank lines
+    return rows[0], rows[1:]
+
+
+def arrow_rows(path, names, delimiter=",", skip_bad=False):
+    opts = pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
+    if skip_bad:
+        opts.invalid_row_handler = lambda row: "skip"
+    table = pacsv.read_csv(
+        path,
+        parse_options=opts,
+        convert_options=pacsv.ConvertOptions(column_types={n: pa.string() for n in names},
+                                             strings_can_be_null=False),
+    )
+    cols = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    return table.column_names, [list(r) for r in zip(*cols)]
+
+
+def compare_strings(path, delimiter=","):
+    args = ["--no-infer"] + ([f"--delimiter={delimiter}"] if delimiter != "," else [])
+    names, rows, _ = rill_rows(path, *args)
+    py_names, py_rows = python_rows(path, delimiter)
+    assert names == py_names
+    assert rows == py_rows
+    pa_names, pa_rows = arrow_rows(path, py_names, delimiter)
+    assert names == pa_names
+    assert rows == pa_rows
+    return rows
+
+
+@pytest.mark.parametrize("name", ["quotes.csv", "crlf.csv", "utf8_bom.csv"])
+def test_corpus_matches_references(name):
+    rows = compare_strings(CORPUS / name)
+    assert rows, "the corpus file has rows"
+
+
+def test_semicolon_delimiter():
+    compare_strings(CORPUS / "semicolon.csv", delimiter=";")
+
+
+def test_short_rows_error_and_skip():
+    path = CORPUS / "short_rows.csv"
+    _, _, proc = rill_rows(path, check=False)
+    assert proc.returncode == 1
+    assert b"short_rows.csv:3: expected 3 fields, found 2" in proc.stderr
+    names, rows, _ = rill_rows(path, "--no-infer", "--skip-bad-rows")
+    py_names, py_rows = python_rows(path)
+    assert rows == [r for r in py_rows if len(r) == len(py_names)]
+    _, pa_rows = arrow_rows(path, py_names, skip_bad=True)
+    assert rows == pa_rows
+
+
+def test_typed_values_match_pyarrow():
+    path = CORPUS / "typed.csv"
+    names, rows, _ = rill_rows(path)
+    table = pacsv.read_csv(path)
+    assert names == table.column_names
+    ref = table.to_pylist()
+    assert len(rows) == len(ref)
+    for got, want in zip(rows, ref):
+        for name, value in zip(names, got):
+            expect = want[name]
+            if name == "s" and expect is None:
+                expect = ""  # pyarrow reads an empty string as null; rill keeps ""
+            if isinstance(expect, datetime.datetime):
+                value = datetime.datetime.fromisoformat(value)
+            if isinstance(expect, float) and isinstance(value, float) and math.isnan(expect):
+                assert math.isnan(value)
+                continue
+            assert value == expect, (name, value, expect)
+
+
+def test_wide_rows(tmp_path):
+    path = tmp_path / "wide.csv"
+    ncols = 2000
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([f"c{i}" for i in range(ncols)])
+        for r in range(20):
+            w.writerow([f"v{r}_{i}" if i % 5 else f"q,\"{r}\"\n{i}" for i in range(ncols)])
+    compare_strings(path)
+
+
+def test_one_megabyte_cell(tmp_path):
+    path = tmp_path / "bigcell.csv"
+    big = ("abc,\"def\"\n" * 110000)[: 1 << 20]
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([["id", "big"], ["1", big], ["2", "small"]])
+    rows = compare_strings(path)
+    assert len(rows[0][1]) == 1 << 20
+
+
+def test_quoted_field_across_parallel_chunk_boundary(tmp_path):
+    # rill's index pass cuts files into 8 MiB chunks: put a quoted field with line breaks and
+    # text that looks like rows across the 8 MiB and 16 MiB marks.
+    path = tmp_path / "boundary.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["id", "text", "n"])
+        size, r = 0, 0
+        for mark in (8 << 20, 16 << 20):
+            while size < mark - 3000:
+                row = [str(r), f"row {r}", str(r * 2)]
+                size += len(",".join(row)) + 1
+                w.writerow(row)
+                r += 1
+            tricky = "".join(f"{r}{k},\"fake\"\n" for k in range(400))
+            w.writerow([str(r), tricky, "0"])
+            size += len(tricky) + 800 + 10
+            r += 1
+        for _ in range(1000):
+            w.writerow([str(r), "tail", "1"])
+            r += 1
+    assert path.stat().st_size > (16 << 20)
+    rows = compare_strings(path)
+    assert len(rows) == r

@@ -1,0 +1,458 @@
+/* CSV source: RFC 4180 parsing, inference, overrides, error policies, parallel index. */
+#include <stdint.h>
+
+#include "common.h"
+
+typedef struct table {
+  int64_t nrows;
+  int ncols;
+  char** cells; /* nrows * ncols, "NULL" for nulls */
+} table_t;
+
+static char* cell_text(const rill_array_t* a, int64_t i) {
+  char buf[64];
+  if (!rill_array_is_valid(a, i)) return strdup("NULL");
+  int64_t nb = 0;
+  const void* p = rill_array_cell(a, i, &nb);
+  switch (a->type.dtype) {
+  case RILL_STRING: {
+    char* s = malloc((size_t)nb + 1);
+    memcpy(s, p, (size_t)nb);
+    s[nb] = 0;
+    return s;
+  }
+  case RILL_BOOL: return strdup(*(const uint8_t*)p ? "true" : "false");
+  case RILL_INT8: snprintf(buf, sizeof buf, "%d", *(const int8_t*)p); break;
+  case RILL_INT32: snprintf(buf, sizeof buf, "%d", *(const int32_t*)p); break;
+  case RILL_UINT16: snprintf(buf, sizeof buf, "%u", *(const uint16_t*)p); break;
+  case RILL_INT64: case RILL_TIMESTAMP_US: snprintf(buf, sizeof buf, "%lld", (long long)*(const int64_t*)p); break;
+  case RILL_FLOAT32: snprintf(buf, sizeof buf, "%.9g", *(const float*)p); break;
+  case RILL_FLOAT64: snprintf(buf, sizeof buf, "%.17g", *(const double*)p); break;
+  default: snprintf(buf, sizeof buf, "?"); break;
+  }
+  return strdup(buf);
+}
+
+/* Iterates every row (threads: 0 = default, RILL_THREADS_NONE = caller only). */
+static int collect(rill_df_t* df, int threads, table_t* t, rill_error_t* err) {
+  rill_iter_t* it = NULL;
+  t->ncols = rill_df_ncolumns(df);
+  t->nrows = 0;
+  t->cells = calloc((size_t)(rill_df_rows(df) * t->ncols) + 1, sizeof *t->cells);
+  int rc = rill_iter_new(df, &(rill_iter_opts_t){.threads = threads, .prefetch = 3}, &it, err);
+  if (rc != RILL_OK) return rc;
+  rill_row_t row;
+  while ((rc = rill_iter_next(it, &row, err)) == RILL_OK) {
+    for (int c = 0; c < t->ncols; c++) t->cells[t->nrows * t->ncols + c] = cell_text(rill_row_get(&row, c), 0);
+    t->nrows++;
+  }
+  rill_iter_free(it);
+  return rc == RILL_END ? RILL_OK : rc;
+}
+
+static void table_free(table_t* t) {
+  for (int64_t k = 0; k < t->nrows * t->ncols; k++) free(t->cells[k]);
+  free(t->cells);
+}
+
+static const char* cell(const table_t* t, int64_t r, int c) { return t->cells[r * t->ncols + c]; }
+
+static rill_df_t* load(const char* text, const rill_csv_opts_t* o) {
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_csv_buffer(text, strlen(text), o, &df, &err), err);
+  return df;
+}
+
+static const char* colname(rill_df_t* df, int c) { return rill_df_field(df, c)->name; }
+static rill_dtype_t coltype(rill_df_t* df, int c) { return rill_df_field(df, c)->type.dtype; }
+
+Test(csv, rfc4180_quotes_newlines_and_last_line) {
+  const char* text = "a,b,c\n"
+                     "1,\"x,y\",\"he said \"\"hi\"\"\"\n"
+                     "2,\"multi\nline\",\"\"\"\"\n"
+                     "3,\"crlf\r\ninside\",plain"; /* no final newline */
+  rill_df_t* df = load(text, &(rill_csv_opts_t){.no_infer = 1});
+  cr_assert_eq(rill_df_rows(df), 3);
+  cr_assert_eq(rill_df_ncolumns(df), 3);
+  rill_error_t err = {0};
+  table_t t;
+  RT_OK(collect(df, RILL_THREADS_NONE, &t, &err), err);
+  cr_assert_str_eq(cell(&t, 0, 1), "x,y");
+  cr_assert_str_eq(cell(&t, 0, 2), "he said \"hi\"");
+  cr_assert_str_eq(cell(&t, 1, 1), "multi\nline");
+  cr_assert_str_eq(cell(&t, 1, 2), "\"");
+  cr_assert_str_eq(cell(&t, 2, 1), "crlf\r\ninside");
+  cr_assert_str_eq(cell(&t, 2, 2), "plain");
+  table_free(&t);
+  rill_df_free(df);
+}
+
+Test(csv, crlf_bom_blank_lines_and_trailing_empty_field) {
+  const char* text = "\xEF\xBB\xBFid,name,tail\r\n1,a,\r\n\r\n2,b,x\r\n\n";
+  rill_df_t* df = load(text, NULL);
+  cr_assert_str_eq(colname(df, 0), "id");
+  cr_assert_eq(rill_df_rows(df), 2, "blank lines are not rows");
+  rill_error_t err = {0};
+  table_t t;
+  RT_OK(collect(df, 0, &t, &err), err);
+  cr_assert_str_eq(cell(&t, 0, 0), "1");
+  cr_assert_str_eq(cell(&t, 1, 1), "b");
+  cr_assert_str_eq(cell(&t, 0, 2), "", "empty string field in a string column");
+  cr_assert_str_eq(cell(&t, 1, 2), "x");
+  table_free(&t);
+  rill_df_free(df);
+}
+
+Test(csv, inference_and_nulls) {
+  const char* text = "i,f,b,ts,s,empty\n"
+                     "1,1.5,true,2024-01-02,hello,\n"
+                     ",2,FALSE,2024-01-02T03:04:05.25Z,,\n"
+                     "-7,-1e3,,2024-01-02 03:04:05+01:00,\"3\",\n";
+  rill_df_t* df = load(text, NULL);
+  cr_assert_eq(coltype(df, 0), RILL_INT64);
+  cr_assert_eq(coltype(df, 1), RILL_FLOAT64);
+  cr_assert_eq(coltype(df, 2), RILL_BOOL);
+  cr_assert_eq(coltype(df, 3), RILL_TIMESTAMP_US);
+  cr_assert_eq(coltype(df, 4), RILL_STRING);
+  cr_assert_eq(coltype(df, 5), RILL_STRING, "an all-empty column is a string column");
+  cr_assert(rill_df_field(df, 0)->nullable);
+  rill_error_t err = {0};
+  table_t t;
+  RT_OK(collect(df, 0, &t, &err), err);
+  cr_assert_str_eq(cell(&t, 0, 0), "1");
+  cr_assert_str_eq(cell(&t, 1, 0), "NULL");
+  cr_assert_str_eq(cell(&t, 2, 0), "-7");
+  cr_assert_str_eq(cell(&t, 2, 1), "-1000");
+  cr_assert_str_eq(cell(&t, 1, 2), "false");
+  cr_assert_str_eq(cell(&t, 2, 2), "NULL");
+  cr_assert_str_eq(cell(&t, 0, 3), "1704153600000000");
+  cr_assert_str_eq(cell(&t, 1, 3), "1704164645250000");
+  cr_assert_str_eq(cell(&t, 2, 3), "1704161045000000");
+  cr_assert_str_eq(cell(&t, 1, 4), "");
+  cr_assert_str_eq(cell(&t, 2, 4), "3");
+  table_free(&t);
+  rill_df_free(df);
+}
+
+Test(csv, overrides_by_name_and_index) {
+  const char* text = "a,b,c,d\n1,2,3,1\n4,5,6,0\n";
+  rill_csv_column_t ov[] = {{.name = "b", .dtype = RILL_STRING},
+                            {.index = 2, .dtype = RILL_FLOAT32},
+                            {.name = "d", .dtype = RILL_BOOL},
+                            {.index = 0, .dtype = RILL_INT8}};
+  rill_df_t* df = load(text, &(rill_csv_opts_t){.columns = ov, .ncolumns = 4});
+  cr_assert_eq(coltype(df, 0), RILL_INT8);
+  cr_assert_eq(coltype(df, 1), RILL_STRING);
+  cr_assert_eq(coltype(df, 2), RILL_FLOAT32);
+  cr_assert_eq(coltype(df, 3), RILL_BOOL);
+  rill_error_t err = {0};
+  table_t t;
+  RT_OK(collect(df, 0, &t, &err), err);
+  cr_assert_str_eq(cell(&t, 1, 0), "4");
+  cr_assert_str_eq(cell(&t, 1, 1), "5");
+  cr_assert_str_eq(cell(&t, 1, 2), "6");
+  cr_assert_str_eq(cell(&t, 0, 3), "true");
+  cr_assert_str_eq(cell(&t, 1, 3), "false");
+  table_free(&t);
+  rill_df_free(df);
+}
+
+Test(csv, override_errors) {
+  const char* text = "a,b\n1,2\n";
+  rill_error_t err = {0};
+  rill_df_t* df = (rill_df_t*)1;
+  rill_csv_column_t bad_name = {.name = "zz", .dtype = RILL_INT64};
+  RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.columns = &bad_name, .ncolumns = 1}, &df, &err),
+           RILL_EINVAL, "unknown column 'zz'", err);
+  cr_assert_null(df);
+  rill_csv_column_t bad_index = {.index = 5, .dtype = RILL_INT64};
+  RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.columns = &bad_index, .ncolumns = 1}, &df, &err),
+           RILL_EINVAL, "column index 5", err);
+  rill_csv_column_t bad_type = {.name = "a", .dtype = RILL_FLOAT16};
+  RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.columns = &bad_type, .ncolumns = 1}, &df, &err),
+           RILL_ENOTSUP, "float16", err);
+  RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.delimiter = '"'}, &df, &err), RILL_EINVAL,
+           "must differ", err);
+}
+
+Test(csv, type_error_raise_names_file_line_column) {
+  /* the multi-line quoted field moves the physical line of the bad value */
+  const char* text = "s,x\n\"two\nlines\",1\nok,2\nbad,abc\nok,4\n";
+  rill_df_t* df = load(text, &(rill_csv_opts_t){.infer_rows = 2, .name = "data.csv"});
+  cr_assert_eq(coltype(df, 1), RILL_INT64);
+  rill_error_t err = {0};
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "data.csv:5: column 'x': cannot parse 'abc' as int64", err);
+  cr_assert_eq(err.row, 2);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(row.index, 3, "the iterator continues after the failing row");
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+Test(csv, type_error_null_and_skip_policies) {
+  const char* text = "x\n1\n2\nabc\n99999999999999999999\n5\n";
+  rill_df_t* df = load(text, &(rill_csv_opts_t){.infer_rows = 2, .on_error = RILL_ON_ERROR_NULL});
+  rill_error_t err = {0};
+  table_t t;
+  RT_OK(collect(df, 0, &t, &err), err);
+  cr_assert_eq(t.nrows, 5);
+  cr_assert_str_eq(cell(&t, 2, 0), "NULL");
+  cr_assert_str_eq(cell(&t, 3, 0), "NULL");
+  cr_assert_str_eq(cell(&t, 4, 0), "5");
+  table_free(&t);
+  rill_df_free(df);
+
+  df = load(text, &(rill_csv_opts_t){.infer_rows = 2, .on_error = RILL_ON_ERROR_SKIP});
+  RT_OK(collect(df, 0, &t, &err), err);
+  cr_assert_eq(t.nrows, 3, "two rows skipped");
+  cr_assert_str_eq(cell(&t, 2, 0), "5");
+  table_free(&t);
+  rill_df_free(df);
+}
+
+Test(csv, overflow_is_a_range_error) {
+  const char* text = "x,y\n1,1\n99999999999999999999,300\n";
+  rill_csv_column_t ov = {.name = "y", .dtype = RILL_INT8};
+  rill_df_t* df = load(text, &(rill_csv_opts_t){.infer_rows = 1, .columns = &ov, .ncolumns = 1});
+  rill_error_t err = {0};
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE,
+                                              .columns = (int[]){0}, .ncolumns = 1}, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_ERANGE, "<buffer>:3: column 'x': value '99999999999999999999' does not fit int64", err);
+  rill_iter_free(it);
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE,
+                                              .columns = (int[]){1}, .ncolumns = 1}, &it, &err), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_ERANGE, "column 'y': value '300' does not fit int8", err);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+Test(csv, bad_rows_raise_skip_null) {
+  const char* text = "a,b\n1,2\n3\n4,5\n6,7,8\n9,10\n";
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.name = "f.csv"}, &df, &err), RILL_EFORMAT,
+           "f.csv:3: expected 2 fields, found 1", err);
+  cr_assert_null(df);
+
+  df = load(text, &(rill_csv_opts_t){.on_bad_row = RILL_ON_ERROR_SKIP});
+  cr_assert_eq(rill_df_rows(df), 3);
+  table_t t;
+  RT_OK(collect(df, 0, &t, &err), err);
+  cr_assert_str_eq(cell(&t, 1, 0), "4");
+  cr_assert_str_eq(cell(&t, 2, 1), "10");
+  table_free(&t);
+  rill_df_free(df);
+
+  df = load(text, &(rill_csv_opts_t){.on_bad_row = RILL_ON_ERROR_NULL});
+  cr_assert_eq(rill_df_rows(df), 5);
+  RT_OK(collect(df, 0, &t, &err), err);
+  cr_assert_str_eq(cell(&t, 1, 0), "3");
+  cr_assert_str_eq(cell(&t, 1, 1), "NULL", "missing field is null");
+  cr_assert_str_eq(cell(&t, 3, 0), "NULL", "a row with too many fields is all nulls");
+  cr_assert_str_eq(cell(&t, 3, 1), "NULL");
+  cr_assert_str_eq(cell(&t, 4, 1), "10");
+  table_free(&t);
+  rill_df_free(df);
+
+  const char* wide = "a,b\n1,2\n\"q\nq\",2,3\n";
+  RT_FAILS(rill_df_from_csv_buffer(wide, strlen(wide), NULL, &df, &err), RILL_EFORMAT,
+           "<buffer>:3: expected 2 fields, found 3", err);
+}
+
+Test(csv, malformed_inputs) {
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  const char* unterminated = "a,b\n1,2\n3,\"open\n4,5\n";
+  RT_FAILS(rill_df_from_csv_buffer(unterminated, strlen(unterminated), NULL, &df, &err), RILL_EFORMAT,
+           "<buffer>:3: unterminated quoted field", err);
+  RT_FAILS(rill_df_from_csv_buffer("", 0, NULL, &df, &err), RILL_EFORMAT, "empty input", err);
+  RT_FAILS(rill_df_from_csv_buffer("\n\r\n", 3, NULL, &df, &err), RILL_EFORMAT, "empty input", err);
+  RT_FAILS(rill_df_from_csv("/nonexistent/dir/x.csv", NULL, &df, &err), RILL_EIO,
+           "/nonexistent/dir/x.csv: cannot open", err);
+  RT_FAILS(rill_df_from_csv(NULL, NULL, &df, &err), RILL_EINVAL, "path and out are required", err);
+  char empty[512];
+  snprintf(empty, sizeof empty, "%s/empty.csv", rt_tmpdir());
+  FILE* f = fopen(empty, "w");
+  fclose(f);
+  RT_FAILS(rill_df_from_csv(empty, NULL, &df, &err), RILL_EFORMAT, "empty.csv: empty input", err);
+}
+
+Test(csv, header_only_no_header_and_options) {
+  rill_df_t* df = load("a,b\n", NULL);
+  cr_assert_eq(rill_df_rows(df), 0);
+  cr_assert_eq(rill_df_ncolumns(df), 2);
+  rill_df_free(df);
+
+  df = load("x;'semi;colon'\ny;'it''s'\n", &(rill_csv_opts_t){.delimiter = ';', .quote = '\'', .no_header = 1});
+  cr_assert_str_eq(colname(df, 0), "column_0");
+  cr_assert_str_eq(colname(df, 1), "column_1");
+  rill_error_t err = {0};
+  table_t t;
+  RT_OK(collect(df, 0, &t, &err), err);
+  cr_assert_eq(t.nrows, 2);
+  cr_assert_str_eq(cell(&t, 0, 1), "semi;colon");
+  cr_assert_str_eq(cell(&t, 1, 1), "it's");
+  table_free(&t);
+  rill_df_free(df);
+
+  df = load("a,a,,b\n1,2,3,4\n", NULL);
+  cr_assert_str_eq(colname(df, 0), "a");
+  cr_assert_str_eq(colname(df, 1), "a.1");
+  cr_assert_str_eq(colname(df, 2), "column_2");
+  rill_df_free(df);
+
+  df = load("a,a,a.1,a\n1,2,3,4\n", NULL);
+  cr_assert_str_eq(colname(df, 1), "a.1");
+  cr_assert_str_eq(colname(df, 2), "a.1.1");
+  cr_assert_str_eq(colname(df, 3), "a.2");
+  rill_df_free(df);
+}
+
+Test(csv, memory_mapped_file_and_big_cell) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/big.csv", rt_tmpdir());
+  FILE* f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fprintf(f, "id,text\n1,\"");
+  for (int i = 0; i < (1 << 20); i++) {
+    char c = i % 1000 == 999 ? '\n' : (char)('a' + i % 26);
+    if (i % 7 == 0) { fputs("\"\"", f); continue; }
+    fputc(c, f);
+  }
+  fprintf(f, "\"\n2,tail\n");
+  fclose(f);
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_csv(path, &(rill_csv_opts_t){.chunk_bytes = 4096, .threads = 3}, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 2);
+  table_t t;
+  RT_OK(collect(df, 0, &t, &err), err);
+  const char* big = cell(&t, 0, 1);
+  cr_assert_eq(strlen(big), (size_t)(1 << 20));
+  cr_assert_eq(big[0], '"');
+  cr_assert_eq(big[999], '\n');
+  cr_assert_eq(big[1], 'b');
+  cr_assert_str_eq(cell(&t, 1, 1), "tail");
+  table_free(&t);
+  rill_df_free(df);
+}
+
+/* Builds a CSV whose quoted fields hold line breaks and text that looks like rows. */
+static char* tricky_csv(int rows, size_t* size) {
+  size_t cap = (size_t)rows * 96 + 64, n = 0;
+  char* s = malloc(cap);
+  n += (size_t)sprintf(s + n, "id,note,val\n");
+  for (int r = 0; r < rows; r++) {
+    switch (r % 4) {
+    case 0: n += (size_t)sprintf(s + n, "%d,\"fake\n%d,row,\"\"q\"\"\n\",%d\n", r, r, r * 3); break;
+    case 1: n += (size_t)sprintf(s + n, "%d,plain %d,%d\r\n", r, r, r * 3); break;
+    case 2: n += (size_t)sprintf(s + n, "%d,\"\n\n\",%d\n", r, r * 3); break;
+    default: n += (size_t)sprintf(s + n, "%d,,%d\n", r, r * 3); break;
+    }
+  }
+  *size = n;
+  return s;
+}
+
+Test(csv, parallel_index_matches_sequential) {
+  size_t size;
+  char* text = tricky_csv(3000, &size);
+  rill_error_t err = {0};
+  rill_df_t *seq = NULL, *par = NULL;
+  RT_OK(rill_df_from_csv_buffer(text, size, &(rill_csv_opts_t){.threads = 1, .chunk_bytes = 1 << 30}, &seq, &err), err);
+  for (int64_t chunk = 7; chunk < 5000; chunk = chunk * 3 + 1) {
+    RT_OK(rill_df_from_csv_buffer(text, size, &(rill_csv_opts_t){.threads = 4, .chunk_bytes = chunk, .borrow = 1}, &par, &err), err);
+    cr_assert_eq(rill_df_rows(par), 3000, "chunk %lld: %lld rows", (long long)chunk, (long long)rill_df_rows(par));
+    table_t a, b;
+    RT_OK(collect(seq, RILL_THREADS_NONE, &a, &err), err);
+    RT_OK(collect(par, 2, &b, &err), err);
+    for (int64_t k = 0; k < a.nrows * a.ncols; k++)
+      cr_assert_str_eq(a.cells[k], b.cells[k], "chunk %lld cell %lld", (long long)chunk, (long long)k);
+    cr_assert_str_eq(cell(&b, 2000, 1), "fake\n2000,row,\"q\"\n");
+    cr_assert_str_eq(cell(&b, 2002, 1), "\n\n");
+    cr_assert_str_eq(cell(&b, 2999, 2), "8997");
+    table_free(&a);
+    table_free(&b);
+    rill_df_free(par);
+  }
+  rill_df_free(seq);
+  free(text);
+}
+
+Test(csv, bad_row_spanning_parallel_chunks) {
+  const char* text = "a,b\n1,2\n\"x\ny\ny\ny\ny\",2,3\n4,5\n\"p\nq\nr\",\"s\nt\nu\"\n";
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  for (int64_t chunk = 1; chunk < 40; chunk += 3) {
+    RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.threads = 3, .chunk_bytes = chunk}, &df, &err),
+             RILL_EFORMAT, "<buffer>:3: expected 2 fields, found 3", err);
+    RT_OK(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.threads = 3, .chunk_bytes = chunk,
+                                  .on_bad_row = RILL_ON_ERROR_SKIP}, &df, &err), err);
+    cr_assert_eq(rill_df_rows(df), 3, "chunk %lld", (long long)chunk);
+    table_t t;
+    RT_OK(collect(df, RILL_THREADS_NONE, &t, &err), err);
+    cr_assert_str_eq(cell(&t, 1, 0), "4");
+    cr_assert_str_eq(cell(&t, 2, 1), "s\nt\nu");
+    table_free(&t);
+    rill_df_free(df);
+  }
+}
+
+Test(csv, shuffled_concurrent_reads) {
+  size_t size;
+  char* text = tricky_csv(4000, &size);
+  rill_error_t err = {0};
+  rill_df_t *df = NULL, *sh = NULL;
+  RT_OK(rill_df_from_csv_buffer(text, size, &(rill_csv_opts_t){.chunk_bytes = 1000}, &df, &err), err);
+  RT_OK(rill_df_shuffle(df, 7, &sh, &err), err);
+  table_t t;
+  RT_OK(collect(sh, 2, &t, &err), err);
+  cr_assert_eq(t.nrows, 4000);
+  int64_t sum = 0;
+  for (int64_t r = 0; r < t.nrows; r++) {
+    int64_t id = atoll(cell(&t, r, 0));
+    cr_assert_eq(atoll(cell(&t, r, 2)), id * 3, "row %lld", (long long)r);
+    sum += id;
+  }
+  cr_assert_eq(sum, 3999LL * 4000 / 2);
+  table_free(&t);
+  rill_df_free(sh);
+  rill_df_free(df);
+  free(text);
+}
+
+Test(csv, lax_quotes_are_literal) {
+  rill_df_t* df = load("a,b\nab\"c,\"x\"y\n", &(rill_csv_opts_t){.no_infer = 1});
+  rill_error_t err = {0};
+  table_t t;
+  RT_OK(collect(df, 0, &t, &err), err);
+  cr_assert_str_eq(cell(&t, 0, 0), "ab\"c");
+  cr_assert_str_eq(cell(&t, 0, 1), "xy");
+  table_free(&t);
+  rill_df_free(df);
+}
+
+Test(csv, parse_timestamp) {
+  int64_t us;
+  cr_assert_eq(rill_parse_timestamp("1970-01-01", 10, &us), RILL_OK);
+  cr_assert_eq(us, 0);
+  cr_assert_eq(rill_parse_timestamp("2000-02-29T12:00:00.000001Z", 27, &us), RILL_OK);
+  cr_assert_eq(us, 951825600000001LL);
+  cr_assert_eq(rill_parse_timestamp("1969-12-31T23:59:59-0100", 24, &us), RILL_OK);
+  cr_assert_eq(us, 3599000000LL);
+  cr_assert_eq(rill_parse_timestamp("2001-02-29", 10, &us), RILL_EFORMAT, "not a leap year");
+  cr_assert_eq(rill_parse_timestamp("2001-13-01", 10, &us), RILL_EFORMAT);
+  cr_assert_eq(rill_parse_timestamp("2001-01-01T25:00", 16, &us), RILL_EFORMAT);
+  cr_assert_eq(rill_parse_timestamp("2001-01-01T", 11, &us), RILL_EFORMAT);
+  cr_assert_eq(rill_parse_timestamp("2001-01-01x", 11, &us), RILL_EFORMAT);
+}

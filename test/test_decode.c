@@ -1,0 +1,774 @@
+/* Image decoding: JPEG and PNG images encoded here from known patterns, the decoder's
+ * conversions, DCT scaling, crop-aware decoding, bad data, and the rill_image_decode map
+ * under each on_error policy. Real-image variants are used when the data script has run. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common.h"
+#include "image_internal.h"
+
+#if RILL_HAVE_JPEG && RILL_HAVE_PNG
+#include <jpeglib.h>
+#include <png.h>
+#include <zlib.h>
+
+/* ---------------------------------------------------------------- encoders */
+
+typedef struct buf {
+  uint8_t* p;
+  size_t n;
+} buf_t;
+
+static uint8_t pattern(int x, int y, int c) {
+  double v = 128 + 90 * sin(x / 9.0 + c * 1.7) * cos(y / 13.0 - c * 0.6) + 20 * sin((x + y) / 29.0);
+  return (uint8_t)lround(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+static uint8_t* make_pixels(int w, int h, int ch) {
+  uint8_t* p = malloc((size_t)w * h * ch);
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++)
+      for (int c = 0; c < ch; c++) p[((size_t)y * w + x) * ch + c] = pattern(x, y, c);
+  return p;
+}
+
+typedef struct jpeg_spec {
+  J_COLOR_SPACE in;          /* JCS_RGB, JCS_GRAYSCALE, JCS_CMYK */
+  J_COLOR_SPACE store;       /* colorspace in the file (0 = libjpeg's default) */
+  int quality, hs, vs, progressive;
+} jpeg_spec_t;
+
+static buf_t enc_jpeg(const uint8_t* px, int w, int h, jpeg_spec_t s) {
+  struct jpeg_compress_struct c;
+  struct jpeg_error_mgr e;
+  c.err = jpeg_std_error(&e);
+  jpeg_create_compress(&c);
+  unsigned char* out = NULL;
+  unsigned long size = 0;
+  jpeg_mem_dest(&c, &out, &size);
+  int comps = s.in == JCS_GRAYSCALE ? 1 : s.in == JCS_CMYK ? 4 : 3;
+  c.image_width = (JDIMENSION)w;
+  c.image_height = (JDIMENSION)h;
+  c.input_components = comps;
+  c.in_color_space = s.in;
+  jpeg_set_defaults(&c);
+  if (s.store) jpeg_set_colorspace(&c, s.store);
+  jpeg_set_quality(&c, s.quality ? s.quality : 95, TRUE);
+  if (comps >= 3) {
+    c.comp_info[0].h_samp_factor = s.hs ? s.hs : 1;
+    c.comp_info[0].v_samp_factor = s.vs ? s.vs : 1;
+  }
+  if (s.progressive) jpeg_simple_progression(&c);
+  jpeg_start_compress(&c, TRUE);
+  while (c.next_scanline < c.image_height) {
+    JSAMPROW row = (JSAMPROW)(px + (size_t)c.next_scanline * w * comps);
+    jpeg_write_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  return (buf_t){out, size};
+}
+
+static void png_write_mem(png_structp png, png_bytep data, png_size_t n) {
+  buf_t* b = png_get_io_ptr(png);
+  b->p = realloc(b->p, b->n + n);
+  memcpy(b->p + b->n, data, n);
+  b->n += n;
+}
+static void png_flush_mem(png_structp png) { (void)png; }
+
+/* rows: packed samples of `bit_depth` (16-bit big-endian) for the color type. */
+static buf_t enc_png(const uint8_t* rows, int w, int h, int color, int depth, int interlace,
+                     const png_color* pal, int npal, const uint8_t* trns, int ntrns) {
+  buf_t b = {0};
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+  png_infop info = png_create_info_struct(png);
+  cr_assert(png && info && !setjmp(png_jmpbuf(png)));
+  png_set_write_fn(png, &b, png_write_mem, png_flush_mem);
+  png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, depth, color,
+               interlace ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  if (pal) png_set_PLTE(png, info, pal, npal);
+  if (trns) png_set_tRNS(png, info, trns, ntrns, NULL);
+  png_write_info(png, info);
+  int ch = color == 0 || color == 3 ? 1 : color == 4 ? 2 : color == 2 ? 3 : 4;
+  size_t rowbytes = ((size_t)w * ch * depth + 7) / 8;
+  int passes = png_set_interlace_handling(png);
+  for (int p = 0; p < passes; p++)
+    for (int y = 0; y < h; y++) png_write_row(png, rows + (size_t)y * rowbytes);
+  png_write_end(png, info);
+  png_destroy_write_struct(&png, &info);
+  return b;
+}
+
+/* ---------------------------------------------------------------- decoding helpers */
+
+static uint8_t* decode(const buf_t* b, rill__img_request_t req, rill__img_out_t* out, rill_error_t* err,
+                       int* rc) {
+  rill__img_info_t info;
+  rill__img_out_t plan;
+  *rc = rill__img_probe(b->p, b->n, &info, err);
+  if (*rc < 0) return NULL;
+  *rc = rill__img_plan(&info, &req, &plan, err);
+  if (*rc < 0) return NULL;
+  size_t size = (size_t)plan.w * plan.h * plan.channels;
+  uint8_t* dst = malloc(size ? size : 1);
+  *rc = rill__img_decode(b->p, b->n, &req, dst, size, out, err);
+  if (*rc < 0) {
+    free(dst);
+    return NULL;
+  }
+  cr_assert_eq(out->w, plan.w);
+  cr_assert_eq(out->h, plan.h);
+  cr_assert_eq(out->scale_denom, plan.scale_denom);
+  return dst;
+}
+
+static uint8_t* decode_ok(const buf_t* b, rill__img_request_t req, rill__img_out_t* out) {
+  rill_error_t err = {0};
+  int rc;
+  uint8_t* d = decode(b, req, out, &err, &rc);
+  cr_assert_eq(rc, RILL_OK, "decode failed (%d): %s", rc, err.message);
+  return d;
+}
+
+/* mean and max absolute difference */
+static void diff(const uint8_t* a, const uint8_t* b, size_t n, double* mean, int* max) {
+  double s = 0;
+  int m = 0;
+  for (size_t i = 0; i < n; i++) {
+    int d = abs((int)a[i] - (int)b[i]);
+    s += d;
+    if (d > m) m = d;
+  }
+  *mean = n ? s / n : 0;
+  *max = m;
+}
+
+#define RGB(c) ((rill__img_request_t){.channels = (c)})
+
+/* ---------------------------------------------------------------- JPEG */
+
+Test(jpeg, rgb_matches_pattern) {
+  uint8_t* px = make_pixels(97, 61, 3);
+  buf_t b = enc_jpeg(px, 97, 61, (jpeg_spec_t){.in = JCS_RGB});
+  rill__img_info_t info;
+  rill_error_t err = {0};
+  RT_OK(rill__img_probe(b.p, b.n, &info, &err), err);
+  cr_assert_eq(info.format, RILL__IMG_JPEG);
+  cr_assert_eq(info.width, 97);
+  cr_assert_eq(info.height, 61);
+  cr_assert_eq(info.channels, 3);
+  rill__img_out_t o;
+  uint8_t* d = decode_ok(&b, RGB(3), &o);
+  cr_assert_eq(o.w, 97);
+  cr_assert_eq(o.h, 61);
+  cr_assert_eq(o.channels, 3);
+  cr_assert_eq(o.scale_denom, 1);
+  double mean;
+  int max;
+  diff(d, px, 97 * 61 * 3, &mean, &max);
+  cr_assert(mean < 1.5 && max < 16, "mean %.2f max %d", mean, max);
+  free(d);
+  free(px);
+  free(b.p);
+}
+
+Test(jpeg, rgba_and_gray_outputs) {
+  uint8_t* px = make_pixels(64, 48, 3);
+  buf_t b = enc_jpeg(px, 64, 48, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2});
+  rill__img_out_t o;
+  uint8_t* rgb = decode_ok(&b, RGB(3), &o);
+  uint8_t* rgba = decode_ok(&b, RGB(4), &o);
+  cr_assert_eq(o.channels, 4);
+  uint8_t* gray = decode_ok(&b, RGB(1), &o);
+  cr_assert_eq(o.channels, 1);
+  for (int i = 0; i < 64 * 48; i++) {
+    cr_assert_eq(rgba[i * 4 + 3], 255);
+    cr_assert(memcmp(rgba + i * 4, rgb + i * 3, 3) == 0, "pixel %d differs between RGB and RGBA", i);
+    int l = rill__img_luma(rgb[i * 3], rgb[i * 3 + 1], rgb[i * 3 + 2]);
+    cr_assert(abs(l - gray[i]) <= 3, "pixel %d: gray %d, luma of RGB %d", i, gray[i], l);
+  }
+  free(rgb), free(rgba), free(gray), free(px), free(b.p);
+}
+
+Test(jpeg, grayscale_file_to_rgb) {
+  uint8_t* px = make_pixels(50, 40, 1);
+  buf_t b = enc_jpeg(px, 50, 40, (jpeg_spec_t){.in = JCS_GRAYSCALE});
+  rill__img_info_t info;
+  rill_error_t err = {0};
+  RT_OK(rill__img_probe(b.p, b.n, &info, &err), err);
+  cr_assert_eq(info.channels, 1);
+  rill__img_out_t o;
+  uint8_t* rgb = decode_ok(&b, RGB(3), &o);
+  uint8_t* g = decode_ok(&b, RGB(1), &o);
+  double mean;
+  int max;
+  diff(g, px, 50 * 40, &mean, &max);
+  cr_assert(mean < 1.5 && max < 12, "mean %.2f max %d", mean, max);
+  for (int i = 0; i < 50 * 40; i++) {
+    cr_assert_eq(rgb[i * 3], g[i]);
+    cr_assert_eq(rgb[i * 3 + 1], g[i]);
+    cr_assert_eq(rgb[i * 3 + 2], g[i]);
+  }
+  free(rgb), free(g), free(px), free(b.p);
+}
+
+/* Adobe CMYK stores inverted ink: C' = R, M' = G, Y' = B, K' = 255 means RGB (R, G, B). */
+static void cmyk_case(J_COLOR_SPACE store, int k) {
+  int w = 40, h = 32;
+  uint8_t* rgb = make_pixels(w, h, 3);
+  uint8_t* cmyk = malloc((size_t)w * h * 4);
+  uint8_t* want = malloc((size_t)w * h * 3);
+  for (int i = 0; i < w * h; i++) {
+    for (int c = 0; c < 3; c++) {
+      cmyk[i * 4 + c] = rgb[i * 3 + c];
+      want[i * 3 + c] = (uint8_t)((rgb[i * 3 + c] * k + 127) / 255);
+    }
+    cmyk[i * 4 + 3] = (uint8_t)k;
+  }
+  buf_t b = enc_jpeg(cmyk, w, h, (jpeg_spec_t){.in = JCS_CMYK, .store = store});
+  rill__img_info_t info;
+  rill_error_t err = {0};
+  RT_OK(rill__img_probe(b.p, b.n, &info, &err), err);
+  cr_assert_eq(info.channels, 4);
+  rill__img_out_t o;
+  uint8_t* d = decode_ok(&b, RGB(3), &o);
+  double mean;
+  int max;
+  diff(d, want, (size_t)w * h * 3, &mean, &max);
+  cr_assert(mean < 2.5 && max < 24, "store %d k %d: mean %.2f max %d", store, k, mean, max);
+  uint8_t* g = decode_ok(&b, RGB(1), &o);
+  for (int i = 0; i < w * h; i++)
+    cr_assert_eq(g[i], rill__img_luma(d[i * 3], d[i * 3 + 1], d[i * 3 + 2]));
+  free(g), free(d), free(b.p), free(want), free(cmyk), free(rgb);
+}
+
+Test(jpeg, cmyk_adobe_inverted) { cmyk_case(JCS_CMYK, 255); cmyk_case(JCS_CMYK, 160); }
+Test(jpeg, ycck_adobe_inverted) { cmyk_case(JCS_YCCK, 255); cmyk_case(JCS_YCCK, 100); }
+
+Test(jpeg, progressive_equals_baseline) {
+  uint8_t* px = make_pixels(120, 90, 3);
+  buf_t a = enc_jpeg(px, 120, 90, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2, .quality = 85});
+  buf_t p = enc_jpeg(px, 120, 90, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2, .quality = 85, .progressive = 1});
+  cr_assert(a.n != p.n || memcmp(a.p, p.p, a.n) != 0);
+  rill__img_out_t o;
+  uint8_t* da = decode_ok(&a, RGB(3), &o);
+  uint8_t* dp = decode_ok(&p, RGB(3), &o);
+  cr_assert(memcmp(da, dp, 120 * 90 * 3) == 0);
+  free(da), free(dp), free(a.p), free(p.p), free(px);
+}
+
+Test(jpeg, dct_scaling_sizes) {
+  uint8_t* px = make_pixels(201, 121, 3);
+  buf_t b = enc_jpeg(px, 201, 121, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2});
+  rill__img_info_t info;
+  rill_error_t err = {0};
+  RT_OK(rill__img_probe(b.p, b.n, &info, &err), err);
+  struct { int mw, mh, denom, w, h; } cases[] = {
+      {0, 0, 1, 201, 121},   {26, 16, 8, 26, 16},  {27, 16, 4, 51, 31}, {50, 0, 4, 51, 31},
+      {0, 31, 4, 51, 31},    {52, 10, 2, 101, 61}, {150, 10, 1, 201, 121}, {300, 300, 1, 201, 121}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    rill__img_request_t req = {.channels = 3, .min_w = cases[i].mw, .min_h = cases[i].mh};
+    rill__img_out_t plan, o;
+    RT_OK(rill__img_plan(&info, &req, &plan, &err), err);
+    cr_assert_eq(plan.scale_denom, cases[i].denom, "case %zu: denom %d", i, plan.scale_denom);
+    cr_assert_eq(plan.w, cases[i].w, "case %zu: w %d", i, plan.w);
+    cr_assert_eq(plan.h, cases[i].h, "case %zu: h %d", i, plan.h);
+    uint8_t* d = decode_ok(&b, req, &o);
+    /* a scaled pixel is close to the mean of the block it covers */
+    int dn = plan.scale_denom, cx = plan.w / 2, cy = plan.h / 2;
+    for (int c = 0; c < 3; c++) {
+      double s = 0;
+      int cnt = 0;
+      for (int y = cy * dn; y < cy * dn + dn && y < 121; y++)
+        for (int x = cx * dn; x < cx * dn + dn && x < 201; x++, cnt++) s += px[((size_t)y * 201 + x) * 3 + c];
+      cr_assert(fabs(s / cnt - d[((size_t)cy * plan.w + cx) * 3 + c]) < 12, "case %zu channel %d", i, c);
+    }
+    free(d);
+  }
+  /* PNG is never DCT-scaled */
+  buf_t pb = enc_png(px, 201, 121, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0);
+  RT_OK(rill__img_probe(pb.p, pb.n, &info, &err), err);
+  rill__img_out_t plan;
+  RT_OK(rill__img_plan(&info, &(rill__img_request_t){.channels = 3, .min_w = 10, .min_h = 10}, &plan, &err), err);
+  cr_assert_eq(plan.scale_denom, 1);
+  cr_assert_eq(plan.w, 201);
+  free(pb.p), free(b.p), free(px);
+}
+
+static void crop_case(int hs, int vs, int progressive, int x, int y, int w, int h, int min_w, int* maxdiff) {
+  int W = 173, H = 131;
+  uint8_t* px = make_pixels(W, H, 3);
+  buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .hs = hs, .vs = vs, .progressive = progressive});
+  rill__img_out_t full, part;
+  /* the full image at the scale the region gets */
+  rill__img_request_t rq = {.channels = 3, .x = x, .y = y, .w = w, .h = h, .min_w = min_w, .min_h = 1};
+  uint8_t* p = decode_ok(&b, rq, &part);
+  int d = part.scale_denom;
+  rill__img_request_t fr = {.channels = 3};
+  rill__img_info_t info;
+  rill_error_t err = {0};
+  RT_OK(rill__img_probe(b.p, b.n, &info, &err), err);
+  uint8_t* f;
+  if (d == 1) {
+    f = decode_ok(&b, fr, &full);
+  } else {
+    /* min size equal to the scaled image selects the same denominator for the whole image */
+    fr.min_w = (W + d - 1) / d;
+    fr.min_h = 1;
+    f = decode_ok(&b, fr, &full);
+    cr_assert_eq(full.scale_denom, d);
+  }
+  cr_assert_eq(part.w, (x + w + d - 1) / d - x / d);
+  cr_assert_eq(part.h, (y + h + d - 1) / d - y / d);
+  int m = 0;
+  for (int r = 0; r < part.h; r++)
+    for (int c = 0; c < part.w * 3; c++) {
+      int a = p[(size_t)r * part.w * 3 + c], e = f[((size_t)(r + y / d) * full.w + x / d) * 3 + c];
+      if (abs(a - e) > m) m = abs(a - e);
+    }
+  *maxdiff = m;
+  free(p), free(f), free(b.p), free(px);
+}
+
+Test(jpeg, crop_equals_full_decode_region) {
+  int m;
+  crop_case(1, 1, 0, 37, 21, 50, 40, 0, &m);
+  cr_assert_eq(m, 0, "4:4:4 crop differs by %d", m);
+  crop_case(2, 2, 0, 37, 21, 50, 40, 0, &m);
+  cr_assert(m <= 2, "4:2:0 crop differs by %d", m);
+  crop_case(2, 1, 1, 64, 0, 90, 131, 0, &m);
+  cr_assert(m <= 2, "4:2:2 progressive crop differs by %d", m);
+  crop_case(2, 2, 0, 0, 50, 173, 30, 0, &m); /* full rows: skip_scanlines only */
+  cr_assert(m <= 2, "row crop differs by %d", m);
+  crop_case(2, 2, 0, 100, 70, 73, 61, 0, &m); /* bottom-right corner */
+  cr_assert(m <= 2, "corner crop differs by %d", m);
+  crop_case(2, 2, 0, 40, 30, 120, 80, 30, &m); /* scaled by 1/4 */
+  cr_assert(m <= 2, "scaled crop differs by %d", m);
+}
+
+Test(jpeg, truncated_is_format_error) {
+  uint8_t* px = make_pixels(80, 80, 3);
+  for (int prog = 0; prog < 2; prog++) {
+    buf_t b = enc_jpeg(px, 80, 80, (jpeg_spec_t){.in = JCS_RGB, .progressive = prog});
+    rill_error_t err = {0};
+    int rc;
+    rill__img_out_t o;
+    buf_t t = {b.p, b.n * 6 / 10};
+    cr_assert_null(decode(&t, RGB(3), &o, &err, &rc));
+    cr_assert_eq(rc, RILL_EFORMAT, "progressive %d: rc %d %s", prog, rc, err.message);
+    cr_assert(strstr(err.message, "Premature end of JPEG file"), "%s", err.message);
+    t.n = b.n - 2; /* only the end marker missing */
+    cr_assert_null(decode(&t, RGB(3), &o, &err, &rc));
+    cr_assert_eq(rc, RILL_EFORMAT);
+    t.n = 40; /* inside the header */
+    cr_assert_null(decode(&t, RGB(3), &o, &err, &rc));
+    cr_assert_eq(rc, RILL_EFORMAT);
+    cr_assert(strstr(err.message, "JPEG"), "%s", err.message);
+    /* the decoder stays usable after errors */
+    uint8_t* d = decode_ok(&b, RGB(3), &o);
+    free(d);
+    free(b.p);
+  }
+  free(px);
+}
+
+Test(jpeg, garbage_after_magic) {
+  uint8_t junk[4096];
+  uint64_t s = 12345;
+  for (int round = 0; round < 200; round++) {
+    for (size_t i = 0; i < sizeof junk; i++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      junk[i] = (uint8_t)(s >> 56);
+    }
+    junk[0] = 0xff, junk[1] = 0xd8, junk[2] = 0xff;
+    rill_error_t err = {0};
+    int rc;
+    rill__img_out_t o;
+    buf_t b = {junk, (size_t)(16 + round * 20)};
+    uint8_t* d = decode(&b, RGB(3), &o, &err, &rc);
+    cr_assert_null(d);
+    cr_assert(rc == RILL_EFORMAT || rc == RILL_ERANGE || rc == RILL_ENOTSUP, "rc %d", rc);
+    cr_assert(err.message[0]);
+  }
+}
+
+/* Patches the SOF0 size of a JPEG. */
+static void jpeg_set_size(buf_t* b, int w, int h) {
+  for (size_t i = 2; i + 9 < b->n; i++)
+    if (b->p[i] == 0xff && (b->p[i + 1] == 0xc0 || b->p[i + 1] == 0xc2)) {
+      b->p[i + 5] = (uint8_t)(h >> 8), b->p[i + 6] = (uint8_t)h;
+      b->p[i + 7] = (uint8_t)(w >> 8), b->p[i + 8] = (uint8_t)w;
+      return;
+    }
+  cr_assert_fail("no SOF marker");
+}
+
+Test(limits, huge_header_is_range_error) {
+  uint8_t* px = make_pixels(16, 16, 3);
+  buf_t j = enc_jpeg(px, 16, 16, (jpeg_spec_t){.in = JCS_RGB});
+  jpeg_set_size(&j, 65000, 65000);
+  buf_t p = enc_png(px, 16, 16, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0);
+  p.p[16] = 0, p.p[17] = 0, p.p[18] = 0xfd, p.p[19] = 0xe8; /* width 65000 */
+  p.p[20] = 0, p.p[21] = 0, p.p[22] = 0xfd, p.p[23] = 0xe8; /* height 65000 */
+  uint32_t crc = (uint32_t)crc32(0, p.p + 12, 17);
+  p.p[29] = (uint8_t)(crc >> 24), p.p[30] = (uint8_t)(crc >> 16), p.p[31] = (uint8_t)(crc >> 8), p.p[32] = (uint8_t)crc;
+  buf_t* bs[2] = {&j, &p};
+  for (int k = 0; k < 2; k++) {
+    rill_error_t err = {0};
+    rill__img_info_t info;
+    RT_OK(rill__img_probe(bs[k]->p, bs[k]->n, &info, &err), err);
+    cr_assert_eq(info.width, 65000);
+    rill__img_out_t plan;
+    RT_FAILS(rill__img_plan(&info, &RGB(3), &plan, &err), RILL_ERANGE, "65000x65000", err);
+    cr_assert(strstr(err.message, "100000000"), "%s", err.message);
+    uint8_t dst[16];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    RT_FAILS(rill__img_decode(bs[k]->p, bs[k]->n, &RGB(3), dst, sizeof dst, &plan, &err), RILL_ERANGE,
+             "exceeds the limit", err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+  }
+  /* a lower limit on a real image */
+  rill_error_t err = {0};
+  uint8_t dst[16 * 16 * 3];
+  rill__img_out_t o;
+  buf_t ok = enc_jpeg(px, 16, 16, (jpeg_spec_t){.in = JCS_RGB});
+  RT_FAILS(rill__img_decode(ok.p, ok.n, &(rill__img_request_t){.channels = 3, .max_pixels = 255}, dst,
+                            sizeof dst, &o, &err),
+           RILL_ERANGE, "limit of 255 pixels", err);
+  RT_OK(rill__img_decode(ok.p, ok.n, &(rill__img_request_t){.channels = 3, .max_pixels = 256}, dst, sizeof dst,
+                         &o, &err),
+        err);
+  free(ok.p), free(j.p), free(p.p), free(px);
+}
+
+Test(limits, bad_requests) {
+  uint8_t* px = make_pixels(20, 10, 3);
+  buf_t b = enc_png(px, 20, 10, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0);
+  rill_error_t err = {0};
+  rill__img_info_t info;
+  rill__img_out_t o;
+  uint8_t dst[20 * 10 * 4];
+  RT_OK(rill__img_probe(b.p, b.n, &info, &err), err);
+  RT_FAILS(rill__img_plan(&info, &RGB(2), &o, &err), RILL_EINVAL, "channels must be 1, 3 or 4", err);
+  RT_FAILS(rill__img_plan(&info, &((rill__img_request_t){.channels = 3, .x = 15, .w = 6, .h = 2}), &o, &err),
+           RILL_EINVAL, "outside the 20x10 image", err);
+  RT_FAILS(rill__img_plan(&info, &((rill__img_request_t){.channels = 3, .x = -1, .w = 6, .h = 2}), &o, &err),
+           RILL_EINVAL, "outside", err);
+  RT_FAILS(rill__img_decode(b.p, b.n, &RGB(3), dst, 20 * 10 * 3 - 1, &o, &err), RILL_EINVAL, "smaller", err);
+  buf_t j = enc_jpeg(px, 20, 10, (jpeg_spec_t){.in = JCS_RGB});
+  RT_FAILS(rill__img_decode(j.p, j.n, &RGB(3), dst, 10, &o, &err), RILL_EINVAL, "smaller", err);
+  free(j.p), free(b.p), free(px);
+}
+
+Test(formats, empty_unknown_and_other_formats) {
+  rill_error_t err = {0};
+  rill__img_info_t info;
+  uint8_t dst[16];
+  rill__img_out_t o;
+  RT_FAILS(rill__img_probe("", 0, &info, &err), RILL_EFORMAT, "empty file", err);
+  RT_FAILS(rill__img_decode("", 0, &RGB(3), dst, sizeof dst, &o, &err), RILL_EFORMAT, "empty file", err);
+  const char gif[] = "GIF89a\x10\0\x10\0\0\0\0";
+  RT_FAILS(rill__img_probe(gif, sizeof gif, &info, &err), RILL_ENOTSUP, "unsupported image format (GIF)", err);
+  const char bmp[] = "BM\x36\0\0\0\0\0\0\0\x36\0\0\0";
+  RT_FAILS(rill__img_decode(bmp, sizeof bmp, &RGB(3), dst, sizeof dst, &o, &err), RILL_ENOTSUP,
+           "unsupported image format (BMP)", err);
+  const char webp[] = "RIFF\0\0\0\0WEBPVP8 ";
+  RT_FAILS(rill__img_probe(webp, sizeof webp, &info, &err), RILL_ENOTSUP, "WebP", err);
+  const char text[] = "hello, this is not an image";
+  RT_FAILS(rill__img_probe(text, sizeof text, &info, &err), RILL_ENOTSUP, "unsupported image format", err);
+  const uint8_t short_png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0};
+  RT_FAILS(rill__img_probe(short_png, sizeof short_png, &info, &err), RILL_EFORMAT, "corrupt PNG header", err);
+}
+
+/* ---------------------------------------------------------------- PNG */
+
+Test(png, rgb_rgba_gray_exact) {
+  int w = 33, h = 17;
+  uint8_t* rgb = make_pixels(w, h, 3);
+  uint8_t* rgba = make_pixels(w, h, 4);
+  uint8_t* g = make_pixels(w, h, 1);
+  uint8_t* ga = make_pixels(w, h, 2);
+  buf_t b3 = enc_png(rgb, w, h, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0);
+  buf_t b4 = enc_png(rgba, w, h, PNG_COLOR_TYPE_RGBA, 8, 0, NULL, 0, NULL, 0);
+  buf_t b1 = enc_png(g, w, h, PNG_COLOR_TYPE_GRAY, 8, 0, NULL, 0, NULL, 0);
+  buf_t b2 = enc_png(ga, w, h, PNG_COLOR_TYPE_GRAY_ALPHA, 8, 0, NULL, 0, NULL, 0);
+  rill__img_out_t o;
+  uint8_t* d = decode_ok(&b3, RGB(3), &o);
+  cr_assert(memcmp(d, rgb, (size_t)w * h * 3) == 0);
+  free(d);
+  d = decode_ok(&b4, RGB(4), &o);
+  cr_assert(memcmp(d, rgba, (size_t)w * h * 4) == 0);
+  free(d);
+  d = decode_ok(&b4, RGB(3), &o); /* alpha dropped */
+  for (int i = 0; i < w * h; i++) cr_assert(memcmp(d + i * 3, rgba + i * 4, 3) == 0);
+  free(d);
+  d = decode_ok(&b3, RGB(1), &o);
+  for (int i = 0; i < w * h; i++) cr_assert_eq(d[i], rill__img_luma(rgb[i * 3], rgb[i * 3 + 1], rgb[i * 3 + 2]));
+  free(d);
+  d = decode_ok(&b3, RGB(4), &o);
+  for (int i = 0; i < w * h; i++) cr_assert(memcmp(d + i * 4, rgb + i * 3, 3) == 0 && d[i * 4 + 3] == 255);
+  free(d);
+  d = decode_ok(&b1, RGB(3), &o);
+  for (int i = 0; i < w * h; i++) cr_assert(d[i * 3] == g[i] && d[i * 3 + 1] == g[i] && d[i * 3 + 2] == g[i]);
+  free(d);
+  d = decode_ok(&b1, RGB(1), &o);
+  cr_assert(memcmp(d, g, (size_t)w * h) == 0);
+  free(d);
+  d = decode_ok(&b2, RGB(4), &o);
+  for (int i = 0; i < w * h; i++)
+    cr_assert(d[i * 4] == ga[i * 2] && d[i * 4 + 2] == ga[i * 2] && d[i * 4 + 3] == ga[i * 2 + 1]);
+  free(d);
+  d = decode_ok(&b2, RGB(1), &o);
+  for (int i = 0; i < w * h; i++) cr_assert_eq(d[i], ga[i * 2]);
+  free(d);
+  rill__img_info_t info;
+  rill_error_t err = {0};
+  RT_OK(rill__img_probe(b2.p, b2.n, &info, &err), err);
+  cr_assert_eq(info.channels, 2);
+  cr_assert_eq(info.format, RILL__IMG_PNG);
+  free(b1.p), free(b2.p), free(b3.p), free(b4.p), free(rgb), free(rgba), free(g), free(ga);
+}
+
+Test(png, palette_trns_16bit_lowbit) {
+  int w = 20, h = 9;
+  png_color pal[4] = {{255, 0, 0}, {0, 255, 0}, {0, 0, 255}, {10, 20, 30}};
+  uint8_t trns[4] = {255, 128, 0, 255};
+  uint8_t idx[20 * 9];
+  for (int i = 0; i < w * h; i++) idx[i] = (uint8_t)(i % 4);
+  buf_t p = enc_png(idx, w, h, PNG_COLOR_TYPE_PALETTE, 8, 0, pal, 4, trns, 4);
+  rill__img_out_t o;
+  uint8_t* d = decode_ok(&p, RGB(4), &o);
+  for (int i = 0; i < w * h; i++) {
+    const png_color* c = &pal[i % 4];
+    cr_assert(d[i * 4] == c->red && d[i * 4 + 1] == c->green && d[i * 4 + 2] == c->blue, "pixel %d", i);
+    cr_assert_eq(d[i * 4 + 3], trns[i % 4]);
+  }
+  free(d);
+  d = decode_ok(&p, RGB(3), &o);
+  for (int i = 0; i < w * h; i++) cr_assert_eq(d[i * 3 + 1], pal[i % 4].green);
+  free(d);
+  free(p.p);
+  /* 16-bit RGB: v * 257 scales back to v exactly */
+  uint8_t* v8 = make_pixels(w, h, 3);
+  uint8_t* v16 = malloc((size_t)w * h * 6);
+  for (int i = 0; i < w * h * 3; i++) v16[i * 2] = v16[i * 2 + 1] = v8[i];
+  buf_t b16 = enc_png(v16, w, h, PNG_COLOR_TYPE_RGB, 16, 0, NULL, 0, NULL, 0);
+  d = decode_ok(&b16, RGB(3), &o);
+  cr_assert(memcmp(d, v8, (size_t)w * h * 3) == 0);
+  free(d), free(b16.p), free(v16), free(v8);
+  /* 1-bit gray: 0 and 255 */
+  uint8_t bits[3 * 9];
+  for (int i = 0; i < 27; i++) bits[i] = 0xa5;
+  buf_t b1 = enc_png(bits, w, h, PNG_COLOR_TYPE_GRAY, 1, 0, NULL, 0, NULL, 0);
+  d = decode_ok(&b1, RGB(1), &o);
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++) cr_assert_eq(d[y * w + x], ((0xa5 >> (7 - x % 8)) & 1) ? 255 : 0);
+  free(d), free(b1.p);
+  /* gray with tRNS: the transparent level gets alpha 0 */
+  uint8_t gl[20 * 9];
+  for (int i = 0; i < w * h; i++) gl[i] = (uint8_t)(i % 3 * 100);
+  png_color_16 tc = {.gray = 100};
+  buf_t bt = {0};
+  {
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png_create_info_struct(png);
+    png_set_write_fn(png, &bt, png_write_mem, png_flush_mem);
+    png_set_IHDR(png, info, w, h, 8, PNG_COLOR_TYPE_GRAY, 0, 0, 0);
+    png_set_tRNS(png, info, NULL, 0, &tc);
+    png_write_info(png, info);
+    for (int y = 0; y < h; y++) png_write_row(png, gl + y * w);
+    png_write_end(png, info);
+    png_destroy_write_struct(&png, &info);
+  }
+  d = decode_ok(&bt, RGB(4), &o);
+  for (int i = 0; i < w * h; i++) cr_assert_eq(d[i * 4 + 3], gl[i] == 100 ? 0 : 255);
+  free(d), free(bt.p);
+}
+
+Test(png, region_equals_full_decode) {
+  int w = 71, h = 53;
+  uint8_t* px = make_pixels(w, h, 4);
+  for (int il = 0; il < 2; il++) {
+    buf_t b = enc_png(px, w, h, PNG_COLOR_TYPE_RGBA, 8, il, NULL, 0, NULL, 0);
+    rill__img_out_t o;
+    int regions[][4] = {{0, 0, 71, 53}, {5, 7, 30, 20}, {0, 10, 71, 5}, {70, 52, 1, 1}, {40, 0, 31, 53}};
+    for (int c = 1; c <= 4; c += (c == 1 ? 2 : 1)) {
+      uint8_t* f = decode_ok(&b, RGB(c), &o);
+      for (size_t r = 0; r < sizeof regions / sizeof regions[0]; r++) {
+        int* g = regions[r];
+        uint8_t* p =
+            decode_ok(&b, (rill__img_request_t){.channels = c, .x = g[0], .y = g[1], .w = g[2], .h = g[3]}, &o);
+        cr_assert(o.w == g[2] && o.h == g[3]);
+        for (int y = 0; y < g[3]; y++)
+          cr_assert(memcmp(p + (size_t)y * g[2] * c, f + ((size_t)(y + g[1]) * w + g[0]) * c, (size_t)g[2] * c) == 0,
+                    "interlace %d channels %d region %zu row %d", il, c, r, y);
+        free(p);
+      }
+      free(f);
+    }
+    free(b.p);
+  }
+  free(px);
+}
+
+Test(png, corrupt_data) {
+  int w = 40, h = 30;
+  uint8_t* px = make_pixels(w, h, 3);
+  buf_t b = enc_png(px, w, h, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0);
+  rill_error_t err = {0};
+  rill__img_out_t o;
+  int rc;
+  buf_t t = {b.p, b.n / 2};
+  cr_assert_null(decode(&t, RGB(3), &o, &err, &rc));
+  cr_assert_eq(rc, RILL_EFORMAT);
+  cr_assert(strstr(err.message, "corrupt PNG data"), "%s", err.message);
+  t.n = b.n - 12; /* IEND missing */
+  cr_assert_null(decode(&t, RGB(3), &o, &err, &rc));
+  cr_assert_eq(rc, RILL_EFORMAT, "%s", err.message);
+  /* a flipped bit in the IDAT payload: CRC error */
+  uint8_t* c = malloc(b.n);
+  memcpy(c, b.p, b.n);
+  c[60] ^= 0x10;
+  buf_t cb = {c, b.n};
+  cr_assert_null(decode(&cb, RGB(3), &o, &err, &rc));
+  cr_assert_eq(rc, RILL_EFORMAT);
+  /* and it still decodes a good file */
+  uint8_t* d = decode_ok(&b, RGB(3), &o);
+  cr_assert(memcmp(d, px, (size_t)w * h * 3) == 0);
+  free(d), free(c), free(b.p), free(px);
+}
+
+/* ---------------------------------------------------------------- real images */
+
+static const char* data_dir(void) {
+  static char d[1024];
+  snprintf(d, sizeof d, "%s/build/data/variants", rt_root());
+  struct stat st;
+  return stat(d, &st) == 0 ? d : NULL;
+}
+
+static buf_t slurp(const char* path) {
+  FILE* f = fopen(path, "rb");
+  cr_assert(f, "cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  buf_t b = {malloc(n ? (size_t)n : 1), (size_t)n};
+  cr_assert_eq(fread(b.p, 1, b.n, f), b.n);
+  fclose(f);
+  return b;
+}
+
+Test(real, jpeg_variants_match_reference) {
+  const char* dir = data_dir();
+  if (!dir) cr_skip_test("real images absent: run test/data/get_images.sh");
+  char path[1200];
+  snprintf(path, sizeof path, "%s/video-001.png", dir);
+  buf_t ref = slurp(path);
+  rill__img_out_t ro;
+  uint8_t* r = decode_ok(&ref, RGB(3), &ro);
+  const char* names[] = {"video-001.jpeg", "video-001.progressive.jpeg", "video-001.q50.420.jpeg",
+                         "video-001.q50.422.jpeg", "video-001.q50.440.jpeg", "video-001.q50.444.jpeg",
+                         "video-001.q50.410.jpeg", "video-001.q50.411.progressive.jpeg", "video-001.rgb.jpeg",
+                         "video-001.separate.dc.progression.progressive.jpeg", "video-001.221212.jpeg"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    buf_t b = slurp(path);
+    rill__img_out_t o;
+    uint8_t* d = decode_ok(&b, RGB(3), &o);
+    cr_assert(o.w == ro.w && o.h == ro.h, "%s: %dx%d", names[i], o.w, o.h);
+    double mean;
+    int max;
+    diff(d, r, (size_t)o.w * o.h * 3, &mean, &max);
+    cr_assert(mean < 8, "%s: mean difference %.2f from the reference", names[i], mean);
+    free(d), free(b.p);
+  }
+  /* CMYK (Adobe, inverted): the reference is another decoder's RGB rendering of the file */
+  snprintf(path, sizeof path, "%s/video-001.cmyk.png", dir);
+  buf_t cref = slurp(path);
+  snprintf(path, sizeof path, "%s/video-001.cmyk.jpeg", dir);
+  buf_t cj = slurp(path);
+  rill__img_out_t co;
+  uint8_t* cr = decode_ok(&cref, RGB(3), &co);
+  uint8_t* cd = decode_ok(&cj, RGB(3), &co);
+  double cmean;
+  int cmax;
+  diff(cd, cr, (size_t)co.w * co.h * 3, &cmean, &cmax);
+  cr_assert(cmean < 1.0, "CMYK: mean difference %.2f from the reference", cmean);
+  free(cr), free(cd), free(cref.p), free(cj.p);
+  /* a progressive file that ends (with its end marker) before the last scans is valid: the
+   * image has less detail, as another decoder renders it */
+  snprintf(path, sizeof path, "%s/video-001.progressive.truncated.jpeg", dir);
+  buf_t t = slurp(path);
+  snprintf(path, sizeof path, "%s/video-001.progressive.truncated.png", dir);
+  buf_t tref = slurp(path);
+  rill__img_out_t o;
+  uint8_t* td = decode_ok(&t, RGB(3), &o);
+  uint8_t* tr = decode_ok(&tref, RGB(3), &o);
+  diff(td, tr, (size_t)o.w * o.h * 3, &cmean, &cmax);
+  cr_assert(cmean < 3.0, "truncated progressive: mean difference %.2f", cmean);
+  free(td), free(tr), free(tref.p);
+  /* cut inside a scan: an error */
+  rill_error_t err = {0};
+  int rc;
+  buf_t cut = {t.p, t.n - 100};
+  cr_assert_null(decode(&cut, RGB(3), &o, &err, &rc));
+  cr_assert_eq(rc, RILL_EFORMAT, "%s", err.message);
+  snprintf(path, sizeof path, "%s/video-005.gray.q50.2x2.progressive.jpeg", dir);
+  buf_t g = slurp(path);
+  uint8_t* gd = decode_ok(&g, RGB(3), &o);
+  for (int i = 0; i < o.w * o.h; i++) cr_assert(gd[i * 3] == gd[i * 3 + 1] && gd[i * 3] == gd[i * 3 + 2]);
+  free(gd), free(g.p), free(t.p), free(r), free(ref.p);
+}
+
+Test(real, pngsuite) {
+  const char* dir = data_dir();
+  if (!dir) cr_skip_test("real images absent: run test/data/get_images.sh");
+  /* basn*: every color type and bit depth; 32x32 (the -31 ones 31x31) */
+  const char* names[] = {"basn0g01", "basn0g02", "basn0g04", "basn0g08", "basn0g16", "basn2c08", "basn2c16",
+                         "basn3p01", "basn3p02", "basn3p04", "basn3p08", "basn4a08", "basn4a16", "basn6a08",
+                         "basn6a16", "ftbbn3p08", "ftp0n3p08", "basn3p04-31i"};
+  char path[1200];
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    snprintf(path, sizeof path, "%s/pngsuite/%s.png", dir, names[i]);
+    buf_t b = slurp(path);
+    for (int c = 1; c <= 4; c += (c == 1 ? 2 : 1)) {
+      rill__img_out_t o;
+      uint8_t* d = decode_ok(&b, RGB(c), &o);
+      int side = strstr(names[i], "-31") ? 31 : 32;
+      cr_assert(o.w == side && o.h == side, "%s: %dx%d", names[i], o.w, o.h);
+      free(d);
+    }
+    free(b.p);
+  }
+  const char* bad[] = {"invalid-crc32.png", "invalid-noend.png", "invalid-trunc.png", "invalid-zlib.png"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, bad[i]);
+    buf_t b = slurp(path);
+    rill_error_t err = {0};
+    int rc;
+    rill__img_out_t o;
+    cr_assert_null(decode(&b, RGB(3), &o, &err, &rc), "%s decoded", bad[i]);
+    cr_assert_eq(rc, RILL_EFORMAT, "%s: %d %s", bad[i], rc, err.message);
+    free(b.p);
+  }
+}
+
+#else
+Test(decode, not_built) {
+  rill_error_t err = {0};
+  rill__img_info_t info;
+  const uint8_t j[] = {0xff, 0xd8, 0xff, 0xe0, 0, 0};
+  int rc = rill__img_probe(j, sizeof j, &info, &err);
+  if (!RILL_HAVE_JPEG) {
+    cr_assert_eq(rc, RILL_ENOTSUP);
+    cr_assert(strstr(err.message, "built without libjpeg"));
+  }
+}
+#endif

@@ -1,0 +1,490 @@
+/* File sources (list of paths, list file, STRING column of paths, ImageFolder) and the
+ * rill_image_decode map through the engine: good and bad files under RAISE, SKIP and NULL. */
+#include <errno.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#if RILL_HAVE_JPEG && RILL_HAVE_PNG
+#include <jpeglib.h>
+#include <png.h>
+#endif
+
+/* ---------------------------------------------------------------- helpers */
+
+static char* tpath(const char* rel) {
+  static char bufs[8][1024];
+  static int k;
+  char* b = bufs[k++ % 8];
+  snprintf(b, sizeof bufs[0], "%s/%s", rt_tmpdir(), rel);
+  return b;
+}
+
+static void mkdirs(const char* rel) {
+  char p[1024];
+  snprintf(p, sizeof p, "%s/%s", rt_tmpdir(), rel);
+  for (char* s = p + strlen(rt_tmpdir()) + 1; *s; s++)
+    if (*s == '/') {
+      *s = 0;
+      mkdir(p, 0777);
+      *s = '/';
+    }
+  mkdir(p, 0777);
+}
+
+static void write_file(const char* path, const void* data, size_t n) {
+  FILE* f = fopen(path, "wb");
+  cr_assert(f, "cannot create %s", path);
+  cr_assert_eq(fwrite(data, 1, n, f), n);
+  fclose(f);
+}
+
+/* Iterates `col` of df (one row at a time, 2 worker threads). Returns rows seen; codes[i] and
+ * msgs[i] get each next() result. */
+typedef struct step {
+  int rc;
+  int64_t row, index;
+  char msg[RILL_ERROR_MESSAGE_SIZE];
+  int valid;
+  int64_t shape[3];
+  int64_t nbytes;
+  uint8_t first[8];
+} step_t;
+
+static int iterate(rill_df_t* df, int col, step_t* steps, int max, rill_iter_stats_t* stats) {
+  rill_error_t err = {0};
+  rill_iter_t* it = NULL;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &col, .ncolumns = 1, .threads = 2}, &it, &err), err);
+  int k = 0;
+  for (;;) {
+    rill_row_t row;
+    rill_error_clear(&err);
+    int rc = rill_iter_next(it, &row, &err);
+    if (rc == RILL_END) break;
+    cr_assert(k < max, "too many rows");
+    step_t* s = &steps[k++];
+    memset(s, 0, sizeof *s);
+    s->rc = rc;
+    s->row = err.row;
+    snprintf(s->msg, sizeof s->msg, "%s", err.message);
+    if (rc == RILL_OK) {
+      const rill_array_t* a = rill_row_get(&row, 0);
+      cr_assert_eq(a->length, 1);
+      s->index = row.index;
+      s->valid = rill_array_is_valid(a, 0);
+      const void* cell = rill_array_cell(a, 0, &s->nbytes);
+      if (a->type.ndim == 3) rill_array_cell_shape(a, 0, s->shape);
+      memcpy(s->first, cell, s->nbytes < 8 ? (size_t)s->nbytes : 8);
+    }
+  }
+  if (stats) rill_iter_stats(it, stats);
+  rill_iter_free(it);
+  return k;
+}
+
+/* ---------------------------------------------------------------- file lists */
+
+Test(files, from_files_reads_bytes_on_demand) {
+  write_file(tpath("a.bin"), "hello", 5);
+  write_file(tpath("b.bin"), "", 0);
+  write_file(tpath("c.bin"), "\0\1\2world", 8);
+  const char* paths[] = {tpath("a.bin"), tpath("b.bin"), tpath("c.bin")};
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_files(paths, 3, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 3);
+  cr_assert_eq(rill_df_ncolumns(df), 2);
+  int pc = rill_df_column(df, "path"), bc = rill_df_column(df, "bytes");
+  cr_assert_eq(rill_df_field(df, pc)->type.dtype, RILL_STRING);
+  cr_assert_eq(rill_df_field(df, bc)->type.dtype, RILL_BINARY);
+  /* the file changes after the dataframe was made: bytes are read when pulled */
+  write_file(tpath("a.bin"), "HELLO!", 6);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err), err);
+  const char* want[] = {"HELLO!", "", "\0\1\2world"};
+  int64_t wantn[] = {6, 0, 8};
+  for (int i = 0; i < 3; i++) {
+    rill_row_t row;
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    int64_t n;
+    const char* p = rill_array_cell(rill_row_get(&row, pc), 0, &n);
+    cr_assert_eq(n, (int64_t)strlen(paths[i]));
+    cr_assert(memcmp(p, paths[i], (size_t)n) == 0);
+    const void* b = rill_array_cell(rill_row_get(&row, bc), 0, &n);
+    cr_assert_eq(n, wantn[i]);
+    cr_assert(memcmp(b, want[i], (size_t)n) == 0);
+  }
+  rill_row_t row;
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+Test(files, missing_file_under_each_policy) {
+  write_file(tpath("m0.bin"), "zero", 4);
+  write_file(tpath("m2.bin"), "two", 3);
+  mkdirs("adir");
+  const char* paths[] = {tpath("m0.bin"), tpath("nope/missing.bin"), tpath("m2.bin"), tpath("adir")};
+  rill_error_t err = {0};
+  rill_df_t* df;
+  step_t s[8];
+  rill_iter_stats_t st;
+  /* RAISE: the error names the file and the system's reason; the iterator goes on */
+  RT_OK(rill_df_from_files(paths, 4, NULL, &df, &err), err);
+  int n = iterate(df, rill_df_column(df, "bytes"), s, 8, &st);
+  cr_assert_eq(n, 4);
+  cr_assert_eq(s[0].rc, RILL_OK);
+  cr_assert_eq(s[1].rc, RILL_EIO);
+  cr_assert_eq(s[1].row, 1);
+  cr_assert(strstr(s[1].msg, "nope/missing.bin") && strstr(s[1].msg, "No such file or directory"), "%s",
+            s[1].msg);
+  cr_assert_eq(s[2].rc, RILL_OK);
+  cr_assert_eq(s[2].nbytes, 3);
+  cr_assert_eq(s[3].rc, RILL_EIO);
+  cr_assert(strstr(s[3].msg, "adir") && strstr(s[3].msg, "Is a directory"), "%s", s[3].msg);
+  cr_assert_eq(st.errors, 2);
+  rill_df_free(df);
+  /* SKIP: dropped and counted */
+  RT_OK(rill_df_from_files(paths, 4, &(rill_files_opts_t){.on_error = RILL_ON_ERROR_SKIP}, &df, &err), err);
+  n = iterate(df, rill_df_column(df, "bytes"), s, 8, &st);
+  cr_assert_eq(n, 2);
+  cr_assert(s[0].rc == RILL_OK && s[0].index == 0 && s[0].nbytes == 4);
+  cr_assert(s[1].rc == RILL_OK && s[1].index == 2 && memcmp(s[1].first, "two", 3) == 0);
+  cr_assert_eq(st.skipped, 2);
+  rill_df_free(df);
+  /* NULL: a null cell */
+  RT_OK(rill_df_from_files(paths, 4, &(rill_files_opts_t){.on_error = RILL_ON_ERROR_NULL}, &df, &err), err);
+  n = iterate(df, rill_df_column(df, "bytes"), s, 8, &st);
+  cr_assert_eq(n, 4);
+  cr_assert(s[0].valid && !s[1].valid && s[2].valid && !s[3].valid);
+  cr_assert_eq(st.nulled, 2);
+  rill_df_free(df);
+}
+
+Test(files, bad_arguments) {
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  const char* paths[] = {"a", NULL};
+  RT_FAILS(rill_df_from_files(paths, 2, NULL, &df, &err), RILL_EINVAL, "path 1 is NULL", err);
+  RT_FAILS(rill_df_from_files(NULL, 2, NULL, &df, &err), RILL_EINVAL, "required", err);
+  RT_FAILS(rill_df_from_file_list(tpath("no-such-list.txt"), NULL, &df, &err), RILL_EIO, "no-such-list.txt", err);
+  cr_assert(strstr(err.message, "No such file"), "%s", err.message);
+  RT_FAILS(rill_df_from_image_folder(tpath("no-such-root"), NULL, &df, &err), RILL_EIO, "no-such-root", err);
+  RT_OK(rill_df_from_files(paths, 1, NULL, &df, &err), err);
+  RT_FAILS(rill_file_read(df, "x", rill_df_column(df, "bytes"), NULL, &err), RILL_EINVAL, "is not STRING", err);
+  RT_FAILS(rill_file_read(df, "x", 99, NULL, &err), RILL_EINVAL, "no column 99", err);
+  RT_FAILS(rill_image_decode(df, "img", rill_df_column(df, "path"), NULL, &err), RILL_EINVAL, "is not BINARY", err);
+  RT_FAILS(rill_image_decode(df, "img", rill_df_column(df, "bytes"), &(rill_decode_opts_t){.channels = 2}, &err),
+           RILL_EINVAL, "channels must be 1, 3 or 4", err);
+  RT_FAILS(rill_image_decode(df, "img", rill_df_column(df, "bytes"), &(rill_decode_opts_t){.path_column = "nope"},
+                             &err),
+           RILL_EINVAL, "no STRING column 'nope'", err);
+  const char* const* names;
+  int count;
+  RT_FAILS(rill_image_folder_classes(df, &names, &count, &err), RILL_EINVAL, "rill_df_from_image_folder", err);
+  rill_df_free(df);
+}
+
+Test(files, list_file_resolves_relative_paths) {
+  mkdirs("lst/sub");
+  write_file(tpath("lst/sub/one.txt"), "1", 1);
+  write_file(tpath("lst/two.txt"), "22", 2);
+  write_file(tpath("abs.txt"), "333", 3);
+  char list[2048];
+  snprintf(list, sizeof list, "sub/one.txt\r\n\n%s\ntwo.txt", tpath("abs.txt"));
+  write_file(tpath("lst/files.txt"), list, strlen(list));
+  rill_error_t err = {0};
+  rill_df_t* df;
+  RT_OK(rill_df_from_file_list(tpath("lst/files.txt"), NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 3);
+  step_t s[4];
+  int n = iterate(df, rill_df_column(df, "bytes"), s, 4, NULL);
+  cr_assert_eq(n, 3);
+  cr_assert(s[0].rc == RILL_OK && s[0].nbytes == 1);
+  cr_assert(s[1].rc == RILL_OK && s[1].nbytes == 3);
+  cr_assert(s[2].rc == RILL_OK && s[2].nbytes == 2);
+  n = iterate(df, rill_df_column(df, "path"), s, 4, NULL);
+  cr_assert(memcmp(s[0].first, tpath("lst/sub/one.txt"), 8) == 0);
+  rill_df_free(df);
+  /* an empty list is an empty dataframe */
+  write_file(tpath("empty.txt"), "\n\n", 2);
+  RT_OK(rill_df_from_file_list(tpath("empty.txt"), NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 0);
+  rill_df_free(df);
+}
+
+Test(files, file_read_map_over_a_string_column) {
+  write_file(tpath("r1.bin"), "abc", 3);
+  rill_error_t err = {0};
+  rill_array_t* a;
+  RT_OK(rill_array_new(rill_type_scalar(RILL_STRING), 3, &a, &err), err);
+  const char* p = tpath("r1.bin");
+  RT_OK(rill_array_set_var(a, 0, p, (int64_t)strlen(p), NULL), err);
+  RT_OK(rill_array_set_var(a, 1, NULL, 0, NULL), err);
+  RT_OK(rill_array_set_null(a, 1), err);
+  const char* q = tpath("r-missing.bin");
+  RT_OK(rill_array_set_var(a, 2, q, (int64_t)strlen(q), NULL), err);
+  rill_df_t* df;
+  const char* names[] = {"file"};
+  RT_OK(rill_df_from_arrays(names, (const rill_array_t* const*)&a, 1, 1, &df, &err), err);
+  rill_array_release(a);
+  int col = rill_file_read(df, "data", 0, NULL, &err);
+  cr_assert(col >= 0, "%s", err.message);
+  step_t s[4];
+  int n = iterate(df, col, s, 4, NULL);
+  cr_assert_eq(n, 3);
+  cr_assert(s[0].rc == RILL_OK && s[0].valid && s[0].nbytes == 3 && memcmp(s[0].first, "abc", 3) == 0);
+  cr_assert(s[1].rc == RILL_OK && !s[1].valid);
+  cr_assert_eq(s[2].rc, RILL_EIO);
+  cr_assert_eq(s[2].row, 2);
+  cr_assert(strstr(s[2].msg, "r-missing.bin: cannot open: No such file or directory"), "%s", s[2].msg);
+  rill_df_free(df);
+}
+
+/* ---------------------------------------------------------------- ImageFolder */
+
+Test(folder, classes_labels_and_sorting) {
+  mkdirs("root/b_dogs/nested");
+  mkdirs("root/a_cats");
+  mkdirs("root/.hidden");
+  mkdirs("root/c_empty");
+  write_file(tpath("root/b_dogs/z.JPG"), "1", 1);
+  write_file(tpath("root/b_dogs/a.png"), "2", 1);
+  write_file(tpath("root/b_dogs/nested/m.jpeg"), "3", 1);
+  write_file(tpath("root/b_dogs/notes.txt"), "4", 1);
+  write_file(tpath("root/a_cats/k.jpg"), "5", 1);
+  write_file(tpath("root/a_cats/.x.jpg"), "6", 1);
+  write_file(tpath("root/.hidden/h.jpg"), "7", 1);
+  write_file(tpath("root/top.jpg"), "8", 1);
+  rill_error_t err = {0};
+  rill_df_t* df;
+  RT_OK(rill_df_from_image_folder(tpath("root"), NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 4);
+  cr_assert_eq(rill_df_ncolumns(df), 3);
+  int lc = rill_df_column(df, "label");
+  cr_assert_eq(rill_df_field(df, lc)->type.dtype, RILL_INT64);
+  const char* const* names;
+  int count;
+  RT_OK(rill_image_folder_classes(df, &names, &count, &err), err);
+  cr_assert_eq(count, 3);
+  cr_assert_str_eq(names[0], "a_cats");
+  cr_assert_str_eq(names[1], "b_dogs");
+  cr_assert_str_eq(names[2], "c_empty");
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err), err);
+  const char* want[] = {"root/a_cats/k.jpg", "root/b_dogs/a.png", "root/b_dogs/nested/m.jpeg", "root/b_dogs/z.JPG"};
+  int64_t labels[] = {0, 1, 1, 1};
+  for (int i = 0; i < 4; i++) {
+    rill_row_t row;
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    int64_t n;
+    const char* p = rill_array_cell(rill_row_get(&row, rill_df_column(df, "path")), 0, &n);
+    const char* w = tpath(want[i]);
+    cr_assert(n == (int64_t)strlen(w) && memcmp(p, w, (size_t)n) == 0, "row %d: %.*s", i, (int)n, p);
+    cr_assert_eq(((const int64_t*)rill_row_get(&row, lc)->data)[0], labels[i]);
+  }
+  rill_iter_free(it);
+  rill_df_free(df);
+  /* every file */
+  RT_OK(rill_df_from_image_folder(tpath("root"), &(rill_files_opts_t){.all_files = 1}, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 5);
+  rill_df_free(df);
+  /* a root without images */
+  mkdirs("bare/x");
+  write_file(tpath("bare/x/readme.txt"), "r", 1);
+  RT_FAILS(rill_df_from_image_folder(tpath("bare"), NULL, &df, &err), RILL_EFORMAT, "no image files", err);
+}
+
+/* ---------------------------------------------------------------- decoding through the engine */
+
+#if RILL_HAVE_JPEG && RILL_HAVE_PNG
+
+static uint8_t px_at(int x, int y, int c) { return (uint8_t)((x * 7 + y * 3 + c * 50) & 0xff); }
+
+static void write_jpeg(const char* path, int w, int h, int cut_percent, int big) {
+  struct jpeg_compress_struct c;
+  struct jpeg_error_mgr e;
+  c.err = jpeg_std_error(&e);
+  jpeg_create_compress(&c);
+  unsigned char* out = NULL;
+  unsigned long size = 0;
+  jpeg_mem_dest(&c, &out, &size);
+  c.image_width = (JDIMENSION)w;
+  c.image_height = (JDIMENSION)h;
+  c.input_components = 3;
+  c.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&c);
+  jpeg_start_compress(&c, TRUE);
+  uint8_t* row = malloc((size_t)w * 3);
+  while (c.next_scanline < c.image_height) {
+    for (int x = 0; x < w; x++)
+      for (int k = 0; k < 3; k++) row[x * 3 + k] = px_at(x, (int)c.next_scanline, k);
+    jpeg_write_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  free(row);
+  if (big)
+    for (unsigned long i = 2; i + 9 < size; i++)
+      if (out[i] == 0xff && out[i + 1] == 0xc0) {
+        out[i + 5] = 0xfd, out[i + 6] = 0xe8, out[i + 7] = 0xfd, out[i + 8] = 0xe8; /* 65000 x 65000 */
+        break;
+      }
+  write_file(path, out, cut_percent ? size * (unsigned long)cut_percent / 100 : size);
+  free(out);
+}
+
+static void write_png(const char* path, int w, int h) {
+  png_image im;
+  memset(&im, 0, sizeof im);
+  im.version = PNG_IMAGE_VERSION;
+  im.width = (png_uint_32)w;
+  im.height = (png_uint_32)h;
+  im.format = PNG_FORMAT_RGB;
+  uint8_t* px = malloc((size_t)w * h * 3);
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++)
+      for (int k = 0; k < 3; k++) px[((size_t)y * w + x) * 3 + k] = px_at(x, y, k);
+  cr_assert(png_image_write_to_file(&im, path, 0, px, 0, NULL));
+  free(px);
+}
+
+/* good.jpg, empty.jpg, trunc.jpg, png-named.jpg, random.jpg, huge.jpg, anim.jpg (GIF) */
+static const char* const bad_names[] = {"good.jpg", "empty.jpg", "trunc.jpg", "png-named.jpg",
+                                        "random.jpg", "huge.jpg", "anim.jpg"};
+
+static rill_df_t* bad_set(const rill_decode_opts_t* dopts, int* col) {
+  mkdirs("imgs");
+  write_jpeg(tpath("imgs/good.jpg"), 40, 30, 0, 0);
+  write_file(tpath("imgs/empty.jpg"), "", 0);
+  write_jpeg(tpath("imgs/trunc.jpg"), 64, 64, 60, 0);
+  write_png(tpath("imgs/png-named.jpg"), 20, 10);
+  uint8_t junk[3000];
+  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(i * 2654435761u >> 13);
+  write_file(tpath("imgs/random.jpg"), junk, sizeof junk);
+  write_jpeg(tpath("imgs/huge.jpg"), 16, 16, 0, 1);
+  write_file(tpath("imgs/anim.jpg"), "GIF89a\x01\0\x01\0\0\0\0;", 14);
+  const char* paths[7];
+  for (int i = 0; i < 7; i++) {
+    static char b[7][1024];
+    snprintf(b[i], sizeof b[i], "%s/imgs/%s", rt_tmpdir(), bad_names[i]);
+    paths[i] = b[i];
+  }
+  rill_error_t err = {0};
+  rill_df_t* df;
+  RT_OK(rill_df_from_files(paths, 7, NULL, &df, &err), err);
+  *col = rill_image_decode(df, "img", rill_df_column(df, "bytes"), dopts, &err);
+  cr_assert(*col >= 0, "%s", err.message);
+  return df;
+}
+
+Test(decode_map, raise_names_row_and_file) {
+  int col;
+  rill_df_t* df = bad_set(NULL, &col);
+  const rill_field_t* f = rill_df_field(df, col);
+  cr_assert_eq(f->type.dtype, RILL_UINT8);
+  cr_assert_eq(f->type.ndim, 3);
+  cr_assert(f->type.shape[0] == -1 && f->type.shape[1] == -1 && f->type.shape[2] == 3);
+  step_t s[8];
+  rill_iter_stats_t st;
+  int n = iterate(df, col, s, 8, &st);
+  cr_assert_eq(n, 7);
+  cr_assert_eq(s[0].rc, RILL_OK);
+  cr_assert(s[0].shape[0] == 30 && s[0].shape[1] == 40 && s[0].shape[2] == 3);
+  cr_assert_eq(s[0].nbytes, 30 * 40 * 3);
+  cr_assert(abs((int)s[0].first[0] - px_at(0, 0, 0)) <= 3 && abs((int)s[0].first[4] - px_at(1, 0, 1)) <= 3);
+  struct { int rc; const char* what; } want[] = {{RILL_OK, NULL},
+                                                  {RILL_EFORMAT, "empty.jpg: empty file"},
+                                                  {RILL_EFORMAT, "trunc.jpg: corrupt JPEG data (Premature end"},
+                                                  {RILL_OK, NULL},
+                                                  {RILL_ENOTSUP, "random.jpg: unsupported image format"},
+                                                  {RILL_ERANGE, "huge.jpg: image of 65000x65000 pixels exceeds"},
+                                                  {RILL_ENOTSUP, "anim.jpg: unsupported image format (GIF)"}};
+  for (int i = 1; i < 7; i++) {
+    cr_assert_eq(s[i].rc, want[i].rc, "row %d: rc %d (%s)", i, s[i].rc, s[i].msg);
+    if (want[i].what) {
+      cr_assert_eq(s[i].row, i);
+      cr_assert(strstr(s[i].msg, want[i].what), "row %d: '%s' lacks '%s'", i, s[i].msg, want[i].what);
+      cr_assert(strstr(s[i].msg, "row "), "%s", s[i].msg);
+    }
+  }
+  /* the PNG named .jpg decodes exactly */
+  cr_assert(s[3].shape[0] == 10 && s[3].shape[1] == 20);
+  for (int k = 0; k < 8; k++) cr_assert_eq(s[3].first[k], px_at(k / 3, 0, k % 3));
+  cr_assert_eq(st.errors, 5);
+  rill_df_free(df);
+}
+
+Test(decode_map, skip_drops_and_counts) {
+  int col;
+  rill_df_t* df = bad_set(&(rill_decode_opts_t){.on_error = RILL_ON_ERROR_SKIP}, &col);
+  step_t s[8];
+  rill_iter_stats_t st;
+  int n = iterate(df, col, s, 8, &st);
+  cr_assert_eq(n, 2);
+  cr_assert(s[0].rc == RILL_OK && s[0].index == 0);
+  cr_assert(s[1].rc == RILL_OK && s[1].index == 3);
+  cr_assert_eq(st.skipped, 5);
+  rill_df_free(df);
+}
+
+Test(decode_map, null_policy_and_channels) {
+  int col;
+  rill_df_t* df = bad_set(&(rill_decode_opts_t){.on_error = RILL_ON_ERROR_NULL, .channels = 4}, &col);
+  cr_assert(rill_df_field(df, col)->nullable);
+  step_t s[8];
+  rill_iter_stats_t st;
+  int n = iterate(df, col, s, 8, &st);
+  cr_assert_eq(n, 7);
+  int valid[] = {1, 0, 0, 1, 0, 0, 0};
+  for (int i = 0; i < 7; i++) cr_assert_eq(s[i].valid, valid[i], "row %d", i);
+  cr_assert_eq(s[3].shape[2], 4);
+  cr_assert_eq(s[3].first[3], 255);
+  cr_assert_eq(st.nulled, 5);
+  rill_df_free(df);
+  df = bad_set(&(rill_decode_opts_t){.on_error = RILL_ON_ERROR_SKIP, .channels = 1, .max_pixels = 1000}, &col);
+  n = iterate(df, col, s, 8, &st);
+  cr_assert_eq(n, 1); /* 40x30 = 1200 pixels is over the limit now; the 20x10 PNG is not */
+  cr_assert(s[0].index == 3 && s[0].shape[0] == 10 && s[0].shape[1] == 20 && s[0].shape[2] == 1);
+  rill_df_free(df);
+}
+
+Test(decode_map, real_corpus_through_image_folder) {
+  char root[1024];
+  snprintf(root, sizeof root, "%s/build/data/corpus", rt_root());
+  struct stat sb;
+  if (stat(root, &sb) != 0) cr_skip_test("real-image corpus absent: run test/data/get_images.sh");
+  rill_error_t err = {0};
+  rill_df_t* df;
+  RT_OK(rill_df_from_image_folder(root, NULL, &df, &err), err);
+  const char* const* names;
+  int count;
+  RT_OK(rill_image_folder_classes(df, &names, &count, &err), err);
+  cr_assert_eq(count, 10);
+  cr_assert(rill_df_rows(df) >= 100);
+  rill_df_t* sh;
+  RT_OK(rill_df_shuffle(df, 7, &sh, &err), err);
+  int col = rill_image_decode(sh, "img", rill_df_column(sh, "bytes"), NULL, &err);
+  cr_assert(col >= 0, "%s", err.message);
+  int cols[2] = {col, rill_df_column(sh, "label")};
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(sh, &(rill_iter_opts_t){.columns = cols, .ncolumns = 2, .threads = 2, .prefetch = 8}, &it,
+                      &err),
+        err);
+  for (int i = 0; i < 64; i++) {
+    rill_row_t row;
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    int64_t shape[3];
+    rill_array_cell_shape(rill_row_get(&row, 0), 0, shape);
+    cr_assert(shape[0] >= 16 && shape[0] <= 500 && shape[1] >= 16 && shape[1] <= 500 && shape[2] == 3);
+    int64_t label = ((const int64_t*)rill_row_get(&row, 1)->data)[0];
+    cr_assert(label >= 0 && label < 10);
+  }
+  rill_iter_free(it);
+  rill_df_free(sh);
+  rill_df_free(df);
+}
+
+#endif

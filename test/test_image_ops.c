@@ -1,0 +1,1063 @@
+/* Image operators: each against a simple reference written here, the vector loops against
+ * the portable ones, random resized crop parameters and determinism, the crop fused with
+ * decoding against decode-then-crop, bad encoded images, wrong column types, batching. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#if RILL_HAVE_JPEG
+#include <jpeglib.h>
+#endif
+#if RILL_HAVE_PNG
+#include <png.h>
+#endif
+
+#include "common.h"
+
+/* internal entry points of the image operators */
+int rill__image_set_simd(int on);
+void rill__rrc_params(rill_rng_t* rng, int W, int H, const double scale[2], const double ratio[2], int* x,
+                      int* y, int* w, int* h);
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint32_t lcg(uint32_t* s) {
+  *s = *s * 1664525u + 1013904223u;
+  return *s >> 8;
+}
+
+/* n random images H x W x C (fixed shape). */
+static rill_array_t* random_images(int64_t n, int H, int W, int C, uint32_t seed) {
+  rill_error_t err = {0};
+  rill_array_t* a = NULL;
+  RT_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 3, (int64_t[]){H, W, C}), n, &a, &err), err);
+  uint8_t* p = a->data;
+  for (int64_t i = 0; i < n * H * W * C; i++) p[i] = (uint8_t)lcg(&seed);
+  return a;
+}
+
+/* A smooth colour gradient (compresses well and survives JPEG). */
+static void gradient(uint8_t* p, int H, int W, int C) {
+  for (int y = 0; y < H; y++)
+    for (int x = 0; x < W; x++)
+      for (int c = 0; c < C; c++)
+        p[((size_t)y * W + x) * C + c] = (uint8_t)(c == 0 ? x * 255 / (W - 1) : c == 1 ? y * 255 / (H - 1) : (x + y) * 255 / (W + H - 2));
+}
+
+static rill_df_t* df_of(const char* name, const rill_array_t* a) {
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  const char* names[1] = {name};
+  const rill_array_t* arrays[1] = {a};
+  RT_OK(rill_df_from_arrays(names, arrays, 1, 1, &df, &err), err);
+  return df;
+}
+
+/* Pulls column `col` of every row; returns deep copies (caller releases). */
+static rill_array_t** collect(rill_df_t* df, int col, uint64_t seed, int threads) {
+  rill_error_t err = {0};
+  rill_iter_t* it = NULL;
+  rill_row_t row;
+  int64_t n = rill_df_rows(df);
+  rill_array_t** out = calloc((size_t)n + 1, sizeof *out);
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &col, .ncolumns = 1, .seed = seed, .threads = threads}, &it,
+                      &err),
+        err);
+  int64_t k = 0, rc;
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+    cr_assert_lt(k, n);
+    RT_OK(rill_array_copy(rill_row_get(&row, 0), &out[k], &err), err);
+    k++;
+  }
+  cr_assert_eq(rc, RILL_END, "iteration failed: %s", err.message);
+  cr_assert_eq(k, n);
+  rill_iter_free(it);
+  return out;
+}
+
+static void release_all(rill_array_t** a, int64_t n) {
+  for (int64_t i = 0; i < n; i++) rill_array_release(a[i]);
+  free(a);
+}
+
+static float half_to_float(uint16_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? INFINITY : ldexpf((float)(m | 1024), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+/* Naive bilinear (half-pixel centres, edge clamp) of one output sample. */
+static double ref_bilinear(const uint8_t* src, int H, int W, int C, int oy, int ox, int c, int OH, int OW) {
+  double sy = (oy + 0.5) * H / OH - 0.5, sx = (ox + 0.5) * W / OW - 0.5;
+  if (sy < 0) sy = 0;
+  if (sx < 0) sx = 0;
+  if (sy > H - 1) sy = H - 1;
+  if (sx > W - 1) sx = W - 1;
+  int y0 = (int)sy, x0 = (int)sx, y1 = y0 + 1 < H ? y0 + 1 : H - 1, x1 = x0 + 1 < W ? x0 + 1 : W - 1;
+  double fy = sy - y0, fx = sx - x0;
+#define PX(y, x) ((double)src[((size_t)(y) * W + (x)) * C + c])
+  return (1 - fy) * ((1 - fx) * PX(y0, x0) + fx * PX(y0, x1)) + fy * ((1 - fx) * PX(y1, x0) + fx * PX(y1, x1));
+#undef PX
+}
+
+/* ---------------------------------------------------------------- resize */
+
+static void check_resize(int H, int W, int OH, int OW) {
+  rill_error_t err = {0};
+  rill_array_t* a = random_images(3, H, W, 3, 7u + (uint32_t)H);
+  rill_df_t* df = df_of("img", a);
+  int col = rill_image_resize(df, "small", 0, &(rill_resize_opts_t){.size = {OH, OW}}, &err);
+  cr_assert_geq(col, 0, "%s", err.message);
+  char tb[64];
+  rill_type_format(&rill_df_field(df, col)->type, tb, sizeof tb);
+  char want[64];
+  snprintf(want, sizeof want, "uint8[%d,%d,3]", OH, OW);
+  cr_assert_str_eq(tb, want);
+  rill_array_t** got = collect(df, col, 1, 2);
+  for (int i = 0; i < 3; i++) {
+    const uint8_t* src = (const uint8_t*)a->data + (size_t)i * H * W * 3;
+    const uint8_t* out = got[i]->data;
+    for (int y = 0; y < OH; y++)
+      for (int x = 0; x < OW; x++)
+        for (int c = 0; c < 3; c++) {
+          double r = ref_bilinear(src, H, W, 3, y, x, c, OH, OW);
+          double d = fabs(out[((size_t)y * OW + x) * 3 + c] - r);
+          cr_assert_leq(d, 0.51 + 1e-3, "image %d (%d,%d,%d): got %d, reference %.3f", i, y, x, c,
+                        out[((size_t)y * OW + x) * 3 + c], r);
+        }
+  }
+  release_all(got, 3);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+Test(image_ops, resize_bilinear_matches_naive_formula) {
+  check_resize(37, 53, 20, 30); /* down */
+  check_resize(17, 11, 40, 29); /* up */
+  check_resize(24, 24, 24, 24); /* identity */
+  check_resize(1, 9, 4, 5);     /* one source row */
+}
+
+Test(image_ops, resize_area_is_box_average) {
+  rill_error_t err = {0};
+  rill_array_t* a = random_images(2, 40, 60, 3, 99);
+  rill_df_t* df = df_of("img", a);
+  int col = rill_image_resize(df, "small", 0, &(rill_resize_opts_t){.size = {10, 15}, .interpolation = RILL_INTERP_AREA},
+                              &err);
+  cr_assert_geq(col, 0, "%s", err.message);
+  rill_array_t** got = collect(df, col, 1, 2);
+  for (int i = 0; i < 2; i++) {
+    const uint8_t* src = (const uint8_t*)a->data + (size_t)i * 40 * 60 * 3;
+    for (int y = 0; y < 10; y++)
+      for (int x = 0; x < 15; x++)
+        for (int c = 0; c < 3; c++) {
+          double sum = 0;
+          for (int dy = 0; dy < 4; dy++)
+            for (int dx = 0; dx < 4; dx++) sum += src[((size_t)(4 * y + dy) * 60 + 4 * x + dx) * 3 + c];
+          int v = ((const uint8_t*)got[i]->data)[((size_t)y * 15 + x) * 3 + c];
+          cr_assert_leq(fabs(v - sum / 16), 0.51, "(%d,%d,%d): %d vs %.2f", y, x, c, v, sum / 16);
+        }
+  }
+  release_all(got, 2);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+Test(image_ops, resize_shorter_side_keeps_aspect) {
+  rill_error_t err = {0};
+  rill_array_t* a = random_images(1, 30, 60, 1, 5);
+  rill_df_t* df = df_of("img", a);
+  int col = rill_image_resize(df, "r", 0, &(rill_resize_opts_t){.size = {15, 0}}, &err);
+  cr_assert_geq(col, 0, "%s", err.message);
+  rill_array_t** got = collect(df, col, 1, 2);
+  int64_t shape[3];
+  cr_assert_eq(rill_array_cell_shape(got[0], 0, shape), 3);
+  cr_assert_eq(shape[0], 15);
+  cr_assert_eq(shape[1], 30);
+  cr_assert_eq(shape[2], 1);
+  int64_t nb = 0;
+  rill_array_cell(got[0], 0, &nb);
+  cr_assert_eq(nb, 15 * 30);
+  release_all(got, 1);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+/* ---------------------------------------------------------------- normalize, flip, crop */
+
+static const double MEAN[3] = {0.485, 0.456, 0.406}, STD[3] = {0.229, 0.224, 0.225};
+
+Test(image_ops, normalize_chw_float32_exact) {
+  rill_error_t err = {0};
+  int H = 5, W = 37; /* odd width: vector body and scalar tail */
+  rill_array_t* a = random_images(2, H, W, 3, 11);
+  rill_df_t* df = df_of("img", a);
+  int col = rill_image_normalize(df, "x", 0,
+                                 &(rill_normalize_opts_t){.mean = {MEAN[0], MEAN[1], MEAN[2]},
+                                                          .std = {STD[0], STD[1], STD[2]},
+                                                          .layout = RILL_LAYOUT_CHW},
+                                 &err);
+  cr_assert_geq(col, 0, "%s", err.message);
+  char tb[64];
+  cr_assert_str_eq(rill_type_format(&rill_df_field(df, col)->type, tb, sizeof tb), "float32[3,5,37]");
+  rill_array_t** got = collect(df, col, 3, 2);
+  for (int i = 0; i < 2; i++) {
+    const uint8_t* src = (const uint8_t*)a->data + (size_t)i * H * W * 3;
+    const float* out = got[i]->data;
+    for (int c = 0; c < 3; c++) {
+      float scale = (float)(1.0 / (255.0 * STD[c])), bias = (float)(-MEAN[c] / STD[c]);
+      for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+          uint8_t v = src[((size_t)y * W + x) * 3 + c];
+          float want = (float)v * scale + bias;
+          float o = out[(size_t)c * H * W + (size_t)y * W + x];
+          cr_assert(o == want, "c%d (%d,%d): %.9g vs %.9g", c, y, x, o, want);
+          cr_assert_leq(fabs(o - (v / 255.0 - MEAN[c]) / STD[c]), 1e-5);
+        }
+    }
+  }
+  release_all(got, 2);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+Test(image_ops, normalize_float16_hwc_and_defaults) {
+  rill_error_t err = {0};
+  rill_array_t* a = random_images(1, 3, 7, 4, 13);
+  rill_df_t* df = df_of("img", a);
+  int c16 = rill_image_normalize(df, "h", 0, &(rill_normalize_opts_t){.dtype = RILL_FLOAT16}, &err);
+  cr_assert_geq(c16, 0, "%s", err.message);
+  char tb[64];
+  cr_assert_str_eq(rill_type_format(&rill_df_field(df, c16)->type, tb, sizeof tb), "float16[3,7,4]");
+  rill_array_t** got = collect(df, c16, 1, 2);
+  const uint16_t* h = got[0]->data;
+  const uint8_t* src = a->data;
+  for (int k = 0; k < 3 * 7 * 4; k++) {
+    double want = src[k] / 255.0; /* zero options: mean 0, std 1 */
+    cr_assert_leq(fabs(half_to_float(h[k]) - want), want * 1e-3 + 1e-7, "%d: %g vs %g", k, half_to_float(h[k]), want);
+  }
+  release_all(got, 1);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+Test(image_ops, normalize_flip_fused) {
+  rill_error_t err = {0};
+  int n = 64, H = 2, W = 19;
+  rill_array_t* a = random_images(n, H, W, 3, 17);
+  rill_df_t* df = df_of("img", a);
+  int plain = rill_image_normalize(df, "p", 0, &(rill_normalize_opts_t){.layout = RILL_LAYOUT_CHW}, &err);
+  int flipped = rill_image_normalize(df, "f", 0, &(rill_normalize_opts_t){.flip = 0.5, .layout = RILL_LAYOUT_CHW}, &err);
+  cr_assert_geq(flipped, 0, "%s", err.message);
+  rill_array_t** p = collect(df, plain, 5, 2);
+  rill_array_t** f = collect(df, flipped, 5, 2);
+  rill_array_t** f2 = collect(df, flipped, 5, 1);
+  int nflip = 0;
+  for (int i = 0; i < n; i++) {
+    const float* pp = p[i]->data;
+    const float* ff = f[i]->data;
+    cr_assert(memcmp(ff, f2[i]->data, sizeof(float) * 3 * H * W) == 0, "row %d differs between runs", i);
+    int same = memcmp(pp, ff, sizeof(float) * 3 * H * W) == 0, mirrored = 1;
+    for (int c = 0; c < 3; c++)
+      for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+          if (ff[(c * H + y) * W + x] != pp[(c * H + y) * W + (W - 1 - x)]) mirrored = 0;
+    cr_assert(same || mirrored, "row %d is neither the image nor its mirror", i);
+    nflip += mirrored && !same;
+  }
+  cr_assert(nflip > 10 && nflip < 54, "flipped %d of 64 with p = 0.5", nflip);
+  release_all(p, n);
+  release_all(f, n);
+  release_all(f2, n);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+Test(image_ops, flip_probability_and_mirror) {
+  rill_error_t err = {0};
+  int n = 40, H = 3, W = 5, C = 2;
+  rill_array_t* a = random_images(n, H, W, C, 23);
+  rill_df_t* df = df_of("img", a);
+  int always = rill_image_flip(df, "a", 0, 1.0, &err);
+  int never = rill_image_flip(df, "n", 0, 0.0, &err);
+  cr_assert_geq(never, 0, "%s", err.message);
+  rill_array_t** fa = collect(df, always, 1, 2);
+  rill_array_t** fn = collect(df, never, 1, 2);
+  for (int i = 0; i < n; i++) {
+    const uint8_t* src = (const uint8_t*)a->data + (size_t)i * H * W * C;
+    cr_assert(memcmp(fn[i]->data, src, (size_t)H * W * C) == 0);
+    for (int y = 0; y < H; y++)
+      for (int x = 0; x < W; x++)
+        for (int c = 0; c < C; c++)
+          cr_assert_eq(((uint8_t*)fa[i]->data)[(y * W + x) * C + c], src[(y * W + (W - 1 - x)) * C + c]);
+  }
+  release_all(fa, n);
+  release_all(fn, n);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+Test(image_ops, center_crop_and_pad) {
+  rill_error_t err = {0};
+  rill_array_t* a = random_images(1, 10, 12, 3, 29);
+  rill_df_t* df = df_of("img", a);
+  int crop = rill_image_center_crop(df, "c", 0, 4, 6, &err);
+  int pad = rill_image_center_crop(df, "p", 0, 14, 12, &err);
+  cr_assert_geq(pad, 0, "%s", err.message);
+  rill_array_t** c = collect(df, crop, 1, 2);
+  rill_array_t** p = collect(df, pad, 1, 2);
+  const uint8_t* src = a->data;
+  for (int y = 0; y < 4; y++)
+    cr_assert(memcmp((uint8_t*)c[0]->data + y * 6 * 3, src + ((3 + y) * 12 + 3) * 3, 18) == 0, "row %d", y);
+  const uint8_t* pp = p[0]->data;
+  for (int y = 0; y < 14; y++) {
+    if (y < 2 || y >= 12) {
+      for (int k = 0; k < 36; k++) cr_assert_eq(pp[y * 36 + k], 0, "padding row %d", y);
+    } else {
+      cr_assert(memcmp(pp + y * 36, src + (y - 2) * 36, 36) == 0, "row %d", y);
+    }
+  }
+  release_all(c, 1);
+  release_all(p, 1);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+/* ---------------------------------------------------------------- vector == portable */
+
+Test(image_ops, simd_equals_portable) {
+  rill_error_t err = {0};
+  int n = 6;
+  rill_array_t* a = random_images(n, 41, 67, 3, 31);
+  rill_df_t* df = df_of("img", a);
+  int cols[6];
+  cols[5] = rill_image_flip(df, "flip", 0, 0.5, &err);
+  cols[0] = rill_image_resize(df, "r", 0, &(rill_resize_opts_t){.size = {23, 45}}, &err);
+  cols[1] = rill_image_resize(df, "ra", 0, &(rill_resize_opts_t){.size = {13, 19}, .interpolation = RILL_INTERP_AREA}, &err);
+  cols[2] = rill_image_normalize(df, "n32", 0,
+                                 &(rill_normalize_opts_t){.flip = 0.5, .mean = {0.5, 0.4, 0.3}, .std = {0.2, 0.3, 0.25},
+                                                          .layout = RILL_LAYOUT_CHW},
+                                 &err);
+  cols[3] = rill_image_normalize(df, "n16", 0,
+                                 &(rill_normalize_opts_t){.flip = 0.5, .mean = {0.5, 0.4, 0.3}, .std = {0.002, 0.3, 0.25},
+                                                          .dtype = RILL_FLOAT16, .layout = RILL_LAYOUT_CHW},
+                                 &err);
+  cols[4] = rill_image_random_resized_crop(df, "rrc", 0, &(rill_rrc_opts_t){.size = {32, 32}}, &err);
+  for (int k = 0; k < 6; k++) cr_assert_geq(cols[k], 0, "%s", err.message);
+  int have = rill__image_set_simd(1);
+  if (!have) cr_log_warn("no AVX2 on this CPU: comparing the portable loops with themselves");
+  for (int k = 0; k < 6; k++) {
+    rill__image_set_simd(1);
+    rill_array_t** v = collect(df, cols[k], 9, 2);
+    rill__image_set_simd(0);
+    rill_array_t** s = collect(df, cols[k], 9, 2);
+    for (int i = 0; i < n; i++) {
+      int64_t nv = 0, ns = 0;
+      const void* pv = rill_array_cell(v[i], 0, &nv);
+      const void* ps = rill_array_cell(s[i], 0, &ns);
+      cr_assert_eq(nv, ns);
+      cr_assert(memcmp(pv, ps, (size_t)nv) == 0, "column %d row %d: vector and portable loops differ", k, i);
+    }
+    release_all(v, n);
+    release_all(s, n);
+  }
+  rill__image_set_simd(1);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+/* ---------------------------------------------------------------- one-hot */
+
+Test(image_ops, one_hot_labels_nulls_and_range) {
+  rill_error_t err = {0};
+  rill_array_t* lab = NULL;
+  RT_OK(rill_array_new(rill_type_scalar(RILL_INT64), 4, &lab, &err), err);
+  int64_t* v = lab->data;
+  v[0] = 2, v[1] = 0, v[2] = 0, v[3] = 4;
+  RT_OK(rill_array_set_null(lab, 2), err);
+  rill_df_t* df = df_of("label", lab);
+  int col = rill_one_hot(df, "y", 0, 5, 0, &err);
+  cr_assert_geq(col, 0, "%s", err.message);
+  rill_array_t** got = collect(df, col, 1, 2);
+  const int want[4] = {2, 0, -1, 4};
+  for (int i = 0; i < 4; i++) {
+    const float* f = got[i]->data;
+    cr_assert_eq(rill_array_is_valid(got[i], 0), want[i] >= 0, "row %d validity", i);
+    for (int k = 0; k < 5; k++) cr_assert_eq(f[k], k == want[i] ? 1.0f : 0.0f, "row %d class %d", i, k);
+  }
+  release_all(got, 4);
+  int small = rill_one_hot(df, "y3", 0, 3, RILL_UINT8, &err);
+  cr_assert_geq(small, 0, "%s", err.message);
+  rill_iter_t* it = NULL;
+  rill_row_t row;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &small, .ncolumns = 1, .threads = RILL_THREADS_NONE}, &it, &err),
+        err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(((const uint8_t*)rill_row_get(&row, 0)->data)[2], 1);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_ERANGE, "label 4 is outside [0, 3)", err);
+  cr_assert_eq(err.row, 3);
+  rill_iter_free(it);
+  RT_FAILS(rill_one_hot(df, "z", 0, 0, 0, &err), RILL_EINVAL, "classes 0", err);
+  RT_FAILS(rill_one_hot(df, "z", 0, 3, RILL_STRING, &err), RILL_EINVAL, "not numeric", err);
+  rill_df_free(df);
+  rill_array_release(lab);
+}
+
+/* ---------------------------------------------------------------- jitter */
+
+Test(image_ops, jitter_factors_in_range) {
+  rill_error_t err = {0};
+  int n = 30, H = 4, W = 6;
+  rill_array_t* a = NULL;
+  RT_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 3, (int64_t[]){H, W, 3}), n, &a, &err), err);
+  uint8_t* p = a->data;
+  for (int64_t k = 0; k < (int64_t)n * H * W * 3; k++) p[k] = (uint8_t)(60 + k % 40); /* no clamping at 1.5x */
+  rill_df_t* df = df_of("img", a);
+  int bright = rill_image_jitter(df, "b", 0, &(rill_jitter_opts_t){.brightness = 0.5}, &err);
+  int sat = rill_image_jitter(df, "s", 0, &(rill_jitter_opts_t){.saturation = 0.9}, &err);
+  int con = rill_image_jitter(df, "c", 0, &(rill_jitter_opts_t){.contrast = 0.4}, &err);
+  cr_assert_geq(con, 0, "%s", err.message);
+  rill_array_t** b = collect(df, bright, 4, 2);
+  rill_array_t** c = collect(df, con, 4, 2);
+  double lo = 9, hi = 0;
+  for (int i = 0; i < n; i++) {
+    const uint8_t* src = p + (size_t)i * H * W * 3;
+    const uint8_t* o = b[i]->data;
+    double f = (double)o[0] / src[0];
+    for (int k = 0; k < H * W * 3; k++)
+      cr_assert_leq(fabs(o[k] - src[k] * f), 1.6, "row %d: one brightness factor for all pixels", i);
+    lo = fmin(lo, f), hi = fmax(hi, f);
+    /* contrast keeps the mean grey level (up to rounding) */
+    double m0 = 0, m1 = 0;
+    for (int k = 0; k < H * W * 3; k++) m0 += src[k], m1 += ((const uint8_t*)c[i]->data)[k];
+    cr_assert_leq(fabs(m0 - m1) / (H * W * 3), 1.0, "row %d: contrast moved the mean", i);
+  }
+  cr_assert(lo >= 0.5 - 0.02 && hi <= 1.5 + 0.02, "brightness factors in [%g, %g]", lo, hi);
+  cr_assert(hi - lo > 0.3, "factors do not vary: [%g, %g]", lo, hi);
+  release_all(b, n);
+  release_all(c, n);
+  /* a grey image stays grey under saturation */
+  for (int64_t k = 0; k < (int64_t)n * H * W; k++) p[3 * k] = p[3 * k + 1] = p[3 * k + 2] = (uint8_t)(k * 7);
+  rill_df_free(df);
+  df = df_of("img", a);
+  sat = rill_image_jitter(df, "s", 0, &(rill_jitter_opts_t){.saturation = 0.9}, &err);
+  rill_array_t** s = collect(df, sat, 4, 2);
+  for (int i = 0; i < n; i++) {
+    const uint8_t* o = s[i]->data;
+    for (int k = 0; k < H * W; k++) cr_assert(abs(o[3 * k] - o[3 * k + 1]) <= 1 && abs(o[3 * k] - o[3 * k + 2]) <= 1);
+  }
+  release_all(s, n);
+  RT_FAILS(rill_image_jitter(df, "x", 0, &(rill_jitter_opts_t){.contrast = -1}, &err), RILL_EINVAL, "contrast", err);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+/* ---------------------------------------------------------------- random resized crop */
+
+Test(image_ops, rrc_params_in_ranges_and_deterministic) {
+  const double scale[2] = {0.08, 1.0}, ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
+  for (int k = 0; k < 2000; k++) {
+    int W = 50 + k % 450, H = 50 + (k * 7) % 450;
+    rill_rng_t r1 = rill_rng_seeded(1, 0, k, 3), r2 = rill_rng_seeded(1, 0, k, 3);
+    int x, y, w, h, x2, y2, w2, h2;
+    rill__rrc_params(&r1, W, H, scale, ratio, &x, &y, &w, &h);
+    rill__rrc_params(&r2, W, H, scale, ratio, &x2, &y2, &w2, &h2);
+    cr_assert(x == x2 && y == y2 && w == w2 && h == h2, "not deterministic");
+    cr_assert(x >= 0 && y >= 0 && w >= 1 && h >= 1 && x + w <= W && y + h <= H, "crop outside the image");
+    double area = (double)w * h / ((double)W * H), ar = (double)w / h;
+    /* rounding w and h to integers moves area and aspect a little */
+    double tol_a = (w + h + 1.0) / ((double)W * H);
+    if (!(area >= scale[0] - tol_a && area <= scale[1] + tol_a && ar >= ratio[0] * (1 - 1.0 / h) - 1.0 / h &&
+          ar <= ratio[1] * (1 + 1.0 / h) + 1.0 / h)) {
+      /* the fallback: the whole image, cut to the ratio range, centred */
+      cr_assert(x == (W - w) / 2 && y == (H - h) / 2, "k=%d: %dx%d crop %d,%d %dx%d out of range", k, W, H, x, y, w, h);
+    }
+  }
+  /* a very wide image always falls back to a centred 4:3 crop */
+  rill_rng_t r = rill_rng_seeded(2, 0, 0, 0);
+  int x, y, w, h;
+  rill__rrc_params(&r, 1000, 10, (double[]){0.9, 1.0}, ratio, &x, &y, &w, &h);
+  cr_assert(w == 13 && h == 10 && x == (1000 - 13) / 2 && y == 0, "fallback %d,%d %dx%d", x, y, w, h);
+  /* and a very tall one to a centred 3:4 crop */
+  rill__rrc_params(&r, 10, 1000, (double[]){0.9, 1.0}, ratio, &x, &y, &w, &h);
+  cr_assert(w == 10 && h == 13 && x == 0 && y == (1000 - 13) / 2, "fallback %d,%d %dx%d", x, y, w, h);
+}
+
+Test(image_ops, rrc_on_pixels_shape_and_seed) {
+  rill_error_t err = {0};
+  int n = 8;
+  rill_array_t* a = random_images(n, 60, 80, 3, 37);
+  memset(a->data, 77, 60 * 80 * 3); /* image 0 uniform */
+  rill_df_t* df = df_of("img", a);
+  int col = rill_image_random_resized_crop(df, "crop", 0, &(rill_rrc_opts_t){.size = {24, 32}}, &err);
+  cr_assert_geq(col, 0, "%s", err.message);
+  char tb[64];
+  cr_assert_str_eq(rill_type_format(&rill_df_field(df, col)->type, tb, sizeof tb), "uint8[24,32,3]");
+  rill_array_t** s1 = collect(df, col, 42, 2);
+  rill_array_t** s1b = collect(df, col, 42, RILL_THREADS_NONE);
+  rill_array_t** s2 = collect(df, col, 43, 2);
+  int differ = 0;
+  for (int i = 0; i < n; i++) {
+    cr_assert(memcmp(s1[i]->data, s1b[i]->data, 24 * 32 * 3) == 0, "row %d depends on threads", i);
+    differ += memcmp(s1[i]->data, s2[i]->data, 24 * 32 * 3) != 0;
+  }
+  cr_assert_geq(differ, n - 2, "another seed gives other crops");
+  for (int k = 0; k < 24 * 32 * 3; k++) cr_assert_eq(((uint8_t*)s1[0]->data)[k], 77);
+  release_all(s1, n);
+  release_all(s1b, n);
+  release_all(s2, n);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+/* ---------------------------------------------------------------- argument errors */
+
+Test(image_ops, wrong_types_and_options) {
+  rill_error_t err = {0};
+  rill_array_t* lab = NULL;
+  RT_OK(rill_array_new(rill_type_scalar(RILL_INT64), 2, &lab, &err), err);
+  rill_array_t* img = random_images(2, 4, 4, 3, 1);
+  rill_array_t* bin = NULL;
+  RT_OK(rill_array_new(rill_type_scalar(RILL_BINARY), 2, &bin, &err), err);
+  RT_OK(rill_array_set_var(bin, 0, "x", 1, NULL), err);
+  RT_OK(rill_array_set_var(bin, 1, "y", 1, NULL), err);
+  const char* names[3] = {"label", "img", "bytes"};
+  const rill_array_t* arrays[3] = {lab, img, bin};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_arrays(names, arrays, 3, 1, &df, &err), err);
+  RT_FAILS(rill_image_random_resized_crop(df, "a", 0, &(rill_rrc_opts_t){.size = {8, 8}}, &err), RILL_EINVAL,
+           "expected uint8[H,W,C]", err);
+  RT_FAILS(rill_image_random_resized_crop(df, "a", 1, &(rill_rrc_opts_t){.size = {0, 8}}, &err), RILL_EINVAL,
+           "must be positive", err);
+  RT_FAILS(rill_image_random_resized_crop(df, "a", 1, NULL, &err), RILL_EINVAL, "NULL options", err);
+  RT_FAILS(rill_image_random_resized_crop(df, "a", 1, &(rill_rrc_opts_t){.size = {8, 8}, .scale = {0.5, 0.2}}, &err),
+           RILL_EINVAL, "scale range", err);
+  RT_FAILS(rill_image_random_resized_crop(df, "a", 2, &(rill_rrc_opts_t){.size = {8, 8}, .channels = 2}, &err),
+           RILL_EINVAL, "channels must be 1, 3 or 4", err);
+  RT_FAILS(rill_image_random_resized_crop(df, "a", 9, &(rill_rrc_opts_t){.size = {8, 8}}, &err), RILL_EINVAL,
+           "no column 9", err);
+  RT_FAILS(rill_image_normalize(df, "n", 2, NULL, &err), RILL_EINVAL, "decode it first", err);
+  RT_FAILS(rill_image_normalize(df, "n", 1, &(rill_normalize_opts_t){.dtype = RILL_INT32}, &err), RILL_EINVAL,
+           "float32 or float16", err);
+  RT_FAILS(rill_image_flip(df, "f", 1, 1.5, &err), RILL_EINVAL, "outside [0, 1]", err);
+  RT_FAILS(rill_image_flip(df, "f", 0, 0.5, &err), RILL_EINVAL, "'label' has type int64", err);
+  RT_FAILS(rill_image_center_crop(df, "c", 1, -1, 3, &err), RILL_EINVAL, "must be positive", err);
+  RT_FAILS(rill_image_resize(NULL, "r", 1, &(rill_resize_opts_t){.size = {2, 2}}, &err), RILL_EINVAL, "NULL dataframe",
+           err);
+  RT_FAILS(rill_one_hot(df, "o", 1, 3, 0, &err), RILL_EINVAL, "expected int64 labels", err);
+  cr_assert_eq(rill_df_ncolumns(df), 3, "failed calls add no column");
+  rill_df_free(df);
+  rill_array_release(lab);
+  rill_array_release(img);
+  rill_array_release(bin);
+}
+
+Test(image_ops, null_cells_stay_null) {
+  rill_error_t err = {0};
+  rill_array_t* a = random_images(3, 4, 5, 3, 41);
+  RT_OK(rill_array_set_null(a, 1), err);
+  rill_df_t* df = df_of("img", a);
+  int x = rill_image_normalize(df, "x", 0, &(rill_normalize_opts_t){.layout = RILL_LAYOUT_CHW}, &err);
+  int f = rill_image_flip(df, "f", 0, 0.5, &err);
+  int r = rill_image_random_resized_crop(df, "r", 0, &(rill_rrc_opts_t){.size = {3, 3}}, &err);
+  cr_assert_geq(r, 0, "%s", err.message);
+  int cols[3] = {x, f, r};
+  for (int k = 0; k < 3; k++) {
+    rill_array_t** got = collect(df, cols[k], 1, 2);
+    cr_assert(rill_array_is_valid(got[0], 0) && !rill_array_is_valid(got[1], 0) && rill_array_is_valid(got[2], 0),
+              "column %d", k);
+    cr_assert_eq(got[1]->null_count, 1);
+    release_all(got, 3);
+  }
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+/* ---------------------------------------------------------------- batching */
+
+Test(image_ops, batched_normalize_writes_into_batch_buffer) {
+  rill_error_t err = {0};
+  int n = 64, B = 8;
+  rill_array_t* a = random_images(n, 16, 16, 3, 43);
+  rill_df_t* df = df_of("img", a);
+  int crop = rill_image_random_resized_crop(df, "c", 0, &(rill_rrc_opts_t){.size = {12, 12}}, &err);
+  int x = rill_image_normalize(df, "x", crop,
+                               &(rill_normalize_opts_t){.flip = 0.5, .mean = {0.5, 0.5, 0.5}, .std = {0.5, 0.5, 0.5},
+                                                        .layout = RILL_LAYOUT_CHW},
+                               &err);
+  cr_assert_geq(x, 0, "%s", err.message);
+  rill_array_t** single = collect(df, x, 7, 2);
+  rill_df_t* batches = NULL;
+  RT_OK(rill_df_batch(df, &x, 1, B, NULL, &batches, &err), err);
+  rill_iter_t* it = NULL;
+  rill_row_t row;
+  RT_OK(rill_iter_new(batches, &(rill_iter_opts_t){.seed = 7, .threads = 2, .prefetch = 2}, &it, &err), err);
+  rill_iter_stats_t st;
+  int64_t allocs_after_first = -1;
+  const void* seen[64];
+  int nseen = 0, epochs = 6;
+  for (int epoch = 0; epoch < epochs; epoch++) {
+    if (epoch) RT_OK(rill_iter_set_epoch(it, epoch), err);
+    for (int b = 0; b < n / B; b++) {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      const rill_array_t* t = rill_row_get(&row, 0);
+      cr_assert_eq(t->length, B);
+      char tb[64];
+      cr_assert_str_eq(rill_type_format(&t->type, tb, sizeof tb), "float32[3,12,12]");
+      if (epoch == 0)
+        for (int i = 0; i < B; i++)
+          cr_assert(memcmp((const float*)t->data + (size_t)i * 3 * 12 * 12, single[b * B + i]->data, 4 * 3 * 12 * 12) == 0,
+                    "batch %d row %d differs from the unbatched row", b, i);
+      int known = 0;
+      for (int k = 0; k < nseen; k++) known |= seen[k] == t->data;
+      if (!known && nseen < 64) seen[nseen++] = t->data;
+    }
+    cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+    rill_iter_stats(it, &st);
+    if (epoch == 0) allocs_after_first = st.allocs;
+  }
+  rill_iter_stats(it, &st);
+  /* 40 more batches after the first epoch: buffers come back from the pools (a thread that
+   * runs late may add one or two while the ring settles, never one per batch) */
+  cr_assert_leq(st.allocs - allocs_after_first, 3, "buffers allocated after the first epoch: %lld -> %lld",
+                (long long)allocs_after_first, (long long)st.allocs);
+  cr_assert_gt(st.reuses, (epochs - 1) * (n / B));
+  cr_assert_leq(nseen, 8, "%d distinct batch buffers for %d batches", nseen, epochs * (n / B));
+  rill_iter_free(it);
+  rill_df_free(batches);
+  release_all(single, n);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+/* ---------------------------------------------------------------- encoded images */
+
+#if RILL_HAVE_JPEG
+static unsigned char* encode_jpeg(const uint8_t* px, int W, int H, int quality, unsigned long* size) {
+  struct jpeg_compress_struct c;
+  struct jpeg_error_mgr jerr;
+  unsigned char* buf = NULL;
+  c.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&c);
+  jpeg_mem_dest(&c, &buf, size);
+  c.image_width = (JDIMENSION)W;
+  c.image_height = (JDIMENSION)H;
+  c.input_components = 3;
+  c.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&c);
+  jpeg_set_quality(&c, quality, TRUE);
+  jpeg_start_compress(&c, TRUE);
+  while (c.next_scanline < c.image_height) {
+    JSAMPROW r = (JSAMPROW)(px + (size_t)c.next_scanline * W * 3);
+    jpeg_write_scanlines(&c, &r, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  return buf;
+}
+
+static uint8_t* decode_jpeg(const unsigned char* buf, unsigned long size, int* W, int* H) {
+  struct jpeg_decompress_struct d;
+  struct jpeg_error_mgr jerr;
+  d.err = jpeg_std_error(&jerr);
+  jpeg_create_decompress(&d);
+  jpeg_mem_src(&d, buf, size);
+  jpeg_read_header(&d, TRUE);
+  d.out_color_space = JCS_RGB;
+  jpeg_start_decompress(&d);
+  *W = (int)d.output_width;
+  *H = (int)d.output_height;
+  uint8_t* px = malloc((size_t)*W * *H * 3);
+  while (d.output_scanline < d.output_height) {
+    JSAMPROW r = px + (size_t)d.output_scanline * *W * 3;
+    jpeg_read_scanlines(&d, &r, 1);
+  }
+  jpeg_finish_decompress(&d);
+  jpeg_destroy_decompress(&d);
+  return px;
+}
+#endif
+
+static rill_array_t* binary_array(int n, const void* const* bufs, const int64_t* sizes, rill_dtype_t dt) {
+  rill_error_t err = {0};
+  rill_array_t* a = NULL;
+  RT_OK(rill_array_new(rill_type_scalar(dt), n, &a, &err), err);
+  for (int i = 0; i < n; i++) RT_OK(rill_array_set_var(a, i, bufs[i], sizes[i], NULL), err);
+  return a;
+}
+
+/* The crop fused with decoding equals decoding the whole image and then cropping: the same
+ * (seed, row, column) gives the same crop in both dataframes. */
+Test(image_ops, fused_jpeg_crop_matches_decode_then_crop) {
+#if !RILL_HAVE_JPEG
+  cr_skip_test("built without libjpeg");
+#else
+  rill_error_t err = {0};
+  int W = 640, H = 480, n = 6;
+  uint8_t* px = malloc((size_t)W * H * 3);
+  gradient(px, H, W, 3);
+  unsigned long size = 0;
+  unsigned char* jpg = encode_jpeg(px, W, H, 95, &size);
+  int dw = 0, dh = 0;
+  uint8_t* dec = decode_jpeg(jpg, size, &dw, &dh);
+  cr_assert(dw == W && dh == H);
+  const void* bufs[6];
+  int64_t sizes[6];
+  for (int i = 0; i < n; i++) bufs[i] = jpg, sizes[i] = (int64_t)size;
+  rill_array_t* bin = binary_array(n, bufs, sizes, RILL_BINARY);
+  rill_array_t* pix = NULL;
+  RT_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 3, (int64_t[]){H, W, 3}), n, &pix, &err), err);
+  for (int i = 0; i < n; i++) memcpy((uint8_t*)pix->data + (size_t)i * W * H * 3, dec, (size_t)W * H * 3);
+  rill_df_t* d1 = df_of("bytes", bin);
+  rill_df_t* d2 = df_of("img", pix);
+  /* small crops (scale 0.05-0.2) to 64x64: the fused decode is DCT-scaled and cropped */
+  rill_rrc_opts_t o = {.size = {64, 64}, .scale = {0.05, 0.2}};
+  int c1 = rill_image_random_resized_crop(d1, "crop", 0, &o, &err);
+  int c2 = rill_image_random_resized_crop(d2, "crop", 0, &o, &err);
+  cr_assert(c1 >= 0 && c1 == c2, "%s", err.message);
+  rill_array_t** f = collect(d1, c1, 11, 2);
+  rill_array_t** r = collect(d2, c2, 11, 2);
+  for (int i = 0; i < n; i++) {
+    const uint8_t* a = f[i]->data;
+    const uint8_t* b = r[i]->data;
+    double sum = 0;
+    int worst = 0;
+    for (int k = 0; k < 64 * 64 * 3; k++) {
+      int d = abs(a[k] - b[k]);
+      sum += d;
+      worst = d > worst ? d : worst;
+    }
+    cr_assert_leq(sum / (64 * 64 * 3), 3.0, "row %d: mean difference %.2f", i, sum / (64 * 64 * 3));
+    cr_assert_leq(worst, 24, "row %d: largest difference %d", i, worst);
+  }
+  release_all(f, n);
+  release_all(r, n);
+  rill_df_free(d1);
+  rill_df_free(d2);
+  rill_array_release(bin);
+  rill_array_release(pix);
+  free(dec);
+  free(jpg);
+  free(px);
+#endif
+}
+
+Test(image_ops, fused_png_crop_is_exact) {
+#if !RILL_HAVE_PNG
+  cr_skip_test("built without libpng");
+#else
+  rill_error_t err = {0};
+  int W = 97, H = 71, n = 4;
+  uint8_t* px = malloc((size_t)W * H * 3);
+  uint32_t seed = 3;
+  for (int k = 0; k < W * H * 3; k++) px[k] = (uint8_t)lcg(&seed);
+  png_image img;
+  memset(&img, 0, sizeof img);
+  img.version = PNG_IMAGE_VERSION;
+  img.width = (png_uint_32)W;
+  img.height = (png_uint_32)H;
+  img.format = PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;
+  cr_assert(png_image_write_to_memory(&img, NULL, &size, 0, px, 0, NULL));
+  void* png = malloc(size);
+  cr_assert(png_image_write_to_memory(&img, png, &size, 0, px, 0, NULL));
+  const void* bufs[4] = {png, png, png, png};
+  int64_t sizes[4] = {(int64_t)size, (int64_t)size, (int64_t)size, (int64_t)size};
+  rill_array_t* bin = binary_array(n, bufs, sizes, RILL_BINARY);
+  rill_array_t* pix = NULL;
+  RT_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 3, (int64_t[]){H, W, 3}), n, &pix, &err), err);
+  for (int i = 0; i < n; i++) memcpy((uint8_t*)pix->data + (size_t)i * W * H * 3, px, (size_t)W * H * 3);
+  rill_df_t* d1 = df_of("bytes", bin);
+  rill_df_t* d2 = df_of("img", pix);
+  rill_rrc_opts_t o = {.size = {20, 30}};
+  int c1 = rill_image_random_resized_crop(d1, "crop", 0, &o, &err);
+  int c2 = rill_image_random_resized_crop(d2, "crop", 0, &o, &err);
+  cr_assert(c1 >= 0 && c1 == c2, "%s", err.message);
+  rill_array_t** f = collect(d1, c1, 5, 2);
+  rill_array_t** r = collect(d2, c2, 5, 2);
+  for (int i = 0; i < n; i++) cr_assert(memcmp(f[i]->data, r[i]->data, 20 * 30 * 3) == 0, "row %d", i);
+  release_all(f, n);
+  release_all(r, n);
+  rill_df_free(d1);
+  rill_df_free(d2);
+  rill_array_release(bin);
+  rill_array_release(pix);
+  free(png);
+  free(px);
+#endif
+}
+
+/* Bad encoded images: an error naming the row and the file under RAISE, dropped and counted
+ * under SKIP. */
+static rill_df_t* bad_files_df(rill_array_t** keep, void** jpg_out) {
+  rill_error_t err = {0};
+  uint8_t px[32 * 24 * 3];
+  gradient(px, 24, 32, 3);
+  unsigned long size = 0;
+  void* jpg = NULL;
+#if RILL_HAVE_JPEG
+  jpg = encode_jpeg(px, 32, 24, 90, &size);
+#endif
+  *jpg_out = jpg;
+  static const char junk[64] = "this is not an image at all, only some text bytes....";
+  /* rows: good, empty, junk, truncated JPEG, good, huge PNG header */
+  static const unsigned char huge_png[33] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R',
+                                             0, 0, 0xfd, 0xe8, 0, 0, 0xfd, 0xe8, 8, 2, 0, 0, 0, 0, 0, 0, 0};
+  const void* bufs[6] = {jpg, "", junk, jpg, jpg, huge_png};
+  int64_t sizes[6] = {(int64_t)size, 0, 64, (int64_t)size / 2, (int64_t)size, 33};
+  const void* names[6] = {"good0.jpg", "empty.jpg", "junk.jpg", "cut.jpg", "good4.jpg", "huge.png"};
+  int64_t nlen[6];
+  for (int i = 0; i < 6; i++) nlen[i] = (int64_t)strlen(names[i]);
+  keep[0] = binary_array(6, names, nlen, RILL_STRING);
+  keep[1] = binary_array(6, bufs, sizes, RILL_BINARY);
+  const char* cn[2] = {"path", "bytes"};
+  const rill_array_t* arrays[2] = {keep[0], keep[1]};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_arrays(cn, arrays, 2, 1, &df, &err), err);
+  return df;
+}
+
+Test(image_ops, bad_images_raise_with_row_and_file) {
+#if !RILL_HAVE_JPEG || !RILL_HAVE_PNG
+  cr_skip_test("built without libjpeg or libpng");
+#else
+  rill_error_t err = {0};
+  rill_array_t* keep[2];
+  void* jpg;
+  rill_df_t* df = bad_files_df(keep, &jpg);
+  int col = rill_image_random_resized_crop(df, "crop", 1, &(rill_rrc_opts_t){.size = {16, 16}}, &err);
+  cr_assert_geq(col, 0, "%s", err.message);
+  rill_iter_t* it = NULL;
+  rill_row_t row;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &col, .ncolumns = 1, .threads = 2}, &it, &err), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "empty.jpg", err);
+  cr_assert_eq(err.row, 1);
+  cr_assert(strstr(err.message, "0 bytes"), "%s", err.message);
+  int rc = rill_iter_next(it, &row, &err);
+  cr_assert(rc == RILL_EFORMAT || rc == RILL_ENOTSUP, "junk: %d %s", rc, err.message);
+  cr_assert(strstr(err.message, "junk.jpg"), "%s", err.message);
+  cr_assert_eq(err.row, 2);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "cut.jpg", err);
+  cr_assert_eq(err.row, 3);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_ERANGE, "huge.png", err);
+  cr_assert(strstr(err.message, "65000 x 65000"), "%s", err.message);
+  cr_assert_eq(err.row, 5);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it);
+  rill_df_free(df);
+  rill_array_release(keep[0]);
+  rill_array_release(keep[1]);
+  free(jpg);
+#endif
+}
+
+Test(image_ops, bad_images_skipped_and_counted) {
+#if !RILL_HAVE_JPEG || !RILL_HAVE_PNG
+  cr_skip_test("built without libjpeg or libpng");
+#else
+  rill_error_t err = {0};
+  rill_array_t* keep[2];
+  void* jpg;
+  rill_df_t* df = bad_files_df(keep, &jpg);
+  int col = rill_image_random_resized_crop(df, "crop", 1,
+                                           &(rill_rrc_opts_t){.size = {16, 16}, .on_error = RILL_ON_ERROR_SKIP}, &err);
+  cr_assert_geq(col, 0, "%s", err.message);
+  rill_iter_t* it = NULL;
+  rill_row_t row;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &col, .ncolumns = 1, .threads = 2}, &it, &err), err);
+  int64_t rows[6], k = 0;
+  int rc;
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) rows[k++] = row.index;
+  cr_assert_eq(rc, RILL_END, "%s", err.message);
+  cr_assert_eq(k, 2);
+  cr_assert(rows[0] == 0 && rows[1] == 4);
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_eq(st.skipped, 4);
+  rill_iter_free(it);
+  rill_df_free(df);
+  rill_array_release(keep[0]);
+  rill_array_release(keep[1]);
+  free(jpg);
+#endif
+}
+
+/* Decoded images of varying size (rill_image_decode: uint8[-1,-1,3]) through the operators:
+ * the crop equals the crop fused with decoding; flip and normalize keep per-cell shapes. */
+Test(image_ops, variable_shape_cells) {
+#if !RILL_HAVE_PNG
+  cr_skip_test("built without libpng");
+#else
+  rill_error_t err = {0};
+  int n = 3, Ws[3] = {40, 23, 64}, Hs[3] = {30, 51, 17};
+  void* pngs[3];
+  int64_t sizes[3];
+  uint32_t seed = 9;
+  for (int i = 0; i < n; i++) {
+    uint8_t* px = malloc((size_t)Ws[i] * Hs[i] * 3);
+    for (int k = 0; k < Ws[i] * Hs[i] * 3; k++) px[k] = (uint8_t)lcg(&seed);
+    png_image img;
+    memset(&img, 0, sizeof img);
+    img.version = PNG_IMAGE_VERSION;
+    img.width = (png_uint_32)Ws[i];
+    img.height = (png_uint_32)Hs[i];
+    img.format = PNG_FORMAT_RGB;
+    png_alloc_size_t size = 0;
+    cr_assert(png_image_write_to_memory(&img, NULL, &size, 0, px, 0, NULL));
+    pngs[i] = malloc(size);
+    cr_assert(png_image_write_to_memory(&img, pngs[i], &size, 0, px, 0, NULL));
+    sizes[i] = (int64_t)size;
+    free(px);
+  }
+  rill_array_t* bin = binary_array(n, (const void* const*)pngs, sizes, RILL_BINARY);
+  rill_df_t* df = df_of("bytes", bin);
+  int dec = rill_image_decode(df, "img", 0, NULL, &err);
+  cr_assert_geq(dec, 0, "%s", err.message);
+  /* both crops take their randomness from column index 2 of their own dataframe */
+  int crop_dec = rill_image_random_resized_crop(df, "crop", dec, &(rill_rrc_opts_t){.size = {9, 11}}, &err);
+  cr_assert_eq(crop_dec, 2, "%s", err.message);
+  rill_df_t* df2 = df_of("bytes", bin);
+  cr_assert_eq(rill_image_flip(df2, "refused", 0, 0.0, &err), RILL_EINVAL); /* encoded bytes */
+  /* a column at index 1 so that the fused crop gets index 2 like the unfused one */
+  cr_assert_eq(rill_image_random_resized_crop(df2, "filler", 0, &(rill_rrc_opts_t){.size = {1, 1}}, &err), 1);
+  int crop_fused = rill_image_random_resized_crop(df2, "crop", 0, &(rill_rrc_opts_t){.size = {9, 11}}, &err);
+  cr_assert_eq(crop_fused, 2, "%s", err.message);
+  int flip = rill_image_flip(df, "flip", dec, 1.0, &err);
+  int norm = rill_image_normalize(df, "x", dec, &(rill_normalize_opts_t){.layout = RILL_LAYOUT_CHW}, &err);
+  cr_assert_geq(norm, 0, "%s", err.message);
+  char tb[64];
+  cr_assert_str_eq(rill_type_format(&rill_df_field(df, flip)->type, tb, sizeof tb), "uint8[-1,-1,3]");
+  cr_assert_str_eq(rill_type_format(&rill_df_field(df, norm)->type, tb, sizeof tb), "float32[3,-1,-1]");
+  rill_array_t** a = collect(df, crop_dec, 8, 2);
+  rill_array_t** b = collect(df2, crop_fused, 8, 2);
+  rill_array_t** d = collect(df, dec, 8, 2);
+  rill_array_t** f = collect(df, flip, 8, 2);
+  rill_array_t** x = collect(df, norm, 8, 2);
+  for (int i = 0; i < n; i++) {
+    cr_assert(memcmp(a[i]->data, b[i]->data, 9 * 11 * 3) == 0, "row %d: fused and unfused crops differ", i);
+    int64_t sd[3], sf[3], sx[3], nb = 0;
+    rill_array_cell_shape(d[i], 0, sd);
+    rill_array_cell_shape(f[i], 0, sf);
+    rill_array_cell_shape(x[i], 0, sx);
+    cr_assert(sd[0] == Hs[i] && sd[1] == Ws[i] && sd[2] == 3);
+    cr_assert(sf[0] == Hs[i] && sf[1] == Ws[i] && sf[2] == 3);
+    cr_assert(sx[0] == 3 && sx[1] == Hs[i] && sx[2] == Ws[i]);
+    const uint8_t* pd = rill_array_cell(d[i], 0, &nb);
+    const uint8_t* pf = rill_array_cell(f[i], 0, &nb);
+    cr_assert_eq(nb, (int64_t)Ws[i] * Hs[i] * 3);
+    const float* px = rill_array_cell(x[i], 0, &nb);
+    cr_assert_eq(nb, (int64_t)Ws[i] * Hs[i] * 3 * 4);
+    int W = Ws[i], H = Hs[i];
+    for (int y = 0; y < H; y++)
+      for (int xx = 0; xx < W; xx++)
+        for (int c = 0; c < 3; c++) {
+          cr_assert_eq(pf[(y * W + xx) * 3 + c], pd[(y * W + (W - 1 - xx)) * 3 + c]);
+          cr_assert_float_eq(px[(c * H + y) * W + xx], pd[(y * W + xx) * 3 + c] / 255.0f, 1e-6);
+        }
+  }
+  release_all(a, n);
+  release_all(b, n);
+  release_all(d, n);
+  release_all(f, n);
+  release_all(x, n);
+  rill_df_free(df);
+  rill_df_free(df2);
+  rill_array_release(bin);
+  for (int i = 0; i < n; i++) free(pngs[i]);
+#endif
+}
+
+/* ---------------------------------------------------------------- command-line tool */
+
+static int run_cmd(const char* cmd, char* out, size_t size) {
+  FILE* p = popen(cmd, "r");
+  cr_assert(p, "popen %s", cmd);
+  size_t n = fread(out, 1, size - 1, p);
+  out[n] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(image_ops, cli_demo_preview_bench) {
+#if !RILL_HAVE_JPEG || !RILL_HAVE_PNG
+  cr_skip_test("built without libjpeg or libpng");
+#else
+  const char* bin = getenv("RILL_BIN");
+  if (!bin || !*bin) cr_skip_test("RILL_BIN not set (run through make test)");
+  char dir[512], path[1024], cmd[4096], out[8192];
+  snprintf(dir, sizeof dir, "%s/folder", rt_tmpdir());
+  const char* classes[2] = {"ant", "bee"};
+  uint8_t px[48 * 40 * 3];
+  for (int c = 0; c < 2; c++) {
+    snprintf(path, sizeof path, "%s/%s", dir, classes[c]);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", path);
+    cr_assert_eq(system(cmd), 0);
+    for (int i = 0; i < 3; i++) {
+      gradient(px, 40, 48, 3);
+      for (int k = 0; k < 48 * 40 * 3; k += 3) px[k] = (uint8_t)(px[k] / (c + i + 1));
+      unsigned long size = 0;
+      unsigned char* jpg = encode_jpeg(px, 48, 40, 90, &size);
+      snprintf(path, sizeof path, "%s/%s/%d.jpg", dir, classes[c], i);
+      FILE* f = fopen(path, "wb");
+      cr_assert(f && fwrite(jpg, 1, size, f) == size);
+      fclose(f);
+      free(jpg);
+    }
+  }
+  snprintf(path, sizeof path, "%s/bee/broken.jpg", dir);
+  FILE* f = fopen(path, "wb");
+  cr_assert(f && fwrite("\xff\xd8\xff\xe0garbage", 1, 11, f) == 11);
+  fclose(f);
+
+  /* preview: a PNG grid of one batch (the broken file is skipped) */
+  snprintf(cmd, sizeof cmd, "'%s' preview '%s' -o '%s/grid.png' --size 32 --batch 7 --seed 3 2>&1", bin, dir, rt_tmpdir());
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, "6 images of 32x32"), "%s", out);
+  snprintf(path, sizeof path, "%s/grid.png", rt_tmpdir());
+  png_image img;
+  memset(&img, 0, sizeof img);
+  img.version = PNG_IMAGE_VERSION;
+  cr_assert(png_image_begin_read_from_file(&img, path), "%s", img.message);
+  cr_assert_eq(img.width, 3 * 34 + 2); /* ceil(sqrt(6)) = 3 columns of 32 + 2 px */
+  cr_assert_eq(img.height, 2 * 34 + 2);
+  png_image_free(&img);
+
+  /* demo on the folder, bench images */
+  snprintf(cmd, sizeof cmd, "cd '%s' && '%s' demo '%s' --size 32 --batch 4 --threads 1 2>&1", rt_tmpdir(), bin, dir);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, "6 images in 2 batches") && strstr(out, "1 skipped") && strstr(out, "images/s"), "%s", out);
+  snprintf(path, sizeof path, "%s/preview.png", rt_tmpdir());
+  cr_assert(fopen(path, "rb") != NULL, "demo wrote no preview.png");
+  snprintf(cmd, sizeof cmd, "'%s' bench images '%s' --epochs 2 --batch 4 --size 32 --threads 2 2>&1", bin, dir);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, "epoch 1: 6 images") && strstr(out, "RSS"), "%s", out);
+
+  /* usage errors: exit 2; runtime errors: exit 1 naming the file; --help: exit 0 */
+  snprintf(cmd, sizeof cmd, "'%s' preview '%s' 2>&1", bin, dir);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "missing -o FILE"), "%s", out);
+  snprintf(cmd, sizeof cmd, "'%s' bench images '%s' --threads many 2>&1", bin, dir);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "--threads needs an integer"), "%s", out);
+  snprintf(cmd, sizeof cmd, "'%s' demo '%s' --bogus 2>&1", bin, dir);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  snprintf(cmd, sizeof cmd, "'%s' demo '%s/missing' 2>&1", bin, dir);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  cr_assert(strstr(out, "/missing") && strstr(out, "No such file"), "%s", out);
+  snprintf(cmd, sizeof cmd, "'%s' preview '%s' -o '%s/no/such/dir/g.png' --size 16 2>&1", bin, dir, rt_tmpdir());
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  cr_assert(strstr(out, "cannot write") && strstr(out, "no/such/dir/g.png"), "%s", out);
+  snprintf(cmd, sizeof cmd, "'%s' demo --help 2>&1", bin);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, "usage: rill demo"), "%s", out);
+  snprintf(cmd, sizeof cmd, "'%s' bench images --help 2>&1", bin);
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert(strstr(out, "usage: rill bench images"), "%s", out);
+#endif
+}

@@ -1,0 +1,529 @@
+/* Iterators: prefetch and seek, epochs, save/restore, row errors (RAISE, SKIP, NULL),
+ * statistics. */
+#include <time.h>
+
+#include "engine_common.h"
+
+static void wait_calls(counter_t* c, int64_t want) {
+  for (int i = 0; i < 2000 && atomic_load(&c->cells) < want; i++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
+Test(iter, seek_zero_recomputes_only_what_was_dropped) {
+  counter_t cs;
+  counter_init(&cs, 2);
+  rill_stage_opts_t o = {.grain = 1}; /* one row per chunk */
+  rill_df_t* df = make_src(8, &cs, &o);
+  rill_error_t err;
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.prefetch = 3, .threads = 2}, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(((const int64_t*)rill_row_get(&row, 0)->data)[0], 3);
+  wait_calls(&cs, 5); /* rows 0..4: two consumed, three prefetched */
+  RT_OK(rill_iter_seek(it, 0), err);
+  int64_t before = atomic_load(&cs.cells);
+  cr_assert(before >= 2 && before <= 5, "computed %lld rows before the seek", (long long)before);
+  for (int i = 0; i < 8; i++) cr_assert_eq(atomic_load(&cs.seen[i]), i < before ? 1 : 0);
+  for (int64_t i = 0; i < 8; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    cr_assert_eq(row.index, i);
+    cr_assert_eq(((const int64_t*)rill_row_get(&row, 0)->data)[0], i + 2);
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  /* after the seek each row was computed exactly once more */
+  cr_assert_eq(atomic_load(&cs.cells), before + 8);
+  for (int i = 0; i < 8; i++) cr_assert_eq(atomic_load(&cs.seen[i]), i < before ? 2 : 1);
+  /* seek to the middle and past the end */
+  RT_OK(rill_iter_seek(it, 6), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(row.index, 6);
+  RT_OK(rill_iter_seek(it, 8), err);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  cr_assert_eq(rill_iter_seek(it, 9), RILL_EINVAL);
+  cr_assert_eq(rill_iter_seek(it, -1), RILL_EINVAL);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+Test(iter, prefetch_none_computes_on_demand) {
+  counter_t cs;
+  counter_init(&cs, 0);
+  rill_stage_opts_t o = {.grain = 1};
+  rill_df_t* df = make_src(8, &cs, &o);
+  rill_error_t err;
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.prefetch = RILL_PREFETCH_NONE, .threads = 2}, &it, &err), err);
+  rill_row_t row;
+  for (int i = 0; i < 3; i++) RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(atomic_load(&cs.cells), 3);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+Test(iter, epochs_save_and_restore) {
+  counter_t cs, cm;
+  counter_init(&cs, 0);
+  rill_df_t* df = make_src(40, &cs, NULL);
+  rill_error_t err;
+  int in = 0;
+  int r = rill_df_map(df, "r", rill_type_scalar(RILL_FLOAT64), &in, 1, map_rand, NULL, NULL, NULL, &err);
+  cr_assert_eq(r, 1);
+  (void)cm;
+  rill_df_t* sh;
+  RT_OK(rill_df_shuffle(df, 9, &sh, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(sh, &(rill_iter_opts_t){.seed = 77, .columns = &r, .ncolumns = 1}, &it, &err), err);
+  cr_assert_eq(rill_iter_epoch(it), 0);
+  rill_row_t row;
+  double first[40], second[40];
+  for (int i = 0; i < 40; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    first[i] = ((const double*)rill_row_get(&row, 0)->data)[0];
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  RT_OK(rill_iter_set_epoch(it, 1), err);
+  cr_assert_eq(rill_iter_epoch(it), 1);
+  for (int i = 0; i < 17; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    second[i] = ((const double*)rill_row_get(&row, 0)->data)[0];
+  }
+  rill_iter_state_t st;
+  RT_OK(rill_iter_save(it, &st), err);
+  cr_assert_eq(st.epoch, 1);
+  cr_assert_eq(st.cursor, 17);
+  cr_assert_eq(st.seed, 77);
+  for (int i = 17; i < 40; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    second[i] = ((const double*)rill_row_get(&row, 0)->data)[0];
+  }
+  int same = 0;
+  for (int i = 0; i < 40; i++) same += first[i] == second[i];
+  cr_assert(same < 4, "epochs 0 and 1 gave %d equal rows", same);
+  /* a fresh iterator restored from the state reproduces the rest of epoch 1 */
+  rill_iter_t* it2;
+  RT_OK(rill_iter_new(sh, &(rill_iter_opts_t){.columns = &r, .ncolumns = 1, .threads = 1, .prefetch = 5}, &it2, &err),
+        err);
+  RT_OK(rill_iter_restore(it2, &st), err);
+  for (int i = 17; i < 40; i++) {
+    RT_OK(rill_iter_next(it2, &row, &err), err);
+    cr_assert_eq(row.index, i);
+    cr_assert_eq(((const double*)rill_row_get(&row, 0)->data)[0], second[i], "row %d differs after restore", i);
+  }
+  cr_assert_eq(rill_iter_next(it2, &row, &err), RILL_END);
+  /* a state of another pipeline is refused */
+  rill_iter_t* other;
+  RT_OK(rill_iter_new(df, NULL, &other, &err), err);
+  cr_assert_eq(rill_iter_restore(other, &st), RILL_EINVAL);
+  rill_iter_state_t bad = st;
+  bad.cursor = 41;
+  cr_assert_eq(rill_iter_restore(it2, &bad), RILL_EINVAL);
+  rill_iter_free(other);
+  rill_iter_free(it2);
+  rill_iter_free(it);
+  rill_df_free(sh);
+  rill_df_free(df);
+}
+
+Test(iter, raise_reports_row_column_message_and_continues) {
+  counter_t cs, cm;
+  counter_init(&cs, 2);
+  counter_init(&cm, 1);
+  cs.fail_row = 5;
+  rill_df_t* df = make_src(8, &cs, NULL);
+  int m = add_map(df, "plus1", 0, &cm, NULL);
+  rill_error_t err;
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &m, .ncolumns = 1}, &it, &err), err);
+  rill_row_t row;
+  for (int64_t i = 0; i < 8; i++) {
+    int r = rill_iter_next(it, &row, &err);
+    if (i == 5) {
+      cr_assert_eq(r, RILL_EFORMAT);
+      cr_assert_eq(err.code, RILL_EFORMAT);
+      cr_assert_eq(err.row, 5);
+      cr_assert_eq(err.column, m);
+      cr_assert(strstr(err.message, "row 5"), "%s", err.message);
+      cr_assert(strstr(err.message, "'plus1'"), "%s", err.message);
+      cr_assert(strstr(err.message, "stage 'src'"), "%s", err.message);
+      cr_assert(strstr(err.message, "bad value in row 5"), "%s", err.message);
+      continue;
+    }
+    cr_assert_eq(r, RILL_OK, "row %lld: %s", (long long)i, err.message);
+    cr_assert_eq(row.index, i);
+    cr_assert_eq(((const int64_t*)rill_row_get(&row, 0)->data)[0], i + 3);
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_eq(st.errors, 1);
+  cr_assert_eq(st.rows, 7);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+Test(iter, raise_without_row_fails_every_row_of_the_call) {
+  counter_t cs;
+  counter_init(&cs, 0);
+  cs.fail_row = 2;
+  cs.fail_whole = 1;
+  rill_stage_opts_t o = {.grain = 4};
+  rill_df_t* df = make_src(8, &cs, &o);
+  rill_error_t err;
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+  rill_row_t row;
+  for (int64_t i = 0; i < 8; i++) {
+    int r = rill_iter_next(it, &row, &err);
+    if (i < 4) {
+      cr_assert_eq(r, RILL_EFORMAT);
+      cr_assert_eq(err.row, i);
+      cr_assert_eq(err.column, 0);
+      cr_assert(strstr(err.message, "bad value in row 2"), "%s", err.message);
+    } else {
+      RT_OK(r, err);
+      cr_assert_eq(row.index, i);
+    }
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+Test(iter, positive_status_is_estage) {
+  counter_t cs;
+  counter_init(&cs, 0);
+  cs.fail_row = 1;
+  cs.fail_positive = 1;
+  rill_df_t* df = make_src(3, &cs, NULL);
+  rill_error_t err;
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+  rill_row_t row;
+  /* no err->row: the whole call (rows 0..2) failed, each row reports it */
+  for (int64_t i = 0; i < 3; i++) {
+    int r = rill_iter_next(it, &row, &err);
+    cr_assert_eq(r, RILL_ESTAGE);
+    cr_assert_eq(err.code, RILL_ESTAGE);
+    cr_assert(strstr(err.message, "returned status 7"), "%s", err.message);
+    cr_assert_eq(err.row, i);
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+Test(iter, skip_drops_the_row_and_counts_it) {
+  counter_t cs, cm;
+  counter_init(&cs, 0);
+  counter_init(&cm, 1);
+  cm.fail_row = 3;
+  rill_df_t* df = make_src(8, &cs, NULL);
+  rill_stage_opts_t skip = policy(RILL_ON_ERROR_SKIP);
+  int m = add_map(df, "m", 0, &cm, &skip);
+  int64_t v[16];
+  rill_error_t err;
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+  rill_row_t row;
+  int64_t n = 0;
+  int r;
+  while ((r = rill_iter_next(it, &row, &err)) == RILL_OK) {
+    cr_assert_eq(((const int64_t*)rill_row_get(&row, 0)->data)[0], row.index);
+    v[n++] = ((const int64_t*)rill_row_get(&row, m)->data)[0];
+    cr_assert_neq(row.index, 3);
+  }
+  cr_assert_eq(r, RILL_END);
+  cr_assert_eq(n, 7);
+  int64_t want[7] = {1, 2, 3, 5, 6, 7, 8};
+  for (int i = 0; i < 7; i++) cr_assert_eq(v[i], want[i]);
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_eq(st.skipped, 1);
+  cr_assert_eq(st.rows, 7);
+  /* the map was called again for the cells after the failing one only */
+  cr_assert_eq(atomic_load(&cm.cells), 8 + 4);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+Test(iter, skip_inside_a_batch_gives_a_shorter_batch) {
+  counter_t cs;
+  counter_init(&cs, 0);
+  cs.fail_row = 4;
+  rill_stage_opts_t skip = policy(RILL_ON_ERROR_SKIP);
+  rill_df_t* df = make_src(9, &cs, &skip);
+  rill_error_t err;
+  int col = 0;
+  rill_df_t* b;
+  RT_OK(rill_df_batch(df, &col, 1, 3, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, NULL, &it, &err), err);
+  rill_row_t row;
+  int64_t lens[3], k = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    const rill_array_t* a = rill_row_get(&row, 0);
+    lens[k] = a->length;
+    if (k == 1) {
+      cr_assert_eq(((const int64_t*)a->data)[0], 3);
+      cr_assert_eq(((const int64_t*)a->data)[1], 5);
+    }
+    k++;
+  }
+  cr_assert_eq(k, 3);
+  cr_assert_eq(lens[0], 3);
+  cr_assert_eq(lens[1], 2);
+  cr_assert_eq(lens[2], 3);
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_eq(st.skipped, 1);
+  cr_assert_eq(st.cells, 8);
+  cr_assert_eq(st.rows, 3);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+}
+
+Test(iter, raise_inside_a_batch_fails_that_batch_only) {
+  counter_t cs;
+  counter_init(&cs, 0);
+  cs.fail_row = 4;
+  rill_df_t* df = make_src(9, &cs, NULL);
+  rill_error_t err;
+  int col = 0;
+  rill_df_t* b;
+  RT_OK(rill_df_batch(df, &col, 1, 3, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, NULL, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_EFORMAT);
+  cr_assert_eq(err.row, 1);
+  cr_assert_eq(err.column, 0);
+  cr_assert(strstr(err.message, "batch 1 (row 4)"), "%s", err.message);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(row.index, 2);
+  cr_assert_eq(((const int64_t*)rill_row_get(&row, 0)->data)[0], 6);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+}
+
+Test(iter, null_policy_makes_the_cell_null) {
+  counter_t cs, cm;
+  counter_init(&cs, 0);
+  counter_init(&cm, 10);
+  cm.fail_row = 2;
+  rill_df_t* df = make_src(6, &cs, NULL);
+  rill_stage_opts_t np = policy(RILL_ON_ERROR_NULL);
+  int m = add_map(df, "m", 0, &cm, &np);
+  cr_assert(rill_df_field(df, m)->nullable);
+  rill_error_t err;
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &m, .ncolumns = 1}, &it, &err), err);
+  rill_row_t row;
+  for (int64_t i = 0; i < 6; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    const rill_array_t* a = rill_row_get(&row, 0);
+    if (i == 2) {
+      cr_assert_eq(rill_array_is_valid(a, 0), 0);
+      cr_assert_eq(a->null_count, 1);
+    } else {
+      cr_assert_eq(rill_array_is_valid(a, 0), 1);
+      cr_assert_eq(((const int64_t*)a->data)[0], i + 10);
+    }
+  }
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_eq(st.nulled, 1);
+  cr_assert_eq(st.skipped, 0);
+  cr_assert_eq(st.errors, 0);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+/* STRING map: "v<value>", fails on rows listed in ctx. */
+static int map_str(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                   rill_error_t* err) {
+  counter_t* c = ctx;
+  int64_t n = in[0]->length;
+  counter_enter(c, n);
+  atomic_fetch_sub(&c->inflight, 1);
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_STRING), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  const int64_t* rows = rill_exec_rows(ex);
+  for (int64_t i = 0; i < n; i++) {
+    if (rows[i] == c->fail_row || rows[i] == c->offset) {
+      err->row = i;
+      return rill_error_set(err, RILL_EFORMAT, "cannot format row %lld", (long long)rows[i]);
+    }
+    char buf[32];
+    int len = snprintf(buf, sizeof buf, "v%lld", (long long)((const int64_t*)in[0]->data)[i]);
+    r = rill_array_set_var(out, i, buf, len, NULL);
+    if (r != RILL_OK) return rill_error_set(err, r, "set_var");
+  }
+  return RILL_OK;
+}
+
+static void string_policy(rill_on_error_t p) {
+  counter_t cs, cm;
+  counter_init(&cs, 0);
+  counter_init(&cm, 5); /* rows 1 and 5 fail */
+  cm.fail_row = 1;
+  rill_df_t* df = make_src(8, &cs, NULL);
+  rill_error_t err;
+  int in = 0;
+  rill_stage_opts_t o = policy(p);
+  int m = rill_df_map(df, "s", rill_type_scalar(RILL_STRING), &in, 1, map_str, &cm, NULL, &o, &err);
+  cr_assert_eq(m, 1, "%s", err.message);
+  int col = m;
+  rill_df_t* b;
+  RT_OK(rill_df_batch(df, &col, 1, 8, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, NULL, &it, &err), err);
+  rill_row_t row;
+  int r = rill_iter_next(it, &row, &err);
+  if (p == RILL_ON_ERROR_RAISE) {
+    cr_assert_eq(r, RILL_EFORMAT);
+    cr_assert(strstr(err.message, "cannot format row 1"), "%s", err.message);
+    cr_assert_eq(err.row, 0);
+  } else {
+    RT_OK(r, err);
+    const rill_array_t* a = rill_row_get(&row, 0);
+    cr_assert_eq(a->length, p == RILL_ON_ERROR_SKIP ? 6 : 8);
+    int64_t k = 0;
+    for (int64_t i = 0; i < 8; i++) {
+      int bad = i == 1 || i == 5;
+      if (bad && p == RILL_ON_ERROR_SKIP) continue;
+      int64_t nb;
+      const char* s = rill_array_cell(a, k, &nb);
+      if (bad) {
+        cr_assert_eq(rill_array_is_valid(a, k), 0);
+        cr_assert_eq(nb, 0);
+      } else {
+        char want[32];
+        snprintf(want, sizeof want, "v%lld", (long long)i);
+        cr_assert_eq(nb, (int64_t)strlen(want));
+        cr_assert(memcmp(s, want, (size_t)nb) == 0);
+        cr_assert(rill_array_is_valid(a, k));
+      }
+      k++;
+    }
+    cr_assert_eq(a->null_count, p == RILL_ON_ERROR_NULL ? 2 : 0);
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+}
+
+Test(iter, string_outputs_under_each_policy) {
+  string_policy(RILL_ON_ERROR_RAISE);
+  string_policy(RILL_ON_ERROR_SKIP);
+  string_policy(RILL_ON_ERROR_NULL);
+}
+
+Test(iter, map_on_a_batch_receives_whole_batches) {
+  counter_t cs, cm;
+  counter_init(&cs, 0);
+  counter_init(&cm, 1000);
+  rill_df_t* df = make_src(10, &cs, NULL);
+  rill_error_t err;
+  int col = 0;
+  rill_df_t* b;
+  RT_OK(rill_df_batch(df, &col, 1, 4, NULL, &b, &err), err);
+  int m = add_map(b, "shifted", 0, &cm, NULL);
+  cr_assert_eq(m, 1);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, NULL, &it, &err), err);
+  rill_row_t row;
+  int64_t k = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    const rill_array_t* a = rill_row_get(&row, 1);
+    cr_assert_eq(a->length, k < 2 ? 4 : 2);
+    for (int64_t i = 0; i < a->length; i++) cr_assert_eq(((const int64_t*)a->data)[i], 1000 + k * 4 + i);
+    k++;
+  }
+  cr_assert_eq(k, 3);
+  cr_assert_eq(atomic_load(&cm.calls), 3);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+}
+
+Test(iter, stats_and_buffer_reuse) {
+  counter_t cs, cm;
+  counter_init(&cs, 0);
+  counter_init(&cm, 1);
+  rill_df_t* df = make_src(4096, &cs, NULL);
+  add_map(df, "m", 0, &cm, NULL);
+  rill_error_t err;
+  int col = 1;
+  rill_df_t* b;
+  RT_OK(rill_df_batch(df, &col, 1, 64, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = 2, .prefetch = 4}, &it, &err), err);
+  rill_row_t row;
+  int64_t sum = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    const rill_array_t* a = rill_row_get(&row, 0);
+    for (int64_t i = 0; i < a->length; i++) sum += ((const int64_t*)a->data)[i];
+  }
+  cr_assert_eq(sum, 4096LL * 4095 / 2 + 4096);
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_eq(st.rows, 64);
+  cr_assert_eq(st.cells, 4096);
+  cr_assert(st.stage_calls >= 128);
+  cr_assert(st.compute_ns > 0);
+  cr_assert(st.wait_ns >= 0);
+  cr_assert(st.reuses > st.allocs, "allocs %lld reuses %lld", (long long)st.allocs, (long long)st.reuses);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+}
+
+Test(iter, rows_may_be_kept_after_next) {
+  counter_t cs;
+  counter_init(&cs, 0);
+  rill_df_t* df = make_src(100, &cs, NULL);
+  rill_error_t err;
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+  rill_row_t row;
+  const rill_array_t* kept[100];
+  for (int i = 0; i < 100; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    kept[i] = rill_array_retain(rill_row_get(&row, 0));
+  }
+  rill_iter_free(it);
+  rill_df_free(df);
+  for (int i = 0; i < 100; i++) {
+    cr_assert_eq(((const int64_t*)kept[i]->data)[0], i);
+    rill_array_release(kept[i]);
+  }
+}
+
+Test(iter, view_maps_and_reduce_of_shuffle) {
+  counter_t cs, cm, cr;
+  counter_init(&cs, 0);
+  counter_init(&cm, 1);
+  counter_init(&cr, 0);
+  rill_df_t* df = make_src(30, &cs, NULL);
+  rill_error_t err;
+  rill_df_t *sh, *red;
+  RT_OK(rill_df_shuffle(df, 1, &sh, &err), err);
+  int m = add_map(sh, "m", 0, &cm, NULL);
+  cr_assert_eq(m, 1);
+  RT_OK(rill_df_reduce(sh, m, 4, rill_type_scalar(RILL_INT64), red_sum, &cr, NULL, &red, &err), err);
+  cr_assert_eq(rill_df_rows(red), 8);
+  int64_t v[8];
+  cr_assert_eq(collect(red, 0, NULL, v, 8), 8);
+  int64_t total = 0;
+  for (int i = 0; i < 8; i++) total += v[i];
+  cr_assert_eq(total, 30 * 29 / 2 + 30);
+  rill_df_free(red);
+  rill_df_free(sh);
+  rill_df_free(df);
+}

@@ -1,0 +1,310 @@
+/* SQLite source: types, NULLs, parameters, table mode by rowid, errors. */
+#include <stdint.h>
+
+#include "common.h"
+
+#if RILL_HAVE_SQLITE
+#include <sqlite3.h>
+
+static void exec_sql(sqlite3* db, const char* sql) {
+  char* msg = NULL;
+  int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+  cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "");
+  sqlite3_free(msg);
+}
+
+static sqlite3* mem_db(void) {
+  sqlite3* db = NULL;
+  cr_assert_eq(sqlite3_open(":memory:", &db), SQLITE_OK);
+  exec_sql(db, "CREATE TABLE t(i INTEGER, r REAL, s TEXT, b BLOB, flag BOOLEAN, ts TIMESTAMP, x);"
+               "INSERT INTO t VALUES (1, 1.5, 'one', x'00ff', 1, '2024-01-02T00:00:00Z', 7);"
+               "INSERT INTO t VALUES (NULL, NULL, NULL, NULL, NULL, NULL, NULL);"
+               "INSERT INTO t VALUES (-3, 2, '', x'', 0, 86400, 8);");
+  return db;
+}
+
+static const rill_array_t* next_cell(rill_iter_t* it, rill_row_t* row, int c) {
+  rill_error_t err = {0};
+  RT_OK(rill_iter_next(it, row, &err), err);
+  return rill_row_get(row, c);
+}
+
+Test(sqlite, every_type_and_nulls) {
+  sqlite3* db = mem_db();
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_sqlite_db(db, "SELECT * FROM t ORDER BY rowid", NULL, 0, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 3);
+  rill_dtype_t want[] = {RILL_INT64, RILL_FLOAT64, RILL_STRING, RILL_BINARY, RILL_BOOL, RILL_TIMESTAMP_US, RILL_INT64};
+  for (int c = 0; c < 7; c++)
+    cr_assert_eq(rill_df_field(df, c)->type.dtype, want[c], "column %d is %s", c,
+                 rill_dtype_name(rill_df_field(df, c)->type.dtype));
+  cr_assert_str_eq(rill_df_field(df, 2)->name, "s");
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  int64_t nb;
+  cr_assert_eq(*(const int64_t*)rill_array_cell(rill_row_get(&row, 0), 0, &nb), 1);
+  cr_assert_eq(*(const double*)rill_array_cell(rill_row_get(&row, 1), 0, &nb), 1.5);
+  const char* s = rill_array_cell(rill_row_get(&row, 2), 0, &nb);
+  cr_assert(nb == 3 && memcmp(s, "one", 3) == 0);
+  const uint8_t* b = rill_array_cell(rill_row_get(&row, 3), 0, &nb);
+  cr_assert(nb == 2 && b[0] == 0 && b[1] == 0xff);
+  cr_assert_eq(*(const uint8_t*)rill_array_cell(rill_row_get(&row, 4), 0, &nb), 1);
+  cr_assert_eq(*(const int64_t*)rill_array_cell(rill_row_get(&row, 5), 0, &nb), 1704153600000000LL);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  for (int c = 0; c < 7; c++) {
+    cr_assert_not(rill_array_is_valid(rill_row_get(&row, c), 0), "column %d of the NULL row", c);
+    cr_assert_eq(rill_row_get(&row, c)->null_count, 1);
+  }
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(*(const double*)rill_array_cell(rill_row_get(&row, 1), 0, &nb), 2.0, "integer in a REAL column");
+  rill_array_cell(rill_row_get(&row, 2), 0, &nb);
+  cr_assert_eq(nb, 0);
+  cr_assert(rill_array_is_valid(rill_row_get(&row, 2), 0), "empty text is not null");
+  cr_assert_eq(*(const int64_t*)rill_array_cell(rill_row_get(&row, 5), 0, &nb), 86400000000LL, "epoch seconds");
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it);
+  rill_df_free(df);
+  sqlite3_close(db);
+}
+
+Test(sqlite, bound_parameters) {
+  sqlite3* db = mem_db();
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  rill_sql_param_t p[] = {{.kind = RILL_SQL_INT64, .i = 42},
+                          {.kind = RILL_SQL_DOUBLE, .d = 0.25},
+                          {.kind = RILL_SQL_TEXT, .bytes = "h\"i", .size = -1},
+                          {.kind = RILL_SQL_BLOB, .bytes = "\x01\x02\x03", .size = 3},
+                          {.kind = RILL_SQL_NULL}};
+  RT_OK(rill_df_from_sqlite_db(db, "SELECT ?1 AS a, ?2 AS b, ?3 AS c, ?4 AS d, ?5 AS e", p, 5, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_field(df, 0)->type.dtype, RILL_INT64);
+  cr_assert_eq(rill_df_field(df, 1)->type.dtype, RILL_FLOAT64);
+  cr_assert_eq(rill_df_field(df, 2)->type.dtype, RILL_STRING);
+  cr_assert_eq(rill_df_field(df, 3)->type.dtype, RILL_BINARY);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+  rill_row_t row;
+  int64_t nb;
+  cr_assert_eq(*(const int64_t*)rill_array_cell(next_cell(it, &row, 0), 0, &nb), 42);
+  cr_assert_eq(*(const double*)rill_array_cell(rill_row_get(&row, 1), 0, &nb), 0.25);
+  const char* s = rill_array_cell(rill_row_get(&row, 2), 0, &nb);
+  cr_assert(nb == 3 && memcmp(s, "h\"i", 3) == 0);
+  rill_array_cell(rill_row_get(&row, 3), 0, &nb);
+  cr_assert_eq(nb, 3);
+  cr_assert_not(rill_array_is_valid(rill_row_get(&row, 4), 0));
+  rill_iter_free(it);
+  rill_df_free(df);
+
+  RT_OK(rill_df_from_sqlite_db(db, "SELECT s FROM t WHERE i > ?", p, 1, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 0);
+  rill_df_free(df);
+  RT_OK(rill_df_from_sqlite_db(db, "SELECT s FROM t WHERE i < ?", (rill_sql_param_t[]){{.kind = RILL_SQL_INT64, .i = 5}}, 1,
+                               NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 2);
+  rill_df_free(df);
+  RT_FAILS(rill_df_from_sqlite_db(db, "SELECT ?1, ?2", p, 1, NULL, &df, &err), RILL_EINVAL,
+           "takes 2 parameters, 1 given", err);
+  cr_assert_null(df);
+  sqlite3_close(db);
+}
+
+Test(sqlite, sql_errors_carry_message_and_sql) {
+  sqlite3* db = mem_db();
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_FAILS(rill_df_from_sqlite_db(db, "SELEC i FROM t", NULL, 0, NULL, &df, &err), RILL_ESQL, "syntax error", err);
+  cr_assert(strstr(err.message, "SELEC i FROM t"), "%s", err.message);
+  RT_FAILS(rill_df_from_sqlite_db(db, "SELECT * FROM missing_table", NULL, 0, NULL, &df, &err), RILL_ESQL,
+           "no such table: missing_table", err);
+  RT_FAILS(rill_df_from_sqlite_db(db, "missing_table", NULL, 0, NULL, &df, &err), RILL_ESQL,
+           "no such table: missing_table", err);
+  RT_FAILS(rill_df_from_sqlite_db(db, "SELECT nope FROM t", NULL, 0, NULL, &df, &err), RILL_ESQL,
+           "no such column: nope", err);
+  RT_FAILS(rill_df_from_sqlite_db(db, "", NULL, 0, NULL, &df, &err), RILL_EINVAL, "empty statement", err);
+  RT_FAILS(rill_df_from_sqlite_db(NULL, "SELECT 1", NULL, 0, NULL, &df, &err), RILL_EINVAL, "db is required", err);
+  rill_csv_column_t ov = {.name = "zz", .dtype = RILL_INT64};
+  RT_FAILS(rill_df_from_sqlite_db(db, "SELECT 1 AS a", NULL, 0, &(rill_sqlite_opts_t){.columns = &ov, .ncolumns = 1}, &df,
+                                  &err), RILL_EINVAL, "unknown column 'zz'", err);
+  sqlite3_close(db);
+}
+
+Test(sqlite, conversion_errors_and_null_policy) {
+  sqlite3* db = NULL;
+  cr_assert_eq(sqlite3_open(":memory:", &db), SQLITE_OK);
+  exec_sql(db, "CREATE TABLE v(n INTEGER); INSERT INTO v VALUES (1), ('abc'), (2.5), (3);");
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_sqlite_db(db, "v", NULL, 0, NULL, &df, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "row 1, column 'n': cannot convert TEXT 'abc' to int64", err);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "row 2, column 'n': cannot convert REAL value to int64", err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  int64_t nb;
+  cr_assert_eq(*(const int64_t*)rill_array_cell(rill_row_get(&row, 0), 0, &nb), 3);
+  rill_iter_free(it);
+  rill_df_free(df);
+
+  RT_OK(rill_df_from_sqlite_db(db, "SELECT n FROM v", NULL, 0, &(rill_sqlite_opts_t){.on_error = RILL_ON_ERROR_NULL,
+                               .columns = &(rill_csv_column_t){.index = 0, .dtype = RILL_INT32}, .ncolumns = 1}, &df, &err), err);
+  cr_assert_eq(rill_df_field(df, 0)->type.dtype, RILL_INT32);
+  RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+  int nulls = 0, n = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    n++;
+    nulls += !rill_array_is_valid(rill_row_get(&row, 0), 0);
+  }
+  cr_assert_eq(n, 4);
+  cr_assert_eq(nulls, 2);
+  rill_iter_free(it);
+  rill_df_free(df);
+  sqlite3_close(db);
+}
+
+static void make_file_db(const char* path, int rows, int gaps) {
+  sqlite3* db = NULL;
+  remove(path);
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+  exec_sql(db, "CREATE TABLE big(id INTEGER PRIMARY KEY, v INTEGER, name TEXT); BEGIN;");
+  sqlite3_stmt* st;
+  cr_assert_eq(sqlite3_prepare_v2(db, "INSERT INTO big VALUES (?, ?, ?)", -1, &st, NULL), SQLITE_OK);
+  for (int i = 0; i < rows; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "n%d", i);
+    sqlite3_bind_int64(st, 1, gaps ? 10 + 3 * (int64_t)i : 1 + (int64_t)i);
+    sqlite3_bind_int64(st, 2, (int64_t)i * 7);
+    sqlite3_bind_text(st, 3, name, -1, SQLITE_TRANSIENT);
+    cr_assert_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_reset(st);
+  }
+  sqlite3_finalize(st);
+  exec_sql(db, "COMMIT;");
+  sqlite3_close(db);
+}
+
+static void check_table_read(const char* path, int rows, int threads) {
+  rill_error_t err = {0};
+  rill_df_t *df = NULL, *sh = NULL;
+  RT_OK(rill_df_from_sqlite(path, "big", NULL, 0, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), rows);
+  RT_OK(rill_df_shuffle(df, 3, &sh, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(sh, &(rill_iter_opts_t){.threads = threads, .prefetch = 8}, &it, &err), err);
+  rill_row_t row;
+  int64_t n = 0, sum = 0, nb;
+  int64_t first = -1;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    int64_t v = *(const int64_t*)rill_array_cell(rill_row_get(&row, 1), 0, &nb);
+    const char* name = rill_array_cell(rill_row_get(&row, 2), 0, &nb);
+    char want[32];
+    int wn = snprintf(want, sizeof want, "n%lld", (long long)(v / 7));
+    cr_assert(nb == wn && memcmp(name, want, (size_t)wn) == 0, "row %lld", (long long)row.index);
+    if (first < 0) first = v / 7;
+    sum += v / 7;
+    n++;
+  }
+  cr_assert_eq(err.code, RILL_OK, "%s", err.message);
+  cr_assert_eq(n, rows);
+  cr_assert_eq(sum, (int64_t)rows * (rows - 1) / 2);
+  cr_assert_neq(first, 0, "shuffled order");
+  rill_iter_free(it);
+  rill_df_free(sh);
+  rill_df_free(df);
+}
+
+Test(sqlite, file_table_by_rowid_shuffled_threads) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/big.db", rt_tmpdir());
+  make_file_db(path, 5000, 0);
+  check_table_read(path, 5000, 2);
+  make_file_db(path, 3000, 1); /* rowids with gaps: the rowid list is used */
+  check_table_read(path, 3000, 2);
+  check_table_read(path, 3000, RILL_THREADS_NONE);
+}
+
+Test(sqlite, query_materialised_in_chunks) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/q.db", rt_tmpdir());
+  make_file_db(path, 1000, 0);
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_sqlite(path, "SELECT v, name FROM big WHERE v % 2 = ?", (rill_sql_param_t[]){{.kind = RILL_SQL_INT64}},
+                            1, &(rill_sqlite_opts_t){.chunk_rows = 33}, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 500);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+  rill_row_t row;
+  int64_t n = 0, nb;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    cr_assert_eq(*(const int64_t*)rill_array_cell(rill_row_get(&row, 0), 0, &nb), n * 14);
+    n++;
+  }
+  cr_assert_eq(n, 500);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+Test(sqlite, missing_locked_and_bad_files) {
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_FAILS(rill_df_from_sqlite("/nonexistent/dir/x.db", "SELECT 1", NULL, 0, NULL, &df, &err), RILL_EIO,
+           "/nonexistent/dir/x.db: cannot open database: unable to open database file", err);
+  char path[512];
+  snprintf(path, sizeof path, "%s/locked.db", rt_tmpdir());
+  make_file_db(path, 10, 0);
+  sqlite3* w = NULL;
+  cr_assert_eq(sqlite3_open(path, &w), SQLITE_OK);
+  exec_sql(w, "BEGIN EXCLUSIVE; INSERT INTO big VALUES (100, 1, 'x');");
+  RT_FAILS(rill_df_from_sqlite(path, "SELECT * FROM big", NULL, 0, NULL, &df, &err), RILL_ESQL, "database is locked", err);
+  cr_assert(strstr(err.message, "locked.db"), "%s", err.message);
+  exec_sql(w, "ROLLBACK;");
+  sqlite3_close(w);
+  RT_OK(rill_df_from_sqlite(path, "SELECT * FROM big", NULL, 0, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 10);
+  rill_df_free(df);
+
+  char bad[512];
+  snprintf(bad, sizeof bad, "%s/notadb.db", rt_tmpdir());
+  FILE* f = fopen(bad, "w");
+  fputs("this is not a database file, just text that is long enough to have a header........", f);
+  fclose(f);
+  RT_FAILS(rill_df_from_sqlite(bad, "SELECT 1 FROM x", NULL, 0, NULL, &df, &err), RILL_ESQL, "file is not a database", err);
+}
+
+Test(sqlite, memory_path_single_connection) {
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_sqlite(":memory:", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100) "
+                            "SELECT x, x * 0.5 AS half FROM c", NULL, 0, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 100);
+  cr_assert_eq(rill_df_field(df, 1)->type.dtype, RILL_FLOAT64);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = 2}, &it, &err), err);
+  rill_row_t row;
+  double sum = 0;
+  int64_t nb;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) sum += *(const double*)rill_array_cell(rill_row_get(&row, 1), 0, &nb);
+  cr_assert_eq(sum, 2525.0);
+  rill_df_t* dup = NULL;
+  RT_OK(rill_df_from_sqlite(":memory:", "SELECT 1 AS x, 2 AS x", NULL, 0, NULL, &dup, &err), err);
+  cr_assert_str_eq(rill_df_field(dup, 1)->name, "x:1");
+  rill_df_free(dup);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+#else
+
+Test(sqlite, not_built) {
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_FAILS(rill_df_from_sqlite(":memory:", "SELECT 1", NULL, 0, NULL, &df, &err), RILL_ENOTSUP, "libsqlite3", err);
+  RT_FAILS(rill_df_from_sqlite_db(NULL, "SELECT 1", NULL, 0, NULL, &df, &err), RILL_ENOTSUP, "libsqlite3", err);
+}
+
+#endif
