@@ -114,7 +114,7 @@ deps:
 	fi
 
 # ------------------------------------------------------------------ tests
-$(BUILD)/test/%: test/%.c test/common.h $(LIB_A)
+$(BUILD)/test/%: test/%.c $(wildcard test/*.h) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itest $(filter-out -fvisibility=hidden,$(CFLAGS)) -Wno-missing-field-initializers \
 	  $(LDFLAGS) -o $@ $< $(LIB_A) -lcriterion $(LDLIBS)
@@ -149,7 +149,7 @@ tsan:
 	@set -e; for t in $(TSAN_TESTS); do echo "== tsan $$t"; \
 	  TSAN_OPTIONS="halt_on_error=1" RILL_TEST_ROOT=$(ROOT) build/tsan/test/$$t --jobs 1; done
 
-check: all test pytest fuzz-smoke check-asan
+check: all data test pytest fuzz-smoke check-asan
 
 # ------------------------------------------------------------------ fuzzing (clang libFuzzer)
 FUZZ_C   := $(sort $(wildcard test/fuzz/*.c))
@@ -185,8 +185,13 @@ bench: all $(BENCH_BIN) venv bench-deps
 	  ROOT=$(ROOT) BUILD=$(ROOT)/$(BUILD) RILL_LIB=$(ROOT)/$(LIB_SO) RILL_BIN=$(ROOT)/$(RILL) \
 	  VENV=$(VENV) bash $$s || exit 1; done
 
-demo: all
-	$(RILL) demo
+# Real photos from Debian packages, turned into an ImageFolder corpus (build/data/corpus) and
+# odd image variants for tests (build/data/variants). Runs once.
+data: all
+	bash test/data/get_images.sh $(ROOT)/build/data
+
+demo: all data
+	$(RILL) demo $(ROOT)/build/data/corpus
 
 # The GPU machine may lack Debian's -dev packages and a registry: test/gpu builds what it needs.
 gpu-check gpu-bench:

@@ -19,7 +19,8 @@ typedef enum conv {
   CONV_VAR32,     /* utf8 / binary with int32 offsets */
   CONV_VAR64,     /* large_utf8 / large_binary */
   CONV_VIEW,      /* utf8_view / binary_view (16-byte views + data buffers) */
-  CONV_FSL        /* fixed_size_list of fixed-width (or bool) elements */
+  CONV_FSL,       /* fixed_size_list of fixed-width (or bool) elements */
+  CONV_VARTENSOR  /* arrow.variable_shape_tensor: struct<data: list<T>, shape: fsl<int32>> */
 } conv_t;
 
 typedef struct column {
@@ -29,6 +30,8 @@ typedef struct column {
   conv_t conv;
   int elem_bool;        /* CONV_FSL of booleans */
   int64_t list_size;    /* CONV_FSL: elements per cell */
+  int large_list;       /* CONV_VARTENSOR: data is a large list ("+L") */
+  int64_t var_cap;      /* CONV_VARTENSOR: bytes reserved in out */
   int64_t ts_mul, ts_div;
   rill_array_t* out;
 } column_t;
@@ -98,9 +101,10 @@ static int is_bf16(const struct ArrowSchema* s) {
          strcmp(v, "bfloat16") == 0;
 }
 
-/* Reads {"shape":[a,b,...]} from fixed_shape_tensor metadata; returns ndim or -1. */
-static int parse_shape(const char* json, int64_t* shape) {
-  const char* p = strstr(json, "\"shape\"");
+/* Reads {"<key>":[a,b,...]} from extension metadata ("null" reads as -1); returns the count
+ * or -1. */
+static int parse_shape(const char* json, const char* key, int64_t* shape) {
+  const char* p = strstr(json, key);
   if (p == NULL) return -1;
   p = strchr(p, '[');
   if (p == NULL) return -1;
@@ -110,6 +114,14 @@ static int parse_shape(const char* json, int64_t* shape) {
     while (*p == ' ') p++;
     if (*p == ']') return n;
     if (n == RILL_MAX_NDIM) return -1;
+    if (strncmp(p, "null", 4) == 0) {
+      shape[n++] = -1;
+      p += 4;
+      while (*p == ' ') p++;
+      if (*p == ',') p++;
+      else if (*p != ']') return -1;
+      continue;
+    }
     char* end;
     long long v = strtoll(p, &end, 10);
     if (end == p || v < 0) return -1;
@@ -160,6 +172,39 @@ static int column_type(const struct ArrowSchema* s, column_t* c, rill_error_t* e
     c->conv = CONV_TS;
     return RILL_OK;
   }
+  char ext[64];
+  if (strcmp(f, "+s") == 0 && metadata_get(s->metadata, "ARROW:extension:name", ext, sizeof ext) &&
+      strcmp(ext, "arrow.variable_shape_tensor") == 0) {
+    const struct ArrowSchema* data = s->n_children == 2 ? s->children[0] : NULL;
+    const struct ArrowSchema* shp = s->n_children == 2 ? s->children[1] : NULL;
+    if (data == NULL || shp == NULL || data->n_children != 1 || shp->n_children != 1 ||
+        (strcmp(data->format, "+l") != 0 && strcmp(data->format, "+L") != 0) ||
+        strncmp(shp->format, "+w:", 3) != 0 || strcmp(shp->children[0]->format, "i") != 0)
+      return unsupported(c->name, f, " (malformed arrow.variable_shape_tensor)", err);
+    if (!fixed_dtype(data->children[0]->format, &d) || d == RILL_BOOL)
+      return unsupported(c->name, f, " (variable_shape_tensor of an unsupported element type)", err);
+    if (is_bf16(data->children[0])) d = RILL_BFLOAT16;
+    long nd = strtol(shp->format + 3, NULL, 10);
+    if (nd < 1 || nd > RILL_MAX_NDIM)
+      return unsupported(c->name, f, " (variable_shape_tensor rank out of range)", err);
+    int64_t shape[RILL_MAX_NDIM];
+    for (int i = 0; i < nd; i++) shape[i] = -1;
+    char json[512];
+    if (metadata_get(s->metadata, "ARROW:extension:metadata", json, sizeof json) &&
+        strstr(json, "\"uniform_shape\"") != NULL) {
+      int64_t u[RILL_MAX_NDIM];
+      if (parse_shape(json, "\"uniform_shape\"", u) != nd)
+        return unsupported(c->name, f, " (uniform_shape does not match the rank)", err);
+      int fixed = 1;
+      for (int i = 0; i < nd; i++) fixed &= u[i] >= 0;
+      /* rill stores cells with one or more unknown dimensions as variable cells */
+      if (!fixed) memcpy(shape, u, sizeof(int64_t) * (size_t)nd);
+    }
+    c->type = rill_type_tensor(d, (int)nd, shape);
+    c->conv = CONV_VARTENSOR;
+    c->large_list = data->format[1] == 'L';
+    return RILL_OK;
+  }
   if (strncmp(f, "+w:", 3) == 0) {
     char* end;
     long long n = strtoll(f + 3, &end, 10);
@@ -171,12 +216,12 @@ static int column_type(const struct ArrowSchema* s, column_t* c, rill_error_t* e
     if (is_bf16(item)) d = RILL_BFLOAT16;
     int64_t shape[RILL_MAX_NDIM] = {n};
     int ndim = 1;
-    char ext[64], json[512];
+    char json[512];
     if (metadata_get(s->metadata, "ARROW:extension:name", ext, sizeof ext) &&
         strcmp(ext, "arrow.fixed_shape_tensor") == 0 &&
         metadata_get(s->metadata, "ARROW:extension:metadata", json, sizeof json)) {
       int64_t sh[RILL_MAX_NDIM];
-      int nd = parse_shape(json, sh);
+      int nd = parse_shape(json, "\"shape\"", sh);
       int64_t prod = 1;
       for (int i = 0; i < nd; i++) prod *= sh[i];
       if (nd < 1 || prod != n)
@@ -291,6 +336,75 @@ static const uint8_t* view_bytes(const struct ArrowArray* a, int64_t i, int null
   return (const uint8_t*)a->buffers[2 + buf] + off;
 }
 
+/* arrow.variable_shape_tensor rows into variable cells (offsets, shapes, data). */
+static int copy_vartensor(column_t* c, const struct ArrowArray* a, int64_t start, int64_t n,
+                          int64_t dst, rill_error_t* err) {
+  rill_array_t* o = c->out;
+  int ndim = c->type.ndim;
+  int64_t es = (int64_t)rill_dtype_size(c->type.dtype);
+  if (a->n_children != 2 || a->children[0]->n_children != 1 || a->children[1]->n_children != 1)
+    return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s': malformed "
+                      "arrow.variable_shape_tensor array", c->name);
+  const struct ArrowArray* data = a->children[0];
+  const struct ArrowArray* item = data->children[0];
+  const struct ArrowArray* shp = a->children[1];
+  const struct ArrowArray* sitem = shp->children[0];
+  if (n > 0 && (data->n_buffers < 2 || data->buffers[1] == NULL || sitem->n_buffers < 2 ||
+                sitem->buffers[1] == NULL))
+    return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s': a required buffer is "
+                      "missing", c->name);
+  int64_t pos = o->offsets[dst];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t row = dst + i, p = start + i;
+    int64_t shape[RILL_MAX_NDIM] = {0}, count = 1;
+    int valid = rill_array_is_valid(o, row);
+    int64_t b = 0, e = 0;
+    if (valid) {
+      const int32_t* sv = (const int32_t*)sitem->buffers[1] + sitem->offset + (shp->offset + p) * ndim;
+      for (int d = 0; d < ndim; d++) {
+        shape[d] = sv[d];
+        count *= shape[d];
+        if (shape[d] < 0 || (c->type.shape[d] >= 0 && shape[d] != c->type.shape[d]))
+          return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s', row %" PRId64
+                            ": dimension %d is %" PRId64 ", the type says %" PRId64, c->name, row,
+                            d, shape[d], c->type.shape[d]);
+      }
+      int64_t q = data->offset + p;
+      if (c->large_list) {
+        b = ((const int64_t*)data->buffers[1])[q];
+        e = ((const int64_t*)data->buffers[1])[q + 1];
+      } else {
+        b = ((const int32_t*)data->buffers[1])[q];
+        e = ((const int32_t*)data->buffers[1])[q + 1];
+      }
+      if (e - b != count || b < 0 || item->length < item->offset + e)
+        return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s', row %" PRId64
+                          ": %" PRId64 " elements for its shape of %" PRId64, c->name, row, e - b,
+                          count);
+      if (count > 0 && (item->n_buffers < 2 || item->buffers[1] == NULL))
+        return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s': a required buffer "
+                          "is missing", c->name);
+    }
+    int64_t bytes = count * es * valid;
+    if (pos + bytes > c->var_cap) {
+      int64_t cap = c->var_cap * 2 > pos + bytes ? c->var_cap * 2 : pos + bytes;
+      if (rill_array_reserve(o, cap) != RILL_OK)
+        return rill__fail(err, RILL_ENOMEM, "rill_df_from_arrow: out of memory");
+      c->var_cap = cap;
+    }
+    if (bytes > 0)
+      memcpy((uint8_t*)o->data + pos, (const uint8_t*)item->buffers[1] + (item->offset + b) * es,
+             (size_t)bytes);
+    pos += bytes;
+    o->offsets[row + 1] = pos;
+    if (o->shapes != NULL)
+      for (int d = 0; d < ndim; d++) o->shapes[row * ndim + d] = valid ? shape[d] : 0;
+  }
+  o->data_size = pos;
+  o->priv->var_cells = dst + n;
+  return RILL_OK;
+}
+
 /* Copies rows [0, n) of child `a` (starting at logical index `start` of the child, i.e.
  * after the parent's and the child's offsets) into c->out at row `dst`. `pvalid`/`pstart`:
  * the struct's validity (NULL = all valid). */
@@ -307,7 +421,7 @@ static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, i
   }
   if (n == 0) return RILL_OK;
   if (a->n_buffers < 2 || a->buffers[1] == NULL) {
-    if (c->conv != CONV_FSL) return fail_buffer(c, batch, err);
+    if (c->conv != CONV_FSL && c->conv != CONV_VARTENSOR) return fail_buffer(c, batch, err);
   }
   switch (c->conv) {
   case CONV_COPY: {
@@ -392,6 +506,7 @@ static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, i
     o->priv->var_cells = dst + n;
     return RILL_OK;
   }
+  case CONV_VARTENSOR: return copy_vartensor(c, a, start, n, dst, err);
   case CONV_FSL: {
     const struct ArrowArray* item = a->children[0];
     int64_t k = c->list_size;

@@ -27,7 +27,7 @@
 
 #define CSV_DEFAULT_INFER 1000
 #define CSV_DEFAULT_CHUNK (8 << 20)
-#define CSV_LINE_STEP_SHIFT 20 /* line-number checkpoints every 1 MiB */
+#define CSV_LINE_STEP_SHIFT 16 /* line-number checkpoints every 64 KiB */
 
 /* ------------------------------------------------------------------ value parsing */
 
@@ -92,6 +92,46 @@ int rill__parse_double(const char* s, size_t n, double* v) {
     else if (c != '.' && c != 'e' && c != 'E' && c != '+' && c != '-') return RILL_EFORMAT;
   }
   if (!digits) return RILL_EFORMAT;
+  /* Clinger's fast path: a mantissa below 2^53 and a power of ten up to 22 give the correctly
+   * rounded result with one multiplication or division. Anything else goes to strtod. */
+  static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  {
+    uint64_t m = 0;
+    int nd = 0, scale = 0, dot = 0, any = 0, ok = 1;
+    size_t k = i;
+    for (; k < n && ok; k++) {
+      char ch = s[k];
+      if (ch >= '0' && ch <= '9') {
+        any = 1;
+        if (dot) scale--;
+        if (m == 0 && ch == '0') continue;
+        if (++nd > 18) ok = 0;
+        m = m * 10 + (uint64_t)(ch - '0');
+      } else if (ch == '.' && !dot) {
+        dot = 1;
+      } else {
+        break;
+      }
+    }
+    int ex = 0;
+    if (ok && k < n && (s[k] == 'e' || s[k] == 'E')) {
+      k++;
+      int eneg = k < n && s[k] == '-';
+      if (k < n && (s[k] == '-' || s[k] == '+')) k++;
+      int ed = 0;
+      for (; k < n && s[k] >= '0' && s[k] <= '9' && ed < 4; k++, ed++) ex = ex * 10 + (s[k] - '0');
+      if (ed == 0) ok = 0;
+      if (eneg) ex = -ex;
+    }
+    int e10 = scale + ex;
+    if (ok && any && k == n && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22) {
+      double x = (double)m;
+      x = e10 < 0 ? x / p10[-e10] : x * p10[e10];
+      *v = s[0] == '-' ? -x : x;
+      return RILL_OK;
+    }
+  }
   char small[64];
   char* buf = small;
   if (n >= sizeof small) {
@@ -320,15 +360,16 @@ int rill__unique_names(char** names, int n, char sep) {
 
 /* ------------------------------------------------------------------ the CSV object */
 
+/* The fields of the rows of one call, split once and shared by the calls of the other
+ * columns on the same rows (read-only once ready). */
 typedef struct csv_cache {
   struct csv_cache* next;
-  int busy;
-  int64_t n, cap;             /* rows held / capacity */
+  int users;                  /* calls reading or filling it */
+  int ready;                  /* filled */
+  int64_t n, cap;             /* rows held (-1: invalid) / capacity */
   int64_t* rows;              /* the key: row ids of the call that filled it */
   int64_t* spans;             /* n * ncols * 2 byte offsets: field start, end */
   int64_t* nfields;           /* fields found in each row */
-  char* scratch;              /* unescaped field bytes */
-  size_t scratch_cap;
 } csv_cache_t;
 
 typedef struct csv {
@@ -346,10 +387,23 @@ typedef struct csv {
   int64_t* starts;
   rill_on_error_t on_error;
   pthread_mutex_t mu;
+  pthread_cond_t cv;          /* a cache became ready */
   csv_cache_t* caches;
   int64_t* lines;             /* lines[k]: physical line at byte k << CSV_LINE_STEP_SHIFT */
   int64_t nlines;
+  _Atomic int64_t drop_mark;  /* mapped bytes below it were handed back to the page cache */
 } csv_t;
+
+/* Hands the mapped pages inside [a, b) back to the kernel: the mapping is private, read-only
+ * and file-backed, so a later access maps them again from the file. Keeps the resident set
+ * of a sequential pass small. No-op for buffers. */
+static void csv_drop(const csv_t* c, int64_t a, int64_t b) {
+  if (!c->map) return;
+  int64_t page = 4096;
+  a = (a + page - 1) & ~(page - 1);
+  b &= ~(page - 1);
+  if (b > a) madvise((char*)c->map + a, (size_t)(b - a), MADV_DONTNEED);
+}
 
 static void csv_unref(csv_t* c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
@@ -359,7 +413,6 @@ static void csv_unref(csv_t* c) {
     rill__free(k->rows);
     rill__free(k->spans);
     rill__free(k->nfields);
-    rill__free(k->scratch);
     rill__free(k);
   }
   if (c->names)
@@ -372,6 +425,7 @@ static void csv_unref(csv_t* c) {
   rill__free(c->owned);
   rill__free(c->name);
   pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
   rill__free(c);
 }
 
@@ -601,6 +655,7 @@ static void scan_chunk(const char* d, int64_t begin, int64_t end, int state, cha
 }
 
 typedef struct index_job {
+  const csv_t* csv;
   const char* d;
   int64_t* bounds;            /* nchunks + 1 */
   int64_t nchunks;
@@ -620,6 +675,7 @@ static void* index_worker(void* arg) {
     scan_chunk(job->d, b, e, S_START, job->dl, job->q, job->expected, &job->out[k], NULL);
     if (k > 0 && job->out[k].rc == RILL_OK)
       scan_chunk(job->d, b, e, S_Q, job->dl, job->q, job->expected, &job->in[k], &job->out[k]);
+    csv_drop(job->csv, b, e);
   }
   return NULL;
 }
@@ -651,7 +707,7 @@ static int build_index(csv_t* c, int64_t begin, int64_t expected, const rill_csv
     rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
     goto done;
   }
-  index_job_t job = {.d = c->data, .bounds = bounds, .nchunks = nch, .dl = c->delim,
+  index_job_t job = {.csv = c, .d = c->data, .bounds = bounds, .nchunks = nch, .dl = c->delim,
                      .q = c->quote, .expected = expected, .out = out, .in = in};
   atomic_init(&job.next, 0);
   int nthreads = o->threads > 0 ? o->threads : rill__ncores();
@@ -776,60 +832,86 @@ done:
 
 /* ------------------------------------------------------------------ row cache and decoding */
 
+/* A cache holding rows[0..n): *hit = 1 when already filled (wait for a fill in progress),
+ * else a claimed entry keyed by `rows` that the caller fills and publishes. */
 static csv_cache_t* cache_get(csv_t* c, const int64_t* rows, int64_t n, int* hit) {
-  csv_cache_t* free_one = NULL;
   *hit = 0;
   pthread_mutex_lock(&c->mu);
-  for (csv_cache_t* k = c->caches; k; k = k->next) {
-    if (k->busy) continue;
-    if (k->n == n && memcmp(k->rows, rows, (size_t)n * sizeof *rows) == 0) {
-      k->busy = 1;
-      *hit = 1;
-      pthread_mutex_unlock(&c->mu);
-      return k;
+  for (;;) {
+    int filling = 0;
+    csv_cache_t* free_one = NULL;
+    for (csv_cache_t* k = c->caches; k; k = k->next) {
+      if (k->n == n && memcmp(k->rows, rows, (size_t)n * sizeof *rows) == 0) {
+        if (k->ready) {
+          k->users++;
+          *hit = 1;
+          pthread_mutex_unlock(&c->mu);
+          return k;
+        }
+        filling = 1;
+      }
+      if (!free_one && k->users == 0) free_one = k;
     }
-    if (!free_one) free_one = k;
-  }
-  if (!free_one) {
-    free_one = rill__calloc(1, sizeof *free_one);
-    if (free_one) {
+    if (filling) {
+      pthread_cond_wait(&c->cv, &c->mu);
+      continue;
+    }
+    if (!free_one) {
+      free_one = rill__calloc(1, sizeof *free_one);
+      if (!free_one) break;
+      free_one->n = -1;
       free_one->next = c->caches;
       c->caches = free_one;
     }
+    csv_cache_t* k = free_one;
+    k->n = -1;
+    k->ready = 0;
+    if (n > k->cap) {
+      int64_t* nr = rill__alloc((size_t)n * sizeof *nr);
+      int64_t* ns = rill__alloc((size_t)n * (size_t)c->ncols * 2 * sizeof *ns + 1);
+      int64_t* nn = rill__alloc((size_t)n * sizeof *nn);
+      if (!nr || !ns || !nn) {
+        rill__free(nr); rill__free(ns); rill__free(nn);
+        break;
+      }
+      rill__free(k->rows); rill__free(k->spans); rill__free(k->nfields);
+      k->rows = nr; k->spans = ns; k->nfields = nn; k->cap = n;
+    }
+    memcpy(k->rows, rows, (size_t)n * sizeof *rows);
+    k->n = n;
+    k->users = 1;
+    pthread_mutex_unlock(&c->mu);
+    return k;
   }
-  if (free_one) free_one->busy = 1;
   pthread_mutex_unlock(&c->mu);
-  return free_one;
+  return NULL;
 }
 
 static void cache_put(csv_t* c, csv_cache_t* k) {
   pthread_mutex_lock(&c->mu);
-  k->busy = 0;
+  k->users--;
   pthread_mutex_unlock(&c->mu);
 }
 
-static int cache_fill(csv_t* c, csv_cache_t* k, const int64_t* rows, int64_t n) {
-  k->n = 0; /* invalid until filled */
-  if (n > k->cap) {
-    int64_t* nr = rill__alloc((size_t)n * sizeof *nr);
-    int64_t* ns = rill__alloc((size_t)n * (size_t)c->ncols * 2 * sizeof *ns);
-    int64_t* nn = rill__alloc((size_t)n * sizeof *nn);
-    if (!nr || !ns || !nn) {
-      rill__free(nr); rill__free(ns); rill__free(nn);
-      return RILL_ENOMEM;
-    }
-    rill__free(k->rows); rill__free(k->spans); rill__free(k->nfields);
-    k->rows = nr; k->spans = ns; k->nfields = nn; k->cap = n;
-  }
+/* Splits the rows of a claimed cache and publishes it. */
+static void cache_fill(csv_t* c, csv_cache_t* k) {
   int64_t stride = (int64_t)c->ncols * 2;
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = 0; i < k->n; i++) {
     int64_t next;
-    k->nfields[i] = split_record(c->data, c->size, c->starts[rows[i]], c->delim, c->quote,
+    k->nfields[i] = split_record(c->data, c->size, c->starts[k->rows[i]], c->delim, c->quote,
                                  k->spans + i * stride, c->ncols, &next);
   }
-  memcpy(k->rows, rows, (size_t)n * sizeof *rows);
-  k->n = n;
-  return RILL_OK;
+  /* a pass moving forward drops the pages well behind it */
+  if (c->map && k->n > 0) {
+    const int64_t keep = 16 << 20, step = 64 << 20;
+    int64_t lo = c->starts[k->rows[0]], mark = atomic_load(&c->drop_mark);
+    if (lo - keep > mark + step && atomic_compare_exchange_strong(&c->drop_mark, &mark, lo - keep))
+      csv_drop(c, mark, lo - keep);
+  }
+  pthread_mutex_lock(&c->mu);
+  k->ready = 1;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
 }
 
 typedef struct csv_col {
@@ -860,10 +942,9 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
   int hit;
   csv_cache_t* cache = cache_get(c, rows, n, &hit);
   if (!cache) return rill_error_set(err, RILL_ENOMEM, "%s: out of memory", c->name);
-  if (!hit && (rc = cache_fill(c, cache, rows, n)) != RILL_OK) {
-    cache_put(c, cache);
-    return rill_error_set(err, rc, "%s: out of memory splitting rows", c->name);
-  }
+  if (!hit) cache_fill(c, cache);
+  char* scratch = NULL; /* unescaped bytes of fields with doubled quotes */
+  size_t scratch_cap = 0;
   int64_t stride = (int64_t)c->ncols * 2;
   int64_t pos = 0; /* string bytes written */
   if (dt == RILL_STRING) {
@@ -887,7 +968,7 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
     size_t len = 0;
     if (!is_null) {
       int64_t fs = cache->spans[i * stride + 2 * k], fe = cache->spans[i * stride + 2 * k + 1];
-      if (unescape(c->data, fs, fe, c->quote, &cache->scratch, &cache->scratch_cap, &s, &len) !=
+      if (unescape(c->data, fs, fe, c->quote, &scratch, &scratch_cap, &s, &len) !=
           RILL_OK) {
         rc = rill_error_set(err, RILL_ENOMEM, "%s: out of memory", c->name);
         break;
@@ -935,6 +1016,7 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
     out->data_size = out->offsets[n];
     out->priv->var_cells = n;
   }
+  rill__free(scratch);
   cache_put(c, cache);
   return rc;
 }
@@ -1120,6 +1202,7 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, csv_t** out, rill
   }
   atomic_init(&c->refs, 1);
   pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
   c->delim = o->delimiter ? o->delimiter : ',';
   c->quote = o->quote ? o->quote : '"';
   c->on_error = o->on_error;

@@ -71,6 +71,12 @@ typedef struct scratch {
   size_t w_cap;
   const float** rows;
   size_t rows_cap;
+  int32_t* hidx;   /* horizontal pass, per output value: source index of tap 0 */
+  size_t hidx_cap;
+  float* hw;       /* horizontal pass, per output value: weights of taps 0 and 1 */
+  size_t hw_cap;
+  float* rowf;     /* one source row as floats */
+  size_t rowf_cap;
   struct scratch* prev;
   struct scratch* next;
 } scratch_t;
@@ -95,6 +101,9 @@ static void scratch_destroy(void* p) {
   rill__free(s->idx);
   rill__free(s->w);
   rill__free((void*)s->rows);
+  rill__free(s->hidx);
+  rill__free(s->hw);
+  rill__free(s->rowf);
   rill__free(s);
 }
 
@@ -214,6 +223,33 @@ static void hpass(const uint8_t* src, int C, int out_w, const coefs_t* cx, float
   }
 }
 
+#if RILL_IMG_X86
+/* Two-tap horizontal pass with gathers: the row is widened to floats once, then each output
+ * value is wa[k] * row[idx[k]] + wb[k] * row[idx[k] + C] (the same operations, in the same
+ * order, as hpass). */
+__attribute__((target("avx2"))) static void hpass2_avx2(const uint8_t* src, int n_in, int C, int n_out,
+                                                        const int32_t* idx, const float* wab, float* rowf,
+                                                        float* dst) {
+  int x = 0;
+  for (; x + 8 <= n_in; x += 8)
+    _mm256_storeu_ps(rowf + x, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(src + x)))));
+  for (; x < n_in; x++) rowf[x] = src[x];
+  const __m256i cv = _mm256_set1_epi32(C);
+  int k = 0;
+  for (; k + 8 <= n_out; k += 8) {
+    __m256i i0 = _mm256_loadu_si256((const __m256i*)(idx + k));
+    __m256 a = _mm256_i32gather_ps(rowf, i0, 4);
+    __m256 b = _mm256_i32gather_ps(rowf, _mm256_add_epi32(i0, cv), 4);
+    __m256 wa = _mm256_loadu_ps(wab + 2 * (size_t)k), wb = _mm256_loadu_ps(wab + 2 * (size_t)k + 8);
+    _mm256_storeu_ps(dst + k, _mm256_add_ps(_mm256_mul_ps(wa, a), _mm256_mul_ps(wb, b)));
+  }
+  for (; k < n_out; k++) {
+    size_t blk = (size_t)(k / 8) * 16, j = (size_t)(k % 8);
+    dst[k] = wab[blk + j] * rowf[idx[k]] + wab[blk + 8 + j] * rowf[idx[k] + C];
+  }
+}
+#endif
+
 static inline uint8_t to_u8(float v) {
   if (v < 0.0f) v = 0.0f;
   if (v > 255.0f) v = 255.0f;
@@ -291,8 +327,29 @@ static int resize_region(scratch_t* s, const uint8_t* src, int64_t stride, int C
   int ymin = cy.start[0], ymax = cy.start[out_h - 1] + ty; /* rows [ymin, ymax) are needed */
   size_t row_floats = (size_t)out_w * C;
   if (!grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * row_floats * sizeof(float))) return RILL_ENOMEM;
-  for (int y = ymin; y < ymax; y++)
-    hpass(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, C, out_w, &cx, s->tmp + (size_t)(y - ymin) * row_floats);
+#if RILL_IMG_X86
+  if (tx == 2 && simd_on()) {
+    /* per output value: the index of tap 0 and both weights, in blocks of 8 (wa x8, wb x8) */
+    size_t nk = row_floats;
+    if (!grow(&s->hidx, &s->hidx_cap, nk * sizeof(int32_t)) ||
+        !grow(&s->hw, &s->hw_cap, (nk + 8) * 2 * sizeof(float)) ||
+        !grow(&s->rowf, &s->rowf_cap, ((size_t)w * C + 8) * sizeof(float)))
+      return RILL_ENOMEM;
+    for (size_t k = 0; k < nk; k++) {
+      size_t o = k / (size_t)C, blk = (k / 8) * 16, j = k % 8;
+      s->hidx[k] = cx.start[o] * C + (int32_t)(k % (size_t)C);
+      s->hw[blk + j] = cx.w[2 * o];
+      s->hw[blk + 8 + j] = cx.w[2 * o + 1];
+    }
+    for (int y = ymin; y < ymax; y++)
+      hpass2_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, w * C, C, (int)nk, s->hidx, s->hw, s->rowf,
+                  s->tmp + (size_t)(y - ymin) * row_floats);
+  } else
+#endif
+  {
+    for (int y = ymin; y < ymax; y++)
+      hpass(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, C, out_w, &cx, s->tmp + (size_t)(y - ymin) * row_floats);
+  }
   for (int o = 0; o < out_h; o++) {
     for (int k = 0; k < ty; k++) s->rows[k] = s->tmp + (size_t)(cy.start[o] + k - ymin) * row_floats;
     vpass(s->rows, cy.w + (size_t)o * ty, ty, (int64_t)row_floats, dst + (size_t)o * row_floats);

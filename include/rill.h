@@ -256,10 +256,28 @@ RILL_API int rill_df_ncolumns(const rill_df_t* df);
 RILL_API int rill_df_column(const rill_df_t* df, const char* name); /* index, or RILL_EINVAL */
 RILL_API const rill_field_t* rill_df_field(const rill_df_t* df, int column); /* NULL if out of range */
 
-/* Source column: fill `out` with the cells of rows[0..n) (row indices of this dataframe).
- * Allocate `out` with rill_exec_alloc. On failure return a negative code through
- * rill_error_set; set err->row to the failing cell's index i in [0, n) when one row is at
- * fault (the engine turns it into a row id and applies on_error). */
+/* Stage functions (sources, maps, reduces) and their errors.
+ *   Before each call the engine sets err->code = 0, err->row = -1, err->column = -1.
+ *   A function that fails returns a negative code (through rill_error_set) and may set
+ *   err->row to the index i in [0, n) of the cell at fault; cells before i are kept.
+ *   Without err->row the whole call (all its cells) failed. A positive status other than
+ *   RILL_OK is reported as RILL_ESTAGE. The engine then applies the stage's on_error:
+ *   RAISE: rill_iter_next returns the error for the row of the iterated dataframe
+ *     (err->row) and the requested column that needed the stage (err->column), with a
+ *     message naming the stage, the row and the function's own message; the next call
+ *     continues with the following row (or batch);
+ *   NULL: the cell becomes null and the function is called again for the cells after it;
+ *   SKIP: the row is dropped (a batch that held it comes out shorter, so batch i still
+ *     covers parent rows [i*B, i*B+B)) and the function is called again for the cells
+ *     after it.
+ *   Functions allocate their output with rill_exec_alloc. With RILL_STAGE_CPU they run
+ *   concurrently on different rows and must be reentrant.
+ *
+ * Adding a column to a dataframe that already has a derived dataframe or an iterator is
+ * refused (RILL_EINVAL): add columns first, then derive and iterate. A filter's kept rows
+ * are computed once, when it is created (epoch 0), so its row count is fixed. */
+
+/* Source column: fill `out` with the cells of rows[0..n) (row indices of this dataframe). */
 typedef int (*rill_source_fn)(const int64_t* rows, int64_t n, rill_array_t* out,
                               rill_exec_t* exec, void* ctx, rill_error_t* err);
 RILL_API int rill_df_add_source(rill_df_t* df, const char* name, rill_type_t type, rill_source_fn fn,

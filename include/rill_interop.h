@@ -316,7 +316,9 @@ RILL_API int rill_array_export_dlpack_legacy(const rill_array_t* a, DLManagedTen
  * Formats: c s i l C S I L (ints), e f g (floats), b (bool, unpacked), u U vu (utf8; int32
  * offsets widened, views copied), z Z vz (binary), ts{s,m,u,n}:<any tz> (to microseconds),
  * +w:N of a numeric/bool element (tensor cells [N], or the shape of an
- * arrow.fixed_shape_tensor extension), "S" with "rill.dtype"="bfloat16" metadata.
+ * arrow.fixed_shape_tensor extension), arrow.variable_shape_tensor of numeric elements
+ * (variable cells: dimensions that uniform_shape fixes stay fixed in the type, the others
+ * are -1), "S" with "rill.dtype"="bfloat16" metadata.
  * Anything else: RILL_ENOTSUP naming the column and the format string. Nulls are kept
  * (columns with nulls are nullable). Returns RILL_OK, RILL_EINVAL, RILL_ENOTSUP,
  * RILL_EFORMAT (malformed arrays, a stream error: its get_last_error text), RILL_ENOMEM. */

@@ -90,6 +90,13 @@ static void chunk_fail(rill__chunk_t* ch, int code, const char* fmt, ...) {
   pthread_mutex_unlock(&ch->mu);
 }
 
+static int chunk_failed(rill__chunk_t* ch) {
+  pthread_mutex_lock(&ch->mu);
+  int failed = ch->rc != RILL_OK;
+  pthread_mutex_unlock(&ch->mu);
+  return failed;
+}
+
 /* Compacts `a` (length n) in place, keeping the cells whose keep[i] is set. */
 static int array_compact(rill_array_t* a, const uint8_t* keep, int64_t n) {
   if (!a || a->length != n) return RILL_OK;
@@ -190,6 +197,10 @@ typedef struct run {
   int64_t fail_cell;
   rill_error_t fail_err;
   _Atomic int64_t ns;
+  /* a task's part of a split variable-length stage: cells [base, base+n) of `top`, whose
+   * fate, counters, errors and mutex are shared; `out` is the part's own array */
+  int64_t base;
+  struct run* top;
 } run_t;
 
 typedef struct inview {
@@ -264,6 +275,8 @@ static void format_cell_error(run_t* R, int64_t idx, const rill_error_t* e, rill
 static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e) {
   rill__chunk_t* ch = R->ch;
   int policy = R->c->opts.on_error;
+  run_t* T = R->top;
+  int64_t g = R->base + idx; /* index in the top run's cells */
   if (!R->fixed) {
     int64_t zeros[RILL_MAX_NDIM] = {0};
     if (rill_array_set_var(R->out, idx, NULL, 0, zeros) != RILL_OK) {
@@ -274,37 +287,37 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e) {
     int64_t cb = rill_type_cell_bytes(&R->out->type);
     if (cb > 0) memset((uint8_t*)R->out->data + idx * cb, 0, (size_t)cb);
   }
-  pthread_mutex_lock(&R->mu);
+  pthread_mutex_lock(&T->mu);
   if (policy == RILL_ON_ERROR_NULL) {
     if (rill_array_set_null(R->out, idx) != RILL_OK) {
-      pthread_mutex_unlock(&R->mu);
+      pthread_mutex_unlock(&T->mu);
       chunk_fail(ch, RILL_ENOMEM, "column '%s': cannot make cell null (out of memory or device memory)",
                  R->c->field.name);
       return;
     }
-    R->nulled++;
-    pthread_mutex_unlock(&R->mu);
+    T->nulled++;
+    pthread_mutex_unlock(&T->mu);
     return;
   }
-  if (!R->fate) {
-    R->fate = rill__calloc((size_t)R->n, 1);
-    if (!R->fate) {
-      pthread_mutex_unlock(&R->mu);
+  if (!T->fate) {
+    T->fate = rill__calloc((size_t)T->n, 1);
+    if (!T->fate) {
+      pthread_mutex_unlock(&T->mu);
       chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
       return;
     }
   }
-  R->fate[idx] = policy == RILL_ON_ERROR_SKIP ? FATE_SKIP : FATE_RAISE;
-  R->nfate++;
+  T->fate[g] = policy == RILL_ON_ERROR_SKIP ? FATE_SKIP : FATE_RAISE;
+  T->nfate++;
   if (policy == RILL_ON_ERROR_RAISE) {
-    if (R->rowmode) {
+    if (T->rowmode) {
       pthread_mutex_lock(&ch->mu);
       if (ch->nrerr == ch->rerr_cap) {
         int64_t ncap = ch->rerr_cap ? ch->rerr_cap * 2 : 4;
         rill__rowerr_t* nr = rill__realloc(ch->rerr, sizeof *nr * (size_t)ch->rerr_cap, sizeof *nr * (size_t)ncap);
         if (!nr) {
           pthread_mutex_unlock(&ch->mu);
-          pthread_mutex_unlock(&R->mu);
+          pthread_mutex_unlock(&T->mu);
           chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
           return;
         }
@@ -312,29 +325,29 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e) {
         ch->rerr_cap = ncap;
       }
       rill__rowerr_t* re = &ch->rerr[ch->nrerr++];
-      format_cell_error(R, idx, e, &re->err);
+      format_cell_error(T, g, e, &re->err);
       re->row = re->err.row;
       pthread_mutex_unlock(&ch->mu);
-    } else if (R->fail_cell < 0 || idx < R->fail_cell) {
-      R->fail_cell = idx;
-      R->fail_rc = e->code;
-      format_cell_error(R, idx, e, &R->fail_err);
+    } else if (T->fail_cell < 0 || g < T->fail_cell) {
+      T->fail_cell = g;
+      T->fail_rc = e->code;
+      format_cell_error(T, g, e, &T->fail_err);
     }
   }
-  pthread_mutex_unlock(&R->mu);
+  pthread_mutex_unlock(&T->mu);
 }
 
 /* Moves cells [0, k) of `piece` (a window over out, or a var array) into out at `a`. */
 static int commit(run_t* R, rill_array_t* piece, int64_t a, int64_t k) {
   if (R->fixed) {
     if (piece->validity) {
-      pthread_mutex_lock(&R->mu);
+      pthread_mutex_lock(&R->top->mu);
       for (int64_t j = 0; j < k; j++)
         if (!rill__bit_get(piece->validity, j) && rill_array_set_null(R->out, a + j) != RILL_OK) {
-          pthread_mutex_unlock(&R->mu);
+          pthread_mutex_unlock(&R->top->mu);
           return RILL_ENOMEM;
         }
-      pthread_mutex_unlock(&R->mu);
+      pthread_mutex_unlock(&R->top->mu);
     }
     return RILL_OK;
   }
@@ -376,7 +389,7 @@ static void call_range(run_t* R, int64_t a, int64_t b);
 static int invoke(run_t* R, int64_t a, int64_t b, rill_array_t* piece, rill_error_t* e) {
   rill__chunk_t* ch = R->ch;
   int64_t k = b - a;
-  rill_exec_t ex = {.rows = R->fr->rows + a, .n = k, .epoch = ch->epoch, .seed = ch->it->seed,
+  rill_exec_t ex = {.rows = R->fr->rows + R->base + a, .n = k, .epoch = ch->epoch, .seed = ch->it->seed,
                     .column = R->col, .worker = rill__worker_index(), .stream = R->node->stream};
   inview_t views[R->nin > 0 ? R->nin : 1];
   const rill_array_t* ins[R->nin > 0 ? R->nin : 1];
@@ -388,11 +401,11 @@ static int invoke(run_t* R, int64_t a, int64_t b, rill_array_t* piece, rill_erro
   e->message[0] = '\0';
   if (R->c->kind == RILL__COL_MAP) {
     for (int i = 0; i < R->nin; i++) {
-      if (a == 0 && b == R->n) {
+      if (R->top == R && a == 0 && b == R->n) {
         ins[i] = R->in[i];
         continue;
       }
-      rc = inview_make(&views[nv], R->in[i], a, k, &ins[i]);
+      rc = inview_make(&views[nv], R->in[i], R->base + a, k, &ins[i]);
       nv++;
       if (rc != RILL_OK) break;
     }
@@ -414,7 +427,7 @@ static int invoke(run_t* R, int64_t a, int64_t b, rill_array_t* piece, rill_erro
       rc = R->c->reduce(group, piece, &ex, R->c->ctx, e);
     int64_t dt = rill__now_ns() - t0;
     if (serial) pthread_mutex_unlock(&R->c->serial);
-    atomic_fetch_add(&R->ns, dt);
+    atomic_fetch_add(&R->top->ns, dt);
     atomic_fetch_add(&ch->it->st_compute, dt);
     atomic_fetch_add(&ch->it->st_calls, 1);
     if (rc > 0) {
@@ -440,7 +453,7 @@ static int invoke(run_t* R, int64_t a, int64_t b, rill_array_t* piece, rill_erro
 }
 
 static void call_range(run_t* R, int64_t a, int64_t b) {
-  while (a < b && R->ch->rc == RILL_OK) {
+  while (a < b && !chunk_failed(R->ch)) {
     int64_t k = b - a;
     rill_array_t win;
     rill_array_priv_t wpriv;
@@ -504,28 +517,101 @@ static void split_main(void* arg) {
   call_range(s->R, s->a, s->b);
 }
 
+typedef struct vsplit {
+  run_t sub;
+  rill__task_t task;
+} vsplit_t;
+
+static void vsplit_main(void* arg) {
+  vsplit_t* v = arg;
+  call_range(&v->sub, 0, v->sub.n);
+}
+
+/* A variable-length stage split across threads: each task fills its own array, then the
+ * parts are appended in order to the stage's output. */
+static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
+  rill_iter_t* it = R->ch->it;
+  vsplit_t* vs = rill__calloc((size_t)ntasks, sizeof *vs);
+  if (!vs) {
+    call_range(R, 0, R->n);
+    return;
+  }
+  int64_t made = 0;
+  for (; made < ntasks; made++) {
+    run_t* s = &vs[made].sub;
+    s->ch = R->ch;
+    s->fr = R->fr;
+    s->c = R->c;
+    s->node = R->node;
+    s->col = R->col;
+    s->rowmode = R->rowmode;
+    s->nin = R->nin;
+    for (int i = 0; i < R->nin; i++) s->in[i] = R->in[i];
+    s->fail_cell = -1;
+    s->top = R;
+    s->base = made * grain;
+    s->n = (made + 1 == ntasks ? R->n : (made + 1) * grain) - s->base;
+    s->out_direct = 1;
+    if (rill__pool_acquire(R->node->pool, &s->out) != RILL_OK) break;
+    vs[made].task.fn = vsplit_main;
+    vs[made].task.arg = &vs[made];
+  }
+  if (made < ntasks) {
+    chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+  } else {
+    rill__group_t g = {0};
+    for (int64_t t = 1; t < ntasks; t++) {
+      vs[t].task.group = &g;
+      rill__workers_submit(it->workers, &vs[t].task);
+    }
+    vsplit_main(&vs[0]);
+    rill__workers_wait(it->workers, &g);
+    if (!chunk_failed(R->ch)) {
+      if (rill__array_prepare(R->out, R->c->field.type, R->n, false) != RILL_OK) {
+        chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+      } else {
+        R->out_direct = 0;
+        for (int64_t t = 0; t < ntasks; t++)
+          if (commit(R, vs[t].sub.out, vs[t].sub.base, vs[t].sub.n) != RILL_OK) {
+            chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+            break;
+          }
+      }
+    }
+  }
+  for (int64_t t = 0; t < made; t++) rill_array_release(vs[t].sub.out);
+  rill__free(vs);
+}
+
 static int64_t pick_grain(run_t* R, int nthreads) {
   int64_t g = R->c->opts.grain;
   if (g > 0) return g;
   int64_t nspr = atomic_load(&R->node->ns_per_row);
-  if (nspr <= 0) g = (R->n + nthreads) / (nthreads + 1); /* not measured yet: one task per thread */
-  else g = 20000 / nspr;                                  /* a task of about 20 us */
-  return g < 64 ? 64 : g;
+  if (nspr <= 0) { /* not measured yet: one task per thread, at least 64 rows each */
+    g = (R->n + nthreads) / (nthreads + 1);
+    return g < 64 ? 64 : g;
+  }
+  g = 20000 / nspr;                                          /* a task of about 20 us */
+  return g < 1 ? 1 : g;
 }
 
 static void run_cells(run_t* R) {
   rill_iter_t* it = R->ch->it;
   int nthreads = rill__workers_count(it->workers);
   if (R->c->kind == RILL__COL_REDUCE) {
-    for (int64_t i = 0; i < R->n && R->ch->rc == RILL_OK; i++) call_range(R, i, i + 1);
+    for (int64_t i = 0; i < R->n && !chunk_failed(R->ch); i++) call_range(R, i, i + 1);
     return;
   }
   int64_t grain = pick_grain(R, nthreads);
   if (grain < 1) grain = 1;
   /* maps on a batched dataframe receive whole batches */
   int whole = it->batched && R->fr == &R->ch->frames[0];
-  int splittable = R->fixed && !whole && R->c->opts.where == RILL_STAGE_CPU && nthreads > 0 && R->n > grain;
+  int splittable = !whole && R->c->opts.where == RILL_STAGE_CPU && nthreads > 0 && R->n > grain;
   int64_t ntasks = splittable ? (R->n + grain - 1) / grain : 1;
+  if (!R->fixed && ntasks > 1) {
+    run_var_split(R, grain, ntasks);
+    return;
+  }
   split_t* sp = ntasks > 1 ? rill__calloc((size_t)ntasks, sizeof *sp) : NULL;
   if (!sp) {
     call_range(R, 0, R->n);
@@ -573,6 +659,7 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
   R.col = c;
   R.node = ch->it->nodemap[d][c];
   R.fail_cell = -1;
+  R.top = &R;
   if (col->kind == RILL__COL_MAP) {
     R.nin = col->ninputs;
     for (int i = 0; i < col->ninputs; i++)

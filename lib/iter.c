@@ -13,7 +13,7 @@
 
 /* ---------------------------------------------------------------- plan */
 
-static int add_node(rill_iter_t* it, int d, int c, rill_error_t* err) {
+static int add_node(rill_iter_t* it, int d, int c, int pinned, rill_error_t* err) {
   rill_df_t* df = it->chain[d];
   rill__column_t* col = df->cols[c];
   rill__node_t* n = rill__calloc(1, sizeof *n);
@@ -36,30 +36,45 @@ static int add_node(rill_iter_t* it, int d, int c, rill_error_t* err) {
     n->device = (rill_device_t){RILL_DEVICE_CUDA, col->opts.device};
     int r = rill_stream_new_cuda(col->opts.device, &n->stream, err);
     if (r != RILL_OK) return r;
+  } else if (pinned) {
+    n->device = (rill_device_t){RILL_DEVICE_CUDA_HOST, 0};
   }
   n->pool = rill__pool_new(n->device);
   if (!n->pool) return rill__fail(err, RILL_ENOMEM, "rill_iter_new: out of memory");
   return RILL_OK;
 }
 
-/* Marks column c of chain[d] and everything it needs. */
-static int need(rill_iter_t* it, int d, int c, int64_t* min_grain, rill_error_t* err) {
-  if (it->nodemap[d][c]) return RILL_OK;
+/* Marks column c of chain[d] and everything it needs. `pinned`: the column's cells become
+ * the batches of a batch with pinned = 1 (and a CUDA device exists): its stage allocates
+ * pinned host memory. Without a device, pinned batches use ordinary host memory. */
+static int need(rill_iter_t* it, int d, int c, int pinned, int64_t* min_grain, rill_error_t* err) {
+  rill__node_t* have = it->nodemap[d][c];
+  if (have) {
+    if (pinned && have->device.type == RILL_DEVICE_CPU) { /* plan time: the pool is still empty */
+      rill_pool_t* p = rill__pool_new((rill_device_t){RILL_DEVICE_CUDA_HOST, 0});
+      if (!p) return rill__fail(err, RILL_ENOMEM, "rill_iter_new: out of memory");
+      rill__pool_free(have->pool);
+      have->pool = p;
+      have->device = (rill_device_t){RILL_DEVICE_CUDA_HOST, 0};
+    }
+    return RILL_OK;
+  }
   rill__column_t* col = it->chain[d]->cols[c];
   int r = RILL_OK;
   switch (col->kind) {
-    case RILL__COL_PARENT: return need(it, d + 1, c, min_grain, err);
+    case RILL__COL_PARENT: return need(it, d + 1, c, pinned, min_grain, err);
     case RILL__COL_BATCH:
-      if (col->transpose && (r = add_node(it, d, c, err)) != RILL_OK) return r;
-      return need(it, d + 1, col->pcol, min_grain, err);
+      if (col->transpose && (r = add_node(it, d, c, 0, err)) != RILL_OK) return r;
+      pinned = it->chain[d]->bopts.pinned && !col->transpose && rill__cuda_device_count() > 0;
+      return need(it, d + 1, col->pcol, pinned, min_grain, err);
     case RILL__COL_SOURCE:
     case RILL__COL_MAP:
     case RILL__COL_REDUCE:
-      if ((r = add_node(it, d, c, err)) != RILL_OK) return r;
+      if ((r = add_node(it, d, c, pinned, err)) != RILL_OK) return r;
       if (col->opts.grain > 0 && col->opts.grain < *min_grain) *min_grain = col->opts.grain;
       if (col->kind == RILL__COL_MAP)
-        for (int i = 0; i < col->ninputs && r == RILL_OK; i++) r = need(it, d, col->inputs[i], min_grain, err);
-      if (col->kind == RILL__COL_REDUCE) r = need(it, d + 1, col->pcol, min_grain, err);
+        for (int i = 0; i < col->ninputs && r == RILL_OK; i++) r = need(it, d, col->inputs[i], 0, min_grain, err);
+      if (col->kind == RILL__COL_REDUCE) r = need(it, d + 1, col->pcol, 0, min_grain, err);
       return r;
   }
   return RILL_OK;
@@ -238,7 +253,7 @@ int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_iter_t** out
   it->batched = df->kind == RILL__DF_BATCH;
   if (it->batched) it->boundary = 1;
   int64_t min_grain = ROW_CHUNK;
-  for (int q = 0; q < it->nreq && r == RILL_OK; q++) r = need(it, 0, it->req[q], &min_grain, err);
+  for (int q = 0; q < it->nreq && r == RILL_OK; q++) r = need(it, 0, it->req[q], 0, &min_grain, err);
   if (r != RILL_OK) goto fail;
   it->chunk_rows = it->boundary ? 1 : min_grain;
   int prefetch = o.prefetch == 0 ? 2 : o.prefetch == RILL_PREFETCH_NONE ? 0 : o.prefetch;

@@ -616,6 +616,23 @@ static void failing_free(void* p, void* ctx) {
   free(p);
 }
 
+/* BOOL: the string cell is valid. */
+static int map_valid(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                     rill_error_t* err) {
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_BOOL), in[0]->length);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  for (int64_t i = 0; i < in[0]->length; i++) ((uint8_t*)out->data)[i] = (uint8_t)rill_array_is_valid(in[0], i);
+  return RILL_OK;
+}
+
+/* Reduce: the number of valid cells of the group. */
+static int count_cells(const rill_array_t* group, rill_array_t* out, rill_exec_t* ex, void* ctx, rill_error_t* err) {
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), 1);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  ((int64_t*)out->data)[0] = group->length - group->null_count;
+  return RILL_OK;
+}
+
 /* Builds and iterates a pipeline; returns the first failing status (or RILL_OK). */
 static int pipeline_once(counter_t* cs, counter_t* cm, int64_t* sum) {
   rill_error_t err;
@@ -649,6 +666,69 @@ static int pipeline_once(counter_t* cs, counter_t* cm, int64_t* sum) {
   rill_df_free(sh);
   rill_df_free(df);
   return r < 0 ? r : RILL_OK;
+}
+
+/* Row mode over copied strings, a filter, a shuffle and a reduce. */
+static int pipeline_rows_once(int64_t* count) {
+  rill_error_t err;
+  rill_array_t* a = NULL;
+  rill_df_t *df = NULL, *f = NULL, *sh = NULL, *red = NULL;
+  rill_iter_t* it = NULL;
+  *count = 0;
+  int r = rill_array_new(rill_type_scalar(RILL_STRING), 40, &a, &err);
+  for (int64_t i = 0; r == RILL_OK && i < 40; i++) {
+    char buf[16];
+    int len = snprintf(buf, sizeof buf, "s%lld", (long long)i);
+    r = rill_array_set_var(a, i, buf, len, NULL);
+    if (r == RILL_OK && i % 5 == 0) r = rill_array_set_null(a, i);
+  }
+  const char* names[1] = {"s"};
+  if (r == RILL_OK) r = rill_df_from_arrays(names, (const rill_array_t* const*)&a, 1, 1, &df, &err);
+  int in = 0, even = -1;
+  if (r == RILL_OK) even = r = rill_df_map(df, "even", rill_type_scalar(RILL_BOOL), &in, 1, map_valid, NULL, NULL, NULL, &err);
+  if (r >= 0) r = rill_df_filter(df, even, &f, &err);
+  if (r >= 0) r = rill_df_shuffle(f, 9, &sh, &err);
+  if (r >= 0) r = rill_df_reduce(sh, 0, 3, rill_type_scalar(RILL_INT64), count_cells, NULL, NULL, &red, &err);
+  if (r >= 0) r = rill_iter_new(red, &(rill_iter_opts_t){.threads = 2, .prefetch = 3}, &it, &err);
+  if (r >= 0) {
+    rill_row_t row;
+    int k;
+    while ((k = rill_iter_next(it, &row, &err)) != RILL_END) {
+      if (k < 0) {
+        cr_assert_eq(k, RILL_ENOMEM, "status %d: %s", k, err.message);
+        if (r >= 0) r = k;
+        continue;
+      }
+      *count += ((const int64_t*)rill_row_get(&row, 0)->data)[0];
+    }
+  }
+  if (r < 0) cr_assert_eq(r, RILL_ENOMEM, "status %d: %s", r, err.message);
+  rill_iter_free(it);
+  rill_df_free(red);
+  rill_df_free(sh);
+  rill_df_free(f);
+  rill_df_free(df);
+  rill_array_release(a);
+  return r < 0 ? r : RILL_OK;
+}
+
+Test(core, allocation_failure_in_row_mode_filter_and_reduce) {
+  rill_allocator_t al = {failing_alloc, failing_free, NULL};
+  rill_set_allocator(&al);
+  int64_t count;
+  int ok_at = -1;
+  for (long n = 0; n < 600; n++) {
+    atomic_store(&alloc_budget, n);
+    int r = pipeline_rows_once(&count);
+    atomic_store(&alloc_budget, -1);
+    if (r == RILL_OK) {
+      cr_assert_eq(count, 32); /* 40 strings, every 5th null */
+      ok_at = (int)n;
+      break;
+    }
+  }
+  rill_set_allocator(NULL);
+  cr_assert(ok_at > 5, "the pipeline never succeeded: %d", ok_at);
 }
 
 Test(core, allocation_failure_is_enomem_everywhere) {
@@ -691,4 +771,33 @@ Test(core, allocation_failure_is_enomem_everywhere) {
   rill_iter_free(it);
   rill_df_free(df);
   rill_set_allocator(NULL);
+}
+
+Test(core, objects_stay_usable_after_enomem) {
+  rill_allocator_t al = {failing_alloc, failing_free, NULL};
+  counter_t cs, cm;
+  counter_init(&cs, 0);
+  counter_init(&cm, 1);
+  rill_df_t* df = make_src(10, &cs, NULL);
+  rill_error_t err;
+  int in = 0;
+  rill_set_allocator(&al);
+  int failures = 0;
+  for (long n = 0; n < 10; n++) {
+    atomic_store(&alloc_budget, n);
+    int r = rill_df_map(df, "m", rill_type_scalar(RILL_INT64), &in, 1, map_add, &cm, NULL, NULL, &err);
+    atomic_store(&alloc_budget, -1);
+    if (r >= 0) break;
+    cr_assert_eq(r, RILL_ENOMEM);
+    cr_assert(strstr(err.message, "out of memory"), "%s", err.message);
+    cr_assert_eq(rill_df_ncolumns(df), 1, "a failed map left a column behind");
+    failures++;
+  }
+  rill_set_allocator(NULL);
+  cr_assert(failures > 0);
+  cr_assert_eq(rill_df_ncolumns(df), 2);
+  int64_t v[16];
+  cr_assert_eq(collect(df, 1, NULL, v, 16), 10);
+  for (int i = 0; i < 10; i++) cr_assert_eq(v[i], i + 1);
+  rill_df_free(df);
 }

@@ -456,3 +456,38 @@ Test(csv, parse_timestamp) {
   cr_assert_eq(rill_parse_timestamp("2001-01-01T", 11, &us), RILL_EFORMAT);
   cr_assert_eq(rill_parse_timestamp("2001-01-01x", 11, &us), RILL_EFORMAT);
 }
+
+#include "csv_internal.h"
+
+Test(csv, number_parsing_matches_strtod) {
+  const char* fixed[] = {"0", "-0", "0.1", "1e22", "1e23", "9007199254740993", "123456789012345678901",
+                         "4.9e-324", "1.7976931348623157e308", "0.000001", "-12.5e-3", "3.14159265358979",
+                         ".5", "5.", "1E+2", "00012.50"};
+  char buf[64];
+  for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++) {
+    double got;
+    cr_assert_eq(rill__parse_double(fixed[k], strlen(fixed[k]), &got), RILL_OK, "%s", fixed[k]);
+    cr_assert(got == strtod(fixed[k], NULL), "%s: %.17g", fixed[k], got);
+  }
+  srand(5);
+  for (int k = 0; k < 100000; k++) {
+    int len = snprintf(buf, sizeof buf, "%s%d.%0*d%s%d", rand() % 2 ? "-" : "", rand() % 100000, rand() % 12 + 1,
+                       rand() % 1000000, rand() % 2 ? "e" : "e-", rand() % 30);
+    double got;
+    cr_assert_eq(rill__parse_double(buf, (size_t)len, &got), RILL_OK, "%s", buf);
+    cr_assert(got == strtod(buf, NULL), "%s: %.17g vs %.17g", buf, got, strtod(buf, NULL));
+  }
+  const char* bad[] = {"", "-", ".", "1.2.3", "1e", "e5", "--1", "1-2", "0x10", "1 ", "abc"};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    double got;
+    cr_assert_eq(rill__parse_double(bad[k], strlen(bad[k]), &got), RILL_EFORMAT, "'%s'", bad[k]);
+  }
+  double inf;
+  cr_assert_eq(rill__parse_double("1e999", 5, &inf), RILL_ERANGE);
+  int64_t iv;
+  cr_assert_eq(rill__parse_int64("-9223372036854775808", 20, &iv), RILL_OK);
+  cr_assert_eq(iv, INT64_MIN);
+  cr_assert_eq(rill__parse_int64("9223372036854775808", 19, &iv), RILL_ERANGE);
+  cr_assert_eq(rill__parse_int64("12a", 3, &iv), RILL_EFORMAT);
+  cr_assert_eq(rill__parse_int64("-", 1, &iv), RILL_EFORMAT);
+}

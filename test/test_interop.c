@@ -804,3 +804,63 @@ Test(import, stream_round_trip_of_every_type) {
   rill_df_free(df);
   for (int k = 0; k < ND + 3; k++) rill_array_release(arrays[k]);
 }
+
+Test(import, malformed_batches_are_errors) {
+  rill_error_t err = {0};
+  struct ArrowSchema s;
+  struct ArrowArray a;
+  rill_df_t* df = NULL;
+  /* a column whose values buffer is missing */
+  make_batch(&s, &a, "tsu:");
+  k_b1[1] = NULL;
+  RT_FAILS(rill_df_from_arrow_batch(&s, &a, &df, &err), RILL_EFORMAT, "required buffer is missing", err);
+  cr_assert(strstr(err.message, "'flag'") != NULL, "%s", err.message);
+  /* a column shorter than the batch */
+  make_batch(&s, &a, "tsu:");
+  k_cols[2].length = 2;
+  RT_FAILS(rill_df_from_arrow_batch(&s, &a, &df, &err), RILL_EFORMAT, "2 values for 3 rows", err);
+  /* decreasing offsets */
+  make_batch(&s, &a, "tsu:");
+  int32_t bad[5] = {0, 3, 1, 1, 7};
+  k_b0[1] = bad;
+  RT_FAILS(rill_df_from_arrow_batch(&s, &a, &df, &err), RILL_EFORMAT, "decreasing offsets", err);
+  /* not a record batch */
+  make_batch(&s, &a, "tsu:");
+  s.format = "i";
+  RT_FAILS(rill_df_from_arrow_batch(&s, &a, &df, &err), RILL_EINVAL, "expected a record batch", err);
+  cr_assert_null(df);
+}
+
+/* A stream whose second get_next fails. */
+static int bad_calls;
+static int bad_get_schema(struct ArrowArrayStream* st, struct ArrowSchema* out) {
+  (void)st;
+  struct ArrowArray unused;
+  make_batch(out, &unused, "tsu:");
+  return 0;
+}
+static int bad_get_next(struct ArrowArrayStream* st, struct ArrowArray* out) {
+  (void)st;
+  if (bad_calls++ == 0) {
+    struct ArrowSchema unused;
+    make_batch(&unused, out, "tsu:");
+    return 0;
+  }
+  return EIO;
+}
+static const char* bad_last_error(struct ArrowArrayStream* st) {
+  (void)st;
+  return "disk on fire";
+}
+static void bad_release(struct ArrowArrayStream* st) { st->release = NULL; }
+
+Test(import, stream_errors_carry_the_producer_message) {
+  rill_error_t err = {0};
+  struct ArrowArrayStream st = {bad_get_schema, bad_get_next, bad_last_error, bad_release, NULL};
+  rill_df_t* df = NULL;
+  bad_calls = 0;
+  RT_FAILS(rill_df_from_arrow(&st, &df, &err), RILL_EFORMAT, "disk on fire", err);
+  cr_assert(strstr(err.message, "after 1 batches") != NULL, "%s", err.message);
+  cr_assert_null(st.release, "the stream is released on failure");
+  cr_assert_null(df);
+}

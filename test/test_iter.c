@@ -527,3 +527,71 @@ Test(iter, view_maps_and_reduce_of_shuffle) {
   rill_df_free(sh);
   rill_df_free(df);
 }
+
+Test(iter, shuffle_of_a_reduce_permutes_groups) {
+  counter_t cs, cr;
+  counter_init(&cs, 2);
+  counter_init(&cr, 0);
+  rill_df_t* df = make_src(8, &cs, NULL);
+  rill_error_t err;
+  rill_df_t *red, *sh;
+  RT_OK(rill_df_reduce(df, 0, 3, rill_type_scalar(RILL_INT64), red_sum, &cr, NULL, &red, &err), err);
+  RT_OK(rill_df_shuffle(red, 4, &sh, &err), err);
+  int64_t v[4];
+  cr_assert_eq(collect(sh, 0, NULL, v, 4), 3);
+  int seen9 = 0, seen18 = 0, seen17 = 0;
+  for (int i = 0; i < 3; i++) {
+    seen9 += v[i] == 9;
+    seen18 += v[i] == 18;
+    seen17 += v[i] == 17;
+  }
+  cr_assert(seen9 == 1 && seen18 == 1 && seen17 == 1, "%lld %lld %lld", (long long)v[0], (long long)v[1],
+            (long long)v[2]);
+  rill_df_free(sh);
+  rill_df_free(red);
+  rill_df_free(df);
+}
+
+static _Atomic int64_t ctx_epoch = -1, ctx_column = -1, ctx_bad_worker = 0;
+static int map_exec(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                    rill_error_t* err) {
+  atomic_store(&ctx_epoch, rill_exec_epoch(ex));
+  atomic_store(&ctx_column, rill_exec_column(ex));
+  int w = rill_exec_worker(ex);
+  if (w < -1 || w >= 3) atomic_store(&ctx_bad_worker, 1);
+  if (rill_exec_stream(ex) != NULL || rill_exec_cuda_stream(ex) != NULL) atomic_store(&ctx_bad_worker, 1);
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), in[0]->length);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  /* a wrong length is refused for a pre-assigned slot */
+  if (rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), in[0]->length + 1) != RILL_EINVAL)
+    atomic_store(&ctx_bad_worker, 1);
+  const int64_t* rows = rill_exec_rows(ex);
+  for (int64_t i = 0; i < in[0]->length; i++) ((int64_t*)out->data)[i] = rows[i] * 10;
+  return RILL_OK;
+}
+
+Test(iter, execution_context_fields) {
+  counter_t cs;
+  counter_init(&cs, 0);
+  rill_df_t* df = make_src(300, &cs, NULL);
+  rill_error_t err;
+  int in = 0;
+  rill_stage_opts_t o = {.grain = 50};
+  int m = rill_df_map(df, "m", rill_type_scalar(RILL_INT64), &in, 1, map_exec, NULL, NULL, &o, &err);
+  rill_df_t* sh;
+  RT_OK(rill_df_shuffle(df, 2, &sh, &err), err);
+  int64_t v[300];
+  rill_iter_opts_t io = {.epoch = 6, .threads = 3};
+  cr_assert_eq(collect(sh, m, &io, v, 300), 300);
+  cr_assert_eq(atomic_load(&ctx_epoch), 6);
+  cr_assert_eq(atomic_load(&ctx_column), m);
+  cr_assert_eq(atomic_load(&ctx_bad_worker), 0);
+  int seen[300] = {0};
+  for (int i = 0; i < 300; i++) {
+    cr_assert_eq(v[i] % 10, 0);
+    seen[v[i] / 10]++;
+  }
+  for (int i = 0; i < 300; i++) cr_assert_eq(seen[i], 1);
+  rill_df_free(sh);
+  rill_df_free(df);
+}

@@ -190,3 +190,116 @@ Test(threads, free_while_prefetching_and_early_seek) {
   }
   rill_df_free(df);
 }
+
+/* STRING map "v<value>"; fails on rows divisible by 97. */
+static int map_str97(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                     rill_error_t* err) {
+  int64_t n = in[0]->length;
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_STRING), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  const int64_t* rows = rill_exec_rows(ex);
+  for (int64_t i = 0; i < n; i++) {
+    if (rows[i] % 97 == 0) {
+      err->row = i;
+      return rill_error_set(err, RILL_EFORMAT, "row %lld is a multiple of 97", (long long)rows[i]);
+    }
+    char buf[32];
+    int len = snprintf(buf, sizeof buf, "v%lld", (long long)((const int64_t*)in[0]->data)[i]);
+    if ((r = rill_array_set_var(out, i, buf, len, NULL)) != RILL_OK) return rill_error_set(err, r, "set_var");
+  }
+  return RILL_OK;
+}
+
+static void split_strings(rill_on_error_t p, int threads) {
+  counter_t cs;
+  counter_init(&cs, 0);
+  rill_df_t* df = make_src(2000, &cs, NULL);
+  rill_error_t err;
+  int in = 0;
+  rill_stage_opts_t o = {.on_error = p, .grain = 90};
+  int m = rill_df_map(df, "s", rill_type_scalar(RILL_STRING), &in, 1, map_str97, NULL, NULL, &o, &err);
+  cr_assert_eq(m, 1, "%s", err.message);
+  rill_df_t* b;
+  RT_OK(rill_df_batch(df, &m, 1, 1000, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = threads, .prefetch = 2}, &it, &err), err);
+  rill_row_t row;
+  for (int64_t batch = 0; batch < 2; batch++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    const rill_array_t* a = rill_row_get(&row, 0);
+    int64_t bad = 0;
+    for (int64_t r = batch * 1000; r < batch * 1000 + 1000; r++) bad += r % 97 == 0;
+    cr_assert_eq(a->length, p == RILL_ON_ERROR_SKIP ? 1000 - bad : 1000);
+    cr_assert_eq(a->null_count, p == RILL_ON_ERROR_NULL ? bad : 0);
+    int64_t k = 0;
+    for (int64_t r = batch * 1000; r < batch * 1000 + 1000; r++) {
+      if (r % 97 == 0) {
+        if (p == RILL_ON_ERROR_NULL) cr_assert_eq(rill_array_is_valid(a, k++), 0);
+        continue;
+      }
+      char want[32];
+      snprintf(want, sizeof want, "v%lld", (long long)r);
+      int64_t nb;
+      const char* s = rill_array_cell(a, k, &nb);
+      cr_assert_eq(nb, (int64_t)strlen(want), "row %lld", (long long)r);
+      cr_assert(memcmp(s, want, (size_t)nb) == 0);
+      k++;
+    }
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_eq(st.skipped, p == RILL_ON_ERROR_SKIP ? 21 : 0);
+  cr_assert_eq(st.nulled, p == RILL_ON_ERROR_NULL ? 21 : 0);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+}
+
+Test(threads, variable_length_stage_split_raise_fails_the_batch) {
+  counter_t cs;
+  counter_init(&cs, 0);
+  rill_df_t* df = make_src(1500, &cs, NULL);
+  rill_error_t err;
+  int in = 0;
+  rill_stage_opts_t o = {.grain = 50};
+  int m = rill_df_map(df, "s", rill_type_scalar(RILL_STRING), &in, 1, map_str97, NULL, NULL, &o, &err);
+  rill_df_t *sh, *b;
+  RT_OK(rill_df_shard(df, 1, 2, &sh, &err), err); /* odd rows: 97, 291, ... fail */
+  RT_OK(rill_df_batch(sh, &m, 1, 100, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = 3, .prefetch = 3}, &it, &err), err);
+  rill_row_t row;
+  int64_t ok = 0, failed = 0;
+  int r;
+  for (int64_t batch = 0; (r = rill_iter_next(it, &row, &err)) != RILL_END; batch++) {
+    /* batch i holds odd rows [200 i + 1, 200 i + 199]: it fails when one is a multiple of 97 */
+    int64_t first_bad = -1;
+    for (int64_t x = 200 * batch + 1; x < 200 * batch + 200 && x < 1500; x += 2)
+      if (x % 97 == 0 && first_bad < 0) first_bad = x;
+    if (first_bad < 0) {
+      RT_OK(r, err);
+      ok++;
+      continue;
+    }
+    cr_assert_eq(r, RILL_EFORMAT);
+    cr_assert_eq(err.row, batch);
+    char want[64];
+    snprintf(want, sizeof want, "row %lld is a multiple of 97", (long long)first_bad);
+    cr_assert(strstr(err.message, want), "batch %lld: %s", (long long)batch, err.message);
+    failed++;
+  }
+  cr_assert_eq(ok + failed, 8);
+  cr_assert(failed >= 3);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(sh);
+  rill_df_free(df);
+}
+
+Test(threads, variable_length_stage_split_across_threads) {
+  split_strings(RILL_ON_ERROR_SKIP, 3);
+  split_strings(RILL_ON_ERROR_NULL, 3);
+  split_strings(RILL_ON_ERROR_SKIP, RILL_THREADS_NONE);
+  split_strings(RILL_ON_ERROR_NULL, 1);
+}

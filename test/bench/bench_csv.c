@@ -57,6 +57,11 @@ int main(int argc, char** argv) {
   double secs = now() - t0;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
+  char line[256];
+  FILE* st = fopen("/proc/self/status", "r");
+  while (st && fgets(line, sizeof line, st))
+    if (!strncmp(line, "RssAnon", 7) || !strncmp(line, "RssFile", 7)) fprintf(stderr, "%s", line);
+  if (st) fclose(st);
   printf("rill_csv seconds=%.3f rows=%lld rss_mb=%.1f index_s=%.3f nulls=%lld\n", secs, (long long)rows,
          (double)ru.ru_maxrss / 1024.0, t_index, (long long)nulls);
   rill_iter_free(it);

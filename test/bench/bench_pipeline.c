@@ -32,6 +32,12 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static double cpu_s(void) { /* CPU time of every thread of the process */
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static double rss_mib(void) {
   FILE* f = fopen("/proc/self/statm", "r");
   long pages = 0, res = 0;
@@ -87,14 +93,14 @@ static file_t* load_jpegs(const char* dir, int* count) {
   return f;
 }
 
-/* Direct full-size decode of every file, one thread: images/s. */
-static double direct_decode_rate(file_t* f, int n) {
+/* Direct full-size decode of every file, one thread: images/s (and images per CPU second). */
+static double direct_decode_rate(file_t* f, int n, double* per_cpu) {
 #if HAVE_TJ
   tjhandle h = tjInitDecompress();
   unsigned char* dst = NULL;
   size_t cap = 0;
   int ok = 0;
-  double t0 = now_s();
+  double t0 = now_s(), c0 = cpu_s();
   for (int i = 0; i < n; i++) {
     int w, hh, sub, cs;
     if (tjDecompressHeader3(h, f[i].buf, (unsigned long)f[i].size, &w, &hh, &sub, &cs) != 0) continue;
@@ -102,12 +108,14 @@ static double direct_decode_rate(file_t* f, int n) {
     if (need > cap) dst = realloc(dst, cap = need);
     if (tjDecompress2(h, f[i].buf, (unsigned long)f[i].size, dst, w, 0, hh, TJPF_RGB, 0) == 0) ok++;
   }
-  double t = now_s() - t0;
+  double t = now_s() - t0, c = cpu_s() - c0;
   free(dst);
   tjDestroy(h);
+  *per_cpu = c > 0 ? ok / c : 0;
   return t > 0 ? ok / t : 0;
 #else
   (void)f, (void)n;
+  *per_cpu = 0;
   return 0;
 #endif
 }
@@ -153,10 +161,10 @@ static int pipe_new(const char* dir, int threads, int batch, int world, pipe_t* 
 }
 
 /* One epoch: images pulled, seconds, seconds to the first batch. */
-static int epoch(pipe_t* p, int64_t* images, double* secs, double* first, rill_error_t* err) {
+static int epoch(pipe_t* p, int64_t* images, double* secs, double* first, double* cpu, rill_error_t* err) {
   rill_row_t row;
   int rc;
-  double t0 = now_s();
+  double t0 = now_s(), c0 = cpu_s();
   *images = 0;
   *first = -1;
   while ((rc = rill_iter_next(p->it, &row, err)) == RILL_OK) {
@@ -164,6 +172,7 @@ static int epoch(pipe_t* p, int64_t* images, double* secs, double* first, rill_e
     *images += rill_row_get(&row, 0)->length;
   }
   *secs = now_s() - t0;
+  *cpu = cpu_s() - c0;
   return rc == RILL_END ? 0 : rc;
 }
 
@@ -181,35 +190,40 @@ int main(int argc, char** argv) {
     fprintf(stderr, "bench_pipeline: no JPEG under '%s'\n", dir);
     return 1;
   }
-  direct_decode_rate(files, nf < 64 ? nf : 64); /* warm up */
-  double direct = direct_decode_rate(files, nf);
+  double direct_cpu = 0;
+  direct_decode_rate(files, nf < 64 ? nf : 64, &direct_cpu); /* warm up */
+  double direct = direct_decode_rate(files, nf, &direct_cpu);
   printf("jpeg_files %d\n", nf);
-  printf("direct_full_decode_1t %.1f\n", direct);
+  printf("direct_full_decode_1t %.1f\ndirect_full_decode_per_cpu_s %.1f\n", direct, direct_cpu);
   for (int i = 0; i < nf; i++) free(files[i].buf);
   free(files);
 
+  /* "1t": everything on the calling thread; "2t": two worker threads (the caller waits) */
   for (int threads = 1; threads <= 2; threads++) {
     pipe_t p;
     double t0 = now_s();
-    if (pipe_new(dir, threads, 256, 1, &p, &err) < 0) {
+    if (pipe_new(dir, threads == 1 ? RILL_THREADS_NONE : 2, 256, 1, &p, &err) < 0) {
       fprintf(stderr, "bench_pipeline: %s\n", err.message);
       return 1;
     }
     double setup = now_s() - t0;
     int64_t n;
-    double secs, first, best = 0;
+    double secs, first, cpu, best = 0, best_cpu = 0;
     for (int e = 0; e < 2; e++) { /* epoch 0 also warms the page cache */
       if (e) rill_iter_set_epoch(p.it, e);
-      if (epoch(&p, &n, &secs, &first, &err) < 0) {
+      if (epoch(&p, &n, &secs, &first, &cpu, &err) < 0) {
         fprintf(stderr, "bench_pipeline: %s\n", err.message);
         return 1;
       }
       if (e == 0) printf("first_batch_ms_%dt %.1f\nsetup_ms_%dt %.1f\n", threads, first * 1e3, threads, setup * 1e3);
       if (n / secs > best) best = n / secs;
+      if (cpu > 0 && n / cpu > best_cpu) best_cpu = n / cpu;
     }
     printf("pipeline_images_%dt %lld\n", threads, (long long)n);
     printf("rill_pipeline_%dt %.1f\n", threads, best);
+    printf("rill_pipeline_per_cpu_s_%dt %.1f\n", threads, best_cpu);
     printf("ratio_vs_direct_%dt %.2f\n", threads, direct > 0 ? best / (threads * direct) : 0);
+    printf("one_batch_work_ms_%dt %.1f\n", threads, best > 0 ? 256.0 / best * 1e3 : 0);
     pipe_free(&p);
   }
 
@@ -220,20 +234,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   printf("rss_mib_by_epoch");
-  double first_rss = 0, last_rss = 0;
+  double first_rss = 0, last_rss = 0, warm_rss = 0; /* after epochs 0, last and 3 */
   for (int e = 0; e < rss_epochs; e++) {
     int64_t n;
-    double secs, first;
+    double secs, first, cpu;
     if (e) rill_iter_set_epoch(p.it, e);
-    if (epoch(&p, &n, &secs, &first, &err) < 0) {
+    if (epoch(&p, &n, &secs, &first, &cpu, &err) < 0) {
       fprintf(stderr, "\nbench_pipeline: %s\n", err.message);
       return 1;
     }
     last_rss = rss_mib();
     if (e == 0) first_rss = last_rss;
+    if (e <= 3) warm_rss = last_rss;
     printf(" %.1f", last_rss);
   }
-  printf("\nrss_growth_mib %.1f\n", last_rss - first_rss);
+  printf("\nrss_growth_mib %.1f\nrss_growth_after_epoch3_mib %.1f\n", last_rss - first_rss, last_rss - warm_rss);
   pipe_free(&p);
   return 0;
 }

@@ -25,18 +25,22 @@ echo "$out"
 val() { echo "$out" | awk -v k="$1" '$1 == k { print $2 }'; }
 
 peer=""
+peer_cpu=""
 if /usr/bin/python3 -c 'import torch, torchvision, PIL' 2>/dev/null; then
   pout=$(/usr/bin/python3 "$ROOT/test/bench/bench_pipeline.py" "$CORPUS" 2)
   echo "$pout"
   peer=$(echo "$pout" | awk '$1 == "dataloader_2w" { print $2 }')
+  peer_cpu=$(echo "$pout" | awk '$1 == "dataloader_per_cpu_s" { print $2 }')
 else
   echo "dataloader peer: /usr/bin/python3 lacks torch/torchvision/PIL (python3-torch python3-torchvision python3-pil); skipped"
 fi
 
-echo "-- ratios"
-awk -v d="$(val direct_full_decode_1t)" -v r1="$(val rill_pipeline_1t)" -v r2="$(val rill_pipeline_2t)" \
-    -v p="$peer" 'BEGIN {
-  printf "rill 1 thread / direct full decode (1 thread):   %.2fx\n", r1 / d
-  printf "rill 2 threads / (2 x direct full decode):       %.2fx\n", r2 / (2 * d)
-  if (p != "") printf "rill 2 threads / DataLoader(num_workers=2):      %.2fx\n", r2 / p
+echo "-- ratios (wall clock; per CPU second where the machine is shared)"
+awk -v d="$(val direct_full_decode_1t)" -v dc="$(val direct_full_decode_per_cpu_s)" \
+    -v r1="$(val rill_pipeline_1t)" -v r2="$(val rill_pipeline_2t)" \
+    -v c1="$(val rill_pipeline_per_cpu_s_1t)" -v c2="$(val rill_pipeline_per_cpu_s_2t)" \
+    -v p="$peer" -v pc="$peer_cpu" 'function q(a, b) { return b > 0 ? a / b : 0 } BEGIN {
+  printf "rill 1 thread / direct full decode:              %.2fx (per CPU s: %.2fx)\n", q(r1, d), q(c1, dc)
+  printf "rill 2 threads / (2 x direct full decode):       %.2fx (per CPU s: %.2fx)\n", q(r2, 2 * d), q(c2, dc)
+  if (p != "") printf "rill 2 threads / DataLoader(num_workers=2):      %.2fx (per CPU s: %.2fx)\n", q(r2, p), q(c2, pc)
 }'

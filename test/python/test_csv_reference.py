@@ -151,3 +151,46 @@ def test_quoted_field_across_parallel_chunk_boundary(tmp_path):
     assert path.stat().st_size > (16 << 20)
     rows = compare_strings(path)
     assert len(rows) == r
+
+
+def run_head(*args):
+    return subprocess.run([RILL_BIN, "head", *map(str, args)], capture_output=True, timeout=60)
+
+
+def test_head_cli_table_sqlite_and_errors(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "people.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE p(id INTEGER PRIMARY KEY, name TEXT, score REAL)")
+    con.executemany("INSERT INTO p VALUES (?, ?, ?)", [(1, "ann", 1.5), (2, None, 2.0), (3, "cy", None)])
+    con.commit()
+    con.close()
+    proc = run_head(db, "SELECT * FROM p ORDER BY id", "-n", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.decode().splitlines()
+    assert lines[0].split("|")[0].strip() == "id"
+    assert [c.strip() for c in lines[1].split("|")] == ["int64", "string", "float64"]
+    assert [c.strip() for c in lines[3].split("|")] == ["1", "ann", "1.5"]
+    assert [c.strip() for c in lines[4].split("|")] == ["2", "NULL", "2"]
+    assert "(2 of 3 rows)" in lines[-1]
+    # a table name reads the table by rowid
+    names, rows, _ = rill_rows(db, "p")
+    with sqlite3.connect(db) as con:
+        assert rows == [list(r) for r in con.execute("SELECT * FROM p ORDER BY rowid")]
+    assert names == ["id", "name", "score"]
+
+    proc = run_head(db, "SELECT * FROM nope")
+    assert proc.returncode == 1
+    assert b"no such table: nope" in proc.stderr and b"people.sqlite" in proc.stderr
+    proc = run_head(tmp_path / "missing.csv")
+    assert proc.returncode == 1 and b"missing.csv: cannot open" in proc.stderr
+    assert run_head().returncode == 2
+    assert run_head(CORPUS / "quotes.csv", "-n", "x").returncode == 2
+    assert run_head(CORPUS / "quotes.csv", "--bogus").returncode == 2
+    proc = run_head("--help")
+    assert proc.returncode == 0 and b"usage: rill head" in proc.stdout
+    proc = run_head(CORPUS / "quotes.csv", "-n", "3")
+    out = proc.stdout.decode().splitlines()
+    assert proc.returncode == 0 and len(out) == 3 + 3 + 1
+    assert "multi" not in proc.stdout.decode()
