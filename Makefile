@@ -164,7 +164,10 @@ FUZZ_SECONDS ?= 20
 fuzz-smoke: $(FUZZ_BIN)
 	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p build/fuzz/corpus-$$n; \
 	  echo "== fuzz $$n ($(FUZZ_SECONDS)s)"; \
-	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build/fuzz/corpus-$$n test/fuzz/seeds/$$n 2>&1 | tail -3 || exit 1; done
+	  seeds="test/fuzz/seeds/$$n"; [ -d "$$seeds" ] || seeds=""; \
+	  [ "$$n" = image ] && [ -d build/data/variants ] && seeds="$$seeds build/data/variants"; \
+	  set -o pipefail; $$f -max_total_time=$(FUZZ_SECONDS) -max_len=262144 -rss_limit_mb=2048 \
+	    build/fuzz/corpus-$$n $$seeds 2>&1 | tail -3 || exit 1; done
 fuzz: FUZZ_SECONDS=300
 fuzz: fuzz-smoke
 
@@ -180,7 +183,7 @@ BENCH_DEB := python3-torch python3-torchvision python3-pil python3-numpy
 bench-deps:
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(BENCH_DEB)"
 
-bench: all $(BENCH_BIN) venv bench-deps
+bench: all data $(BENCH_BIN) venv bench-deps
 	@for s in test/bench/run_*.sh; do echo "== $$s"; \
 	  ROOT=$(ROOT) BUILD=$(ROOT)/$(BUILD) RILL_LIB=$(ROOT)/$(LIB_SO) RILL_BIN=$(ROOT)/$(RILL) \
 	  VENV=$(VENV) bash $$s || exit 1; done

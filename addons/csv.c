@@ -939,76 +939,91 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
   int rc = rill_exec_alloc(exec, out, rill_type_scalar(dt), n);
   if (rc != RILL_OK) return rill_error_set(err, rc, "%s: column '%s': cannot allocate %lld cells",
                                            c->name, c->names[k], (long long)n);
-  int hit;
-  csv_cache_t* cache = cache_get(c, rows, n, &hit);
-  if (!cache) return rill_error_set(err, RILL_ENOMEM, "%s: out of memory", c->name);
-  if (!hit) cache_fill(c, cache);
   char* scratch = NULL; /* unescaped bytes of fields with doubled quotes */
   size_t scratch_cap = 0;
   int64_t stride = (int64_t)c->ncols * 2;
   int64_t pos = 0; /* string bytes written */
   if (dt == RILL_STRING) {
-    /* the raw field spans bound the unescaped bytes: one reservation, then direct writes */
-    int64_t bound = 0;
-    for (int64_t i = 0; i < n; i++)
-      if (k < cache->nfields[i] && cache->nfields[i] <= c->ncols)
-        bound += cache->spans[i * stride + 2 * k + 1] - cache->spans[i * stride + 2 * k];
-    if ((rc = rill_array_reserve(out, bound > 0 ? bound : 1)) != RILL_OK || !out->offsets) {
-      cache_put(c, cache);
-      return rill_error_set(err, rc ? rc : RILL_EINVAL, "%s: column '%s': cannot reserve %lld bytes", c->name,
-                            c->names[k], (long long)bound);
-    }
+    if (!out->offsets) return rill_error_set(err, RILL_EINVAL, "%s: column '%s': no offsets", c->name, c->names[k]);
     out->offsets[0] = 0;
   }
+  /* rows go through the cache in blocks of at most ~1M field spans (16 MB) */
+  int64_t blk = ((int64_t)1 << 20) / c->ncols;
+  if (blk < 1) blk = 1;
   rc = RILL_OK;
-  for (int64_t i = 0; i < n && rc == RILL_OK; i++) {
-    int64_t nf = cache->nfields[i];
-    int is_null = nf > c->ncols || k >= nf; /* kept bad rows (policy NULL) */
-    const char* s = NULL;
-    size_t len = 0;
-    if (!is_null) {
-      int64_t fs = cache->spans[i * stride + 2 * k], fe = cache->spans[i * stride + 2 * k + 1];
-      if (unescape(c->data, fs, fe, c->quote, &scratch, &scratch_cap, &s, &len) !=
-          RILL_OK) {
-        rc = rill_error_set(err, RILL_ENOMEM, "%s: out of memory", c->name);
-        break;
-      }
-      if (dt != RILL_STRING && len == 0) is_null = 1;
-    }
-    if (dt == RILL_STRING) {
-      if (!is_null && len) {
-        memcpy((char*)out->data + pos, s, len);
-        pos += (int64_t)len;
-      }
-      out->offsets[i + 1] = pos;
-    } else if (!is_null) {
-      int vrc = rill__store_text(out, i, dt, s, len);
-      if (vrc == RILL_ENOMEM) {
-        rc = rill_error_set(err, vrc, "%s: out of memory", c->name);
-        break;
-      }
-      if (vrc != RILL_OK) {
-        if (c->on_error == RILL_ON_ERROR_NULL) {
-          is_null = 1;
-        } else {
-          int64_t line = csv_line(c, c->starts[rows[i]]);
-          if (err) err->row = i;
-          rc = rill_error_set(err, vrc, "%s:%lld: column '%s': %s '%.*s'%s %s %s", c->name,
-                              (long long)line, c->names[k],
-                              vrc == RILL_ERANGE ? "value" : "cannot parse",
-                              (int)(len > 40 ? 40 : len), s, len > 40 ? "..." : "",
-                              vrc == RILL_ERANGE ? (dt == RILL_FLOAT32 || dt == RILL_FLOAT64
-                                                        ? "is out of range of" : "does not fit")
-                                                 : "as",
-                              rill_dtype_name(dt));
-          break;
-        }
-      }
-    }
-    if (is_null && (rc = rill_array_set_null(out, i)) != RILL_OK) {
-      rc = rill_error_set(err, rc, "%s: out of memory", c->name);
+  for (int64_t b0 = 0; b0 < n && rc == RILL_OK; b0 += blk) {
+    int64_t bn = n - b0 < blk ? n - b0 : blk;
+    int hit;
+    csv_cache_t* cache = cache_get(c, rows + b0, bn, &hit);
+    if (!cache) {
+      rc = rill_error_set(err, RILL_ENOMEM, "%s: out of memory", c->name);
       break;
     }
+    if (!hit) cache_fill(c, cache);
+    if (dt == RILL_STRING) {
+      /* the raw field spans bound the unescaped bytes: one reservation, then direct writes */
+      int64_t bound = 0;
+      for (int64_t j = 0; j < bn; j++)
+        if (k < cache->nfields[j] && cache->nfields[j] <= c->ncols)
+          bound += cache->spans[j * stride + 2 * k + 1] - cache->spans[j * stride + 2 * k];
+      out->data_size = pos; /* reserve keeps the bytes in use */
+      if ((rc = rill_array_reserve(out, pos + bound > 0 ? pos + bound : 1)) != RILL_OK) {
+        cache_put(c, cache);
+        rc = rill_error_set(err, rc, "%s: column '%s': cannot reserve %lld bytes", c->name, c->names[k],
+                            (long long)(pos + bound));
+        break;
+      }
+    }
+    for (int64_t j = 0; j < bn && rc == RILL_OK; j++) {
+      int64_t i = b0 + j;
+      int64_t nf = cache->nfields[j];
+      int is_null = nf > c->ncols || k >= nf; /* kept bad rows (policy NULL) */
+      const char* s = NULL;
+      size_t len = 0;
+      if (!is_null) {
+        int64_t fs = cache->spans[j * stride + 2 * k], fe = cache->spans[j * stride + 2 * k + 1];
+        if (unescape(c->data, fs, fe, c->quote, &scratch, &scratch_cap, &s, &len) != RILL_OK) {
+          rc = rill_error_set(err, RILL_ENOMEM, "%s: out of memory", c->name);
+          break;
+        }
+        if (dt != RILL_STRING && len == 0) is_null = 1;
+      }
+      if (dt == RILL_STRING) {
+        if (!is_null && len) {
+          memcpy((char*)out->data + pos, s, len);
+          pos += (int64_t)len;
+        }
+        out->offsets[i + 1] = pos;
+      } else if (!is_null) {
+        int vrc = rill__store_text(out, i, dt, s, len);
+        if (vrc == RILL_ENOMEM) {
+          rc = rill_error_set(err, vrc, "%s: out of memory", c->name);
+          break;
+        }
+        if (vrc != RILL_OK) {
+          if (c->on_error == RILL_ON_ERROR_NULL) {
+            is_null = 1;
+          } else {
+            int64_t line = csv_line(c, c->starts[rows[i]]);
+            if (err) err->row = i;
+            rc = rill_error_set(err, vrc, "%s:%lld: column '%s': %s '%.*s'%s %s %s", c->name,
+                                (long long)line, c->names[k],
+                                vrc == RILL_ERANGE ? "value" : "cannot parse",
+                                (int)(len > 40 ? 40 : len), s, len > 40 ? "..." : "",
+                                vrc == RILL_ERANGE ? (dt == RILL_FLOAT32 || dt == RILL_FLOAT64
+                                                          ? "is out of range of" : "does not fit")
+                                                   : "as",
+                                rill_dtype_name(dt));
+            break;
+          }
+        }
+      }
+      if (is_null && (rc = rill_array_set_null(out, i)) != RILL_OK) {
+        rc = rill_error_set(err, rc, "%s: out of memory", c->name);
+        break;
+      }
+    }
+    cache_put(c, cache);
   }
   if (dt == RILL_STRING) {
     for (int64_t i = 0; i < n; i++)
@@ -1017,7 +1032,6 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
     out->priv->var_cells = n;
   }
   rill__free(scratch);
-  cache_put(c, cache);
   return rc;
 }
 
@@ -1173,7 +1187,11 @@ static int csv_open(csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, rill_er
     atomic_fetch_add(&c->refs, 1);
     col->csv = c;
     col->k = k;
-    rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error};
+    /* tasks of up to 1024 rows (fewer for wide rows): a task's rows are split once and shared
+     * by every column */
+    int64_t grain = ((int64_t)1 << 20) / c->ncols;
+    rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error,
+                            .grain = grain > 1024 ? 1024 : grain < 1 ? 1 : grain};
     so.nullable = c->types[k] != RILL_STRING || o->on_error == RILL_ON_ERROR_NULL ||
                   o->on_bad_row == RILL_ON_ERROR_NULL;
     rc = rill_df_add_source(df, c->names[k], rill_type_scalar(c->types[k]), csv_source, col,

@@ -164,6 +164,20 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
     jpeg_abort_decompress(c);
     return rc;
   }
+  /* A progressive file is decoded into whole-image coefficient buffers allocated (and
+   * zeroed) before any data is read. Each block costs at least one Huffman-coded bit per
+   * scan, so a file too small for its blocks is truncated: reject it before that cost. */
+  if (c->progressive_mode && !c->arith_code) {
+    uint64_t blocks = 0;
+    for (int ci = 0; ci < c->num_components; ci++)
+      blocks += (uint64_t)c->comp_info[ci].width_in_blocks * c->comp_info[ci].height_in_blocks;
+    if ((uint64_t)n * 8 < blocks) {
+      jpeg_abort_decompress(c);
+      return rill_error_set(err, RILL_EFORMAT,
+                            "truncated JPEG data (%zu bytes cannot hold a %dx%d progressive image)", n,
+                            info.width, info.height);
+    }
+  }
   int channels = req->channels;
   size_t need = (size_t)g.w * (size_t)g.h * (size_t)channels;
   if (dst_size < need) {

@@ -720,7 +720,9 @@ static int sq_open(sq_t* s, sqlite3* db, const rill_sql_param_t* params, int npa
     atomic_fetch_add(&s->refs, 1);
     col->s = s;
     col->k = k;
-    rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error, .nullable = 1};
+    /* table mode fetches whole rows per task (one read transaction each), shared by the columns */
+    rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error, .nullable = 1,
+                            .grain = s->table ? 256 : 4096};
     rc = rill_df_add_source(df, s->names[k], rill_type_scalar(s->types[k]), sq_source, col, sq_col_free, &so, err);
     if (rc < 0) { rill_df_free(df); return rc; }
   }

@@ -192,8 +192,10 @@ RILL_API int64_t rill_array_refcount(const rill_array_t* a);
 /* Building (only on an array you are filling): */
 RILL_API int rill_array_reserve(rill_array_t* a, int64_t data_bytes); /* keeps contents; RILL_ENOMEM */
 /* Appends `n` bytes as cell i of a variable-length array (cells are appended in order:
- * i must equal the number of cells already set). For -1 shapes, `shape` gives the cell's
- * shape (ndim values); otherwise it is ignored. */
+ * i must equal the number of cells already set, and a producer sets every cell, null ones
+ * with n = 0). `bytes` NULL reserves the n bytes for the caller to write at
+ * rill_array_cell(a, i). For -1 shapes, `shape` gives the cell's shape (ndim values);
+ * otherwise it is ignored. */
 RILL_API int rill_array_set_var(rill_array_t* a, int64_t i, const void* bytes, int64_t n,
                                 const int64_t* shape);
 RILL_API int rill_array_set_null(rill_array_t* a, int64_t i);  /* allocates validity on first use */
@@ -444,8 +446,10 @@ typedef struct rill_interchange_column {
   rill_interchange_buffer_t data, validity, offsets;
 } rill_interchange_column_t;
 
-/* Fills the view (borrowed: valid while `a` is referenced). RILL_ENOTSUP for arrays the
- * protocol cannot express. */
+/* Fills the view (borrowed: valid while `a` is referenced). BOOL: kind BOOL, bit width 8
+ * (one byte per value); STRING: data uint8 + offsets int64 'l'; TIMESTAMP_US: DATETIME
+ * 'tsu:UTC'; validity: a bit mask with null_value 0, else non-nullable. BINARY, BFLOAT16 and
+ * tensor cells: RILL_ENOTSUP; NULL arguments: RILL_EINVAL. */
 RILL_API int rill_array_interchange(const rill_array_t* a, rill_interchange_column_t* out);
 
 #ifdef __cplusplus

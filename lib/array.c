@@ -467,8 +467,6 @@ int rill_array_set_var(rill_array_t* a, int64_t i, const void* bytes, int64_t n,
   }
   a->data_size = start + n;
   p->var_cells = i + 1;
-  /* keep later offsets monotone until they are set */
-  for (int64_t j = i + 2; j <= a->length && a->offsets[j] < start + n; j++) a->offsets[j] = start + n;
   return RILL_OK;
 }
 

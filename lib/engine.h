@@ -22,6 +22,7 @@
 
 typedef struct rill__group {
   int64_t pending; /* tasks submitted and not finished; guarded by the pool's mutex */
+  int64_t prio;    /* priority of the group's tasks: lower runs first (set before submitting) */
 } rill__group_t;
 
 typedef struct rill__task {
@@ -37,9 +38,11 @@ typedef struct rill__workers rill__workers_t;
 int rill__workers_new(int nthreads, rill__workers_t** out);
 void rill__workers_free(rill__workers_t* w); /* joins the threads; NULL is a no-op */
 int rill__workers_count(const rill__workers_t* w);
-/* Queues `task` (memory owned by the caller until it has run or been cancelled). */
+/* Queues `task` (memory owned by the caller until it has run or been cancelled) behind the
+ * queued tasks whose group priority is lower or equal. */
 void rill__workers_submit(rill__workers_t* w, rill__task_t* task);
-/* Returns once every task of `group` has finished; the caller runs queued tasks meanwhile. */
+/* Returns once every task of `group` has finished; meanwhile the caller runs queued tasks
+ * whose priority is <= the group's (its own and older work) and otherwise sleeps. */
 void rill__workers_wait(rill__workers_t* w, rill__group_t* group);
 /* Removes the queued (not started) tasks of `group`; returns how many. */
 int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group);
@@ -138,6 +141,7 @@ typedef struct rill__chunk {
   int nframes;
   int64_t* level_n;
   int64_t start, end, epoch;
+  int64_t prio;        /* priority of the chunk's tasks (older chunks first) */
   int reqcol;
   rill_array_t** cols; /* results, one per requested column */
   int64_t m;           /* items: surviving rows (row mode) or 1/0 (batched) */
@@ -178,6 +182,7 @@ struct rill_iter {
   int nslots;
   int head, inflight;
   int64_t next_start;
+  int64_t seq; /* chunks scheduled so far: the next chunk's priority */
   int cur_active;
   int64_t pos_r, pos_e; /* hand-out positions in the current slot */
   int64_t cursor;
@@ -197,8 +202,11 @@ void rill__chunk_eval(rill__chunk_t* chunk);
 void rill__chunk_release(rill__chunk_t* chunk);
 int rill__chunk_init(struct rill_iter* it, rill__chunk_t* chunk);
 void rill__chunk_destroy(rill__chunk_t* chunk);
-
-/* Defined in array.c: frees a window's own validity bitmap. */
-void rill__array_window_release(rill_array_t* win);
+/* Zero-copy source output: when this call computes all of the stage's cells of the chunk
+ * (fixed-shape, host stage, not split), the stage's output becomes a slice of cells
+ * [start, start+n) of host array `src` (holding a reference; no nulls), and the call must
+ * not write into `out`; the engine copies the cells before changing them (dropped rows).
+ * RILL_ENOTSUP otherwise (the caller then fills `out` itself), RILL_ENOMEM. */
+int rill__exec_borrow(rill_exec_t* exec, const rill_array_t* src, int64_t start, int64_t n);
 
 #endif /* RILL_ENGINE_H */

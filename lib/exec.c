@@ -15,9 +15,13 @@
 
 #include "engine.h"
 
+struct run;
+
 struct rill_exec {
   const int64_t* rows;
   int64_t n;
+  struct run* run;  /* the stage being computed (for rill__exec_borrow) */
+  int64_t first;    /* index of the call's first cell in the stage's cells */
   int64_t epoch;
   uint64_t seed;
   int column;
@@ -145,6 +149,26 @@ static int array_compact(rill_array_t* a, const uint8_t* keep, int64_t n) {
   return RILL_OK;
 }
 
+/* A borrowed slice (rill__exec_borrow) about to be changed in place (compaction) first gets
+ * its own copy of the data: the caller's buffer is never written. */
+static int own_cells(rill_array_t* a) {
+  rill_array_priv_t* p = a->priv;
+  if (!(p->flags & RILL__ARRAY_EXTERNAL)) return RILL_OK;
+  if (a->offsets || p->release || !is_host(a->device)) return RILL_ENOTSUP;
+  int64_t bytes = a->data_size > 0 ? a->data_size : 0;
+  void* nb = rill__alloc((size_t)(bytes > 0 ? bytes : 1));
+  if (!nb) return RILL_ENOMEM;
+  if (bytes > 0) memcpy(nb, a->data, (size_t)bytes);
+  rill__device_free(a->device, p->data_buf);
+  p->data_buf = nb;
+  p->data_cap = bytes;
+  a->data = nb;
+  rill_array_release(p->parent);
+  p->parent = NULL;
+  p->flags &= ~RILL__ARRAY_EXTERNAL;
+  return RILL_OK;
+}
+
 /* Drops the cells of `level` whose keep[i] is 0 from every frame of the level. */
 static int compact_level(rill__chunk_t* ch, int level, const uint8_t* keep) {
   int64_t n = ch->level_n[level], m = 0;
@@ -155,8 +179,12 @@ static int compact_level(rill__chunk_t* ch, int level, const uint8_t* keep) {
     int64_t j = 0;
     for (int64_t i = 0; i < n; i++)
       if (keep[i]) f->rows[j++] = f->rows[i];
-    for (int c = 0; c < f->df->ncols; c++)
-      if (f->vals[c] && array_compact(f->vals[c], keep, n) != RILL_OK) return RILL_ENOTSUP;
+    for (int c = 0; c < f->df->ncols; c++) {
+      if (!f->vals[c] || f->vals[c]->length != n) continue;
+      int r = own_cells(f->vals[c]);
+      if (r != RILL_OK) return r;
+      if (array_compact(f->vals[c], keep, n) != RILL_OK) return RILL_ENOTSUP;
+    }
   }
   for (int d = 0; d + 1 < ch->nframes; d++) {
     rill__frame_t* f = &ch->frames[d];
@@ -201,7 +229,22 @@ typedef struct run {
    * fate, counters, errors and mutex are shared; `out` is the part's own array */
   int64_t base;
   struct run* top;
+  rill_array_t* borrowed; /* rill__exec_borrow: a slice that replaces `out` */
 } run_t;
+
+int rill__exec_borrow(rill_exec_t* exec, const rill_array_t* src, int64_t start, int64_t n) {
+  run_t* R = exec ? exec->run : NULL;
+  if (!R || !src || R->top != R || R->borrowed || !R->fixed || exec->first != 0 || exec->n != R->n || n != R->n)
+    return RILL_ENOTSUP;
+  if (R->c->kind != RILL__COL_SOURCE || R->node->device.type != RILL_DEVICE_CPU) return RILL_ENOTSUP;
+  if (src->device.type != RILL_DEVICE_CPU || (src->validity && src->null_count > 0) ||
+      !rill_type_equal(&src->type, &R->c->field.type) || start < 0 || n < 0 || start > src->length - n)
+    return RILL_ENOTSUP;
+  rill_array_t* s;
+  if (rill_array_slice(src, start, n, &s, NULL) != RILL_OK) return RILL_ENOMEM;
+  R->borrowed = s;
+  return RILL_OK;
+}
 
 typedef struct inview {
   rill_array_t arr;
@@ -367,12 +410,34 @@ static int piece_ok(run_t* R, const rill_array_t* piece, int64_t k) {
          (R->fixed || (piece->offsets && piece->priv->var_cells >= 0));
 }
 
+/* An array of the node's pool. A device or pinned array may have been handed to a consumer
+ * whose CUDA stream still reads it: when the iterator released it, it recorded an event on
+ * that stream (iter.c, consumer_fence), and writing into the array again waits for that
+ * event: a CUDA stage's stream waits on the device, a host stage waits on the host. Arrays
+ * of host pools never carry such an event. */
+static int node_acquire(rill__node_t* node, rill_array_t** out, rill_error_t* e) {
+  if (rill__pool_acquire(node->pool, out) != RILL_OK) return rill_error_set(e, RILL_ENOMEM, "out of memory");
+  rill_array_t* a = *out;
+  if (!a->event || a->device.type == 0 || a->device.type == RILL_DEVICE_CPU) return RILL_OK;
+  int r;
+  if (node->stream && node->device.type == RILL_DEVICE_CUDA)
+    r = rill__cuda_stream_wait_event(rill_stream_cuda_handle(node->stream), a->event, e);
+  else
+    r = rill__cuda_event_sync(a->event, e);
+  if (r != RILL_OK) {
+    rill_array_release(a);
+    *out = NULL;
+  }
+  return r;
+}
+
 /* Var outputs: after the first call failed, `out` becomes a fresh array of n cells and
  * the first call's array becomes a piece. */
 static int var_detach(run_t* R, rill_array_t** piece) {
   if (!R->out_direct) return RILL_OK;
   rill_array_t* fresh;
-  if (rill__pool_acquire(R->node->pool, &fresh) != RILL_OK) return RILL_ENOMEM;
+  rill_error_t e;
+  if (node_acquire(R->node, &fresh, &e) != RILL_OK) return RILL_ENOMEM;
   if (rill__array_prepare(fresh, R->c->field.type, R->n, false) != RILL_OK) {
     rill_array_release(fresh);
     return RILL_ENOMEM;
@@ -389,8 +454,9 @@ static void call_range(run_t* R, int64_t a, int64_t b);
 static int invoke(run_t* R, int64_t a, int64_t b, rill_array_t* piece, rill_error_t* e) {
   rill__chunk_t* ch = R->ch;
   int64_t k = b - a;
-  rill_exec_t ex = {.rows = R->fr->rows + R->base + a, .n = k, .epoch = ch->epoch, .seed = ch->it->seed,
-                    .column = R->col, .worker = rill__worker_index(), .stream = R->node->stream};
+  rill_exec_t ex = {.rows = R->fr->rows + R->base + a, .n = k, .run = R, .first = a, .epoch = ch->epoch,
+                    .seed = ch->it->seed, .column = R->col, .worker = rill__worker_index(),
+                    .stream = R->node->stream};
   inview_t views[R->nin > 0 ? R->nin : 1];
   const rill_array_t* ins[R->nin > 0 ? R->nin : 1];
   int nv = 0, rc = RILL_OK;
@@ -463,9 +529,13 @@ static void call_range(run_t* R, int64_t a, int64_t b) {
       piece = &win;
     } else if (R->out_direct && a == 0 && b == R->n) {
       piece = R->out;
-    } else if (rill__pool_acquire(R->node->pool, &piece) != RILL_OK) {
-      chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
-      return;
+    } else {
+      rill_error_t ae;
+      int ar = node_acquire(R->node, &piece, &ae);
+      if (ar != RILL_OK) {
+        chunk_fail(R->ch, ar, "column '%s': %s", R->c->field.name, ae.message);
+        return;
+      }
     }
     rill_error_t e;
     int rc = invoke(R, a, b, piece, &e);
@@ -552,14 +622,15 @@ static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
     s->base = made * grain;
     s->n = (made + 1 == ntasks ? R->n : (made + 1) * grain) - s->base;
     s->out_direct = 1;
-    if (rill__pool_acquire(R->node->pool, &s->out) != RILL_OK) break;
+    rill_error_t ae;
+    if (node_acquire(R->node, &s->out, &ae) != RILL_OK) break;
     vs[made].task.fn = vsplit_main;
     vs[made].task.arg = &vs[made];
   }
   if (made < ntasks) {
     chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
   } else {
-    rill__group_t g = {0};
+    rill__group_t g = {.pending = 0, .prio = R->ch->prio};
     for (int64_t t = 1; t < ntasks; t++) {
       vs[t].task.group = &g;
       rill__workers_submit(it->workers, &vs[t].task);
@@ -617,7 +688,7 @@ static void run_cells(run_t* R) {
     call_range(R, 0, R->n);
     return;
   }
-  rill__group_t g = {0};
+  rill__group_t g = {.pending = 0, .prio = R->ch->prio};
   for (int64_t t = 0; t < ntasks; t++) {
     sp[t].R = R;
     sp[t].a = t * grain;
@@ -676,8 +747,9 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
     chunk_fail(ch, e.code, "column '%s': %s", col->field.name, e.message);
     return NULL;
   }
-  if (rill__pool_acquire(R.node->pool, &R.out) != RILL_OK) {
-    chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", col->field.name);
+  int ar = node_acquire(R.node, &R.out, &e);
+  if (ar != RILL_OK) {
+    chunk_fail(ch, ar, "column '%s': %s", col->field.name, e.message);
     return NULL;
   }
   if (R.fixed || R.n == 0) {
@@ -698,6 +770,10 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
   }
   if (R.n > 0) run_cells(&R);
   pthread_mutex_destroy(&R.mu);
+  if (R.borrowed) { /* the source lent its cells: they replace the output buffer */
+    rill_array_release(R.out);
+    R.out = R.borrowed;
+  }
   if (R.n > 0) {
     int64_t nspr = atomic_load(&R.ns) / R.n;
     atomic_store(&R.node->ns_per_row, nspr > 0 ? nspr : 1);
@@ -746,8 +822,9 @@ static const rill_array_t* transpose_col(rill__chunk_t* ch, int c, const rill_ar
     return NULL;
   }
   rill_array_t* out;
-  if (rill__pool_acquire(node->pool, &out) != RILL_OK) {
-    chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", col->field.name);
+  int ar = node_acquire(node, &out, &e);
+  if (ar != RILL_OK) {
+    chunk_fail(ch, ar, "column '%s': %s", col->field.name, e.message);
     return NULL;
   }
   int r = rill__array_prepare(out, col->field.type, a->length, false);

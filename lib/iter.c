@@ -129,16 +129,39 @@ static void schedule(rill_iter_t* it) {
     s->chunk.end = it->next_start + it->chunk_rows;
     if (s->chunk.end > it->df->rows) s->chunk.end = it->df->rows;
     s->chunk.epoch = it->epoch;
+    s->chunk.prio = it->seq++;
     it->next_start = s->chunk.end;
     it->inflight++;
     if (it->ahead > 0) {
       s->queued = 1;
       s->group.pending = 0;
+      s->group.prio = s->chunk.prio;
       s->task.fn = slot_main;
       s->task.arg = s;
       s->task.group = &s->group;
       rill__workers_submit(it->workers, &s->task);
     }
+  }
+}
+
+/* Before the chunk's device or pinned arrays go back to their pools, records an event on the
+ * consumer's CUDA stream (opts.stream): work the consumer enqueued there may still read
+ * them, and the stage that reuses an array waits for the event (exec.c, node_acquire).
+ * Host arrays and iterators without a CUDA stream are left alone. When no event can be
+ * made or recorded (a CUDA error), reuse cannot be fenced: the array keeps its last event. */
+static void consumer_fence(rill_iter_t* it, rill__chunk_t* ch) {
+  void* cs = it->stream ? rill_stream_cuda_handle(it->stream) : NULL;
+  if (!cs || !ch->cols) return;
+  for (int q = 0; q < it->nreq; q++) {
+    rill_array_t* a = ch->cols[q];
+    if (!a || a->device.type == 0 || a->device.type == RILL_DEVICE_CPU) continue;
+    rill_error_t e;
+    int dev = a->device.type == RILL_DEVICE_CUDA ? a->device.id : rill_stream_device(it->stream).id;
+    if (!a->event && rill__cuda_event_new(dev, &a->event, &e) != RILL_OK) {
+      a->event = NULL;
+      continue;
+    }
+    (void)rill__cuda_event_record(a->event, cs, &e);
   }
 }
 
@@ -148,6 +171,7 @@ static void slot_finish(rill__slot_t* s, rill_iter_t* it) {
     rill__workers_wait(it->workers, &s->group);
     s->queued = 0;
   }
+  consumer_fence(it, &s->chunk);
   rill__chunk_release(&s->chunk);
   s->busy = 0;
   s->done = 0;

@@ -1,7 +1,13 @@
-/* Worker threads: a FIFO task queue guarded by one mutex and condition variable. A thread
- * that waits for a group of tasks runs queued tasks meanwhile, so nested splitting (a chunk
- * task that splits a stage into row tasks and waits for them) never deadlocks, and a pool
- * without threads runs everything on the waiting thread. */
+/* Worker threads: a task queue ordered by priority (lower first; first in, first out among
+ * equal priorities), guarded by one mutex and condition variable. The iterator gives every
+ * chunk a priority that grows with its position, and the tasks a chunk splits off inherit
+ * it, so idle workers always pick the work of the oldest chunk first.
+ *
+ * A thread that waits for a group runs only queued tasks that are at least as urgent as the
+ * group (priority <= the group's): the group's own tasks and those of older chunks, never
+ * the work of later chunks; otherwise it sleeps. Nested splitting (a chunk task that splits
+ * a stage into row tasks and waits for them) cannot deadlock: the waiter runs its own queued
+ * tasks itself, and a pool without threads runs everything on the waiting thread. */
 #include <pthread.h>
 
 #include "engine.h"
@@ -11,6 +17,7 @@ struct rill__workers {
   pthread_cond_t cv;
   rill__task_t* head;
   rill__task_t* tail;
+  rill__task_t* last; /* the task inserted last (a hint for runs of equal priority) */
   int stop;
   int nthreads;
   pthread_t* threads;
@@ -25,13 +32,31 @@ typedef struct worker_start {
   int index;
 } worker_start_t;
 
+static int64_t prio_of(const rill__task_t* t) { return t->group->prio; }
+
+/* Unlinks `t` (whose predecessor is `prev`, NULL at the head). */
+static void unlink_locked(rill__workers_t* w, rill__task_t* prev, rill__task_t* t) {
+  if (prev)
+    prev->next = t->next;
+  else
+    w->head = t->next;
+  if (w->tail == t) w->tail = prev;
+  if (w->last == t) w->last = NULL;
+  t->next = NULL;
+}
+
 static rill__task_t* pop_locked(rill__workers_t* w) {
   rill__task_t* t = w->head;
-  if (t) {
-    w->head = t->next;
-    if (!w->head) w->tail = NULL;
-    t->next = NULL;
-  }
+  if (t) unlink_locked(w, NULL, t);
+  return t;
+}
+
+/* The first queued task with priority <= `prio`, removed from the queue; NULL if none. The
+ * queue is sorted, so only the head can qualify. */
+static rill__task_t* take_locked(rill__workers_t* w, int64_t prio) {
+  rill__task_t* t = w->head;
+  if (!t || prio_of(t) > prio) return NULL;
+  unlink_locked(w, NULL, t);
   return t;
 }
 
@@ -118,14 +143,32 @@ int rill__workers_new(int nthreads, rill__workers_t** out) {
 int rill__workers_count(const rill__workers_t* w) { return w ? w->nthreads : 0; }
 
 void rill__workers_submit(rill__workers_t* w, rill__task_t* task) {
+  int64_t p = prio_of(task);
   pthread_mutex_lock(&w->mu);
   task->next = NULL;
   task->group->pending++;
-  if (w->tail)
-    w->tail->next = task;
-  else
-    w->head = task;
-  w->tail = task;
+  if (!w->tail || prio_of(w->tail) <= p) { /* the usual case: append */
+    if (w->tail)
+      w->tail->next = task;
+    else
+      w->head = task;
+    w->tail = task;
+  } else {
+    rill__task_t* prev = NULL;
+    if (w->last && prio_of(w->last) <= p && w->last->next && prio_of(w->last->next) > p) {
+      prev = w->last; /* right after the previous task of a run of equal priority */
+    } else {
+      for (rill__task_t* t = w->head; t && prio_of(t) <= p; t = t->next) prev = t;
+    }
+    if (prev) {
+      task->next = prev->next;
+      prev->next = task;
+    } else {
+      task->next = w->head;
+      w->head = task;
+    }
+  }
+  w->last = task;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
 }
@@ -133,7 +176,7 @@ void rill__workers_submit(rill__workers_t* w, rill__task_t* task) {
 void rill__workers_wait(rill__workers_t* w, rill__group_t* group) {
   pthread_mutex_lock(&w->mu);
   while (group->pending > 0) {
-    rill__task_t* t = pop_locked(w);
+    rill__task_t* t = take_locked(w, group->prio);
     if (t)
       run_locked(w, t);
     else
@@ -145,21 +188,19 @@ void rill__workers_wait(rill__workers_t* w, rill__group_t* group) {
 int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group) {
   int64_t n = 0;
   pthread_mutex_lock(&w->mu);
-  rill__task_t** pp = &w->head;
   rill__task_t* prev = NULL;
-  while (*pp) {
-    rill__task_t* t = *pp;
+  rill__task_t* t = w->head;
+  while (t) {
+    rill__task_t* next = t->next;
     if (t->group == group) {
-      *pp = t->next;
-      t->next = NULL;
+      unlink_locked(w, prev, t);
       group->pending--;
       n++;
     } else {
       prev = t;
-      pp = &t->next;
     }
+    t = next;
   }
-  w->tail = prev;
   if (n && group->pending == 0) pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
   return n;

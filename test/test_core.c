@@ -801,3 +801,139 @@ Test(core, objects_stay_usable_after_enomem) {
   for (int i = 0; i < 10; i++) cr_assert_eq(v[i], i + 1);
   rill_df_free(df);
 }
+
+/* Map on a uint8 [2,2] tensor column: int64 out = sum of the cell; fails on row fail_row. */
+static int64_t zc_fail_row = -1;
+static int map_cellsum(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                       rill_error_t* err) {
+  int64_t n = in[0]->length;
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  const int64_t* rows = rill_exec_rows(ex);
+  const uint8_t* d = in[0]->data;
+  for (int64_t i = 0; i < n; i++) {
+    if (rows[i] == zc_fail_row) {
+      err->row = i;
+      return rill_error_set(err, RILL_EFORMAT, "bad cell in row %lld", (long long)rows[i]);
+    }
+    ((int64_t*)out->data)[i] = d[4 * i] + d[4 * i + 1] + d[4 * i + 2] + d[4 * i + 3];
+  }
+  return RILL_OK;
+}
+
+Test(core, memory_source_lends_consecutive_rows_without_copying) {
+  enum { N = 10, B = 4, CELL = 4 };
+  rill_error_t err;
+  rill_array_t* a;
+  RT_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 2, (int64_t[]){2, 2}), N, &a, &err), err);
+  uint8_t* d = a->data;
+  for (int i = 0; i < N * CELL; i++) d[i] = (uint8_t)i;
+  uint8_t orig[N * CELL];
+  memcpy(orig, d, sizeof orig);
+  const char* names[1] = {"img"};
+  const rill_array_t* arrays[1] = {a};
+  rill_df_t* df;
+  RT_OK(rill_df_from_arrays(names, arrays, 1, 0, &df, &err), err);
+  int in = 0;
+  rill_stage_opts_t skip = {.on_error = RILL_ON_ERROR_SKIP};
+  int sum = rill_df_map(df, "sum", rill_type_scalar(RILL_INT64), &in, 1, map_cellsum, NULL, NULL, &skip, &err);
+  cr_assert_eq(sum, 1, "%s", err.message);
+  /* batches of the column alone: slices of the caller's buffer */
+  rill_df_t* b;
+  RT_OK(rill_df_batch(df, &in, 1, B, NULL, &b, &err), err);
+  for (int threads = RILL_THREADS_NONE; threads <= 2; threads += 3) {
+    rill_iter_t* it;
+    RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = threads}, &it, &err), err);
+    rill_row_t row;
+    int k = 0;
+    while (rill_iter_next(it, &row, &err) == RILL_OK) {
+      const rill_array_t* x = rill_row_get(&row, 0);
+      cr_assert_eq(x->length, k < 2 ? B : N - 2 * B);
+      cr_assert_eq(x->data, d + k * B * CELL, "threads %d batch %d was copied", threads, k);
+      cr_assert_eq(x->null_count, 0);
+      k++;
+    }
+    cr_assert_eq(k, 3);
+    rill_iter_free(it);
+  }
+  rill_df_free(b);
+  /* a SKIP in a map of the same rows drops row 5 from the lent cells: the caller's buffer
+   * stays untouched and the batch holds rows 4, 6, 7 */
+  zc_fail_row = 5;
+  int both[2] = {0, sum};
+  RT_OK(rill_df_batch(df, both, 2, B, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = 2, .prefetch = 4}, &it, &err), err);
+  rill_row_t row;
+  int k = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    const rill_array_t *x = rill_row_get(&row, 0), *s = rill_row_get(&row, 1);
+    int64_t want_rows[3][B] = {{0, 1, 2, 3}, {4, 6, 7, -1}, {8, 9, -1, -1}};
+    cr_assert_eq(x->length, k == 0 ? 4 : k == 1 ? 3 : 2);
+    cr_assert_eq(s->length, x->length);
+    for (int64_t i = 0; i < x->length; i++) {
+      int64_t r = want_rows[k][i];
+      cr_assert_eq(memcmp((const uint8_t*)x->data + i * CELL, orig + r * CELL, CELL), 0, "batch %d cell %lld", k,
+                   (long long)i);
+      cr_assert_eq(((const int64_t*)s->data)[i], 16 * r + 6);
+    }
+    k++;
+  }
+  cr_assert_eq(k, 3);
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_eq(st.skipped, 1);
+  rill_iter_free(it);
+  rill_df_free(b);
+  cr_assert_eq(memcmp(d, orig, sizeof orig), 0, "the caller's buffer was written");
+  zc_fail_row = -1;
+  /* rows out of order (shuffle) are gathered into the engine's own buffer */
+  rill_df_t *sh, *sb;
+  RT_OK(rill_df_shuffle(df, 3, &sh, &err), err);
+  RT_OK(rill_df_batch(sh, &in, 1, N, NULL, &sb, &err), err);
+  RT_OK(rill_iter_new(sb, NULL, &it, &err), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  const rill_array_t* x = rill_row_get(&row, 0);
+  cr_assert_neq(x->data, d);
+  int seen[N] = {0};
+  for (int i = 0; i < N; i++) seen[((const uint8_t*)x->data)[i * CELL] / CELL]++;
+  for (int i = 0; i < N; i++) cr_assert_eq(seen[i], 1);
+  rill_iter_free(it);
+  rill_df_free(sb);
+  rill_df_free(sh);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+Test(core, memory_source_with_nulls_copies_and_keeps_them) {
+  enum { N = 6 };
+  rill_error_t err;
+  int64_t v[N] = {10, 11, 12, 13, 14, 15};
+  uint8_t valid = 0x3B; /* row 2 null */
+  rill_array_t* a;
+  RT_OK(rill_array_wrap(rill_type_scalar(RILL_INT64), N, v, sizeof v, &valid, 1, NULL, NULL, NULL, NULL, &a, &err), err);
+  const char* names[1] = {"v"};
+  const rill_array_t* arrays[1] = {a};
+  rill_df_t *df, *b;
+  RT_OK(rill_df_from_arrays(names, arrays, 1, 0, &df, &err), err);
+  int c = 0;
+  RT_OK(rill_df_batch(df, &c, 1, 3, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, NULL, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  const rill_array_t* x = rill_row_get(&row, 0);
+  cr_assert_neq(x->data, (void*)v);
+  cr_assert_eq(x->null_count, 1);
+  cr_assert(rill_array_is_valid(x, 0) && rill_array_is_valid(x, 1) && !rill_array_is_valid(x, 2));
+  cr_assert_eq(((const int64_t*)x->data)[1], 11);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  x = rill_row_get(&row, 0);
+  cr_assert_eq(x->null_count, 0);
+  cr_assert_eq(((const int64_t*)x->data)[2], 15);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+  rill_array_release(a);
+}

@@ -491,3 +491,47 @@ Test(csv, number_parsing_matches_strtod) {
   cr_assert_eq(rill__parse_int64("12a", 3, &iv), RILL_EFORMAT);
   cr_assert_eq(rill__parse_int64("-", 1, &iv), RILL_EFORMAT);
 }
+
+Test(csv, wide_rows_in_blocks) {
+  enum { COLS = 1100, ROWS = 2000 };
+  size_t cap = (size_t)COLS * 8 * (ROWS + 1) + 16, n = 0;
+  char* text = malloc(cap);
+  for (int c = 0; c < COLS; c++) n += (size_t)sprintf(text + n, "%sc%d", c ? "," : "", c);
+  text[n++] = '\n';
+  for (int r = 0; r < ROWS; r++) {
+    n += (size_t)sprintf(text + n, "\"s,%d\"", r); /* column 0: strings */
+    for (int c = 1; c < COLS; c++) n += (size_t)sprintf(text + n, ",%d", (r + c) % 1000);
+    text[n++] = '\n';
+  }
+  rill_error_t err = {0};
+  rill_df_t *df = NULL, *b = NULL;
+  RT_OK(rill_df_from_csv_buffer(text, n, &(rill_csv_opts_t){.borrow = 1}, &df, &err), err);
+  cr_assert_eq(rill_df_ncolumns(df), COLS);
+  int* cols = malloc(sizeof(int) * COLS);
+  for (int c = 0; c < COLS; c++) cols[c] = c;
+  RT_OK(rill_df_batch(df, cols, COLS, ROWS, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  const rill_array_t* s0 = rill_row_get(&row, 0);
+  cr_assert_eq(s0->type.dtype, RILL_STRING);
+  for (int r = 0; r < ROWS; r++) {
+    char want[32];
+    int wn = snprintf(want, sizeof want, "s,%d", r);
+    int64_t nb;
+    const char* got = rill_array_cell(s0, r, &nb);
+    cr_assert(nb == wn && memcmp(got, want, (size_t)wn) == 0, "row %d: '%.*s'", r, (int)nb, got);
+  }
+  for (int c = 1; c < COLS; c += 37) {
+    const rill_array_t* a = rill_row_get(&row, c);
+    cr_assert_eq(a->length, ROWS);
+    for (int r = 0; r < ROWS; r += 101)
+      cr_assert_eq(((const int64_t*)a->data)[r], (r + c) % 1000, "row %d column %d", r, c);
+  }
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+  free(cols);
+  free(text);
+}

@@ -443,6 +443,21 @@ Test(limits, huge_header_is_range_error) {
   free(ok.p), free(j.p), free(p.p), free(px);
 }
 
+Test(limits, progressive_header_larger_than_its_data) {
+  uint8_t* px = make_pixels(64, 64, 3);
+  buf_t b = enc_jpeg(px, 64, 64, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2, .progressive = 1});
+  jpeg_set_size(&b, 8000, 8000); /* 64 MP: under the pixel limit, far more blocks than bytes */
+  rill_error_t err = {0};
+  rill__img_info_t info;
+  rill__img_out_t plan, o;
+  RT_OK(rill__img_probe(b.p, b.n, &info, &err), err);
+  RT_OK(rill__img_plan(&info, &RGB(3), &plan, &err), err);
+  uint8_t dst[16];
+  RT_FAILS(rill__img_decode(b.p, b.n, &RGB(3), dst, sizeof dst, &o, &err), RILL_EFORMAT,
+           "cannot hold a 8000x8000 progressive image", err);
+  free(b.p), free(px);
+}
+
 Test(limits, bad_requests) {
   uint8_t* px = make_pixels(20, 10, 3);
   buf_t b = enc_png(px, 20, 10, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0);

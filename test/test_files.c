@@ -1,6 +1,7 @@
 /* File sources (list of paths, list file, STRING column of paths, ImageFolder) and the
  * rill_image_decode map through the engine: good and bad files under RAISE, SKIP and NULL. */
 #include <errno.h>
+#include <ftw.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +14,14 @@
 #endif
 
 /* ---------------------------------------------------------------- helpers */
+
+static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* Removes this test's temporary directory. */
+static void cleanup(void) { nftw(rt_tmpdir(), remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 static char* tpath(const char* rel) {
   static char bufs[8][1024];
@@ -86,7 +95,7 @@ static int iterate(rill_df_t* df, int col, step_t* steps, int max, rill_iter_sta
 
 /* ---------------------------------------------------------------- file lists */
 
-Test(files, from_files_reads_bytes_on_demand) {
+Test(files, from_files_reads_bytes_on_demand, .fini = cleanup) {
   write_file(tpath("a.bin"), "hello", 5);
   write_file(tpath("b.bin"), "", 0);
   write_file(tpath("c.bin"), "\0\1\2world", 8);
@@ -122,7 +131,7 @@ Test(files, from_files_reads_bytes_on_demand) {
   rill_df_free(df);
 }
 
-Test(files, missing_file_under_each_policy) {
+Test(files, missing_file_under_each_policy, .fini = cleanup) {
   write_file(tpath("m0.bin"), "zero", 4);
   write_file(tpath("m2.bin"), "two", 3);
   mkdirs("adir");
@@ -163,7 +172,7 @@ Test(files, missing_file_under_each_policy) {
   rill_df_free(df);
 }
 
-Test(files, bad_arguments) {
+Test(files, bad_arguments, .fini = cleanup) {
   rill_error_t err = {0};
   rill_df_t* df = NULL;
   const char* paths[] = {"a", NULL};
@@ -187,7 +196,7 @@ Test(files, bad_arguments) {
   rill_df_free(df);
 }
 
-Test(files, list_file_resolves_relative_paths) {
+Test(files, list_file_resolves_relative_paths, .fini = cleanup) {
   mkdirs("lst/sub");
   write_file(tpath("lst/sub/one.txt"), "1", 1);
   write_file(tpath("lst/two.txt"), "22", 2);
@@ -215,7 +224,7 @@ Test(files, list_file_resolves_relative_paths) {
   rill_df_free(df);
 }
 
-Test(files, file_read_map_over_a_string_column) {
+Test(files, file_read_map_over_a_string_column, .fini = cleanup) {
   write_file(tpath("r1.bin"), "abc", 3);
   rill_error_t err = {0};
   rill_array_t* a;
@@ -245,7 +254,7 @@ Test(files, file_read_map_over_a_string_column) {
 
 /* ---------------------------------------------------------------- ImageFolder */
 
-Test(folder, classes_labels_and_sorting) {
+Test(folder, classes_labels_and_sorting, .fini = cleanup) {
   mkdirs("root/b_dogs/nested");
   mkdirs("root/a_cats");
   mkdirs("root/.hidden");
@@ -380,7 +389,7 @@ static rill_df_t* bad_set(const rill_decode_opts_t* dopts, int* col) {
   return df;
 }
 
-Test(decode_map, raise_names_row_and_file) {
+Test(decode_map, raise_names_row_and_file, .fini = cleanup) {
   int col;
   rill_df_t* df = bad_set(NULL, &col);
   const rill_field_t* f = rill_df_field(df, col);
@@ -417,7 +426,7 @@ Test(decode_map, raise_names_row_and_file) {
   rill_df_free(df);
 }
 
-Test(decode_map, skip_drops_and_counts) {
+Test(decode_map, skip_drops_and_counts, .fini = cleanup) {
   int col;
   rill_df_t* df = bad_set(&(rill_decode_opts_t){.on_error = RILL_ON_ERROR_SKIP}, &col);
   step_t s[8];
@@ -430,7 +439,7 @@ Test(decode_map, skip_drops_and_counts) {
   rill_df_free(df);
 }
 
-Test(decode_map, null_policy_and_channels) {
+Test(decode_map, null_policy_and_channels, .fini = cleanup) {
   int col;
   rill_df_t* df = bad_set(&(rill_decode_opts_t){.on_error = RILL_ON_ERROR_NULL, .channels = 4}, &col);
   cr_assert(rill_df_field(df, col)->nullable);
@@ -451,7 +460,7 @@ Test(decode_map, null_policy_and_channels) {
   rill_df_free(df);
 }
 
-Test(decode_map, real_corpus_through_image_folder) {
+Test(decode_map, real_corpus_through_image_folder, .fini = cleanup) {
   char root[1024];
   snprintf(root, sizeof root, "%s/build/data/corpus", rt_root());
   struct stat sb;

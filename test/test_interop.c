@@ -648,6 +648,14 @@ Test(stream, row_export_and_errors) {
   s.release(&s);
   RT_FAILS(rill_row_export_arrow(NULL, NULL, NULL, &s, &arr, &err), RILL_EINVAL, "NULL", err);
   RT_FAILS(rill_df_export_stream(NULL, NULL, NULL, &err), RILL_EINVAL, "NULL", err);
+  df = make_df(3);
+  struct ArrowArrayStream st;
+  RT_FAILS(rill_df_export_stream(df, &(rill_iter_opts_t){.columns = (int[]){7}, .ncolumns = 1}, &st, &err),
+           RILL_EINVAL, "column 7 is not in the dataframe", err);
+  cr_assert_null(st.release);
+  RT_FAILS(rill_df_export_stream_ex(df, NULL, &(rill_arrow_stream_opts_t){.batch_rows = -2}, &st, &err),
+           RILL_EINVAL, "negative batch_rows", err);
+  rill_df_free(df);
 }
 
 /* ---------------------------------------------------------------- import */
@@ -863,4 +871,44 @@ Test(import, stream_errors_carry_the_producer_message) {
   cr_assert(strstr(err.message, "after 1 batches") != NULL, "%s", err.message);
   cr_assert_null(st.release, "the stream is released on failure");
   cr_assert_null(df);
+}
+
+Test(import, variable_shape_tensor_round_trip) {
+  rill_error_t err = {0};
+  rill_array_t* a = NULL;
+  RT_OK(rill_array_new(rill_type_tensor(RILL_INT32, 2, (int64_t[]){-1, 2}), 3, &a, &err), err);
+  int32_t v[6] = {1, 2, 3, 4, 5, 6};
+  RT_OK(rill_array_set_var(a, 0, v, 16, (int64_t[]){2, 2}), err);
+  RT_OK(rill_array_set_var(a, 1, NULL, 0, (int64_t[]){0, 2}), err);
+  RT_OK(rill_array_set_var(a, 2, v + 4, 8, (int64_t[]){1, 2}), err);
+  RT_OK(rill_array_set_null(a, 1), err);
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_arrays((const char*[]){"m"}, (const rill_array_t*[]){a}, 1, 0, &df, &err), err);
+  struct ArrowArrayStream st;
+  RT_OK(rill_df_export_stream_ex(df, NULL, &(rill_arrow_stream_opts_t){.batch_rows = 2}, &st, &err), err);
+  rill_df_t* back = NULL;
+  RT_OK(rill_df_from_arrow(&st, &back, &err), err);
+  const rill_field_t* f = rill_df_field(back, 0);
+  cr_assert(rill_type_equal(&f->type, &a->type), "uniform_shape keeps the fixed dimension");
+  rill_iter_t* it = NULL;
+  RT_OK(rill_iter_new(back, NULL, &it, &err), err);
+  for (int64_t i = 0; i < 3; i++) {
+    rill_row_t row;
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    cr_assert_eq(rill_array_is_valid(row.columns[0], 0), i != 1);
+    if (i == 1) continue;
+    int64_t got[2], want[2], n1, n2;
+    rill_array_cell_shape(row.columns[0], 0, got);
+    rill_array_cell_shape(a, i, want);
+    cr_assert_eq(got[0], want[0]);
+    cr_assert_eq(got[1], want[1]);
+    const void* p1 = rill_array_cell(row.columns[0], 0, &n1);
+    const void* p2 = rill_array_cell(a, i, &n2);
+    cr_assert_eq(n1, n2);
+    cr_assert_eq(memcmp(p1, p2, (size_t)n1), 0);
+  }
+  rill_iter_free(it);
+  rill_df_free(back);
+  rill_df_free(df);
+  rill_array_release(a);
 }

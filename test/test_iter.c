@@ -595,3 +595,66 @@ Test(iter, execution_context_fields) {
   rill_df_free(sh);
   rill_df_free(df);
 }
+
+/* Map on a batched dataframe: cell = the first draw of rill_exec_rng for the cell; also
+ * checks that the call's row ids are the batched dataframe's parent rows. */
+static _Atomic int64_t rng_bad_rows = 0;
+static int map_rng_u64(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                       rill_error_t* err) {
+  int64_t n = in[0]->length;
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_UINT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  const int64_t* rows = rill_exec_rows(ex);
+  for (int64_t i = 0; i < n; i++) {
+    if (rows[i] != ((const int64_t*)in[0]->data)[i]) atomic_store(&rng_bad_rows, 1);
+    rill_rng_t g = rill_exec_rng(ex, i);
+    ((uint64_t*)out->data)[i] = rill_rng_u64(&g);
+  }
+  return RILL_OK;
+}
+
+Test(iter, rng_of_a_map_on_a_batch_follows_the_parent_rows) {
+  enum { N = 22, B = 4 };
+  counter_t cs;
+  counter_init(&cs, 0);
+  cs.fail_row = 5; /* skipped: batch 1 holds parent rows 4, 6, 7 */
+  rill_stage_opts_t so = policy(RILL_ON_ERROR_SKIP);
+  rill_df_t* df = make_src(N, &cs, &so);
+  rill_error_t err;
+  int col = 0;
+  rill_df_t* b;
+  RT_OK(rill_df_batch(df, &col, 1, B, NULL, &b, &err), err);
+  int m = rill_df_map(b, "draw", rill_type_scalar(RILL_UINT64), &col, 1, map_rng_u64, NULL, NULL, NULL, &err);
+  cr_assert_eq(m, 1, "%s", err.message);
+  for (int threads = RILL_THREADS_NONE; threads <= 2; threads += 3) {
+    rill_iter_t* it;
+    RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = threads, .seed = 9, .epoch = 3}, &it, &err), err);
+    rill_row_t row;
+    uint64_t seen[N];
+    int64_t n = 0, batch = 0;
+    while (rill_iter_next(it, &row, &err) == RILL_OK) {
+      const rill_array_t* rows = rill_row_get(&row, 0);
+      const rill_array_t* draws = rill_row_get(&row, 1);
+      cr_assert_eq(draws->length, rows->length);
+      cr_assert_eq(rows->length, batch == 1 ? B - 1 : batch == N / B ? N % B : B);
+      for (int64_t i = 0; i < rows->length; i++) {
+        int64_t r = ((const int64_t*)rows->data)[i];
+        cr_assert_eq(r, batch * B + i + (batch == 1 && i >= 1), "batch %lld cell %lld holds row %lld",
+                     (long long)batch, (long long)i, (long long)r);
+        rill_rng_t want = rill_rng_seeded(9, 3, r, m);
+        uint64_t got = ((const uint64_t*)draws->data)[i];
+        cr_assert_eq(got, rill_rng_u64(&want), "batch %lld cell %lld (row %lld): not the row's stream",
+                     (long long)batch, (long long)i, (long long)r);
+        for (int64_t j = 0; j < n; j++) cr_assert_neq(seen[j], got, "row %lld repeats a draw", (long long)r);
+        seen[n++] = got;
+      }
+      batch++;
+    }
+    cr_assert_eq(batch, (N + B - 1) / B);
+    cr_assert_eq(n, N - 1);
+    rill_iter_free(it);
+  }
+  cr_assert_eq(atomic_load(&rng_bad_rows), 0, "rill_exec_rows differs from the batch's parent rows");
+  rill_df_free(b);
+  rill_df_free(df);
+}

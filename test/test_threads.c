@@ -2,6 +2,7 @@
  * across threads, serial stages, several iterators at once. Also run under ThreadSanitizer
  * (make tsan). */
 #include <pthread.h>
+#include <time.h>
 
 #include "engine_common.h"
 
@@ -302,4 +303,62 @@ Test(threads, variable_length_stage_split_across_threads) {
   split_strings(RILL_ON_ERROR_NULL, 3);
   split_strings(RILL_ON_ERROR_SKIP, RILL_THREADS_NONE);
   split_strings(RILL_ON_ERROR_NULL, 1);
+}
+
+/* ---- first-batch latency: the oldest chunk's work comes first */
+
+typedef struct slow_src {
+  int64_t chunk_rows;           /* rows of the iterated dataframe per chunk */
+  _Atomic uint64_t started;     /* bit c: a call for chunk c has started */
+  _Atomic int64_t calls;
+} slow_src_t;
+
+/* Source: int64 cell = row id; sleeps 2 ms per call and records which chunk it serves. */
+static int src_slow(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                    rill_error_t* err) {
+  slow_src_t* s = ctx;
+  int64_t c = rows[0] / s->chunk_rows;
+  if (c < 64) atomic_fetch_or(&s->started, (uint64_t)1 << c);
+  atomic_fetch_add(&s->calls, 1);
+  nanosleep(&(struct timespec){0, 2000000}, NULL);
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
+  return RILL_OK;
+}
+
+/* A batched dataframe (B rows per batch, one split task per row) iterated with prefetch 8
+ * and `threads` workers: counts the batches whose work had started when the first batch was
+ * handed out. The oldest batch's split tasks must run before later batches' work, and the
+ * waiting consumer must not run later batches itself. */
+static void first_out_after_few_chunks(int threads) {
+  enum { B = 8 };
+  slow_src_t s = {.chunk_rows = B};
+  rill_error_t err;
+  rill_df_t *df, *top;
+  RT_OK(rill_df_new(20 * B, &df, &err), err);
+  rill_stage_opts_t o = {.grain = 1};
+  int col = rill_df_add_source(df, "slow", rill_type_scalar(RILL_INT64), src_slow, &s, NULL, &o, &err);
+  cr_assert_eq(col, 0, "%s", err.message);
+  RT_OK(rill_df_batch(df, &col, 1, B, NULL, &top, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(top, &(rill_iter_opts_t){.threads = threads, .prefetch = 8}, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  uint64_t seen = atomic_load(&s.started);
+  int chunks = __builtin_popcountll(seen);
+  cr_assert(seen & 1, "batch 0 never started");
+  cr_assert(chunks <= threads + 1, "%d threads: %d batches (mask %#llx) had started before the first batch", threads,
+            chunks, (unsigned long long)seen);
+  const rill_array_t* a = rill_row_get(&row, 0);
+  cr_assert_eq(a->length, B);
+  for (int i = 0; i < B; i++) cr_assert_eq(((const int64_t*)a->data)[i], i);
+  rill_iter_free(it);
+  rill_df_free(top);
+  rill_df_free(df);
+}
+
+Test(threads, first_batch_waits_only_for_the_oldest_chunk) {
+  first_out_after_few_chunks(2);
+  first_out_after_few_chunks(3);
 }

@@ -18,8 +18,8 @@ The library is found through the RILL_LIB environment variable, else next to thi
 
 import ctypes
 import os
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_int, c_int32, c_int64,
-                    c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_int, c_int64, c_uint8,
+                    c_uint64, c_void_p)
 
 __all__ = ["DataFrame", "Iterator", "Batch", "Column", "RillError", "DTYPES", "library"]
 

@@ -1,5 +1,5 @@
-/* Parse and iterate every row of a CSV file through rill (batches of 8192 rows).
- * usage: bench_csv FILE.csv THREADS
+/* Parse and iterate every row of a CSV file through rill (batches of BATCH rows, default 8192).
+ * usage: bench_csv FILE.csv THREADS [BATCH]
  * prints: rill_csv seconds=S rows=N rss_mb=M index_s=I */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int threads = atoi(argv[2]);
+  int64_t batch = argc > 3 ? atoll(argv[3]) : 8192;
   rill_error_t err = {0};
   rill_df_t *df = NULL, *batches = NULL;
   double t0 = now();
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   int ncols = rill_df_ncolumns(df);
   int* cols = malloc(sizeof(int) * (size_t)ncols);
   for (int c = 0; c < ncols; c++) cols[c] = c;
-  if (rill_df_batch(df, cols, ncols, 8192, NULL, &batches, &err) != RILL_OK) {
+  if (rill_df_batch(df, cols, ncols, batch, NULL, &batches, &err) != RILL_OK) {
     fprintf(stderr, "bench_csv: %s\n", err.message);
     return 1;
   }

@@ -1,5 +1,5 @@
 /* Read every row of a SQLite table in shuffled order through rill (by rowid, on demand).
- * usage: bench_sqlite DB TABLE THREADS
+ * usage: bench_sqlite DB TABLE THREADS [BATCH]
  * prints: rill_sqlite seconds=S rows=N rss_mb=M */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int threads = atoi(argv[3]);
+  int64_t batch = argc > 4 ? atoll(argv[4]) : 1024;
   rill_error_t err = {0};
   rill_df_t *df = NULL, *sh = NULL, *batches = NULL;
   double t0 = now();
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   int* cols = malloc(sizeof(int) * (size_t)ncols);
   for (int c = 0; c < ncols; c++) cols[c] = c;
   rill_iter_t* it = NULL;
-  if (rill_df_batch(sh, cols, ncols, 1024, NULL, &batches, &err) != RILL_OK ||
+  if (rill_df_batch(sh, cols, ncols, batch, NULL, &batches, &err) != RILL_OK ||
       rill_iter_new(batches, &(rill_iter_opts_t){.threads = threads, .prefetch = 4}, &it, &err) != RILL_OK) {
     fprintf(stderr, "bench_sqlite: %s\n", err.message);
     return 1;

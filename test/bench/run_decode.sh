@@ -12,7 +12,7 @@ fi
 list=$BUILD/bench/decode_list.txt
 mkdir -p "$BUILD/bench"
 find "$data/corpus" -name '*.jpg' | sort > "$list"
-max=${DECODE_MAX:-1500}
+max=${DECODE_MAX:-1000}
 pil_args=()
 if /usr/bin/python3 -c 'import PIL' 2>/dev/null; then
   read -r pil pil_png < <(/usr/bin/python3 "$ROOT/test/bench/bench_decode.py" "$list" "$max")

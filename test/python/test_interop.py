@@ -1,5 +1,6 @@
 """rill's exports checked by independent consumers: pyarrow (full validation), nanoarrow
 (full validation), numpy (DLPack), polars and pandas (through Arrow)."""
+import ctypes
 import gc
 
 import numpy as np
@@ -300,3 +301,45 @@ def test_variable_shape_tensor_round_trip():
                                            {"data": [7, 8, 9], "shape": [1, 3]}]
     with pytest.raises(rill.RillError, match="variable shape"):
         np.from_dlpack(next(iter(df.batch(2).iter())).column(0))
+
+
+@pytest.mark.parametrize("variant", ["plain", "batched", "filtered"])
+@pytest.mark.parametrize("name,in_type,out_type", TYPES, ids=[t[0] for t in TYPES])
+def test_empty_every_type(name, in_type, out_type, variant):
+    df = derived(rill.DataFrame.from_arrow(source_table(name, in_type, 0, False)), variant)
+    reader = pa.RecordBatchReader.from_stream(df)
+    assert reader.schema.field("v").type == out_type
+    table = reader.read_all()
+    table.validate(full=True)
+    assert table.num_rows == 0
+
+
+def test_bfloat16_round_trip():
+    bits = pa.array([0x3F80, 0xC000, None, 0x7F80], pa.uint16())  # 1.0, -2.0, null, inf
+    field = pa.field("h", pa.uint16(), metadata={b"rill.dtype": b"bfloat16"})
+    df = rill.DataFrame.from_arrow(pa.Table.from_arrays([bits], schema=pa.schema([field])))
+    assert df.field(0)["dtype"] == "bfloat16"
+    table = pa.table(df)
+    assert table.schema.field("h").metadata == {b"rill.dtype": b"bfloat16"}
+    assert table.column("h").to_pylist() == [0x3F80, 0xC000, None, 0x7F80]
+
+
+def test_unconsumed_capsules_release_their_reference():
+    refcount = rill.library.rill_array_refcount
+    refcount.restype = ctypes.c_int64
+    refcount.argtypes = [ctypes.c_void_p]
+    df = rill.DataFrame.from_arrow(pa.table({"x": pa.array(np.arange(8.0))})).batch(8)
+    col = next(iter(df.iter())).column(0)
+    base = refcount(col._p)
+    caps = [col.__dlpack__(max_version=(1, 0)), col.__dlpack__(), col.__arrow_c_array__()]
+    assert refcount(col._p) == base + 3
+    del caps
+    gc.collect()
+    assert refcount(col._p) == base
+    consumed = np.from_dlpack(col)  # the consumer now owns one reference
+    assert refcount(col._p) == base + 1
+    del consumed
+    gc.collect()
+    assert refcount(col._p) == base
+    stream = df.__arrow_c_stream__()  # never consumed: released by the capsule
+    del stream

@@ -1,0 +1,275 @@
+/* ThreadSanitizer stress of the worker pool and iterators: filtered + shuffled + batched
+ * pipelines with prefetch 8 on 2-4 threads (and the same output as without threads), two
+ * iterators over one dataframe on two threads, a CPU_SERIAL stage, iterators freed while
+ * work is in flight. Prints "N passed, N failed" last; exits non-zero on a failure. */
+#include <pthread.h>
+
+#include "tsan_common.h"
+
+enum { N = 3000, B = 32 };
+
+typedef struct pipeline {
+  stage_ctx_t src_ctx, plus_ctx;
+  rill_df_t *base, *filt, *shuf, *batch;
+  int plus, rand;
+} pipeline_t;
+
+static void pipeline_make(pipeline_t* p) {
+  rill_error_t err;
+  memset(p, 0, sizeof *p);
+  CHECK_OK(rill_df_new(N, &p->base, &err), err);
+  rill_stage_opts_t g64 = {.grain = 64}, g50 = {.grain = 50};
+  int src = rill_df_add_source(p->base, "src", rill_type_scalar(RILL_INT64), tsrc, &p->src_ctx, NULL, NULL, &err);
+  p->plus = rill_df_map(p->base, "plus", rill_type_scalar(RILL_INT64), &src, 1, tplus, &p->plus_ctx, NULL, &g64, &err);
+  p->rand = rill_df_map(p->base, "rand", rill_type_scalar(RILL_FLOAT64), &src, 1, trand, NULL, NULL, &g50, &err);
+  int keep = rill_df_map(p->base, "keep", rill_type_scalar(RILL_BOOL), &src, 1, tkeep, NULL, NULL, NULL, &err);
+  CHECK(src == 0 && p->plus == 1 && p->rand == 2 && keep == 3, "columns %d %d %d %d: %s", src, p->plus, p->rand,
+        keep, err.message);
+  CHECK_OK(rill_df_filter(p->base, keep, &p->filt, &err), err);
+  CHECK_OK(rill_df_shuffle(p->filt, 7, &p->shuf, &err), err);
+  int cols[2] = {p->plus, p->rand};
+  CHECK_OK(rill_df_batch(p->shuf, cols, 2, B, NULL, &p->batch, &err), err);
+}
+
+static void pipeline_free(pipeline_t* p) {
+  rill_df_free(p->batch);
+  rill_df_free(p->shuf);
+  rill_df_free(p->filt);
+  rill_df_free(p->base);
+}
+
+/* Iterates (batched or row mode) two epochs; stores plus and rand values in order. */
+static int64_t run(pipeline_t* p, int batched, int threads, int prefetch, int64_t* plus, double* rnd) {
+  rill_error_t err;
+  rill_iter_t* it;
+  int cols[2] = {p->plus, p->rand};
+  rill_iter_opts_t o = {.threads = threads, .prefetch = prefetch, .seed = 11, .epoch = 1};
+  if (batched) {
+    cols[0] = 0;
+    cols[1] = 1;
+  }
+  o.columns = cols;
+  o.ncolumns = 2;
+  if (rill_iter_new(batched ? p->batch : p->shuf, &o, &it, &err) != RILL_OK) {
+    CHECK(0, "rill_iter_new: %s", err.message);
+    return 0;
+  }
+  int64_t n = 0;
+  for (int e = 1; e <= 2; e++) {
+    CHECK_OK(rill_iter_set_epoch(it, e), err);
+    rill_row_t row;
+    int r;
+    while ((r = rill_iter_next(it, &row, &err)) == RILL_OK) {
+      const rill_array_t* a = rill_row_get(&row, 0);
+      const rill_array_t* b = rill_row_get(&row, 1);
+      for (int64_t i = 0; i < a->length; i++) {
+        plus[n] = i64_at(a, i);
+        rnd[n] = ((const double*)b->data)[i];
+        n++;
+      }
+    }
+    CHECK(r == RILL_END, "threads %d: iteration ended with %d: %s", threads, r, err.message);
+  }
+  rill_iter_free(it);
+  return n;
+}
+
+static void test_pipelines(void) {
+  static int64_t ref_plus[2 * N], got_plus[2 * N];
+  static double ref_rand[2 * N], got_rand[2 * N];
+  pipeline_t p;
+  pipeline_make(&p);
+  int64_t kept = 0, sum = 0;
+  for (int64_t r = 0; r < N; r++)
+    if (r % 3 != 0) {
+      kept++;
+      sum += 3 * r + 1;
+    }
+  for (int batched = 0; batched <= 1; batched++) {
+    int64_t n = run(&p, batched, RILL_THREADS_NONE, RILL_PREFETCH_NONE, ref_plus, ref_rand);
+    CHECK(n == 2 * kept, "reference: %lld values, expected %lld", (long long)n, (long long)(2 * kept));
+    int64_t s = 0;
+    for (int64_t i = 0; i < n; i++) s += ref_plus[i];
+    CHECK(s == 2 * sum, "reference sum %lld, expected %lld", (long long)s, (long long)(2 * sum));
+    int configs[4][2] = {{2, 8}, {3, 8}, {4, 8}, {4, 64}};
+    for (int c = 0; c < 4; c++) {
+      int64_t m = run(&p, batched, configs[c][0], configs[c][1], got_plus, got_rand);
+      CHECK(m == n, "batched %d threads %d: %lld values, expected %lld", batched, configs[c][0], (long long)m,
+            (long long)n);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < m && i < n; i++) bad += got_plus[i] != ref_plus[i] || got_rand[i] != ref_rand[i];
+      CHECK(bad == 0, "batched %d threads %d prefetch %d: %lld values differ from the reference", batched,
+            configs[c][0], configs[c][1], (long long)bad);
+    }
+  }
+  pipeline_free(&p);
+}
+
+/* ---- two iterators over the same dataframe on two threads */
+
+typedef struct two {
+  pipeline_t* p;
+  int64_t n, sum;
+  int rc;
+} two_t;
+
+static void* two_main(void* arg) {
+  two_t* t = arg;
+  rill_error_t err;
+  rill_iter_t* it;
+  int col = t->p->plus;
+  t->rc = rill_iter_new(t->p->shuf, &(rill_iter_opts_t){.threads = 2, .prefetch = 8, .columns = &col, .ncolumns = 1},
+                        &it, &err);
+  if (t->rc != RILL_OK) return NULL;
+  rill_row_t row;
+  while ((t->rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+    t->n++;
+    t->sum += i64_at(rill_row_get(&row, 0), 0);
+  }
+  rill_iter_free(it);
+  return NULL;
+}
+
+static void test_two_iterators(void) {
+  pipeline_t p;
+  pipeline_make(&p);
+  two_t t[2] = {{.p = &p}, {.p = &p}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) CHECK(pthread_create(&th[i], NULL, two_main, &t[i]) == 0, "pthread_create %d", i);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  int64_t kept = 0, sum = 0;
+  for (int64_t r = 0; r < N; r++)
+    if (r % 3 != 0) {
+      kept++;
+      sum += 3 * r + 1;
+    }
+  for (int i = 0; i < 2; i++) {
+    CHECK(t[i].rc == RILL_END, "iterator %d ended with %d", i, t[i].rc);
+    CHECK(t[i].n == kept && t[i].sum == sum, "iterator %d: %lld rows sum %lld, expected %lld sum %lld", i,
+          (long long)t[i].n, (long long)t[i].sum, (long long)kept, (long long)sum);
+  }
+  pipeline_free(&p);
+}
+
+/* ---- CPU_SERIAL stage: one call at a time even with 4 threads and prefetch */
+
+static void test_serial(void) {
+  rill_error_t err;
+  rill_df_t* df;
+  stage_ctx_t sc = {0}, mc = {0};
+  CHECK_OK(rill_df_new(N, &df, &err), err);
+  rill_stage_opts_t serial = {.where = RILL_STAGE_CPU_SERIAL, .grain = 16};
+  int src = rill_df_add_source(df, "src", rill_type_scalar(RILL_INT64), tsrc, &sc, NULL, &serial, &err);
+  int plus = rill_df_map(df, "plus", rill_type_scalar(RILL_INT64), &src, 1, tplus, &mc, NULL, &serial, &err);
+  CHECK(src == 0 && plus == 1, "columns %d %d: %s", src, plus, err.message);
+  rill_iter_t* it;
+  CHECK_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = 4, .prefetch = 128}, &it, &err), err);
+  rill_row_t row;
+  int64_t n = 0, bad = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    bad += i64_at(rill_row_get(&row, 1), 0) != 3 * n + 1;
+    n++;
+  }
+  rill_iter_free(it);
+  CHECK(n == N && bad == 0, "%lld rows, %lld wrong", (long long)n, (long long)bad);
+  CHECK(atomic_load(&sc.overlap) == 0 && atomic_load(&mc.overlap) == 0, "serial stages overlapped %lld/%lld times",
+        (long long)atomic_load(&sc.overlap), (long long)atomic_load(&mc.overlap));
+  CHECK(atomic_load(&sc.calls) >= N / 16, "%lld source calls", (long long)atomic_load(&sc.calls));
+  rill_df_free(df);
+}
+
+/* ---- iterators freed while their chunks are being computed */
+
+static void test_free_in_flight(void) {
+  pipeline_t p;
+  pipeline_make(&p);
+  rill_error_t err;
+  for (int k = 0; k < 24; k++) {
+    rill_iter_t* it;
+    int threads = 2 + k % 3;
+    rill_df_t* df = k % 2 ? p.batch : p.shuf;
+    CHECK_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = threads, .prefetch = 8 + 56 * (k % 2 == 0)}, &it, &err),
+             err);
+    if (k % 3 == 0) {
+      CHECK(rill_iter_prefetch(it, 8) == RILL_OK, "prefetch");
+    } else {
+      rill_row_t row;
+      for (int i = 0; i < k % 5 + 1; i++) CHECK_OK(rill_iter_next(it, &row, &err), err);
+    }
+    rill_iter_free(it); /* chunks may still be running on the workers */
+  }
+  pipeline_free(&p);
+}
+
+/* ---- memory source lending its cells to batches while a map drops rows (SKIP) */
+
+static int tsum4(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                 rill_error_t* err) {
+  int64_t n = in[0]->length;
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  const int64_t* rows = rill_exec_rows(ex);
+  const int32_t* d = in[0]->data;
+  for (int64_t i = 0; i < n; i++) {
+    if (rows[i] % 13 == 5) {
+      err->row = i;
+      return rill_error_set(err, RILL_EFORMAT, "row %lld rejected", (long long)rows[i]);
+    }
+    ((int64_t*)out->data)[i] = (int64_t)d[4 * i] + d[4 * i + 3];
+  }
+  return RILL_OK;
+}
+
+static void test_memory_lending(void) {
+  enum { M = 4096, MB = 64 };
+  rill_error_t err;
+  rill_array_t* a;
+  CHECK_OK(rill_array_new(rill_type_tensor(RILL_INT32, 1, (int64_t[]){4}), M, &a, &err), err);
+  int32_t* d = a->data;
+  for (int i = 0; i < 4 * M; i++) d[i] = i;
+  const char* names[1] = {"v"};
+  const rill_array_t* arrays[1] = {a};
+  rill_df_t *df, *b;
+  CHECK_OK(rill_df_from_arrays(names, arrays, 1, 0, &df, &err), err);
+  int in = 0;
+  rill_stage_opts_t skip = {.on_error = RILL_ON_ERROR_SKIP};
+  int s = rill_df_map(df, "s", rill_type_scalar(RILL_INT64), &in, 1, tsum4, NULL, NULL, &skip, &err);
+  int cols[2] = {0, s};
+  CHECK_OK(rill_df_batch(df, cols, 2, MB, NULL, &b, &err), err);
+  for (int threads = 2; threads <= 4; threads++) {
+    rill_iter_t* it;
+    CHECK_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = threads, .prefetch = 8}, &it, &err), err);
+    rill_row_t row;
+    int64_t n = 0, bad = 0;
+    while (rill_iter_next(it, &row, &err) == RILL_OK) {
+      const rill_array_t *x = rill_row_get(&row, 0), *y = rill_row_get(&row, 1);
+      for (int64_t i = 0; i < x->length; i++) {
+        const int32_t* c = (const int32_t*)x->data + 4 * i;
+        bad += c[0] / 4 % 13 == 5 || (int64_t)c[0] + c[3] != ((const int64_t*)y->data)[i];
+      }
+      n += x->length;
+    }
+    int64_t want = 0;
+    for (int64_t r = 0; r < M; r++) want += r % 13 != 5;
+    CHECK(n == want && bad == 0, "threads %d: %lld rows (want %lld), %lld wrong", threads, (long long)n,
+          (long long)want, (long long)bad);
+    rill_iter_free(it);
+  }
+  int64_t changed = 0;
+  for (int i = 0; i < 4 * M; i++) changed += d[i] != i;
+  CHECK(changed == 0, "%lld values of the caller's buffer changed", (long long)changed);
+  rill_df_free(b);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+int main(void) {
+  for (int rep = 0; rep < 3; rep++) {
+    test_pipelines();
+    test_two_iterators();
+    test_serial();
+    test_free_in_flight();
+    test_memory_lending();
+  }
+  return tsan_report();
+}
