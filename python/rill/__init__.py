@@ -46,6 +46,9 @@ DTYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, 
           "float64": 13, "string": 14, "binary": 15, "timestamp_us": 16}
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 _NUMPY_NAMES = {"bool": "bool", "timestamp_us": "int64"}
+_TYPESTR = {"bool": "|b1", "int8": "|i1", "int16": "<i2", "int32": "<i4", "int64": "<i8",
+            "uint8": "|u1", "uint16": "<u2", "uint32": "<u4", "uint64": "<u8", "float16": "<f2",
+            "float32": "<f4", "float64": "<f8", "timestamp_us": "<M8[us]"}
 
 
 class RillError(RuntimeError):
@@ -137,6 +140,7 @@ _iter_next = _sig("rill_iter_next", c_int, c_void_p, POINTER(_Row), _E)
 _iter_free = _sig("rill_iter_free", None, c_void_p)
 _array_retain = _sig("rill_array_retain", c_void_p, c_void_p)
 _array_release = _sig("rill_array_release", None, c_void_p)
+_array_sync = _sig("rill_array_sync", c_int, c_void_p, _E)
 _array_export_arrow = _sig("rill_array_export_arrow", c_int, c_void_p, c_void_p, c_void_p, _E)
 _row_export_arrow = _sig("rill_row_export_arrow", c_int, POINTER(_Row), c_void_p,
                          POINTER(c_int), c_void_p, c_void_p, _E)
@@ -357,6 +361,12 @@ class DataFrame:
             _check(rc, err)
         return _capsule(ptr, b"arrow_array_stream")
 
+    def __dataframe__(self, nan_as_null=False, allow_copy=True):
+        """The dataframe interchange protocol, for consumers that predate the Arrow
+        PyCapsule interface (served by pyarrow over the Arrow stream of this dataframe)."""
+        import pyarrow as pa
+        return pa.table(self).__dataframe__(nan_as_null=nan_as_null, allow_copy=allow_copy)
+
 
 def _as_numpy(a):
     """A numpy view (no copy) of a fixed-shape host array; valid while `a` is referenced."""
@@ -458,6 +468,25 @@ class Column:
             name = b"dltensor"
         return _py.PyCapsule_New(out.value, _NAMES[name], _DESTRUCTORS[name])
 
+    @property
+    def __cuda_array_interface__(self):
+        """CUDA Array Interface (version 3) of a column in CUDA device memory: fixed-shape
+        numeric cells without nulls. The array's event is waited for on the host first, so
+        the consumer may use the data on any stream. Absent (AttributeError) otherwise."""
+        a = self._a
+        if a.device.type != 2:
+            raise AttributeError("__cuda_array_interface__: the array is not in CUDA memory")
+        name = _DTYPE_NAMES[a.type.dtype]
+        if name not in _TYPESTR:
+            raise AttributeError(f"__cuda_array_interface__: no typestr for {name}")
+        shape = (a.length,) + tuple(a.type.shape[i] for i in range(a.type.ndim))
+        if any(d < 0 for d in shape) or a.null_count:
+            raise AttributeError("__cuda_array_interface__: variable shapes or nulls")
+        err = _Error()
+        _check(_array_sync(self._p, ctypes.byref(err)), err)
+        return {"shape": shape, "typestr": _TYPESTR[name], "data": (a.data or 0, True),
+                "version": 3, "strides": None, "stream": None}
+
     def to_numpy(self):
         """A read-only numpy view (no copy) that keeps this column alive."""
         import numpy as np
@@ -493,3 +522,10 @@ class Batch:
     def __arrow_c_schema__(self):
         schema, _ = self.__arrow_c_array__()
         return schema
+
+    def __dataframe__(self, nan_as_null=False, allow_copy=True):
+        """The dataframe interchange protocol, for consumers that predate the Arrow
+        PyCapsule interface (served by pyarrow over this batch's zero-copy arrays)."""
+        import pyarrow as pa
+        table = pa.Table.from_batches([pa.record_batch(self)])
+        return table.__dataframe__(nan_as_null=nan_as_null, allow_copy=allow_copy)

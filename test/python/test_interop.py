@@ -343,3 +343,26 @@ def test_unconsumed_capsules_release_their_reference():
     assert refcount(col._p) == base
     stream = df.__arrow_c_stream__()  # never consumed: released by the capsule
     del stream
+
+
+@pytest.mark.filterwarnings("ignore:The Dataframe Interchange Protocol is deprecated")
+def test_dataframe_interchange_protocol_for_older_consumers():
+    import pandas as pd
+    import pyarrow as pa
+    table = pa.table({"x": pa.array([1, None, 3], pa.int64()), "s": ["a", "b", None]})
+    df = rill.DataFrame.from_arrow(table)
+    got = pd.api.interchange.from_dataframe(df)
+    assert got["x"].isna().tolist() == [False, True, False]
+    assert got["x"].dropna().tolist() == [1.0, 3.0]
+    assert got["s"].tolist()[:2] == ["a", "b"]
+    batch = next(iter(df.batch(2).iter()))
+    assert pd.api.interchange.from_dataframe(batch)["x"].tolist()[0] == 1
+
+
+def test_cuda_array_interface_is_absent_for_host_columns():
+    import pyarrow as pa
+    df = rill.DataFrame.from_arrow(pa.table({"x": pa.array([1.0, 2.0], pa.float32())}))
+    col = next(iter(df.batch(2).iter())).column(0)
+    assert not hasattr(col, "__cuda_array_interface__")
+    with pytest.raises(AttributeError, match="not in CUDA memory"):
+        col.__cuda_array_interface__
