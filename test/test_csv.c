@@ -285,6 +285,7 @@ Test(csv, malformed_inputs) {
   FILE* f = fopen(empty, "w");
   fclose(f);
   RT_FAILS(rill_df_from_csv(empty, NULL, &df, &err), RILL_EFORMAT, "empty.csv: empty input", err);
+  RT_FAILS(rill_df_from_csv(rt_tmpdir(), NULL, &df, &err), RILL_EIO, "not a regular file", err);
 }
 
 Test(csv, header_only_no_header_and_options) {
@@ -534,4 +535,43 @@ Test(csv, wide_rows_in_blocks) {
   rill_df_free(df);
   free(cols);
   free(text);
+}
+
+static int g_fail_at, g_count;
+static void* failing_alloc(size_t size, size_t alignment, void* ctx) {
+  (void)ctx;
+  if (++g_count == g_fail_at) return NULL;
+  void* p = NULL;
+  return posix_memalign(&p, alignment < sizeof(void*) ? sizeof(void*) : alignment, size ? size : 1) == 0 ? p : NULL;
+}
+static void failing_free(void* p, void* ctx) {
+  (void)ctx;
+  free(p);
+}
+
+Test(csv, allocation_failures_while_opening) {
+  const char* text = "a,b,c\n1,\"x\"\"y\",2024-01-01\n2,\"q\nr\",\n3,z,2024-01-02\n";
+  rill_allocator_t al = {.alloc = failing_alloc, .free = failing_free};
+  int ok = 0;
+  for (g_fail_at = 1; g_fail_at < 400 && !ok; g_fail_at++) {
+    g_count = 0;
+    rill_set_allocator(&al);
+    rill_error_t err = {0};
+    rill_df_t* df = NULL;
+    int rc = rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.threads = 2, .chunk_bytes = 8}, &df, &err);
+    rill_set_allocator(NULL);
+    if (rc == RILL_OK) {
+      ok = g_count < g_fail_at; /* no allocation failed: every failure point was visited */
+      cr_assert_eq(rill_df_rows(df), 3);
+      table_t t;
+      RT_OK(collect(df, RILL_THREADS_NONE, &t, &err), err);
+      cr_assert_str_eq(cell(&t, 0, 1), "x\"y");
+      table_free(&t);
+      rill_df_free(df);
+    } else {
+      cr_assert_eq(rc, RILL_ENOMEM, "failure %d: %d %s", g_fail_at, rc, err.message);
+      cr_assert_null(df);
+    }
+  }
+  cr_assert(ok, "opening succeeds once no allocation fails");
 }

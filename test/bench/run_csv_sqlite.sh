@@ -9,7 +9,8 @@ PEERS="$ROOT/test/bench/bench_csv_sqlite_peers.py"
 THREADS="${THREADS:-2}"
 CSV_MB="${CSV_MB:-200}"
 SQLITE_ROWS="${SQLITE_ROWS:-1000000}"
-BATCH="${BATCH:-256}" # rows per batch pulled from rill
+CSV_BATCH="${CSV_BATCH:-1024}"      # rows per batch pulled from rill
+SQLITE_BATCH="${SQLITE_BATCH:-256}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -19,7 +20,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo "-- CSV: ${CSV_MB} MB synthetic file, $THREADS threads"
 "$PY" "$PEERS" gen-csv "$tmp/data.csv" "$CSV_MB"
 size_mb=$(awk -v s="$(stat -c %s "$tmp/data.csv")" 'BEGIN { printf "%.1f", s / 1048576 }')
-rill=$("$BUILD/bench/bench_csv" "$tmp/data.csv" "$THREADS" "$BATCH" 2>/dev/null); echo "$rill (batch $BATCH)"
+rill=$("$BUILD/bench/bench_csv" "$tmp/data.csv" "$THREADS" "$CSV_BATCH" 2>/dev/null); echo "$rill (batch $CSV_BATCH)"
 pd=$("$PY" "$PEERS" pandas-csv "$tmp/data.csv"); echo "$pd"
 pa=$("$PY" "$PEERS" pyarrow-csv "$tmp/data.csv" "$THREADS"); echo "$pa"
 rs=$(field seconds "$rill")
@@ -29,7 +30,7 @@ echo "speed ratio rill vs pyarrow.csv.read_csv: $(ratio "$(field seconds "$pa")"
 
 echo "-- SQLite: $SQLITE_ROWS rows in shuffled order, $THREADS threads"
 "$PY" "$PEERS" gen-sqlite "$tmp/data.db" "$SQLITE_ROWS"
-rill=$("$BUILD/bench/bench_sqlite" "$tmp/data.db" t "$THREADS" "$BATCH"); echo "$rill (batch $BATCH)"
+rill=$("$BUILD/bench/bench_sqlite" "$tmp/data.db" t "$THREADS" "$SQLITE_BATCH"); echo "$rill (batch $SQLITE_BATCH)"
 loop=$("$PY" "$PEERS" sqlite-loop "$tmp/data.db"); echo "$loop"
 pdsql=$("$PY" "$PEERS" pandas-sql "$tmp/data.db"); echo "$pdsql"
 rs=$(field seconds "$rill")

@@ -2,7 +2,8 @@
 # Engine overhead: rill (row mode and batched B=1024, with and without worker threads) against
 # a plain C loop, a Python generator chain and torch DataLoader(num_workers=2), all measured
 # in this run over the same integers; prints ns/row/stage and ratios, and the first-row
-# latency of a trivial pipeline.
+# latency of a trivial pipeline; then batching of a memory column (consecutive rows lent without a
+# copy, shuffled rows gathered) against memcpy.
 # Env (set by `make bench`): ROOT, BUILD. BATCHED_ROWS, ROW_ROWS, GEN_ROWS, DL_ROWS override sizes.
 set -euo pipefail
 ROOT=${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -52,3 +53,5 @@ for maps in 1 2 4 8; do
 done
 echo "vs_Cloop: rill time / C loop time (lower is better); vs_gen, vs_DataLoader: peer time / rill time (speedup)"
 echo "first row of a trivial pipeline (build + open + first row): $(get "case=first_row" us) us"
+echo "memory source batching, uint8 224x224x3 cells, B=64 (GB/s of batches handed out; ratio vs memcpy of the same bytes in this run):"
+"$BUILD/bench/bench_engine_memory" "${MEM_IMAGES:-512}" 64
