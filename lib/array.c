@@ -18,7 +18,7 @@ struct rill_pool {
   _Atomic int64_t allocs, reuses;
 };
 
-static int valid_type(const rill_type_t* t) {
+int rill__type_valid(const rill_type_t* t) {
   if (t->dtype < RILL_BOOL || t->dtype > RILL_TIMESTAMP_US) return 0;
   if (t->ndim < 0 || t->ndim > RILL_MAX_NDIM) return 0;
   for (int i = 0; i < t->ndim; i++)
@@ -34,7 +34,6 @@ static int has_var_shape(const rill_type_t* t) {
   return 0;
 }
 
-static int is_host(rill_device_t d) { return d.type == 0 || d.type == RILL_DEVICE_CPU || d.type == RILL_DEVICE_CUDA_HOST; }
 
 int64_t rill__count_nulls(const uint8_t* validity, int64_t length) {
   if (!validity) return 0;
@@ -171,7 +170,7 @@ static int grow(rill_device_t dev, void** buf, int64_t* cap, int64_t need, int64
   void* nb = rill__device_alloc(dev, (size_t)ncap);
   if (!nb) return RILL_ENOMEM;
   if (keep > 0 && *buf) {
-    if (is_host(dev))
+    if (rill__device_is_host(dev))
       memcpy(nb, *buf, (size_t)keep);
     else if (rill__cuda_memcpy(nb, dev, *buf, dev, (size_t)keep, NULL, NULL) != RILL_OK) {
       rill__device_free(dev, nb);
@@ -188,9 +187,9 @@ static int mul_overflow(int64_t a, int64_t b, int64_t* out) { return __builtin_m
 
 int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool zero) {
   rill_array_priv_t* p = a->priv;
-  if (!valid_type(&type) || length < 0 || (p->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT)))
+  if (!rill__type_valid(&type) || length < 0 || (p->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT)))
     return RILL_EINVAL;
-  int host = is_host(a->device);
+  int host = rill__device_is_host(a->device);
   int allocated = 0, r;
   void* b;
   if (rill_type_is_fixed(&type)) {
@@ -239,7 +238,7 @@ int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool 
 int rill__array_ensure_validity(rill_array_t* a) {
   if (a->validity) return RILL_OK;
   rill_array_priv_t* p = a->priv;
-  if (!is_host(a->device)) return RILL_ENOTSUP;
+  if (!rill__device_is_host(a->device)) return RILL_ENOTSUP;
   int64_t bytes = (a->length + 7) / 8;
   void* b = p->validity_buf;
   int r = grow(a->device, &b, &p->validity_cap, bytes ? bytes : 1, 0);
@@ -279,7 +278,7 @@ int rill_array_new(rill_type_t type, int64_t length, rill_array_t** out, rill_er
   char tbuf[96];
   if (!out) return rill__fail(err, RILL_EINVAL, "rill_array_new: out is NULL");
   *out = NULL;
-  if (!valid_type(&type))
+  if (!rill__type_valid(&type))
     return rill__fail(err, RILL_EINVAL, "rill_array_new: invalid type %s", rill_type_format(&type, tbuf, sizeof tbuf));
   if (length < 0) return rill__fail(err, RILL_EINVAL, "rill_array_new: negative length %lld", (long long)length);
   rill_array_t* a;
@@ -301,7 +300,7 @@ int rill_array_wrap(rill_type_t type, int64_t length, void* data, int64_t data_s
   char tbuf[96];
   if (!out) return rill__fail(err, RILL_EINVAL, "rill_array_wrap: out is NULL");
   *out = NULL;
-  if (!valid_type(&type))
+  if (!rill__type_valid(&type))
     return rill__fail(err, RILL_EINVAL, "rill_array_wrap: invalid type %s", rill_type_format(&type, tbuf, sizeof tbuf));
   if (length < 0) return rill__fail(err, RILL_EINVAL, "rill_array_wrap: negative length");
   int fixed = rill_type_is_fixed(&type);
@@ -383,7 +382,7 @@ int rill_array_slice(const rill_array_t* a, int64_t start, int64_t n, rill_array
   }
   /* owned helper buffers are host memory even for device arrays */
   s->device = a->device;
-  if (!is_host(a->device) && (p->offsets_buf || p->validity_buf)) {
+  if (!rill__device_is_host(a->device) && (p->offsets_buf || p->validity_buf)) {
     rill__free(p->offsets_buf);
     rill__free(p->validity_buf);
     p->offsets_buf = NULL;
@@ -402,7 +401,7 @@ nomem:
 int rill_array_copy(const rill_array_t* a, rill_array_t** out, rill_error_t* err) {
   if (!a || !out) return rill__fail(err, RILL_EINVAL, "rill_array_copy: NULL argument");
   *out = NULL;
-  if (!is_host(a->device)) return rill__fail(err, RILL_ENOTSUP, "rill_array_copy: the array is in device memory");
+  if (!rill__device_is_host(a->device)) return rill__fail(err, RILL_ENOTSUP, "rill_array_copy: the array is in device memory");
   rill_array_t* c;
   int r = rill_array_new(a->type, a->length, &c, err);
   if (r != RILL_OK) return r;

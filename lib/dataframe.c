@@ -82,21 +82,12 @@ const rill_field_t* rill_df_field(const rill_df_t* df, int column) {
 
 /* ---------------------------------------------------------------- columns */
 
-static int type_ok(const rill_type_t* t) {
-  if (t->dtype < RILL_BOOL || t->dtype > RILL_TIMESTAMP_US) return 0;
-  if (t->ndim < 0 || t->ndim > RILL_MAX_NDIM) return 0;
-  for (int i = 0; i < t->ndim; i++)
-    if (t->shape[i] < -1) return 0;
-  if ((t->dtype == RILL_STRING || t->dtype == RILL_BINARY) && t->ndim != 0) return 0;
-  return 1;
-}
-
 /* A new column appended to df (name copied). The caller fills the rest. */
 static int column_append(rill_df_t* df, const char* who, const char* name, rill_type_t type,
                          rill__column_t** out, rill_error_t* err) {
   char tbuf[96];
   if (!name || !*name) return rill__fail(err, RILL_EINVAL, "%s: the column name is empty or NULL", who);
-  if (!type_ok(&type))
+  if (!rill__type_valid(&type))
     return rill__fail(err, RILL_EINVAL, "%s: column '%s' has an invalid type %s", who, name,
                       rill_type_format(&type, tbuf, sizeof tbuf));
   if (rill_df_column(df, name) >= 0)

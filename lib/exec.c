@@ -58,9 +58,6 @@ int rill_exec_alloc(rill_exec_t* exec, rill_array_t* out, rill_type_t type, int6
 
 /* ---------------------------------------------------------------- helpers */
 
-static int is_host(rill_device_t d) {
-  return d.type == 0 || d.type == RILL_DEVICE_CPU || d.type == RILL_DEVICE_CUDA_HOST;
-}
 
 enum { FATE_OK = 0, FATE_NULL, FATE_SKIP, FATE_RAISE };
 
@@ -102,9 +99,16 @@ static int chunk_failed(rill__chunk_t* ch) {
 }
 
 /* Compacts `a` (length n) in place, keeping the cells whose keep[i] is set. */
+static inline void move_bit(uint8_t* bits, int64_t from, int64_t to) {
+  if (rill__bit_get(bits, from))
+    rill__bit_set(bits, to);
+  else
+    rill__bit_clear(bits, to);
+}
+
 static int array_compact(rill_array_t* a, const uint8_t* keep, int64_t n) {
   if (!a || a->length != n) return RILL_OK;
-  if (!is_host(a->device)) return RILL_ENOTSUP;
+  if (!rill__device_is_host(a->device)) return RILL_ENOTSUP;
   int64_t j = 0;
   int nd = a->type.ndim;
   if (!a->offsets) {
@@ -113,12 +117,7 @@ static int array_compact(rill_array_t* a, const uint8_t* keep, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
       if (!keep[i]) continue;
       if (i != j && cb > 0) memmove(d + j * cb, d + i * cb, (size_t)cb);
-      if (a->validity) {
-        if (rill__bit_get(a->validity, i))
-          rill__bit_set(a->validity, j);
-        else
-          rill__bit_clear(a->validity, j);
-      }
+      if (a->validity) move_bit(a->validity, i, j);
       j++;
     }
     a->data_size = j * (cb > 0 ? cb : 0);
@@ -132,12 +131,7 @@ static int array_compact(rill_array_t* a, const uint8_t* keep, int64_t n) {
       a->offsets[j] = pos;
       pos += e - s;
       if (a->shapes && i != j) memmove(a->shapes + j * nd, a->shapes + i * nd, sizeof(int64_t) * (size_t)nd);
-      if (a->validity) {
-        if (rill__bit_get(a->validity, i))
-          rill__bit_set(a->validity, j);
-        else
-          rill__bit_clear(a->validity, j);
-      }
+      if (a->validity) move_bit(a->validity, i, j);
       j++;
     }
     a->offsets[j] = pos;
@@ -154,7 +148,7 @@ static int array_compact(rill_array_t* a, const uint8_t* keep, int64_t n) {
 static int own_cells(rill_array_t* a) {
   rill_array_priv_t* p = a->priv;
   if (!(p->flags & RILL__ARRAY_EXTERNAL)) return RILL_OK;
-  if (a->offsets || p->release || !is_host(a->device)) return RILL_ENOTSUP;
+  if (a->offsets || p->release || !rill__device_is_host(a->device)) return RILL_ENOTSUP;
   int64_t bytes = a->data_size > 0 ? a->data_size : 0;
   void* nb = rill__alloc((size_t)(bytes > 0 ? bytes : 1));
   if (!nb) return RILL_ENOMEM;
@@ -326,7 +320,7 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e) {
       chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
       return;
     }
-  } else if (is_host(R->out->device)) {
+  } else if (rill__device_is_host(R->out->device)) {
     int64_t cb = rill_type_cell_bytes(&R->out->type);
     if (cb > 0) memset((uint8_t*)R->out->data + idx * cb, 0, (size_t)cb);
   }
@@ -812,7 +806,7 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
 static const rill_array_t* transpose_col(rill__chunk_t* ch, int c, const rill_array_t* a) {
   rill__column_t* col = ch->frames[0].df->cols[c];
   rill__node_t* node = ch->it->nodemap[0][c];
-  if (!is_host(a->device)) {
+  if (!rill__device_is_host(a->device)) {
     chunk_fail(ch, RILL_ENOTSUP, "column '%s': NCHW batches of device arrays are not supported", col->field.name);
     return NULL;
   }

@@ -26,8 +26,14 @@ int rill__ncores(void);
 
 /* ---- memory on devices: host (aligned), pinned host and CUDA device memory.
  * Pinned and device memory come from stream_cuda.c; without CUDA they fail (NULL). */
+static inline int rill__device_is_host(rill_device_t d) {
+  return d.type == 0 || d.type == RILL_DEVICE_CPU || d.type == RILL_DEVICE_CUDA_HOST;
+}
 void* rill__device_alloc(rill_device_t dev, size_t size);
 void rill__device_free(rill_device_t dev, void* p);
+
+/* ---- types */
+int rill__type_valid(const rill_type_t* t); /* dtype known, 0..8 dims, strings scalar */
 
 /* ---- arrays */
 enum {

@@ -94,15 +94,12 @@ int rill__cuda_event_sync(void* event, rill_error_t* err) {
 int rill__cuda_event_query(void* event) { return event == NULL ? 1 : RILL_ENODEV; }
 void rill__cuda_event_free(void* event) {}
 
-static int is_host(rill_device_t d) {
-  return d.type == 0 || d.type == RILL_DEVICE_CPU || d.type == RILL_DEVICE_CUDA_HOST;
-}
 
 int rill__cuda_memcpy(void* dst, rill_device_t dst_dev, const void* src, rill_device_t src_dev,
                       size_t size, void* stream, rill_error_t* err) {
   if (size == 0) return RILL_OK;
   if (dst == NULL || src == NULL) return rill__fail(err, RILL_EINVAL, "copy: NULL buffer");
-  if (!is_host(dst_dev) || !is_host(src_dev) || stream != NULL)
+  if (!rill__device_is_host(dst_dev) || !rill__device_is_host(src_dev) || stream != NULL)
     return rill__fail(err, RILL_ENODEV, NO_CUDA);
   memmove(dst, src, size);
   return RILL_OK;
@@ -283,15 +280,12 @@ void rill__cuda_event_free(void* event) {
 
 /* ---------------------------------------------------------------- copies */
 
-static int is_host(rill_device_t d) {
-  return d.type == 0 || d.type == RILL_DEVICE_CPU || d.type == RILL_DEVICE_CUDA_HOST;
-}
 
 int rill__cuda_memcpy(void* dst, rill_device_t dst_dev, const void* src, rill_device_t src_dev,
                       size_t size, void* stream, rill_error_t* err) {
   if (size == 0) return RILL_OK;
   if (dst == NULL || src == NULL) return rill__fail(err, RILL_EINVAL, "copy: NULL buffer");
-  if (is_host(dst_dev) && is_host(src_dev) && stream == NULL) {
+  if (rill__device_is_host(dst_dev) && rill__device_is_host(src_dev) && stream == NULL) {
     memmove(dst, src, size);
     return RILL_OK;
   }
