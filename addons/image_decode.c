@@ -38,16 +38,19 @@ int rill__img_probe(const void* buf, size_t n, rill__img_info_t* info, rill_erro
   }
 }
 
-static int scaled(int v, int d) { return (v + d - 1) / d; }
+/* ceil(v * num / den) for v >= 0, in 64 bits (v * num can pass INT_MAX) */
+static int scaled_up(int v, int num, int den) { return (int)(((int64_t)v * num + den - 1) / den); }
 
-static void region_at(const rill__img_info_t* info, int x, int y, int w, int h, int d,
-                      rill__img_geom_t* g) {
-  g->denom = d;
-  g->sw = scaled(info->width, d);
-  g->sh = scaled(info->height, d);
-  g->x = x / d;
-  g->y = y / d;
-  int x1 = scaled(x + w, d), y1 = scaled(y + h, d);
+static void region_at(const rill__img_info_t* info, int x, int y, int w, int h, int m, rill__img_geom_t* g) {
+  int num = m, den = 8;
+  while (num % 2 == 0 && den > 1) num /= 2, den /= 2;
+  g->num = num;
+  g->denom = den;
+  g->sw = scaled_up(info->width, num, den);
+  g->sh = scaled_up(info->height, num, den);
+  g->x = (int)((int64_t)x * num / den);
+  g->y = (int)((int64_t)y * num / den);
+  int x1 = scaled_up(x + w, num, den), y1 = scaled_up(y + h, num, den);
   if (x1 > g->sw) x1 = g->sw;
   if (y1 > g->sh) y1 = g->sh;
   g->w = x1 - g->x;
@@ -73,18 +76,23 @@ int rill__img_geometry(const rill__img_info_t* info, const rill__img_request_t* 
                             req->w, req->h, req->x, req->y, info->width, info->height);
     x = req->x, y = req->y, w = req->w, h = req->h;
   }
-  int d = 1;
+  if (req->scales & ~RILL__IMG_SCALES_ALL)
+    return rill_error_set(err, RILL_EINVAL, "scale mask 0x%x names factors other than 1/8 .. 8/8",
+                          (unsigned)req->scales);
+  int m = 8; /* the smallest allowed M/8 that keeps the region at least min_w x min_h */
   if (info->format == RILL__IMG_JPEG && (req->min_w > 0 || req->min_h > 0)) {
-    for (int c = 8; c > 1; c /= 2) {
+    int allowed = req->scales ? req->scales : RILL__IMG_SCALES_FAST;
+    for (int c = 1; c < 8; c++) {
+      if (!(allowed & (1 << c))) continue;
       rill__img_geom_t t;
       region_at(info, x, y, w, h, c, &t);
       if ((req->min_w <= 0 || t.w >= req->min_w) && (req->min_h <= 0 || t.h >= req->min_h)) {
-        d = c;
+        m = c;
         break;
       }
     }
   }
-  region_at(info, x, y, w, h, d, geom);
+  region_at(info, x, y, w, h, m, geom);
   return RILL_OK;
 }
 
@@ -93,7 +101,7 @@ int rill__img_plan(const rill__img_info_t* info, const rill__img_request_t* req,
   rill__img_geom_t g;
   int rc = rill__img_geometry(info, req, &g, err);
   if (rc < 0) return rc;
-  *plan = (rill__img_out_t){g.w, g.h, req->channels, g.denom};
+  *plan = (rill__img_out_t){g.w, g.h, req->channels, g.denom, g.num};
   return RILL_OK;
 }
 

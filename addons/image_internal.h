@@ -28,14 +28,27 @@ typedef struct rill__img_request {
   int channels;                  /* 1 (gray), 3 (RGB), 4 (RGBA) */
   int64_t max_pixels;            /* width*height above this: RILL_ERANGE; 0 = the default */
   int x, y, w, h;                /* region in full-resolution pixels; w == 0 or h == 0: whole image */
-  int min_w, min_h;              /* JPEG: DCT-scale by 1/2, 1/4 or 1/8 while the scaled region
-                                    stays at least min_w x min_h; 0: no scaling */
+  int min_w, min_h;              /* JPEG: DCT-scale by the smallest allowed M/8 (see `scales`)
+                                    that keeps the scaled region at least min_w x min_h; both 0:
+                                    no scaling */
+  int scales;                    /* JPEG: the allowed factors M/8 as a bit mask (bit M set: M/8
+                                    allowed, M = 1..8; 1/1 is always allowed); 0: the default
+                                    RILL__IMG_SCALES_FAST */
 } rill__img_request_t;
+
+/* Scale factor sets for rill__img_request_t.scales. libjpeg-turbo has SIMD IDCTs only for the
+ * factors 1/8, 1/4, 1/2 and 1 (at 1/2 the chroma of a 4:2:0 file needs no upsampling); the
+ * other M/8 use portable scaled IDCTs (14x14 for the chroma at 7/8) that cost more time than
+ * the pixels they save, so the default leaves them out. */
+#define RILL__IMG_SCALES_FAST ((1 << 1) | (1 << 2) | (1 << 4) | (1 << 8))
+#define RILL__IMG_SCALES_ALL 0x1fe
 
 /* The decoded region: HWC uint8, rows packed (stride w*channels). */
 typedef struct rill__img_out {
   int w, h, channels;
-  int scale_denom;               /* 1, 2, 4 or 8: the region was decoded at 1/scale_denom */
+  int scale_denom;               /* 1, 2, 4 or 8: the region was decoded at scale_num/scale_denom */
+  int scale_num;                 /* the reduced fraction of M/8 (1/1, 1/2, 3/8, 3/4, 7/8, ...);
+                                    1 for every power-of-two scale (0 from older callers: 1) */
 } rill__img_out_t;
 
 /* Reads the header only: format, size, channels. RILL_EFORMAT for data that is no image or a
@@ -57,9 +70,10 @@ int rill__img_decode(const void* buf, size_t n, const rill__img_request_t* req, 
 
 /* The geometry of a request: the scale and the region in scaled pixels. */
 typedef struct rill__img_geom {
-  int denom;                     /* 1, 2, 4 or 8 */
-  int sw, sh;                    /* the whole image at 1/denom: ceil(width/denom) x ceil(height/denom) */
-  int x, y, w, h;                /* the region at 1/denom: floor(x/denom) .. ceil((x+w)/denom) */
+  int num, denom;                /* the scale num/denom = M/8 reduced (1/1 when not scaled) */
+  int sw, sh;                    /* the whole image scaled, as libjpeg computes it:
+                                    ceil(width*num/denom) x ceil(height*num/denom) */
+  int x, y, w, h;                /* the region scaled: floor(x*num/denom) .. ceil((x+w)*num/denom) */
 } rill__img_geom_t;
 
 /* Checks the request against the image (region inside it, channels, pixel limit: RILL_EINVAL /

@@ -199,7 +199,7 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
     c->out_color_space = channels == 1 ? JCS_GRAYSCALE : channels == 3 ? JCS_RGB : JCS_EXT_RGBA;
     ocomps = channels;
   }
-  c->scale_num = 1;
+  c->scale_num = (unsigned)g.num;
   c->scale_denom = (unsigned)g.denom;
   jpeg_start_decompress(c);
   if ((int)c->output_width != g.sw || (int)c->output_height != g.sh) {
@@ -208,10 +208,14 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
                           c->output_width, c->output_height, g.sw, g.sh);
   }
 
-  /* Crop: libjpeg widens the column range to iMCU boundaries; copy out the exact columns. */
+  /* Crop: libjpeg widens the column range to iMCU boundaries; copy out the exact columns.
+   * Chroma upsampling replicates the edge columns of the decoded range, so the range asked
+   * for has one more column on each side: an edge that falls on an iMCU boundary then
+   * gets its real neighbour and the region equals that part of a whole-image decode. */
   int colskip = 0, cw = g.sw;
   if (g.x > 0 || g.w < g.sw) {
-    JDIMENSION xoff = (JDIMENSION)g.x, width = (JDIMENSION)g.w;
+    int x0 = g.x > 0 ? g.x - 1 : 0, x1 = g.x + g.w < g.sw ? g.x + g.w + 1 : g.sw;
+    JDIMENSION xoff = (JDIMENSION)x0, width = (JDIMENSION)(x1 - x0);
     jpeg_crop_scanline(c, &xoff, &width);
     colskip = g.x - (int)xoff;
     cw = (int)width;
@@ -255,7 +259,7 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
     jpeg_finish_decompress(c); /* reads to the end marker: a truncated tail is an error */
   else
     jpeg_abort_decompress(c);
-  if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom};
+  if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom, g.num};
   return RILL_OK;
 }
 

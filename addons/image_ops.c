@@ -250,6 +250,36 @@ __attribute__((target("avx2"))) static void hpass2_avx2(const uint8_t* src, int 
 }
 #endif
 
+#if RILL_IMG_X86
+/* Two-tap horizontal pass for 3 or 4 channels without gathers: the row is widened to floats
+ * once, then each output pixel is w0 * px[i] + w1 * px[i + 1] on four lanes (the same
+ * operations, in the same order, as hpass). A 3-channel pixel's fourth lane is rewritten by
+ * the next pixel; the last one is done lane by lane so that nothing past the row is written.
+ * rowf holds at least n_in + 4 floats. */
+__attribute__((target("avx2"))) static void hpass2_px_avx2(const uint8_t* src, int n_in, int C, int out_w,
+                                                           const coefs_t* cx, float* rowf, float* dst) {
+  int x = 0;
+  for (; x + 8 <= n_in; x += 8)
+    _mm256_storeu_ps(rowf + x, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(src + x)))));
+  for (; x < n_in; x++) rowf[x] = src[x];
+  for (int k = 0; k < 4; k++) rowf[n_in + k] = 0.0f; /* read (never used) by the last 3-channel load */
+  int simd_end = C == 4 ? out_w : out_w - 1;
+  const int32_t* start = cx->start;
+  const float* w = cx->w;
+  int o = 0;
+  for (; o < simd_end; o++) {
+    const float* p = rowf + (size_t)start[o] * (size_t)C;
+    __m128 a = _mm_loadu_ps(p), b = _mm_loadu_ps(p + C);
+    __m128 r = _mm_add_ps(_mm_mul_ps(_mm_set1_ps(w[2 * o]), a), _mm_mul_ps(_mm_set1_ps(w[2 * o + 1]), b));
+    _mm_storeu_ps(dst + (size_t)o * (size_t)C, r);
+  }
+  for (; o < out_w; o++) {
+    const float* p = rowf + (size_t)start[o] * (size_t)C;
+    for (int c = 0; c < C; c++) dst[(size_t)o * C + c] = w[2 * o] * p[c] + w[2 * o + 1] * p[C + c];
+  }
+}
+#endif
+
 static inline uint8_t to_u8(float v) {
   if (v < 0.0f) v = 0.0f;
   if (v > 255.0f) v = 255.0f;
@@ -328,7 +358,12 @@ static int resize_region(scratch_t* s, const uint8_t* src, int64_t stride, int C
   size_t row_floats = (size_t)out_w * C;
   if (!grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * row_floats * sizeof(float))) return RILL_ENOMEM;
 #if RILL_IMG_X86
-  if (tx == 2 && simd_on()) {
+  if (tx == 2 && (C == 3 || C == 4) && simd_on()) {
+    if (!grow(&s->rowf, &s->rowf_cap, ((size_t)w * C + 8) * sizeof(float))) return RILL_ENOMEM;
+    for (int y = ymin; y < ymax; y++)
+      hpass2_px_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, w * C, C, out_w, &cx, s->rowf,
+                     s->tmp + (size_t)(y - ymin) * row_floats);
+  } else if (tx == 2 && simd_on()) {
     /* per output value: the index of tap 0 and both weights, in blocks of 8 (wa x8, wb x8) */
     size_t nk = row_floats;
     if (!grow(&s->hidx, &s->hidx_cap, nk * sizeof(int32_t)) ||
@@ -603,17 +638,20 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
     return cell_fail(err, i, op, paths, rc, e->message);
   if (got.channels != op->C || got.w <= 0 || got.h <= 0 || (size_t)got.w * got.h * got.channels > s->img_cap)
     return cell_fail(err, i, op, paths, RILL_EFORMAT, "decoder returned an unexpected size");
-  int d = got.scale_denom > 0 ? got.scale_denom : 1, rx = req.x, ry = req.y;
+  /* the decoded pixels start at floor(rx * num / d); the wanted region is rx * num / d on */
+  int64_t d = got.scale_denom > 0 ? got.scale_denom : 1, num = got.scale_num > 0 ? got.scale_num : 1;
+  int rx = req.x, ry = req.y;
   int rw = req.w && req.h ? req.w : info.width, rh = req.w && req.h ? req.h : info.height;
   if (!(req.w && req.h)) rx = ry = 0;
+  double sc = (double)num / (double)d;
   im->px = s->img;
   im->w = got.w;
   im->h = got.h;
   im->stride = (int64_t)got.w * got.channels;
-  im->fx = (double)rx / d - rx / d;
-  im->fy = (double)ry / d - ry / d;
-  im->fw = (double)rw / d;
-  im->fh = (double)rh / d;
+  im->fx = (double)(rx * num % d) / (double)d;
+  im->fy = (double)(ry * num % d) / (double)d;
+  im->fw = rw * sc;
+  im->fh = rh * sc;
   if (im->fx + im->fw > got.w) im->fw = got.w - im->fx;
   if (im->fy + im->fh > got.h) im->fh = got.h - im->fy;
   im->full_w = rw;

@@ -123,6 +123,7 @@ static uint8_t* decode(const buf_t* b, rill__img_request_t req, rill__img_out_t*
   cr_assert_eq(out->w, plan.w);
   cr_assert_eq(out->h, plan.h);
   cr_assert_eq(out->scale_denom, plan.scale_denom);
+  cr_assert_eq(out->scale_num, plan.scale_num);
   return dst;
 }
 
@@ -350,6 +351,154 @@ Test(jpeg, crop_equals_full_decode_region) {
   cr_assert(m <= 2, "scaled crop differs by %d", m);
 }
 
+/* libjpeg's own decode of the whole image at M/8 (the reference for the scaled decodes) */
+static uint8_t* libjpeg_scaled(const buf_t* b, int m, int* w, int* h) {
+  struct jpeg_decompress_struct c;
+  struct jpeg_error_mgr e;
+  c.err = jpeg_std_error(&e);
+  jpeg_create_decompress(&c);
+  jpeg_mem_src(&c, b->p, (unsigned long)b->n);
+  jpeg_read_header(&c, TRUE);
+  c.out_color_space = JCS_RGB;
+  c.scale_num = (unsigned)m;
+  c.scale_denom = 8;
+  jpeg_start_decompress(&c);
+  *w = (int)c.output_width;
+  *h = (int)c.output_height;
+  uint8_t* px = malloc((size_t)*w * *h * 3);
+  while (c.output_scanline < c.output_height) {
+    JSAMPROW row = px + (size_t)c.output_scanline * *w * 3;
+    jpeg_read_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_decompress(&c);
+  jpeg_destroy_decompress(&c);
+  return px;
+}
+
+Test(jpeg, m8_scaling_sizes_and_pixels) {
+  int W = 203, H = 117;
+  uint8_t* px = make_pixels(W, H, 3);
+  buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2, .quality = 90});
+  rill__img_info_t info;
+  rill_error_t err = {0};
+  RT_OK(rill__img_probe(b.p, b.n, &info, &err), err);
+  static const int nums[9] = {0, 1, 1, 3, 1, 5, 3, 7, 1}, dens[9] = {0, 8, 4, 8, 2, 8, 4, 8, 1};
+  for (int m = 1; m <= 8; m++) {
+    /* only M/8 allowed: the whole image comes out at M/8, as libjpeg sizes and decodes it */
+    rill__img_request_t req = {.channels = 3, .min_w = 1, .min_h = 1, .scales = 1 << m};
+    rill__img_out_t plan, o;
+    RT_OK(rill__img_plan(&info, &req, &plan, &err), err);
+    cr_assert_eq(plan.scale_num, nums[m], "M=%d: num %d", m, plan.scale_num);
+    cr_assert_eq(plan.scale_denom, dens[m], "M=%d: denom %d", m, plan.scale_denom);
+    cr_assert_eq(plan.w, (W * m + 7) / 8, "M=%d: w %d", m, plan.w);
+    cr_assert_eq(plan.h, (H * m + 7) / 8, "M=%d: h %d", m, plan.h);
+    int rw, rh;
+    uint8_t* ref = libjpeg_scaled(&b, m, &rw, &rh);
+    cr_assert(rw == plan.w && rh == plan.h, "M=%d: libjpeg gives %dx%d, plan %dx%d", m, rw, rh, plan.w, plan.h);
+    uint8_t* d = decode_ok(&b, req, &o);
+    cr_assert(memcmp(d, ref, (size_t)rw * rh * 3) == 0, "M=%d: pixels differ from libjpeg's scaled decode", m);
+    free(d), free(ref);
+  }
+  free(b.p), free(px);
+}
+
+Test(jpeg, m8_scale_choice) {
+  int W = 400, H = 300;
+  uint8_t* px = make_pixels(W, H, 3);
+  buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2});
+  rill__img_info_t info;
+  rill_error_t err = {0};
+  RT_OK(rill__img_probe(b.p, b.n, &info, &err), err);
+  struct { int mw, mh, scales, num, den; } cases[] = {
+      /* default set: 1/8, 1/4, 1/2, 1 */
+      {224, 224, 0, 1, 1}, {200, 150, 0, 1, 2}, {201, 150, 0, 1, 1}, {50, 0, 0, 1, 8}, {51, 0, 0, 1, 4},
+      /* every M/8 allowed: the smallest M whose region stays at least min_w x min_h */
+      {224, 224, RILL__IMG_SCALES_ALL, 3, 4}, {224, 150, RILL__IMG_SCALES_ALL, 5, 8},
+      {250, 100, RILL__IMG_SCALES_ALL, 5, 8}, {251, 100, RILL__IMG_SCALES_ALL, 3, 4},
+      {301, 200, RILL__IMG_SCALES_ALL, 7, 8}, {301, 263, RILL__IMG_SCALES_ALL, 7, 8},
+      {301, 264, RILL__IMG_SCALES_ALL, 1, 1},
+      {150, 112, RILL__IMG_SCALES_ALL, 3, 8}, {151, 100, RILL__IMG_SCALES_ALL, 1, 2},
+      {350, 10, RILL__IMG_SCALES_ALL, 7, 8}, {351, 10, RILL__IMG_SCALES_ALL, 1, 1},
+      /* a set without 1/2: the next allowed factor up */
+      {200, 150, RILL__IMG_SCALES_ALL & ~(1 << 4), 5, 8}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    rill__img_request_t req = {.channels = 3, .min_w = cases[i].mw, .min_h = cases[i].mh, .scales = cases[i].scales};
+    rill__img_out_t plan;
+    RT_OK(rill__img_plan(&info, &req, &plan, &err), err);
+    cr_assert(plan.scale_num == cases[i].num && plan.scale_denom == cases[i].den, "case %zu: %d/%d, want %d/%d", i,
+              plan.scale_num, plan.scale_denom, cases[i].num, cases[i].den);
+    cr_assert(plan.w >= cases[i].mw && plan.h >= cases[i].mh, "case %zu: %dx%d", i, plan.w, plan.h);
+  }
+  free(b.p), free(px);
+}
+
+/* A region decoded at M/8 equals that region of libjpeg's whole-image decode at M/8. */
+static void m8_crop_case(int hs, int vs, int progressive, int m, int x, int y, int w, int h, int* maxdiff) {
+  int W = 211, H = 157;
+  uint8_t* px = make_pixels(W, H, 3);
+  buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .hs = hs, .vs = vs, .progressive = progressive});
+  rill__img_request_t rq = {.channels = 3, .x = x, .y = y, .w = w, .h = h, .min_w = 1, .min_h = 1, .scales = 1 << m};
+  rill__img_out_t part;
+  uint8_t* p = decode_ok(&b, rq, &part);
+  int fw, fh;
+  uint8_t* f = libjpeg_scaled(&b, m, &fw, &fh);
+  int sx = x * m / 8, sy = y * m / 8;
+  int ex = ((x + w) * m + 7) / 8, ey = ((y + h) * m + 7) / 8;
+  cr_assert_eq(part.w, (ex < fw ? ex : fw) - sx, "M=%d: region width %d", m, part.w);
+  cr_assert_eq(part.h, (ey < fh ? ey : fh) - sy, "M=%d: region height %d", m, part.h);
+  int mx = 0;
+  for (int r = 0; r < part.h; r++)
+    for (int c = 0; c < part.w * 3; c++) {
+      int a = p[(size_t)r * part.w * 3 + c], e = f[((size_t)(r + sy) * fw + sx) * 3 + c];
+      if (abs(a - e) > mx) mx = abs(a - e);
+    }
+  *maxdiff = mx;
+  free(p), free(f), free(b.p), free(px);
+}
+
+Test(jpeg, m8_crop_equals_scaled_full_decode) {
+  /* exact, including regions whose edges fall on iMCU boundaries (x = 64: the decoder then
+   * asks libjpeg for a neighbour column so that chroma upsampling sees the real pixels) */
+  for (int m = 1; m <= 8; m++) {
+    int d;
+    m8_crop_case(1, 1, 0, m, 37, 21, 90, 70, &d);
+    cr_assert_eq(d, 0, "4:4:4 M=%d crop differs by %d", m, d);
+    m8_crop_case(2, 2, 0, m, 45, 33, 101, 80, &d);
+    cr_assert_eq(d, 0, "4:2:0 M=%d crop differs by %d", m, d);
+    m8_crop_case(2, 2, 0, m, 64, 32, 64, 80, &d);
+    cr_assert_eq(d, 0, "4:2:0 M=%d iMCU-aligned crop differs by %d", m, d);
+    m8_crop_case(2, 1, 1, m, 64, 0, 120, 157, &d);
+    cr_assert_eq(d, 0, "4:2:2 progressive M=%d crop differs by %d", m, d);
+    m8_crop_case(2, 2, 0, m, 130, 90, 81, 67, &d); /* bottom-right corner */
+    cr_assert_eq(d, 0, "4:2:0 M=%d corner crop differs by %d", m, d);
+  }
+}
+
+/* A scaled region also stays close to the same region of the full-resolution image. */
+Test(jpeg, m8_crop_close_to_source_pixels) {
+  int W = 240, H = 180;
+  uint8_t* px = make_pixels(W, H, 3);
+  buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 95});
+  for (int m = 3; m <= 7; m++) {
+    rill__img_request_t rq = {.channels = 3, .x = 40, .y = 24, .w = 160, .h = 128, .min_w = 1, .min_h = 1,
+                              .scales = 1 << m};
+    rill__img_out_t o;
+    uint8_t* p = decode_ok(&b, rq, &o);
+    double sc = m / 8.0, total = 0;
+    int n = 0;
+    /* each scaled pixel against the source pixel under its centre */
+    for (int r = 1; r < o.h - 1; r++)
+      for (int c = 1; c < o.w - 1; c++) {
+        int sx = (int)((40 * m / 8 + c + 0.5) / sc), sy = (int)((24 * m / 8 + r + 0.5) / sc);
+        for (int k = 0; k < 3; k++, n++)
+          total += abs((int)p[((size_t)r * o.w + c) * 3 + k] - (int)px[((size_t)sy * W + sx) * 3 + k]);
+      }
+    cr_assert(total / n < 6.0, "M=%d: mean difference %.2f from the source", m, total / n);
+    free(p);
+  }
+  free(b.p), free(px);
+}
+
 Test(jpeg, truncated_is_format_error) {
   uint8_t* px = make_pixels(80, 80, 3);
   for (int prog = 0; prog < 2; prog++) {
@@ -474,6 +623,12 @@ Test(limits, bad_requests) {
   RT_FAILS(rill__img_decode(b.p, b.n, &RGB(3), dst, 20 * 10 * 3 - 1, &o, &err), RILL_EINVAL, "smaller", err);
   buf_t j = enc_jpeg(px, 20, 10, (jpeg_spec_t){.in = JCS_RGB});
   RT_FAILS(rill__img_decode(j.p, j.n, &RGB(3), dst, 10, &o, &err), RILL_EINVAL, "smaller", err);
+  /* scale masks may name M/8 for M = 1..8 only */
+  RT_FAILS(rill__img_plan(&info, &((rill__img_request_t){.channels = 3, .min_w = 4, .scales = 1}), &o, &err),
+           RILL_EINVAL, "scale mask 0x1 names factors other than 1/8 .. 8/8", err);
+  RT_FAILS(rill__img_decode(j.p, j.n, &((rill__img_request_t){.channels = 3, .min_w = 4, .scales = 1 << 9}), dst,
+                            sizeof dst, &o, &err),
+           RILL_EINVAL, "scale mask 0x200", err);
   free(j.p), free(b.p), free(px);
 }
 
