@@ -132,6 +132,33 @@ static inline int add_map(rill_df_t* df, const char* name, int input, counter_t*
   return col;
 }
 
+/* An iterator over df (opts may be NULL); fails the test if it cannot be made. */
+static inline rill_iter_t* open_iter(rill_df_t* df, const rill_iter_opts_t* o) {
+  rill_error_t err;
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, o, &it, &err), err);
+  return it;
+}
+
+/* A dataframe of batches of `size` rows of column `col` of df (bo may be NULL). */
+static inline rill_df_t* batch_of(rill_df_t* df, int col, int64_t size, const rill_batch_opts_t* bo) {
+  rill_error_t err;
+  rill_df_t* b;
+  RT_OK(rill_df_batch(df, &col, 1, size, bo, &b, &err), err);
+  return b;
+}
+
+/* Asserts that `it` has no row left, then frees it and the dataframes a and b (b may be NULL). */
+static inline void end_and_free(rill_iter_t* it, rill_df_t* a, rill_df_t* b) {
+  rill_error_t err;
+  rill_row_t row;
+  int r = rill_iter_next(it, &row, &err);
+  cr_assert_eq(r, RILL_END, "expected the end, got %d: %s", r, r < 0 ? err.message : "a row");
+  rill_iter_free(it);
+  if (b) rill_df_free(b);
+  rill_df_free(a);
+}
+
 /* Iterates column `col` (row mode, int64 scalars) into vals; returns the row count. Row
  * errors are stored as INT64_MIN. */
 static inline int64_t collect(rill_df_t* df, int col, const rill_iter_opts_t* base, int64_t* vals, int64_t max) {
