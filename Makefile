@@ -177,7 +177,7 @@ fuzz: FUZZ_SECONDS=300
 fuzz: fuzz-smoke
 
 # ------------------------------------------------------------------ benchmarks and demo
-$(BUILD)/bench/%: test/bench/%.c $(LIB_A)
+$(BUILD)/bench/%: test/bench/%.c $(wildcard test/bench/*.h test/*.h) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itest $(filter-out -fvisibility=hidden,$(CFLAGS)) -O3 $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) \
 	  $(shell pkg-config --libs libturbojpeg 2>/dev/null)

@@ -308,6 +308,11 @@ static int add_batch(import_t* im, struct ArrowArray* b, rill_error_t* err) {
 
 static int bit(const void* bits, int64_t i) { return (((const uint8_t*)bits)[i >> 3] >> (i & 7)) & 1; }
 
+/* Entry i of an Arrow offsets buffer: int64 entries when `wide`, int32 otherwise. */
+static int64_t offset_at(const void* offsets, int wide, int64_t i) {
+  return wide ? ((const int64_t*)offsets)[i] : ((const int32_t*)offsets)[i];
+}
+
 static int fail_buffer(const column_t* c, int64_t batch, rill_error_t* err) {
   return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: batch %" PRId64
                     ", column '%s' (\"%s\"): a required buffer is missing", batch, c->name, c->format);
@@ -458,27 +463,17 @@ static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, i
   case CONV_VAR32:
   case CONV_VAR64: {
     int64_t base = o->offsets[dst];
-    int64_t first, last;
-    if (c->conv == CONV_VAR32) {
-      const int32_t* off = (const int32_t*)a->buffers[1] + start;
-      first = off[0];
-      last = off[n];
-      for (int64_t i = 1; i <= n; i++) {
-        if (off[i] < off[i - 1])
-          return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s', row %" PRId64
-                            ": decreasing offsets", c->name, dst + i - 1);
-        o->offsets[dst + i] = base + (off[i] - first);
-      }
-    } else {
-      const int64_t* off = (const int64_t*)a->buffers[1] + start;
-      first = off[0];
-      last = off[n];
-      for (int64_t i = 1; i <= n; i++) {
-        if (off[i] < off[i - 1])
-          return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s', row %" PRId64
-                            ": decreasing offsets", c->name, dst + i - 1);
-        o->offsets[dst + i] = base + (off[i] - first);
-      }
+    const void* off = a->buffers[1];
+    int wide = c->conv == CONV_VAR64;
+    int64_t first = offset_at(off, wide, start), last = offset_at(off, wide, start + n);
+    int64_t prev = first;
+    for (int64_t i = 1; i <= n; i++) {
+      int64_t cur = offset_at(off, wide, start + i);
+      if (cur < prev)
+        return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s', row %" PRId64
+                          ": decreasing offsets", c->name, dst + i - 1);
+      o->offsets[dst + i] = base + (cur - first);
+      prev = cur;
     }
     if (last > first) {
       if (a->n_buffers < 3 || a->buffers[2] == NULL) return fail_buffer(c, batch, err);
@@ -555,12 +550,9 @@ static int64_t var_bytes(const import_t* im, int64_t col) {
         view_bytes(a, k, null, &len);
         if (len > 0) total += len;
       }
-    } else if (im->cols[col].conv == CONV_VAR32) {
-      const int32_t* off = a->buffers[1];
-      total += (int64_t)off[start + p->length] - off[start];
     } else {
-      const int64_t* off = a->buffers[1];
-      total += off[start + p->length] - off[start];
+      int wide = im->cols[col].conv == CONV_VAR64;
+      total += offset_at(a->buffers[1], wide, start + p->length) - offset_at(a->buffers[1], wide, start);
     }
   }
   return total;

@@ -208,13 +208,23 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
                           c->output_width, c->output_height, g.sw, g.sh);
   }
 
-  /* Crop: libjpeg widens the column range to iMCU boundaries; copy out the exact columns.
-   * Chroma upsampling replicates the edge columns of the decoded range, so the range asked
-   * for has one more column on each side: an edge that falls on an iMCU boundary then
-   * gets its real neighbour and the region equals that part of a whole-image decode. */
+  /* Crop: libjpeg moves the left edge down to an iMCU boundary; copy out the exact columns.
+   * Chroma upsampling replicates the samples at the edges of the decoded range, so the right
+   * edge (inside the image) and a left edge on an iMCU boundary are moved out by one column:
+   * the region's edge pixels then get their real neighbours and equal those of a
+   * whole-image decode. */
   int colskip = 0, cw = g.sw;
   if (g.x > 0 || g.w < g.sw) {
-    int x0 = g.x > 0 ? g.x - 1 : 0, x1 = g.x + g.w < g.sw ? g.x + g.w + 1 : g.sw;
+#if JPEG_LIB_VERSION >= 70
+    int align = c->min_DCT_h_scaled_size;
+#else
+    int align = c->min_DCT_scaled_size;
+#endif
+    if (c->num_components > 1) align *= c->max_h_samp_factor;
+    if (align < 1) align = 1;
+    int x0 = g.x, x1 = g.x + g.w;
+    if (x0 > 0 && x0 % align == 0) x0--;
+    if (x1 < g.sw) x1++;
     JDIMENSION xoff = (JDIMENSION)x0, width = (JDIMENSION)(x1 - x0);
     jpeg_crop_scanline(c, &xoff, &width);
     colskip = g.x - (int)xoff;

@@ -251,18 +251,13 @@ __attribute__((target("avx2"))) static void hpass2_avx2(const uint8_t* src, int 
 #endif
 
 #if RILL_IMG_X86
-/* Two-tap horizontal pass for 3 or 4 channels without gathers: the row is widened to floats
- * once, then each output pixel is w0 * px[i] + w1 * px[i + 1] on four lanes (the same
- * operations, in the same order, as hpass). A 3-channel pixel's fourth lane is rewritten by
- * the next pixel; the last one is done lane by lane so that nothing past the row is written.
- * rowf holds at least n_in + 4 floats. */
-__attribute__((target("avx2"))) static void hpass2_px_avx2(const uint8_t* src, int n_in, int C, int out_w,
-                                                           const coefs_t* cx, float* rowf, float* dst) {
-  int x = 0;
-  for (; x + 8 <= n_in; x += 8)
-    _mm256_storeu_ps(rowf + x, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(src + x)))));
-  for (; x < n_in; x++) rowf[x] = src[x];
-  for (int k = 0; k < 4; k++) rowf[n_in + k] = 0.0f; /* read (never used) by the last 3-channel load */
+/* Two-tap horizontal pass for 3 or 4 channels without gathers, from a row of floats: each
+ * output pixel is w0 * px[i] + w1 * px[i + 1] on four lanes (the same operations, in the same
+ * order, as hpass and hpass_f). A 3-channel pixel's fourth lane is rewritten by the next
+ * pixel; the last one is done lane by lane so that nothing past the row is written. rowf
+ * holds n_in + 4 floats, the last four zero (read, never used, by the last 3-channel load). */
+__attribute__((target("avx2"))) static void hpass2_pxf_avx2(const float* rowf, int C, int out_w, const coefs_t* cx,
+                                                            float* dst) {
   int simd_end = C == 4 ? out_w : out_w - 1;
   const int32_t* start = cx->start;
   const float* w = cx->w;
@@ -278,7 +273,45 @@ __attribute__((target("avx2"))) static void hpass2_px_avx2(const uint8_t* src, i
     for (int c = 0; c < C; c++) dst[(size_t)o * C + c] = w[2 * o] * p[c] + w[2 * o + 1] * p[C + c];
   }
 }
+
+/* The same from a uint8 row (n_in samples), widened to floats in rowf first. */
+__attribute__((target("avx2"))) static void hpass2_px_avx2(const uint8_t* src, int n_in, int C, int out_w,
+                                                           const coefs_t* cx, float* rowf, float* dst) {
+  int x = 0;
+  for (; x + 8 <= n_in; x += 8)
+    _mm256_storeu_ps(rowf + x, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(src + x)))));
+  for (; x < n_in; x++) rowf[x] = src[x];
+  for (int k = 0; k < 4; k++) rowf[n_in + k] = 0.0f;
+  hpass2_pxf_avx2(rowf, C, out_w, cx, dst);
+}
+
+/* out[x] = wa * a[x] + wb * b[x] for two uint8 rows (the operations of vblend_c). */
+__attribute__((target("avx2"))) static void vblend_avx2(const uint8_t* a, const uint8_t* b, float wa, float wb,
+                                                        int n, float* out) {
+  const __m256 va = _mm256_set1_ps(wa), vb = _mm256_set1_ps(wb);
+  int x = 0;
+  for (; x + 8 <= n; x += 8) {
+    __m256 fa = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(a + x))));
+    __m256 fb = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(b + x))));
+    _mm256_storeu_ps(out + x, _mm256_add_ps(_mm256_mul_ps(va, fa), _mm256_mul_ps(vb, fb)));
+  }
+  for (; x < n; x++) out[x] = wa * a[x] + wb * b[x];
+}
 #endif
+
+/* Vertical blend of two uint8 rows into floats. */
+static void vblend_c(const uint8_t* a, const uint8_t* b, float wa, float wb, int n, float* out) {
+  for (int x = 0; x < n; x++) out[x] = wa * a[x] + wb * b[x];
+}
+
+/* Two-tap horizontal pass from a row of floats (C channels) to out_w*C floats. */
+static void hpass_f(const float* row, int C, int out_w, const coefs_t* cx, float* dst) {
+  for (int o = 0; o < out_w; o++) {
+    const float* p = row + (size_t)cx->start[o] * C;
+    float w0 = cx->w[2 * o], w1 = cx->w[2 * o + 1];
+    for (int c = 0; c < C; c++) dst[(size_t)o * C + c] = w0 * p[c] + w1 * p[C + c];
+  }
+}
 
 static inline uint8_t to_u8(float v) {
   if (v < 0.0f) v = 0.0f;
@@ -356,6 +389,35 @@ static int resize_region(scratch_t* s, const uint8_t* src, int64_t stride, int C
   coefs_fill(h, fy, fh, out_h, interp, ty, cy.start, cy.w);
   int ymin = cy.start[0], ymax = cy.start[out_h - 1] + ty; /* rows [ymin, ymax) are needed */
   size_t row_floats = (size_t)out_w * C;
+  if (tx == 2 && ty == 2 && ymax - ymin > out_h) {
+    /* Fewer output rows than source rows: blend the two source rows of each output row
+     * first, then resample that one row horizontally (one horizontal pass per output row
+     * instead of one per source row). */
+    size_t n_in = (size_t)w * C;
+    if (!grow(&s->rowf, &s->rowf_cap, (n_in + 8) * sizeof(float)) ||
+        !grow(&s->tmp, &s->tmp_cap, (row_floats + 8) * sizeof(float)))
+      return RILL_ENOMEM;
+    for (int k = 0; k < 4; k++) s->rowf[n_in + k] = 0.0f;
+    const float one = 1.0f;
+    for (int o = 0; o < out_h; o++) {
+      const uint8_t* a = src + (size_t)(y0 + cy.start[o]) * stride + (size_t)x0 * C;
+      const float* wy = cy.w + (size_t)o * 2;
+#if RILL_IMG_X86
+      if (simd_on()) {
+        vblend_avx2(a, a + stride, wy[0], wy[1], (int)n_in, s->rowf);
+        if (C == 3 || C == 4) hpass2_pxf_avx2(s->rowf, C, out_w, &cx, s->tmp);
+        else hpass_f(s->rowf, C, out_w, &cx, s->tmp);
+      } else
+#endif
+      {
+        vblend_c(a, a + stride, wy[0], wy[1], (int)n_in, s->rowf);
+        hpass_f(s->rowf, C, out_w, &cx, s->tmp);
+      }
+      const float* r = s->tmp;
+      vpass(&r, &one, 1, (int64_t)row_floats, dst + (size_t)o * row_floats);
+    }
+    return RILL_OK;
+  }
   if (!grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * row_floats * sizeof(float))) return RILL_ENOMEM;
 #if RILL_IMG_X86
   if (tx == 2 && (C == 3 || C == 4) && simd_on()) {

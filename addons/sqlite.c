@@ -749,22 +749,26 @@ static int sq_new(const char* sql, const rill_sqlite_opts_t* o, sq_t** out, rill
   return RILL_OK;
 }
 
-static int check_args(const rill_sql_param_t* params, int nparams, rill_df_t** out, rill_error_t* err) {
+/* The checks and setup shared by both entry points: `target` (the path or the db, named
+ * `what` in the message) is required; *o receives the options, *s a new source. */
+static int sq_begin(const void* target, const char* what, const char* sql, const rill_sql_param_t* params,
+                    int nparams, const rill_sqlite_opts_t* opts, rill_sqlite_opts_t* o, sq_t** s, rill_df_t** out,
+                    rill_error_t* err) {
+  *o = (rill_sqlite_opts_t){0};
+  if (opts) *o = *opts;
   if (!out) return rill__fail(err, RILL_EINVAL, "sqlite: out is required");
   *out = NULL;
   if (nparams < 0 || (nparams > 0 && !params)) return rill__fail(err, RILL_EINVAL, "sqlite: %d parameters without params", nparams);
-  return RILL_OK;
+  if (!target) return rill__fail(err, RILL_EINVAL, "sqlite: %s is required", what);
+  return sq_new(sql, o, s, err);
 }
 
 int rill_df_from_sqlite(const char* path, const char* sql, const rill_sql_param_t* params, int nparams,
                         const rill_sqlite_opts_t* opts, rill_df_t** out, rill_error_t* err) {
-  rill_sqlite_opts_t o = {0};
-  if (opts) o = *opts;
-  int rc = check_args(params, nparams, out, err);
-  if (rc != RILL_OK) return rc;
-  if (!path) return rill__fail(err, RILL_EINVAL, "sqlite: path is required");
+  rill_sqlite_opts_t o;
   sq_t* s;
-  if ((rc = sq_new(sql, &o, &s, err)) != RILL_OK) return rc;
+  int rc = sq_begin(path, "path", sql, params, nparams, opts, &o, &s, out, err);
+  if (rc != RILL_OK) return rc;
   sqlite3* db = NULL;
   if ((rc = open_db(*path ? path : ":memory:", o.busy_timeout_ms, &db, err)) != RILL_OK) {
     sq_unref(s);
@@ -794,13 +798,10 @@ int rill_df_from_sqlite(const char* path, const char* sql, const rill_sql_param_
 
 int rill_df_from_sqlite_db(void* db, const char* sql, const rill_sql_param_t* params, int nparams,
                            const rill_sqlite_opts_t* opts, rill_df_t** out, rill_error_t* err) {
-  rill_sqlite_opts_t o = {0};
-  if (opts) o = *opts;
-  int rc = check_args(params, nparams, out, err);
-  if (rc != RILL_OK) return rc;
-  if (!db) return rill__fail(err, RILL_EINVAL, "sqlite: db is required");
+  rill_sqlite_opts_t o;
   sq_t* s;
-  if ((rc = sq_new(sql, &o, &s, err)) != RILL_OK) return rc;
+  int rc = sq_begin(db, "db", sql, params, nparams, opts, &o, &s, out, err);
+  if (rc != RILL_OK) return rc;
   s->shared_db = db;
   rc = sq_open(s, db, params, nparams, &o, out, err);
   sq_unref(s);

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "common.h"
+#include "tsan/shared_stages.h"
 
 typedef struct counter {
   _Atomic int64_t calls;    /* function calls */
@@ -40,16 +41,23 @@ static inline int counter_fail(counter_t* c, const int64_t* rows, int64_t i, ril
   return rill_error_set(err, RILL_EFORMAT, "bad value in row %lld", (long long)rows[i]);
 }
 
-/* Source: int64 cell = row id + offset. */
-static inline int src_i64(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
-                   rill_error_t* err) {
-  counter_t* c = ctx;
+/* Counts a call of n cells and allocates its int64 output; on failure the call is over. */
+static inline int counter_alloc(counter_t* c, rill_exec_t* ex, rill_array_t* out, int64_t n, rill_error_t* err) {
   counter_enter(c, n);
   int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
   if (r != RILL_OK) {
     atomic_fetch_sub(&c->inflight, 1);
     return rill_error_set(err, r, "alloc failed");
   }
+  return RILL_OK;
+}
+
+/* Source: int64 cell = row id + offset. */
+static inline int src_i64(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                   rill_error_t* err) {
+  counter_t* c = ctx;
+  int r = counter_alloc(c, ex, out, n, err);
+  if (r != RILL_OK) return r;
   int64_t* d = out->data;
   for (int64_t i = 0; i < n; i++) {
     if (rows[i] >= 0 && rows[i] < 64) atomic_fetch_add(&c->seen[rows[i]], 1);
@@ -65,12 +73,8 @@ static inline int map_add(const rill_array_t* const* in, int nin, rill_array_t* 
                    rill_error_t* err) {
   counter_t* c = ctx;
   int64_t n = nin > 0 ? in[0]->length : 0;
-  counter_enter(c, n);
-  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
-  if (r != RILL_OK) {
-    atomic_fetch_sub(&c->inflight, 1);
-    return rill_error_set(err, r, "alloc failed");
-  }
+  int r = counter_alloc(c, ex, out, n, err);
+  if (r != RILL_OK) return r;
   int64_t* d = out->data;
   const int64_t* rows = rill_exec_rows(ex);
   for (int64_t i = 0; i < n; i++) {
@@ -93,19 +97,6 @@ static inline int red_sum(const rill_array_t* group, rill_array_t* out, rill_exe
   int64_t s = 0;
   for (int64_t i = 0; i < group->length; i++) s += ((const int64_t*)group->data)[i];
   ((int64_t*)out->data)[0] = s;
-  return RILL_OK;
-}
-
-/* Map: float64 out = input + uniform random number of the cell. */
-static inline int map_rand(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
-                    rill_error_t* err) {
-  int64_t n = in[0]->length;
-  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_FLOAT64), n);
-  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
-  for (int64_t i = 0; i < n; i++) {
-    rill_rng_t g = rill_exec_rng(ex, i);
-    ((double*)out->data)[i] = (double)((const int64_t*)in[0]->data)[i] + rill_rng_uniform(&g);
-  }
   return RILL_OK;
 }
 
@@ -157,6 +148,27 @@ static inline void end_and_free(rill_iter_t* it, rill_df_t* a, rill_df_t* b) {
   rill_iter_free(it);
   if (b) rill_df_free(b);
   rill_df_free(a);
+}
+
+enum { ANY = -1 };
+
+/* Asserts the row accounting of rill_iter_stats; a count given as ANY is not checked. */
+static inline void expect_stats(const rill_iter_t* it, int64_t rows, int64_t cells, int64_t skipped, int64_t nulled,
+                                int64_t errors) {
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  const int64_t got[5] = {st.rows, st.cells, st.skipped, st.nulled, st.errors};
+  const int64_t want[5] = {rows, cells, skipped, nulled, errors};
+  static const char* const names[5] = {"rows", "cells", "skipped", "nulled", "errors"};
+  for (int i = 0; i < 5; i++)
+    if (want[i] != ANY)
+      cr_assert_eq(got[i], want[i], "stats.%s is %lld, expected %lld", names[i], (long long)got[i], (long long)want[i]);
+}
+
+/* A counter of cells = input + offset whose cell of row `fail_row` fails. */
+static inline void counter_failing(counter_t* c, int64_t offset, int64_t fail_row) {
+  counter_init(c, offset);
+  c->fail_row = fail_row;
 }
 
 /* Iterates column `col` (row mode, int64 scalars) into vals; returns the row count. Row

@@ -55,7 +55,34 @@ static void table_free(table_t* t) {
   free(t->cells);
 }
 
+/* collect() that must succeed. */
+static table_t collected(rill_df_t* df, int threads) {
+  rill_error_t err = {0};
+  table_t t;
+  RT_OK(collect(df, threads, &t, &err), err);
+  return t;
+}
+
 static const char* cell(const table_t* t, int64_t r, int c) { return t->cells[r * t->ncols + c]; }
+
+/* One expected cell: its text as cell() gives it. */
+typedef struct want {
+  int64_t row;
+  int col;
+  const char* text;
+} want_t;
+
+static void expect_cells(const table_t* t, const want_t* w, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    cr_assert(w[i].row < t->nrows && w[i].col < t->ncols, "cell (%lld, %d) is outside the table", (long long)w[i].row,
+              w[i].col);
+    cr_assert_str_eq(cell(t, w[i].row, w[i].col), w[i].text, "row %lld column %d", (long long)w[i].row, w[i].col);
+  }
+}
+
+/* EXPECT_CELLS(&t, {row, col, "text"}, ...) */
+#define EXPECT_CELLS(t, ...) \
+  expect_cells((t), (const want_t[]){__VA_ARGS__}, sizeof((const want_t[]){__VA_ARGS__}) / sizeof(want_t))
 
 static rill_df_t* load(const char* text, const rill_csv_opts_t* o) {
   rill_error_t err = {0};
@@ -75,15 +102,9 @@ Test(csv, rfc4180_quotes_newlines_and_last_line) {
   rill_df_t* df = load(text, &(rill_csv_opts_t){.no_infer = 1});
   cr_assert_eq(rill_df_rows(df), 3);
   cr_assert_eq(rill_df_ncolumns(df), 3);
-  rill_error_t err = {0};
-  table_t t;
-  RT_OK(collect(df, RILL_THREADS_NONE, &t, &err), err);
-  cr_assert_str_eq(cell(&t, 0, 1), "x,y");
-  cr_assert_str_eq(cell(&t, 0, 2), "he said \"hi\"");
-  cr_assert_str_eq(cell(&t, 1, 1), "multi\nline");
-  cr_assert_str_eq(cell(&t, 1, 2), "\"");
-  cr_assert_str_eq(cell(&t, 2, 1), "crlf\r\ninside");
-  cr_assert_str_eq(cell(&t, 2, 2), "plain");
+  table_t t = collected(df, RILL_THREADS_NONE);
+  EXPECT_CELLS(&t, {0, 1, "x,y"}, {0, 2, "he said \"hi\""}, {1, 1, "multi\nline"}, {1, 2, "\""},
+                   {2, 1, "crlf\r\ninside"}, {2, 2, "plain"});
   table_free(&t);
   rill_df_free(df);
 }
@@ -93,9 +114,7 @@ Test(csv, crlf_bom_blank_lines_and_trailing_empty_field) {
   rill_df_t* df = load(text, NULL);
   cr_assert_str_eq(colname(df, 0), "id");
   cr_assert_eq(rill_df_rows(df), 2, "blank lines are not rows");
-  rill_error_t err = {0};
-  table_t t;
-  RT_OK(collect(df, 0, &t, &err), err);
+  table_t t = collected(df, 0);
   cr_assert_str_eq(cell(&t, 0, 0), "1");
   cr_assert_str_eq(cell(&t, 1, 1), "b");
   cr_assert_str_eq(cell(&t, 0, 2), "", "empty string field in a string column");
@@ -117,20 +136,10 @@ Test(csv, inference_and_nulls) {
   cr_assert_eq(coltype(df, 4), RILL_STRING);
   cr_assert_eq(coltype(df, 5), RILL_STRING, "an all-empty column is a string column");
   cr_assert(rill_df_field(df, 0)->nullable);
-  rill_error_t err = {0};
-  table_t t;
-  RT_OK(collect(df, 0, &t, &err), err);
-  cr_assert_str_eq(cell(&t, 0, 0), "1");
-  cr_assert_str_eq(cell(&t, 1, 0), "NULL");
-  cr_assert_str_eq(cell(&t, 2, 0), "-7");
-  cr_assert_str_eq(cell(&t, 2, 1), "-1000");
-  cr_assert_str_eq(cell(&t, 1, 2), "false");
-  cr_assert_str_eq(cell(&t, 2, 2), "NULL");
-  cr_assert_str_eq(cell(&t, 0, 3), "1704153600000000");
-  cr_assert_str_eq(cell(&t, 1, 3), "1704164645250000");
-  cr_assert_str_eq(cell(&t, 2, 3), "1704161045000000");
-  cr_assert_str_eq(cell(&t, 1, 4), "");
-  cr_assert_str_eq(cell(&t, 2, 4), "3");
+  table_t t = collected(df, 0);
+  EXPECT_CELLS(&t, {0, 0, "1"}, {1, 0, "NULL"}, {2, 0, "-7"}, {2, 1, "-1000"}, {1, 2, "false"}, {2, 2, "NULL"},
+                   {0, 3, "1704153600000000"}, {1, 3, "1704164645250000"}, {2, 3, "1704161045000000"}, {1, 4, ""},
+                   {2, 4, "3"});
   table_free(&t);
   rill_df_free(df);
 }
@@ -146,14 +155,8 @@ Test(csv, overrides_by_name_and_index) {
   cr_assert_eq(coltype(df, 1), RILL_STRING);
   cr_assert_eq(coltype(df, 2), RILL_FLOAT32);
   cr_assert_eq(coltype(df, 3), RILL_BOOL);
-  rill_error_t err = {0};
-  table_t t;
-  RT_OK(collect(df, 0, &t, &err), err);
-  cr_assert_str_eq(cell(&t, 1, 0), "4");
-  cr_assert_str_eq(cell(&t, 1, 1), "5");
-  cr_assert_str_eq(cell(&t, 1, 2), "6");
-  cr_assert_str_eq(cell(&t, 0, 3), "true");
-  cr_assert_str_eq(cell(&t, 1, 3), "false");
+  table_t t = collected(df, 0);
+  EXPECT_CELLS(&t, {1, 0, "4"}, {1, 1, "5"}, {1, 2, "6"}, {0, 3, "true"}, {1, 3, "false"});
   table_free(&t);
   rill_df_free(df);
 }
@@ -199,12 +202,9 @@ Test(csv, type_error_null_and_skip_policies) {
   const char* text = "x\n1\n2\nabc\n99999999999999999999\n5\n";
   rill_df_t* df = load(text, &(rill_csv_opts_t){.infer_rows = 2, .on_error = RILL_ON_ERROR_NULL});
   rill_error_t err = {0};
-  table_t t;
-  RT_OK(collect(df, 0, &t, &err), err);
+  table_t t = collected(df, 0);
   cr_assert_eq(t.nrows, 5);
-  cr_assert_str_eq(cell(&t, 2, 0), "NULL");
-  cr_assert_str_eq(cell(&t, 3, 0), "NULL");
-  cr_assert_str_eq(cell(&t, 4, 0), "5");
+  EXPECT_CELLS(&t, {2, 0, "NULL"}, {3, 0, "NULL"}, {4, 0, "5"});
   table_free(&t);
   rill_df_free(df);
 
@@ -297,9 +297,7 @@ Test(csv, header_only_no_header_and_options) {
   df = load("x;'semi;colon'\ny;'it''s'\n", &(rill_csv_opts_t){.delimiter = ';', .quote = '\'', .no_header = 1});
   cr_assert_str_eq(colname(df, 0), "column_0");
   cr_assert_str_eq(colname(df, 1), "column_1");
-  rill_error_t err = {0};
-  table_t t;
-  RT_OK(collect(df, 0, &t, &err), err);
+  table_t t = collected(df, 0);
   cr_assert_eq(t.nrows, 2);
   cr_assert_str_eq(cell(&t, 0, 1), "semi;colon");
   cr_assert_str_eq(cell(&t, 1, 1), "it's");
@@ -379,9 +377,7 @@ Test(csv, parallel_index_matches_sequential) {
     RT_OK(collect(par, 2, &b, &err), err);
     for (int64_t k = 0; k < a.nrows * a.ncols; k++)
       cr_assert_str_eq(a.cells[k], b.cells[k], "chunk %lld cell %lld", (long long)chunk, (long long)k);
-    cr_assert_str_eq(cell(&b, 2000, 1), "fake\n2000,row,\"q\"\n");
-    cr_assert_str_eq(cell(&b, 2002, 1), "\n\n");
-    cr_assert_str_eq(cell(&b, 2999, 2), "8997");
+    EXPECT_CELLS(&b, {2000, 1, "fake\n2000,row,\"q\"\n"}, {2002, 1, "\n\n"}, {2999, 2, "8997"});
     table_free(&a);
     table_free(&b);
     rill_df_free(par);
@@ -434,9 +430,7 @@ Test(csv, shuffled_concurrent_reads) {
 
 Test(csv, lax_quotes_are_literal) {
   rill_df_t* df = load("a,b\nab\"c,\"x\"y\n", &(rill_csv_opts_t){.no_infer = 1});
-  rill_error_t err = {0};
-  table_t t;
-  RT_OK(collect(df, 0, &t, &err), err);
+  table_t t = collected(df, 0);
   cr_assert_str_eq(cell(&t, 0, 0), "ab\"c");
   cr_assert_str_eq(cell(&t, 0, 1), "xy");
   table_free(&t);

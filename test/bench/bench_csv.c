@@ -4,17 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <time.h>
 
+#include "bench_common.h"
 #include "rill.h"
 #include "rill_addons.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -25,24 +18,15 @@ int main(int argc, char** argv) {
   int64_t batch = argc > 3 ? atoll(argv[3]) : 8192;
   rill_error_t err = {0};
   rill_df_t *df = NULL, *batches = NULL;
-  double t0 = now();
+  double t0 = bench_now();
   if (rill_df_from_csv(argv[1], &(rill_csv_opts_t){.threads = threads}, &df, &err) != RILL_OK) {
     fprintf(stderr, "bench_csv: %s\n", err.message);
     return 1;
   }
-  double t_index = now() - t0;
-  int ncols = rill_df_ncolumns(df);
-  int* cols = malloc(sizeof(int) * (size_t)ncols);
-  for (int c = 0; c < ncols; c++) cols[c] = c;
-  if (rill_df_batch(df, cols, ncols, batch, NULL, &batches, &err) != RILL_OK) {
-    fprintf(stderr, "bench_csv: %s\n", err.message);
-    return 1;
-  }
+  double t_index = bench_now() - t0;
+  int ncols;
   rill_iter_t* it = NULL;
-  if (rill_iter_new(batches, &(rill_iter_opts_t){.threads = threads, .prefetch = 4}, &it, &err) != RILL_OK) {
-    fprintf(stderr, "bench_csv: %s\n", err.message);
-    return 1;
-  }
+  if (bench_open_batches("bench_csv", df, batch, threads, &batches, &it, &ncols)) return 1;
   rill_row_t row;
   int rc;
   int64_t rows = 0, nulls = 0;
@@ -55,19 +39,16 @@ int main(int argc, char** argv) {
     fprintf(stderr, "bench_csv: %s\n", err.message);
     return 1;
   }
-  double secs = now() - t0;
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
+  double secs = bench_now() - t0;
   char line[256];
   FILE* st = fopen("/proc/self/status", "r");
   while (st && fgets(line, sizeof line, st))
     if (!strncmp(line, "RssAnon", 7) || !strncmp(line, "RssFile", 7)) fprintf(stderr, "%s", line);
   if (st) fclose(st);
   printf("rill_csv seconds=%.3f rows=%lld rss_mb=%.1f index_s=%.3f nulls=%lld\n", secs, (long long)rows,
-         (double)ru.ru_maxrss / 1024.0, t_index, (long long)nulls);
+         bench_max_rss_mb(), t_index, (long long)nulls);
   rill_iter_free(it);
   rill_df_free(batches);
   rill_df_free(df);
-  free(cols);
   return 0;
 }

@@ -5,16 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_common.h"
 #include "rill.h"
 #include "rill_addons.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double memcpy_gbs(size_t bytes) {
   unsigned char* a = malloc(bytes);
@@ -23,12 +17,12 @@ static double memcpy_gbs(size_t bytes) {
   memset(a, 1, bytes);
   memset(b, 2, bytes);
   int reps = 0;
-  double t0 = now_s(), t;
+  double t0 = bench_now(), t;
   do {
     memcpy(b, a, bytes);
     a[reps % bytes] ^= b[bytes / 2];
     reps++;
-  } while ((t = now_s() - t0) < 0.3);
+  } while ((t = bench_now() - t0) < 0.3);
   volatile unsigned char sink = b[bytes / 3];
   (void)sink;
   free(a);
@@ -48,7 +42,7 @@ static double run(rill_df_t* df, int batch, int threads, size_t cell, rill_error
   volatile unsigned sink = 0;
   while (rill_iter_next(it, &row, err) == RILL_OK) { /* warm the pools */
   }
-  double t0 = now_s(), t;
+  double t0 = bench_now(), t;
   int64_t e = 1;
   do {
     rill_iter_set_epoch(it, e++);
@@ -57,7 +51,7 @@ static double run(rill_df_t* df, int batch, int threads, size_t cell, rill_error
       sink += ((const unsigned char*)a->data)[a->data_size - 1]; /* touch the batch */
       batches++;
     }
-  } while ((t = now_s() - t0) < 0.5);
+  } while ((t = bench_now() - t0) < 0.5);
   (void)sink;
   rill_iter_free(it);
   rill_df_free(b);

@@ -3,17 +3,10 @@
  * prints: rill_sqlite seconds=S rows=N rss_mb=M */
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/resource.h>
-#include <time.h>
 
+#include "bench_common.h"
 #include "rill.h"
 #include "rill_addons.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char** argv) {
   if (argc < 4) {
@@ -24,21 +17,15 @@ int main(int argc, char** argv) {
   int64_t batch = argc > 4 ? atoll(argv[4]) : 1024;
   rill_error_t err = {0};
   rill_df_t *df = NULL, *sh = NULL, *batches = NULL;
-  double t0 = now();
+  double t0 = bench_now();
   if (rill_df_from_sqlite(argv[1], argv[2], NULL, 0, NULL, &df, &err) != RILL_OK ||
       rill_df_shuffle(df, 1, &sh, &err) != RILL_OK) {
     fprintf(stderr, "bench_sqlite: %s\n", err.message);
     return 1;
   }
-  int ncols = rill_df_ncolumns(sh);
-  int* cols = malloc(sizeof(int) * (size_t)ncols);
-  for (int c = 0; c < ncols; c++) cols[c] = c;
+  int ncols;
   rill_iter_t* it = NULL;
-  if (rill_df_batch(sh, cols, ncols, batch, NULL, &batches, &err) != RILL_OK ||
-      rill_iter_new(batches, &(rill_iter_opts_t){.threads = threads, .prefetch = 4}, &it, &err) != RILL_OK) {
-    fprintf(stderr, "bench_sqlite: %s\n", err.message);
-    return 1;
-  }
+  if (bench_open_batches("bench_sqlite", sh, batch, threads, &batches, &it, &ncols)) return 1;
   rill_row_t row;
   int rc;
   int64_t rows = 0, sum = 0;
@@ -51,15 +38,12 @@ int main(int argc, char** argv) {
     fprintf(stderr, "bench_sqlite: %s\n", err.message);
     return 1;
   }
-  double secs = now() - t0;
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
+  double secs = bench_now() - t0;
   printf("rill_sqlite seconds=%.3f rows=%lld rss_mb=%.1f checksum=%lld\n", secs, (long long)rows,
-         (double)ru.ru_maxrss / 1024.0, (long long)sum);
+         bench_max_rss_mb(), (long long)sum);
   rill_iter_free(it);
   rill_df_free(batches);
   rill_df_free(sh);
   rill_df_free(df);
-  free(cols);
   return 0;
 }

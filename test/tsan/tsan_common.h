@@ -10,6 +10,7 @@
 
 #include "rill.h"
 #include "rill_addons.h"
+#include "shared_stages.h"
 
 static int tsan_pass, tsan_fail;
 
@@ -57,16 +58,23 @@ static inline int stage_fails(const stage_ctx_t* c, int64_t row) {
   return c && c->fail_mod > 0 && row % c->fail_mod == c->fail_rem;
 }
 
-/* Source: int64 cell = 3 * row id. */
-static inline int tsrc(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
-                       rill_error_t* err) {
-  stage_ctx_t* c = ctx;
+/* Enters a call and allocates its int64 output of n cells; on failure the call is over. */
+static inline int stage_alloc(stage_ctx_t* c, rill_exec_t* ex, rill_array_t* out, int64_t n, rill_error_t* err) {
   stage_enter(c);
   int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
   if (r != RILL_OK) {
     stage_leave(c);
     return rill_error_set(err, r, "alloc failed");
   }
+  return RILL_OK;
+}
+
+/* Source: int64 cell = 3 * row id. */
+static inline int tsrc(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                       rill_error_t* err) {
+  stage_ctx_t* c = ctx;
+  int r = stage_alloc(c, ex, out, n, err);
+  if (r != RILL_OK) return r;
   for (int64_t i = 0; i < n; i++) {
     if (stage_fails(c, rows[i])) {
       stage_leave(c);
@@ -83,13 +91,9 @@ static inline int tsrc(const int64_t* rows, int64_t n, rill_array_t* out, rill_e
 static inline int tplus(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
                         rill_error_t* err) {
   stage_ctx_t* c = ctx;
-  stage_enter(c);
   int64_t n = in[0]->length;
-  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
-  if (r != RILL_OK) {
-    stage_leave(c);
-    return rill_error_set(err, r, "alloc failed");
-  }
+  int r = stage_alloc(c, ex, out, n, err);
+  if (r != RILL_OK) return r;
   const int64_t* rows = rill_exec_rows(ex);
   for (int64_t i = 0; i < n; i++) {
     if (stage_fails(c, rows[i])) {
@@ -100,19 +104,6 @@ static inline int tplus(const rill_array_t* const* in, int nin, rill_array_t* ou
     ((int64_t*)out->data)[i] = ((const int64_t*)in[0]->data)[i] + 1;
   }
   stage_leave(c);
-  return RILL_OK;
-}
-
-/* Map: float64 out = in + a uniform draw of the cell's generator. */
-static inline int trand(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
-                        rill_error_t* err) {
-  int64_t n = in[0]->length;
-  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_FLOAT64), n);
-  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
-  for (int64_t i = 0; i < n; i++) {
-    rill_rng_t g = rill_exec_rng(ex, i);
-    ((double*)out->data)[i] = (double)((const int64_t*)in[0]->data)[i] + rill_rng_uniform(&g);
-  }
   return RILL_OK;
 }
 

@@ -21,7 +21,7 @@ static void pipeline_make(pipeline_t* p) {
   rill_stage_opts_t g64 = {.grain = 64}, g50 = {.grain = 50};
   int src = rill_df_add_source(p->base, "src", rill_type_scalar(RILL_INT64), tsrc, &p->src_ctx, NULL, NULL, &err);
   p->plus = rill_df_map(p->base, "plus", rill_type_scalar(RILL_INT64), &src, 1, tplus, &p->plus_ctx, NULL, &g64, &err);
-  p->rand = rill_df_map(p->base, "rand", rill_type_scalar(RILL_FLOAT64), &src, 1, trand, NULL, NULL, &g50, &err);
+  p->rand = rill_df_map(p->base, "rand", rill_type_scalar(RILL_FLOAT64), &src, 1, map_rand, NULL, NULL, &g50, &err);
   int keep = rill_df_map(p->base, "keep", rill_type_scalar(RILL_BOOL), &src, 1, tkeep, NULL, NULL, NULL, &err);
   CHECK(src == 0 && p->plus == 1 && p->rand == 2 && keep == 3, "columns %d %d %d %d: %s", src, p->plus, p->rand,
         keep, err.message);
