@@ -96,7 +96,7 @@ $(RILL): $(BIN_OBJ) $(LIB_A)
 # Debian packages the build and the tests need. Installed when missing and we are root;
 # otherwise the build stops with the command to run.
 DEB_PACKAGES := libcriterion-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libsqlite3-dev \
-                zlib1g-dev pkg-config
+                zlib1g-dev pkg-config clang libclang-rt-14-dev
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \

@@ -73,6 +73,21 @@ static void array_destroy(rill_array_t* a) {
   if (pool) pool_unref(pool);
 }
 
+/* A variable-length array going back to its pool keeps its data buffer only when it used a
+ * good part of it: otherwise, buffers grown once by a large cell would be kept at that size
+ * by every pooled array and resident memory would creep up towards (arrays x largest need). */
+#define TRIM_MIN_BYTES (64 << 10)
+static void trim_var_buffer(rill_array_t* a) {
+  rill_array_priv_t* p = a->priv;
+  if (!a->offsets || (p->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT))) return;
+  if (p->data_cap <= TRIM_MIN_BYTES || p->data_cap <= 2 * a->data_size) return;
+  rill__device_free(a->device, p->data_buf);
+  p->data_buf = NULL;
+  p->data_cap = 0;
+  a->data = NULL;
+  a->data_size = 0;
+}
+
 rill_array_t* rill_array_retain(const rill_array_t* a) {
   if (!a) return NULL;
   atomic_fetch_add(&a->priv->refs, 1);
@@ -87,6 +102,7 @@ void rill_array_release(const rill_array_t* ca) {
   if (atomic_fetch_sub(&a->priv->refs, 1) != 1) return;
   rill_pool_t* pool = a->priv->pool;
   if (pool) {
+    trim_var_buffer(a);
     pthread_mutex_lock(&pool->mu);
     if (!pool->closed) {
       a->length = 0;
@@ -139,10 +155,24 @@ void rill__pool_free(rill_pool_t* pool) {
   pool_unref(pool);
 }
 
-int rill__pool_acquire(rill_pool_t* pool, rill_array_t** out) {
+int rill__pool_acquire_fit(rill_pool_t* pool, int64_t bytes, rill_array_t** out) {
   pthread_mutex_lock(&pool->mu);
   rill_array_t* a = pool->free_list;
-  if (a) pool->free_list = a->priv->next_free;
+  rill_array_t** link = &pool->free_list;
+  if (a && bytes >= 0) {
+    rill_array_t** best = NULL;   /* the smallest capacity that holds `bytes` */
+    rill_array_t** largest = link;
+    int seen = 0;                 /* the scan stops at a close fit or after the 64 latest */
+    for (rill_array_t** l = link; *l && seen < 64; l = &(*l)->priv->next_free, seen++) {
+      int64_t cap = (*l)->priv->data_cap;
+      if (cap >= bytes && (!best || cap < (*best)->priv->data_cap)) best = l;
+      if (cap > (*largest)->priv->data_cap) largest = l;
+      if (best && (*best)->priv->data_cap - bytes <= bytes / 4) break;
+    }
+    link = best ? best : largest;
+    a = *link;
+  }
+  if (a) *link = a->priv->next_free;
   pthread_mutex_unlock(&pool->mu);
   if (a) {
     a->priv->next_free = NULL;
@@ -153,6 +183,8 @@ int rill__pool_acquire(rill_pool_t* pool, rill_array_t** out) {
   return rill__array_create(pool, pool->device, out);
 }
 
+int rill__pool_acquire(rill_pool_t* pool, rill_array_t** out) { return rill__pool_acquire_fit(pool, -1, out); }
+
 void rill__pool_counts(const rill_pool_t* pool, int64_t* allocs, int64_t* reuses) {
   if (allocs) *allocs = pool ? atomic_load(&((rill_pool_t*)pool)->allocs) : 0;
   if (reuses) *reuses = pool ? atomic_load(&((rill_pool_t*)pool)->reuses) : 0;
@@ -160,13 +192,23 @@ void rill__pool_counts(const rill_pool_t* pool, int64_t* allocs, int64_t* reuses
 
 /* ---------------------------------------------------------------- buffers */
 
+/* Capacities come in classes of a quarter power of two (2^k times 1, 1.25, 1.5, 1.75), so
+ * that a recycled buffer fits the next need of about the same size. */
+static int64_t size_class(int64_t n) {
+  if (n <= 64 || n > (INT64_MAX >> 2)) return n;
+  int k = 63 - __builtin_clzll((unsigned long long)n); /* 2^k <= n < 2^(k+1) */
+  int64_t step = (int64_t)1 << (k >= 2 ? k - 2 : 0);
+  return (n + step - 1) / step * step;
+}
+
 /* Makes *buf hold at least `need` bytes. Contents are kept when `keep` bytes > 0. On failure
  * the old buffer stays. Returns 1 when it allocated, 0 when the capacity sufficed, < 0 on
  * failure. */
 static int grow(rill_device_t dev, void** buf, int64_t* cap, int64_t need, int64_t keep) {
   if (need <= *cap && *buf) return 0;
-  int64_t ncap = *cap * 2 > need ? *cap * 2 : need;
+  int64_t ncap = keep > 0 && *cap * 2 > need ? *cap * 2 : need;
   if (ncap < 64) ncap = 64;
+  ncap = size_class(ncap);
   void* nb = rill__device_alloc(dev, (size_t)ncap);
   if (!nb) return RILL_ENOMEM;
   if (keep > 0 && *buf) {

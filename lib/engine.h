@@ -48,6 +48,9 @@ void rill__workers_wait(rill__workers_t* w, rill__group_t* group);
 int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group);
 int rill__worker_index(void); /* index of the calling worker thread, -1 elsewhere */
 
+/* ---------------------------------------------------------------- pools (array.c) */
+
+
 /* ---------------------------------------------------------------- dataframes (dataframe.c) */
 
 typedef enum {
@@ -118,6 +121,7 @@ typedef struct rill__node {
   rill_stream_t* stream;     /* CUDA stages */
   rill_device_t device;
   _Atomic int64_t ns_per_row; /* last measured cost, picks the default grain */
+  _Atomic int64_t bytes_per_row; /* variable cells: last measured data bytes per row */
 } rill__node_t;
 
 typedef struct rill__frame {

@@ -404,13 +404,22 @@ static int piece_ok(run_t* R, const rill_array_t* piece, int64_t k) {
          (R->fixed || (piece->offsets && piece->priv->var_cells >= 0));
 }
 
+/* Data bytes that k cells of the stage's output are expected to take. */
+static int64_t expect_bytes(const run_t* R, int64_t k) {
+  int64_t per = R->fixed ? rill_type_cell_bytes(&R->c->field.type) : atomic_load(&R->node->bytes_per_row);
+  int64_t b;
+  if (per < 0 || __builtin_mul_overflow(per, k, &b)) return 0;
+  return b;
+}
+
 /* An array of the node's pool. A device or pinned array may have been handed to a consumer
  * whose CUDA stream still reads it: when the iterator released it, it recorded an event on
  * that stream (iter.c, consumer_fence), and writing into the array again waits for that
  * event: a CUDA stage's stream waits on the device, a host stage waits on the host. Arrays
- * of host pools never carry such an event. */
-static int node_acquire(rill__node_t* node, rill_array_t** out, rill_error_t* e) {
-  if (rill__pool_acquire(node->pool, out) != RILL_OK) return rill_error_set(e, RILL_ENOMEM, "out of memory");
+ * of host pools never carry such an event. `bytes`: the data bytes expected (picks the pooled
+ * array whose buffer fits best). */
+static int node_acquire(rill__node_t* node, int64_t bytes, rill_array_t** out, rill_error_t* e) {
+  if (rill__pool_acquire_fit(node->pool, bytes, out) != RILL_OK) return rill_error_set(e, RILL_ENOMEM, "out of memory");
   rill_array_t* a = *out;
   if (!a->event || a->device.type == 0 || a->device.type == RILL_DEVICE_CPU) return RILL_OK;
   int r;
@@ -431,7 +440,7 @@ static int var_detach(run_t* R, rill_array_t** piece) {
   if (!R->out_direct) return RILL_OK;
   rill_array_t* fresh;
   rill_error_t e;
-  if (node_acquire(R->node, &fresh, &e) != RILL_OK) return RILL_ENOMEM;
+  if (node_acquire(R->node, expect_bytes(R, R->n), &fresh, &e) != RILL_OK) return RILL_ENOMEM;
   if (rill__array_prepare(fresh, R->c->field.type, R->n, false) != RILL_OK) {
     rill_array_release(fresh);
     return RILL_ENOMEM;
@@ -525,7 +534,7 @@ static void call_range(run_t* R, int64_t a, int64_t b) {
       piece = R->out;
     } else {
       rill_error_t ae;
-      int ar = node_acquire(R->node, &piece, &ae);
+      int ar = node_acquire(R->node, expect_bytes(R, k), &piece, &ae);
       if (ar != RILL_OK) {
         chunk_fail(R->ch, ar, "column '%s': %s", R->c->field.name, ae.message);
         return;
@@ -617,7 +626,7 @@ static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
     s->n = (made + 1 == ntasks ? R->n : (made + 1) * grain) - s->base;
     s->out_direct = 1;
     rill_error_t ae;
-    if (node_acquire(R->node, &s->out, &ae) != RILL_OK) break;
+    if (node_acquire(R->node, expect_bytes(R, s->n), &s->out, &ae) != RILL_OK) break;
     vs[made].task.fn = vsplit_main;
     vs[made].task.arg = &vs[made];
   }
@@ -636,7 +645,11 @@ static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
         chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
       } else {
         R->out_direct = 0;
-        for (int64_t t = 0; t < ntasks; t++)
+        int64_t total = 0;
+        for (int64_t t = 0; t < ntasks; t++) total += vs[t].sub.out->data_size;
+        if (rill_array_reserve(R->out, total) != RILL_OK)
+          chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+        for (int64_t t = 0; t < ntasks && !chunk_failed(R->ch); t++)
           if (commit(R, vs[t].sub.out, vs[t].sub.base, vs[t].sub.n) != RILL_OK) {
             chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
             break;
@@ -652,9 +665,12 @@ static int64_t pick_grain(run_t* R, int nthreads) {
   int64_t g = R->c->opts.grain;
   if (g > 0) return g;
   int64_t nspr = atomic_load(&R->node->ns_per_row);
-  if (nspr <= 0) { /* not measured yet: one task per thread, at least 64 rows each */
-    g = (R->n + nthreads) / (nthreads + 1);
-    return g < 64 ? 64 : g;
+  if (nspr <= 0) {
+    /* not measured yet (the first chunk): four tasks per thread (of at least 16 rows), so that
+     * a thread busy with a later chunk's first task soon comes back to help the first chunk */
+    int64_t parts = 4 * ((int64_t)nthreads + 1);
+    g = (R->n + parts - 1) / parts;
+    return g < 16 ? 16 : g;
   }
   g = 20000 / nspr;                                          /* a task of about 20 us */
   return g < 1 ? 1 : g;
@@ -741,7 +757,7 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
     chunk_fail(ch, e.code, "column '%s': %s", col->field.name, e.message);
     return NULL;
   }
-  int ar = node_acquire(R.node, &R.out, &e);
+  int ar = node_acquire(R.node, expect_bytes(&R, R.n), &R.out, &e);
   if (ar != RILL_OK) {
     chunk_fail(ch, ar, "column '%s': %s", col->field.name, e.message);
     return NULL;
@@ -771,6 +787,7 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
   if (R.n > 0) {
     int64_t nspr = atomic_load(&R.ns) / R.n;
     atomic_store(&R.node->ns_per_row, nspr > 0 ? nspr : 1);
+    if (!R.fixed && R.out->offsets) atomic_store(&R.node->bytes_per_row, (R.out->data_size + R.n - 1) / R.n);
   }
   fr->vals[c] = R.out;
   ch->nulled += R.nulled;
@@ -816,7 +833,7 @@ static const rill_array_t* transpose_col(rill__chunk_t* ch, int c, const rill_ar
     return NULL;
   }
   rill_array_t* out;
-  int ar = node_acquire(node, &out, &e);
+  int ar = node_acquire(node, a->length * rill_type_cell_bytes(&col->field.type), &out, &e);
   if (ar != RILL_OK) {
     chunk_fail(ch, ar, "column '%s': %s", col->field.name, e.message);
     return NULL;

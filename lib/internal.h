@@ -92,6 +92,11 @@ rill_pool_t* rill__pool_new(rill_device_t device);
 void rill__pool_free(rill_pool_t* pool);
 /* An array of the pool (a returned one when available), refs = 1, length 0. */
 int rill__pool_acquire(rill_pool_t* pool, rill_array_t** out);
+/* An array of `pool` whose data buffer best fits `bytes`: of the 64 arrays returned last,
+ * the first one within a quarter above `bytes`, else the one with the smallest capacity that
+ * holds them, else the one with the largest capacity; a new one when the pool holds none.
+ * bytes < 0: the array returned last. */
+int rill__pool_acquire_fit(rill_pool_t* pool, int64_t bytes, rill_array_t** out);
 void rill__pool_counts(const rill_pool_t* pool, int64_t* allocs, int64_t* reuses);
 
 /* ---- CUDA (lib/stream_cuda.c). Built without CUDA, or run without a device, every

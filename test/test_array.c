@@ -258,3 +258,33 @@ Test(alloc, failures_give_enomem_and_no_leak) {
   rill_set_allocator(NULL);
   cr_assert(ok, "succeeds once enough allocations are allowed");
 }
+
+Test(pool, best_fit_reuse_by_size) {
+  rill_pool_t* pool = rill__pool_new((rill_device_t){RILL_DEVICE_CPU, 0});
+  cr_assert_not_null(pool);
+  rill_array_t *small, *mid, *big, *got;
+  cr_assert_eq(rill__pool_acquire(pool, &small), RILL_OK);
+  cr_assert_eq(rill__pool_acquire(pool, &mid), RILL_OK);
+  cr_assert_eq(rill__pool_acquire(pool, &big), RILL_OK);
+  cr_assert_eq(rill__array_prepare(small, rill_type_scalar(RILL_FLOAT32), 10, false), RILL_OK);
+  cr_assert_eq(rill__array_prepare(mid, rill_type_scalar(RILL_FLOAT32), 1000, false), RILL_OK);
+  cr_assert_eq(rill__array_prepare(big, rill_type_scalar(RILL_FLOAT32), 100000, false), RILL_OK);
+  rill_array_release(big);
+  rill_array_release(small);
+  rill_array_release(mid); /* returned last: plain acquire would lend this one */
+  cr_assert_eq(rill__pool_acquire_fit(pool, 390000, &got), RILL_OK);
+  cr_assert_eq(got, big, "the array that holds the request is chosen, not the last returned");
+  cr_assert_eq(rill__array_prepare(got, rill_type_scalar(RILL_FLOAT32), 97500, false), RILL_OK);
+  int64_t allocs;
+  rill__pool_counts(pool, &allocs, NULL);
+  cr_assert_eq(allocs, 3, "no new buffer for a request that fits");
+  rill_array_release(got);
+  cr_assert_eq(rill__pool_acquire_fit(pool, 30, &got), RILL_OK);
+  cr_assert_eq(got, small, "the smallest array that holds 30 bytes");
+  rill_array_t* other;
+  cr_assert_eq(rill__pool_acquire_fit(pool, 100000000, &other), RILL_OK);
+  cr_assert_eq(other, big, "nothing holds the request: the largest is lent");
+  rill_array_release(got);
+  rill_array_release(other);
+  rill__pool_free(pool);
+}
