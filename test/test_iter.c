@@ -599,3 +599,66 @@ Test(iter, rng_of_a_map_on_a_batch_follows_the_parent_rows) {
   rill_df_free(b);
   rill_df_free(df);
 }
+
+/* A STRING source whose cells vary in length from row to row (1 to 300 bytes). */
+static int src_varstr(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                      rill_error_t* err) {
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_STRING), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "varstr: out of memory");
+  char buf[320];
+  for (int64_t i = 0; i < n; i++) {
+    int len = 1 + (int)((rows[i] * 7919) % 300);
+    for (int k = 0; k < len; k++) buf[k] = (char)('a' + (rows[i] + k) % 26);
+    r = rill_array_set_var(out, i, buf, len, NULL);
+    if (r != RILL_OK) return rill_error_set(err, r, "varstr: out of memory");
+  }
+  return RILL_OK;
+}
+
+Test(iter, variable_length_buffers_are_reused_across_epochs) {
+  rill_error_t err;
+  rill_df_t *df, *sh, *b;
+  RT_OK(rill_df_new(3000, &df, &err), err);
+  cr_assert_geq(rill_df_add_source(df, "s", rill_type_scalar(RILL_STRING), src_varstr, NULL, NULL,
+                                   &(rill_stage_opts_t){.grain = 64}, &err), 0, "%s", err.message);
+  RT_OK(rill_df_shuffle(df, 5, &sh, &err), err);
+  b = batch_of(sh, 0, 256, NULL);
+  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 2, .prefetch = 4});
+  uint64_t sum0 = 0;
+  int64_t reuses_before = -1, allocs_after_2 = -1, allocs_epoch0 = -1;
+  for (int64_t epoch = 0; epoch < 10; epoch++) {
+    RT_OK(rill_iter_set_epoch(it, epoch), err);
+    rill_row_t row;
+    uint64_t sum = 0;
+    int64_t cells = 0;
+    int rc;
+    while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+      const rill_array_t* a = rill_row_get(&row, 0);
+      for (int64_t i = 0; i < a->length; i++) {
+        int64_t nb;
+        const unsigned char* p = rill_array_cell(a, i, &nb);
+        for (int64_t k = 0; k < nb; k++) sum += p[k] * (uint64_t)(k + 1);
+        sum += (uint64_t)nb;
+      }
+      cells += a->length;
+    }
+    cr_assert_eq(rc, RILL_END, "epoch %lld: %d %s", (long long)epoch, rc, err.message);
+    cr_assert_eq(cells, 3000);
+    if (epoch == 0) sum0 = sum;
+    cr_assert_eq(sum, sum0, "epoch %lld: the same cells in another order give the same sum", (long long)epoch);
+    rill_iter_stats_t st;
+    rill_iter_stats(it, &st);
+    cr_assert_gt(st.reuses, reuses_before, "epoch %lld reuses pooled buffers", (long long)epoch);
+    reuses_before = st.reuses;
+    if (epoch == 0) allocs_epoch0 = st.allocs;
+    if (epoch == 2) allocs_after_2 = st.allocs;
+    if (epoch == 9)
+      cr_assert_lt(st.allocs - allocs_after_2, allocs_epoch0,
+                   "seven epochs after warm-up allocate less than the first one did: %lld vs %lld",
+                   (long long)(st.allocs - allocs_after_2), (long long)allocs_epoch0);
+  }
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(sh);
+  rill_df_free(df);
+}
