@@ -5,7 +5,8 @@
 #include "rill_addons.h"
 
 /* Gathers the cells of `rows` from the column's array into `out`; a whole stage's run of
- * consecutive rows is lent instead (rill__exec_borrow). */
+ * consecutive rows is lent instead (rill__exec_borrow). The engine usually takes the lent
+ * slice from memory_lend before calling this at all. */
 static int memory_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
                          rill_error_t* err) {
   const rill_array_t* a = ctx;
@@ -45,6 +46,17 @@ static int memory_source(const int64_t* rows, int64_t n, rill_array_t* out, rill
     }
   }
   return RILL_OK;
+}
+
+/* The zero-copy path (rill__lend_fn): consecutive rows of a fixed-shape host column without
+ * nulls are a slice of the caller's array. */
+static int memory_lend(void* ctx, int64_t start, int64_t n, rill_array_t** out) {
+  const rill_array_t* a = ctx;
+  *out = NULL;
+  if (!rill_type_is_fixed(&a->type) || (a->device.type != 0 && a->device.type != RILL_DEVICE_CPU) ||
+      (a->validity && a->null_count > 0))
+    return RILL_ENOTSUP;
+  return rill_array_slice(a, start, n, out, NULL);
 }
 
 static void release_array(void* ctx) { rill_array_release(ctx); }
@@ -88,6 +100,7 @@ int rill_df_from_arrays(const char* const* names, const rill_array_t* const* arr
       rill_df_free(df);
       return r;
     }
+    df->cols[r]->lend = memory_lend;
   }
   *out = df;
   return RILL_OK;

@@ -72,6 +72,11 @@ typedef enum {
 
 #define RILL__MAX_INPUTS 64
 
+/* A source's zero-copy path: a new reference to an array holding the cells of rows
+ * [start, start+n) (fixed-shape, host memory, no nulls, the column's type), which the engine
+ * never writes into; RILL_ENOTSUP when the source cannot lend them (it is then called). */
+typedef int (*rill__lend_fn)(void* ctx, int64_t start, int64_t n, rill_array_t** out);
+
 typedef struct rill__column {
   rill_field_t field; /* field.name is owned */
   rill__col_kind_t kind;
@@ -85,6 +90,7 @@ typedef struct rill__column {
   int ninputs;
   int pcol;
   int transpose; /* batch column: 3-D HWC cells become CHW */
+  rill__lend_fn lend; /* source: consecutive rows without a call (NULL: none) */
   pthread_mutex_t serial;
 } rill__column_t;
 
@@ -129,6 +135,8 @@ typedef struct rill__frame {
   int level;
   int64_t* rows;
   int64_t rows_cap;
+  int64_t seq;  /* rows[i] == seq + i for every cell, or -1 when not known */
+  int rows_ok;  /* rows is written (else seq >= 0 and rows is written when first needed) */
   rill_array_t** vals;
   int64_t* goff; /* reduce: group g holds child cells [goff[g], goff[g+1]) */
   int64_t goff_cap;

@@ -73,6 +73,19 @@ static int ensure_i64(int64_t** buf, int64_t* cap, int64_t n) {
   return RILL_OK;
 }
 
+/* Writes the row ids of frame `f` when they were left implied by f->seq. */
+static int frame_rows(rill__chunk_t* ch, rill__frame_t* f) {
+  if (f->rows_ok) return RILL_OK;
+  int64_t n = ch->level_n[f->level];
+  if (ensure_i64(&f->rows, &f->rows_cap, n) != RILL_OK) return RILL_ENOMEM;
+  for (int64_t i = 0; i < n; i++) f->rows[i] = f->seq + i;
+  f->rows_ok = 1;
+  return RILL_OK;
+}
+
+/* Row id of cell i of frame `f` (written or implied). */
+static inline int64_t frame_row(const rill__frame_t* f, int64_t i) { return f->rows_ok ? f->rows[i] : f->seq + i; }
+
 static const char* col_name(const rill_df_t* df, int c) { return df->cols[c]->field.name; }
 
 /* Records a failure of the whole chunk (the first one wins). */
@@ -170,9 +183,11 @@ static int compact_level(rill__chunk_t* ch, int level, const uint8_t* keep) {
   for (int d = 0; d < ch->nframes; d++) {
     rill__frame_t* f = &ch->frames[d];
     if (f->level != level || !f->df) continue;
+    if (frame_rows(ch, f) != RILL_OK) return RILL_ENOMEM;
     int64_t j = 0;
     for (int64_t i = 0; i < n; i++)
       if (keep[i]) f->rows[j++] = f->rows[i];
+    if (m != n) f->seq = -1;
     for (int c = 0; c < f->df->ncols; c++) {
       if (!f->vals[c] || f->vals[c]->length != n) continue;
       int r = own_cells(f->vals[c]);
@@ -728,6 +743,33 @@ static int wait_inputs(run_t* R, const rill_array_t* const* in, int nin, rill_er
 
 static const rill_array_t* get_col(rill__chunk_t* ch, int d, int c);
 
+/* A source column whose cells of the chunk are consecutive rows it can lend (col->lend):
+ * the lent array becomes the column's value, no buffer is filled and no task is split. NULL
+ * when the source is called instead. */
+static const rill_array_t* lend_cells(rill__chunk_t* ch, int d, int c, int64_t n) {
+  rill__frame_t* fr = &ch->frames[d];
+  rill__column_t* col = fr->df->cols[c];
+  rill__node_t* node = ch->it->nodemap[d][c];
+  if (col->kind != RILL__COL_SOURCE || !col->lend || n <= 0 || col->opts.where != RILL_STAGE_CPU ||
+      node->device.type != RILL_DEVICE_CPU || !rill_type_is_fixed(&col->field.type))
+    return NULL;
+  if (fr->seq < 0) {
+    const int64_t* rows = fr->rows;
+    if (rows[n - 1] - rows[0] != n - 1) return NULL;
+    for (int64_t i = 1; i < n; i++)
+      if (rows[i] != rows[i - 1] + 1) return NULL;
+  }
+  rill_array_t* a = NULL;
+  if (col->lend(col->ctx, frame_row(fr, 0), n, &a) != RILL_OK || !a) return NULL;
+  if (a->length != n || !rill_type_equal(&a->type, &col->field.type) ||
+      (a->device.type != 0 && a->device.type != RILL_DEVICE_CPU) || (a->validity && a->null_count > 0)) {
+    rill_array_release(a);
+    return NULL;
+  }
+  fr->vals[c] = a;
+  return a;
+}
+
 /* Computes SOURCE/MAP/REDUCE column c of frame d; stores it in the frame. */
 static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
   rill__frame_t* fr = &ch->frames[d];
@@ -751,6 +793,12 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
   R.n = ch->level_n[fr->level];
   R.rowmode = !ch->it->batched && fr->level == 0;
   R.fixed = rill_type_is_fixed(&col->field.type);
+  const rill_array_t* lent = lend_cells(ch, d, c, R.n);
+  if (lent) return lent;
+  if (frame_rows(ch, fr) != RILL_OK) {
+    chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", col->field.name);
+    return NULL;
+  }
   rill_error_t e;
   const rill_array_t* child1[1] = {R.child};
   if (wait_inputs(&R, R.child ? child1 : R.in, R.child ? 1 : R.nin, &e) != RILL_OK) {
@@ -933,22 +981,26 @@ void rill__chunk_destroy(rill__chunk_t* ch) {
 static int setup_frames(rill__chunk_t* ch) {
   rill_iter_t* it = ch->it;
   int d0 = 0;
-  for (int d = 0; d < ch->nframes; d++) ch->frames[d].level = 0;
+  for (int d = 0; d < ch->nframes; d++) {
+    ch->frames[d].level = 0;
+    ch->frames[d].seq = -1;
+    ch->frames[d].rows_ok = 1;
+  }
   if (it->batched) {
     rill_df_t* b = it->chain[0];
     int64_t s = ch->start * b->batch, e = s + b->batch;
     if (e > b->parent->rows) e = b->parent->rows;
     int64_t n = e > s ? e - s : 0;
-    for (int d = 0; d < 2; d++) {
-      if (ensure_i64(&ch->frames[d].rows, &ch->frames[d].rows_cap, n) != RILL_OK) return RILL_ENOMEM;
-      for (int64_t i = 0; i < n; i++) ch->frames[d].rows[i] = s + i;
+    for (int d = 0; d < 2; d++) { /* consecutive rows: written when a stage needs them */
+      ch->frames[d].seq = s;
+      ch->frames[d].rows_ok = 0;
     }
     ch->level_n[0] = n;
     d0 = 1;
   } else {
     int64_t n = ch->end - ch->start;
-    if (ensure_i64(&ch->frames[0].rows, &ch->frames[0].rows_cap, n) != RILL_OK) return RILL_ENOMEM;
-    for (int64_t i = 0; i < n; i++) ch->frames[0].rows[i] = ch->start + i;
+    ch->frames[0].seq = ch->start;
+    ch->frames[0].rows_ok = 0;
     ch->level_n[0] = n;
   }
   for (int d = d0; d + 1 < ch->nframes; d++) {
@@ -960,7 +1012,7 @@ static int setup_frames(rill__chunk_t* ch) {
       int64_t prow = df->parent->rows, total = 0;
       if (ensure_i64(&f->goff, &f->goff_cap, n + 1) != RILL_OK) return RILL_ENOMEM;
       for (int64_t g = 0; g < n; g++) {
-        int64_t s = f->rows[g] * df->k, e = s + df->k;
+        int64_t s = frame_row(f, g) * df->k, e = s + df->k;
         if (e > prow) e = prow;
         f->goff[g] = total;
         total += e > s ? e - s : 0;
@@ -968,12 +1020,13 @@ static int setup_frames(rill__chunk_t* ch) {
       f->goff[n] = total;
       if (ensure_i64(&p->rows, &p->rows_cap, total) != RILL_OK) return RILL_ENOMEM;
       for (int64_t g = 0; g < n; g++)
-        for (int64_t j = f->goff[g]; j < f->goff[g + 1]; j++) p->rows[j] = f->rows[g] * df->k + (j - f->goff[g]);
+        for (int64_t j = f->goff[g]; j < f->goff[g + 1]; j++) p->rows[j] = frame_row(f, g) * df->k + (j - f->goff[g]);
       p->level = f->level + 1;
+      p->seq = f->seq >= 0 ? f->seq * df->k : -1; /* whole groups of consecutive rows */
       ch->level_n[p->level] = total;
     } else {
       if (ensure_i64(&p->rows, &p->rows_cap, n) != RILL_OK) return RILL_ENOMEM;
-      for (int64_t i = 0; i < n; i++) p->rows[i] = rill__view_row(df, ch->epoch, f->rows[i]);
+      for (int64_t i = 0; i < n; i++) p->rows[i] = rill__view_row(df, ch->epoch, frame_row(f, i));
       p->level = f->level;
     }
   }
@@ -1005,6 +1058,8 @@ void rill__chunk_eval(rill__chunk_t* ch) {
         ch->cols[q] = rill_array_retain(get_col(ch, 0, it->req[q]));
       }
       ch->m = it->batched ? (ch->level_n[0] > 0 || it->nreq == 0) : ch->level_n[0];
+      if (!it->batched && frame_rows(ch, &ch->frames[0]) != RILL_OK)
+        chunk_fail(ch, RILL_ENOMEM, "rows %lld..%lld: out of memory", (long long)ch->start, (long long)ch->end - 1);
       ch->top = ch->frames[0].rows;
       if (ch->nrerr > 1) qsort(ch->rerr, (size_t)ch->nrerr, sizeof *ch->rerr, cmp_rowerr);
     }

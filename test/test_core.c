@@ -919,3 +919,92 @@ Test(core, memory_source_with_nulls_copies_and_keeps_them) {
   end_and_free(it, df, b);
   rill_array_release(a);
 }
+
+static int sum_i64(const rill_array_t* group, rill_array_t* out, rill_exec_t* ex, void* ctx, rill_error_t* err) {
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), 1);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  int64_t s = 0;
+  for (int64_t i = 0; i < group->length; i++) s += ((const int64_t*)group->data)[i];
+  ((int64_t*)out->data)[0] = s;
+  return RILL_OK;
+}
+
+/* Batches larger than a task's grain, iterated on worker threads: the lent columns are still
+ * slices of the caller's arrays (the stage is not split into copying tasks); a reduce over
+ * consecutive rows and a shard (rows not consecutive) read the right cells. */
+Test(core, memory_source_lends_large_batches_on_threads) {
+  enum { N = 5000, B = 1024 };
+  rill_error_t err;
+  rill_array_t *a, *f;
+  RT_OK(rill_array_new(rill_type_scalar(RILL_INT64), N, &a, &err), err);
+  RT_OK(rill_array_new(rill_type_scalar(RILL_FLOAT32), N, &f, &err), err);
+  for (int64_t i = 0; i < N; i++) {
+    ((int64_t*)a->data)[i] = 7 * i;
+    ((float*)f->data)[i] = (float)i / 2;
+  }
+  const char* names[2] = {"a", "f"};
+  const rill_array_t* arrays[2] = {a, f};
+  rill_df_t *df, *b;
+  RT_OK(rill_df_from_arrays(names, arrays, 2, 0, &df, &err), err);
+  int cols[2] = {0, 1};
+  RT_OK(rill_df_batch(df, cols, 2, B, NULL, &b, &err), err);
+  for (int threads = RILL_THREADS_NONE; threads <= 2; threads += 3) {
+    rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = threads, .prefetch = 3});
+    rill_row_t row;
+    int k = 0, rc;
+    while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+      const rill_array_t *x = rill_row_get(&row, 0), *y = rill_row_get(&row, 1);
+      int64_t len = k < N / B ? B : N % B;
+      cr_assert_eq(x->length, len);
+      cr_assert_eq(y->length, len);
+      cr_assert_eq(x->data, (const int64_t*)a->data + (int64_t)k * B, "threads %d batch %d of 'a' was copied",
+                   threads, k);
+      cr_assert_eq(y->data, (const float*)f->data + (int64_t)k * B, "threads %d batch %d of 'f' was copied",
+                   threads, k);
+      cr_assert_eq(((const int64_t*)x->data)[len - 1], 7 * ((int64_t)k * B + len - 1));
+      k++;
+    }
+    cr_assert_eq(rc, RILL_END, "%s", err.message);
+    cr_assert_eq(k, (N + B - 1) / B);
+    rill_iter_free(it);
+  }
+  rill_df_free(b);
+  /* a reduce by 3 over consecutive rows: each group sums its own three cells */
+  rill_df_t *red, *rb;
+  RT_OK(rill_df_reduce(df, 0, 3, rill_type_scalar(RILL_INT64), sum_i64, NULL, NULL, &red, &err), err);
+  int rcol = 0;
+  RT_OK(rill_df_batch(red, &rcol, 1, 500, NULL, &rb, &err), err);
+  rill_iter_t* it = open_iter(rb, &(rill_iter_opts_t){.threads = 2});
+  rill_row_t row;
+  int64_t groups = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    const rill_array_t* x = rill_row_get(&row, 0);
+    for (int64_t i = 0; i < x->length; i++, groups++) {
+      int64_t s = 0;
+      for (int64_t r = 3 * groups; r < 3 * groups + 3 && r < N; r++) s += 7 * r;
+      cr_assert_eq(((const int64_t*)x->data)[i], s, "group %lld", (long long)groups);
+    }
+  }
+  cr_assert_eq(groups, (N + 2) / 3);
+  rill_iter_free(it);
+  rill_df_free(rb);
+  rill_df_free(red);
+  /* a shard takes every other row: the cells are gathered, not lent */
+  rill_df_t *sh, *sb;
+  RT_OK(rill_df_shard(df, 1, 2, &sh, &err), err);
+  RT_OK(rill_df_batch(sh, cols, 1, B, NULL, &sb, &err), err);
+  it = open_iter(sb, &(rill_iter_opts_t){.threads = 2});
+  int64_t seen = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    const rill_array_t* x = rill_row_get(&row, 0);
+    cr_assert(x->data < a->data || x->data >= (void*)((int64_t*)a->data + N), "a shard batch points into the source");
+    for (int64_t i = 0; i < x->length; i++, seen++) cr_assert_eq(((const int64_t*)x->data)[i], 7 * (2 * seen + 1));
+  }
+  cr_assert_eq(seen, N / 2);
+  rill_iter_free(it);
+  rill_df_free(sb);
+  rill_df_free(sh);
+  rill_df_free(df);
+  rill_array_release(a);
+  rill_array_release(f);
+}

@@ -912,3 +912,58 @@ Test(import, variable_shape_tensor_round_trip) {
   rill_df_free(df);
   rill_array_release(a);
 }
+
+/* A stream of in-memory fixed-width columns without nulls exports slices of the caller's
+ * buffers (no copy), even with batches larger than a task and worker threads; a column with
+ * nulls is gathered into the batch's own buffer with its validity. */
+Test(stream, memory_columns_stream_without_copying) {
+  enum { N = 10000, B = 4096 };
+  rill_error_t err = {0};
+  rill_array_t *v = NULL, *d = NULL, *x = make_i32(N, 1);
+  RT_OK(rill_array_new(rill_type_scalar(RILL_INT64), N, &v, &err), err);
+  RT_OK(rill_array_new(rill_type_scalar(RILL_FLOAT64), N, &d, &err), err);
+  for (int64_t i = 0; i < N; i++) {
+    ((int64_t*)v->data)[i] = 3 * i;
+    ((double*)d->data)[i] = 0.5 * (double)i;
+  }
+  const char* names[] = {"v", "d", "x"};
+  const rill_array_t* arrays[] = {v, d, x};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_arrays(names, arrays, 3, 0, &df, &err), err);
+  struct ArrowArrayStream st;
+  rill_arrow_stream_opts_t so = {.batch_rows = B};
+  rill_iter_opts_t io = {.threads = 2, .prefetch = 2};
+  RT_OK(rill_df_export_stream_ex(df, &io, &so, &st, &err), err);
+  int64_t row = 0;
+  for (int b = 0; b < (N + B - 1) / B; b++) {
+    struct ArrowArray arr;
+    cr_assert_eq(st.get_next(&st, &arr), 0, "%s", st.get_last_error(&st));
+    cr_assert_not_null(arr.release);
+    cr_assert_eq(arr.length, b < N / B ? B : N % B);
+    const struct ArrowArray *cv = arr.children[0], *cd = arr.children[1], *cx = arr.children[2];
+    cr_assert_eq((const int64_t*)cv->buffers[1] + cv->offset, (const int64_t*)v->data + row,
+                 "batch %d of 'v' was copied", b);
+    cr_assert_eq((const double*)cd->buffers[1] + cd->offset, (const double*)d->data + row,
+                 "batch %d of 'd' was copied", b);
+    cr_assert_eq(cv->null_count, 0);
+    const int32_t* xv = (const int32_t*)cx->buffers[1] + cx->offset;
+    cr_assert(xv < (const int32_t*)x->data || xv >= (const int32_t*)x->data + N, "a column with nulls is gathered");
+    cr_assert_gt(cx->null_count, 0);
+    for (int64_t i = 0; i < arr.length; i++, row++) {
+      cr_assert_eq(((const int64_t*)cv->buffers[1])[cv->offset + i], 3 * row);
+      int valid = bitv(cx->buffers[0], cx->offset + i);
+      cr_assert_eq(valid, row % 3 != 1, "row %lld", (long long)row);
+      if (valid) cr_assert_eq(xv[i], row * 10 - 3);
+    }
+    arr.release(&arr);
+  }
+  cr_assert_eq(row, N);
+  struct ArrowArray end;
+  cr_assert_eq(st.get_next(&st, &end), 0);
+  cr_assert_null(end.release, "end of stream");
+  st.release(&st);
+  rill_df_free(df);
+  rill_array_release(v);
+  rill_array_release(d);
+  rill_array_release(x);
+}
