@@ -1,9 +1,13 @@
 /* Arrow import: a dataframe whose source columns hold the data of Arrow record batches
  * (from pyarrow, pandas, polars or any producer of the C Data / C Stream Interfaces).
- * All batches are read, then each column is copied (converting where rill's layout differs:
- * bit-packed booleans, int32 offsets, timestamp units) into one rill array; the dataframe is
- * made by rill_df_from_arrays. */
+ * All batches are read. When there is exactly one batch, each column whose Arrow layout is
+ * rill's layout is wrapped without copying (rill_array_wrap) and a shared, reference-counted
+ * holder keeps the imported batch alive until the last wrapped array goes. Every other
+ * column is copied (converting where rill's layout differs: bit-packed booleans, int32
+ * offsets, timestamp units, string views, several batches) into one rill array; the
+ * dataframe is made by rill_df_from_arrays. */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +40,15 @@ typedef struct column {
   rill_array_t* out;
 } column_t;
 
+/* The imported batch of a single-batch import, shared by the arrays that wrap its buffers. */
+typedef struct holder {
+  atomic_int_fast64_t refs;
+  struct ArrowArray batch;
+} holder_t;
+
 typedef struct import {
   struct ArrowSchema schema;
+  holder_t* holder;     /* single batch: owns it (batches[0] is a copy with release NULL) */
   struct ArrowArray* batches;
   int64_t nbatches, cap;
   column_t* cols;
@@ -241,6 +252,13 @@ static int column_type(const struct ArrowSchema* s, column_t* c, rill_error_t* e
 
 /* ---------------------------------------------------------------- batches */
 
+static void holder_release(void* ctx) {
+  holder_t* h = ctx;
+  if (atomic_fetch_sub(&h->refs, 1) != 1) return;
+  if (h->batch.release != NULL) h->batch.release(&h->batch);
+  rill__free(h);
+}
+
 static void import_free(import_t* im) {
   for (int64_t i = 0; i < im->nbatches; i++)
     if (im->batches[i].release != NULL) im->batches[i].release(&im->batches[i]);
@@ -248,6 +266,7 @@ static void import_free(import_t* im) {
   if (im->cols != NULL)
     for (int64_t i = 0; i < im->ncols; i++) rill_array_release(im->cols[i].out);
   rill__free(im->cols);
+  if (im->holder != NULL) holder_release(im->holder); /* after the columns: the last reference */
   if (im->schema.release != NULL) im->schema.release(&im->schema);
 }
 
@@ -310,7 +329,14 @@ static int bit(const void* bits, int64_t i) { return (((const uint8_t*)bits)[i >
 
 /* Entry i of an Arrow offsets buffer: int64 entries when `wide`, int32 otherwise. */
 static int64_t offset_at(const void* offsets, int wide, int64_t i) {
-  return wide ? ((const int64_t*)offsets)[i] : ((const int32_t*)offsets)[i];
+  if (wide) { /* memcpy: producers may hand unaligned buffers */
+    int64_t v;
+    memcpy(&v, (const uint8_t*)offsets + 8 * i, 8);
+    return v;
+  }
+  int32_t v;
+  memcpy(&v, (const uint8_t*)offsets + 4 * i, 4);
+  return v;
 }
 
 static int fail_buffer(const column_t* c, int64_t batch, rill_error_t* err) {
@@ -441,10 +467,11 @@ static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, i
     return RILL_OK;
   }
   case CONV_TS: {
-    const int64_t* s = (const int64_t*)a->buffers[1] + start;
+    const uint8_t* s = (const uint8_t*)a->buffers[1] + start * 8; /* may be unaligned */
     int64_t* d = (int64_t*)o->data + dst;
     for (int64_t i = 0; i < n; i++) {
-      int64_t v = s[i];
+      int64_t v;
+      memcpy(&v, s + 8 * i, 8);
       if (c->ts_div > 1) {
         int64_t q = v / c->ts_div;
         if ((v % c->ts_div) < 0) q--; /* floor */
@@ -558,10 +585,98 @@ static int64_t var_bytes(const import_t* im, int64_t col) {
   return total;
 }
 
+static int aligned(const void* p, size_t to) { return ((uintptr_t)p % to) == 0; }
+
+/* Wraps column `col` of the single batch without copying when its layout is rill's; leaves
+ * c->out NULL (the caller copies) when it is not, or when the column is malformed (the
+ * copying path reports that). Returns RILL_OK or the wrap's error. */
+static int try_wrap(import_t* im, int64_t col, rill_error_t* err) {
+  column_t* c = &im->cols[col];
+  const struct ArrowArray* p = &im->batches[0];
+  const struct ArrowArray* a = p->children[col];
+  int64_t n = p->length, s = p->offset + a->offset;
+  if (n == 0 || s < 0) return RILL_OK;
+  if (p->null_count != 0 && p->n_buffers > 0 && p->buffers[0] != NULL) return RILL_OK;
+  uint8_t* validity = NULL;
+  if (a->null_count != 0 && a->n_buffers > 0 && a->buffers[0] != NULL) {
+    if (s % 8 != 0) return RILL_OK; /* the bitmap would need shifting */
+    validity = (uint8_t*)(uintptr_t)a->buffers[0] + s / 8;
+  }
+  const uint8_t* data = NULL;
+  int64_t* offsets = NULL;
+  int64_t size = 0;
+  size_t es = rill_dtype_size(c->type.dtype);
+  switch (c->conv) {
+  case CONV_TS:   /* microseconds only: rill's unit */
+  case CONV_COPY:
+    if (c->ts_mul != 1 || c->ts_div != 1) return RILL_OK;
+    if (a->n_buffers < 2 || a->buffers[1] == NULL) return RILL_OK;
+    data = (const uint8_t*)a->buffers[1] + s * (int64_t)es;
+    size = n * (int64_t)es;
+    break;
+  case CONV_VAR64: {
+    if (a->n_buffers < 3 || a->buffers[1] == NULL) return RILL_OK;
+    const int64_t* off = (const int64_t*)a->buffers[1] + s;
+    if (!aligned(off, sizeof(int64_t)) || off[0] != 0) return RILL_OK;
+    for (int64_t i = 0; i < n; i++)
+      if (off[i + 1] < off[i]) return RILL_OK;
+    if (off[n] > 0 && a->buffers[2] == NULL) return RILL_OK;
+    offsets = (int64_t*)(uintptr_t)off;
+    data = a->buffers[2];
+    es = 1;
+    break;
+  }
+  case CONV_FSL: {
+    if (c->elem_bool || a->n_children != 1 || a->children == NULL || a->children[0] == NULL)
+      return RILL_OK;
+    const struct ArrowArray* item = a->children[0];
+    int64_t k = c->list_size;
+    if (item->null_count != 0 && item->n_buffers > 0 && item->buffers[0] != NULL) return RILL_OK;
+    if (item->n_buffers < 2 || item->buffers[1] == NULL || item->offset < 0 ||
+        item->length < (s + n) * k)
+      return RILL_OK;
+    data = (const uint8_t*)item->buffers[1] + (item->offset + s * k) * (int64_t)es;
+    size = n * k * (int64_t)es;
+    break;
+  }
+  default: return RILL_OK;
+  }
+  if (data != NULL && !aligned(data, es)) return RILL_OK;
+  holder_t* h = im->holder;
+  atomic_fetch_add(&h->refs, 1);
+  int rc = rill_array_wrap(c->type, n, (void*)(uintptr_t)data, size, validity, -1, offsets, NULL,
+                           holder_release, h, &c->out, err);
+  if (rc != RILL_OK) {
+    atomic_fetch_sub(&h->refs, 1); /* never the last: the import holds one */
+    c->out = NULL;
+  }
+  return rc;
+}
+
+/* Moves the single batch into a holder (see holder_t). */
+static int hold_single_batch(import_t* im, rill_error_t* err) {
+  holder_t* h = rill__calloc(1, sizeof *h);
+  if (h == NULL) return rill__fail(err, RILL_ENOMEM, "rill_df_from_arrow: out of memory");
+  atomic_init(&h->refs, 1);
+  h->batch = im->batches[0];
+  im->batches[0].release = NULL;
+  im->holder = h;
+  return RILL_OK;
+}
+
 static int build(import_t* im, rill_df_t** out, rill_error_t* err) {
+  if (im->nbatches == 1 && im->rows > 0) {
+    int rc = hold_single_batch(im, err);
+    if (rc != RILL_OK) return rc;
+  }
   for (int64_t i = 0; i < im->ncols; i++) {
     column_t* c = &im->cols[i];
-    int rc = rill_array_new(c->type, im->rows, &c->out, err);
+    int rc = RILL_OK;
+    if (im->holder != NULL) {
+      if ((rc = try_wrap(im, i, err)) != RILL_OK) return rc;
+      if (c->out != NULL) continue;
+    }
+    rc = rill_array_new(c->type, im->rows, &c->out, err);
     if (rc != RILL_OK) return rc;
     if (c->conv == CONV_VAR32 || c->conv == CONV_VAR64 || c->conv == CONV_VIEW) {
       int64_t bytes = var_bytes(im, i);

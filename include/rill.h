@@ -141,7 +141,8 @@ RILL_API char* rill_type_format(const rill_type_t* type, char* buf, size_t size)
 
 typedef struct rill_array_priv rill_array_priv_t;
 
-/* `length` cells of one type in Arrow-compatible buffers (64-byte aligned).
+/* `length` cells of one type in Arrow-compatible buffers (64-byte aligned when rill allocated
+ * them; wrapped caller or Arrow buffers keep their producer's alignment).
  *   fixed-shape cells (numeric/bool dtypes, no -1 dimension): `data` is the C-contiguous
  *     tensor [length, shape...]; `offsets` and `shapes` are NULL.
  *   STRING / BINARY scalars: `offsets` holds length+1 byte offsets into `data`, offsets[0] == 0.

@@ -311,8 +311,22 @@ RILL_API int rill_array_export_dlpack_legacy(const rill_array_t* a, DLManagedTen
 
 /* A dataframe whose source columns hold the data of an Arrow stream of record batches
  * (struct arrays). The stream is consumed and released (also on failure). All batches are
- * read now and concatenated into one rill array per column (a copy: rill buffers are 64-byte
- * aligned and owned by rill); the dataframe has the total row count.
+ * read now; the dataframe has the total row count and one rill array per column.
+ * Zero-copy: when the stream yields exactly one non-empty batch (and always for
+ * rill_df_from_arrow_batch), a column whose layout is rill's is wrapped (rill_array_wrap), not
+ * copied, and the imported ArrowArray is released once, after the dataframe and every array
+ * that shares its buffers (exports, slices, retained arrays) are gone. The batch must not be
+ * written meanwhile. Wrapped, provided the struct has no nulls of its own and the buffers are
+ * aligned to their element type:
+ *   fixed-width numbers (c s i l C S I L e f g, bfloat16 "S") and "tsu:<tz>", at any offset
+ *     (applied to the data pointer) when the column has no validity bitmap, or when its
+ *     offset (struct offset + column offset) is a multiple of 8;
+ *   U and Z (int64 offsets) whose first offset is 0, under the same bitmap rule;
+ *   +w:N of numbers whose child has no nulls (the tensor cells are the child's values).
+ * Everything else is copied into fresh 64-byte aligned rill buffers: several batches, bool
+ * (bits to bytes), u and z (int32 offsets), views, other timestamp units, U/Z offsets not
+ * starting at 0, bitmaps at a bit offset, fixed_size_list children with nulls or of bool,
+ * variable_shape_tensor.
  * Formats: c s i l C S I L (ints), e f g (floats), b (bool, unpacked), u U vu (utf8; int32
  * offsets widened, views copied), z Z vz (binary), ts{s,m,u,n}:<any tz> (to microseconds),
  * +w:N of a numeric/bool element (tensor cells [N], or the shape of an

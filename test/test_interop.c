@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "engine.h" /* the source arrays of a dataframe made by rill_df_from_arrays */
 #include "rill_interop.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -966,4 +967,317 @@ Test(stream, memory_columns_stream_without_copying) {
   rill_array_release(v);
   rill_array_release(d);
   rill_array_release(x);
+}
+
+/* ---------------------------------------------------------------- zero-copy import */
+
+/* The array behind source column `c` of a dataframe made by rill_df_from_arrays. */
+static const rill_array_t* source_array(const rill_df_t* df, int c) {
+  cr_assert_eq(df->cols[c]->kind, RILL__COL_SOURCE);
+  return df->cols[c]->ctx;
+}
+
+static int zc_released;
+static void zc_release(struct ArrowArray* a) {
+  for (int64_t i = 0; i < a->n_children; i++) a->children[i]->release = NULL;
+  a->release = NULL;
+  zc_released++;
+}
+
+enum { ZN = 16, ZC = 7 };
+static _Alignas(64) int32_t z_i32[ZN];
+static _Alignas(64) int64_t z_i64[ZN];
+static _Alignas(64) int64_t z_off64[ZN + 1];
+static _Alignas(64) int32_t z_off32[ZN + 1];
+static _Alignas(64) char z_chars[2 * ZN];
+static _Alignas(64) float z_f32[3 * ZN];
+static _Alignas(64) uint8_t z_valid[ZN / 8];  /* row 1 and row 10 null */
+static _Alignas(64) uint8_t z_svalid[ZN / 8]; /* row 2 null */
+static _Alignas(64) uint8_t z_bits[ZN / 8];
+static struct ArrowSchema z_fields[ZC + 1], *z_fieldp[ZC + 1];
+static struct ArrowArray z_cols[ZC + 1], *z_colp[ZC + 1];
+static const void* z_bufs[ZC + 1][3];
+static const void* z_top[1];
+
+/* A record batch of ZN rows: i (int32, nulls), t (tsu), s (large_utf8, a null), v (+w:3
+ * float32), b (bool), n (tsn), u (utf8 with int32 offsets). */
+static void make_zbatch(struct ArrowSchema* s, struct ArrowArray* a) {
+  static const char* names[ZC] = {"i", "t", "s", "v", "b", "n", "u"};
+  static const char* fmts[ZC] = {"i", "tsu:", "U", "+w:3", "b", "tsn:", "u"};
+  memset(z_valid, 0xFF, sizeof z_valid);
+  z_valid[0] &= (uint8_t)~0x02;
+  z_valid[1] &= (uint8_t)~0x04;
+  memset(z_svalid, 0xFF, sizeof z_svalid);
+  z_svalid[0] &= (uint8_t)~0x04;
+  memset(z_bits, 0x55, sizeof z_bits);
+  int64_t pos = 0;
+  for (int i = 0; i < ZN; i++) {
+    z_i32[i] = 100 + i;
+    z_i64[i] = 1000 * i - 5;
+    z_off64[i] = pos;
+    z_off32[i] = (int32_t)pos;
+    pos += i % 3; /* cell i is i%3 copies of 'a'+i */
+    for (int64_t k = z_off64[i]; k < pos; k++) z_chars[k] = (char)('a' + i);
+    for (int k = 0; k < 3; k++) z_f32[3 * i + k] = (float)i + 0.25f * (float)k;
+  }
+  z_off64[ZN] = pos;
+  z_off32[ZN] = (int32_t)pos;
+  for (int c = 0; c < ZC; c++) {
+    z_fields[c] = (struct ArrowSchema){.format = fmts[c], .name = names[c],
+                                       .flags = ARROW_FLAG_NULLABLE, .release = rel_schema};
+    z_fieldp[c] = &z_fields[c];
+    z_colp[c] = &z_cols[c];
+    z_cols[c] = (struct ArrowArray){.length = ZN, .n_buffers = 2, .buffers = z_bufs[c],
+                                    .release = zc_release};
+    z_bufs[c][0] = NULL;
+  }
+  z_fields[ZC] = (struct ArrowSchema){.format = "f", .name = "item", .release = rel_schema};
+  z_fieldp[ZC] = &z_fields[ZC];
+  z_fields[3].n_children = 1;
+  z_fields[3].children = &z_fieldp[ZC];
+  z_cols[ZC] = (struct ArrowArray){.length = 3 * ZN, .n_buffers = 2, .buffers = z_bufs[ZC],
+                                   .release = zc_release};
+  z_colp[ZC] = &z_cols[ZC];
+  z_bufs[ZC][0] = NULL;
+  z_bufs[ZC][1] = z_f32;
+  z_cols[0].null_count = 2;
+  z_bufs[0][0] = z_valid;
+  z_bufs[0][1] = z_i32;
+  z_bufs[1][1] = z_i64;
+  z_cols[2].null_count = -1; /* unknown: rill counts */
+  z_cols[2].n_buffers = 3;
+  z_bufs[2][0] = z_svalid;
+  z_bufs[2][1] = z_off64;
+  z_bufs[2][2] = z_chars;
+  z_cols[3].n_buffers = 1;
+  z_cols[3].n_children = 1;
+  z_cols[3].children = &z_colp[ZC];
+  z_bufs[4][1] = z_bits;
+  z_bufs[5][1] = z_i64;
+  z_cols[6].n_buffers = 3;
+  z_bufs[6][1] = z_off32;
+  z_bufs[6][2] = z_chars;
+  *s = (struct ArrowSchema){.format = "+s", .name = "", .n_children = ZC, .children = z_fieldp,
+                            .release = rel_schema};
+  z_top[0] = NULL;
+  *a = (struct ArrowArray){.length = ZN, .n_buffers = 1, .n_children = ZC, .buffers = z_top,
+                           .children = z_colp, .release = zc_release};
+}
+
+Test(import, single_batch_is_wrapped_and_released_once_after_the_last_user) {
+  rill_error_t err = {0};
+  struct ArrowSchema s;
+  struct ArrowArray a;
+  make_zbatch(&s, &a);
+  zc_released = released_schema = 0;
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_arrow_batch(&s, &a, &df, &err), err);
+  cr_assert_eq(zc_released, 0, "wrapped columns keep the batch alive");
+  cr_assert_eq(released_schema, 1);
+  cr_assert_null(a.release, "the batch was moved");
+  /* zero-copy columns */
+  const rill_array_t *ci = source_array(df, 0), *ct = source_array(df, 1), *cs = source_array(df, 2),
+                     *cv = source_array(df, 3);
+  cr_assert_eq(ci->data, (void*)z_i32);
+  cr_assert_eq(ci->validity, z_valid);
+  cr_assert_eq(ci->null_count, 2);
+  cr_assert_eq(ct->data, (void*)z_i64);
+  cr_assert_null(ct->validity);
+  cr_assert_eq(cs->data, (void*)z_chars);
+  cr_assert_eq(cs->offsets, z_off64);
+  cr_assert_eq(cs->validity, z_svalid);
+  cr_assert_eq(cs->null_count, 1, "an unknown null count is counted");
+  cr_assert_eq(cv->data, (void*)z_f32);
+  cr_assert_eq(cv->type.shape[0], 3);
+  /* copied columns, converted */
+  const rill_array_t *cb = source_array(df, 4), *cn = source_array(df, 5), *cu = source_array(df, 6);
+  cr_assert_neq(cb->data, (void*)z_bits);
+  cr_assert_neq(cn->data, (void*)z_i64);
+  cr_assert_neq(cu->data, (void*)z_chars);
+  for (int i = 0; i < ZN; i++) {
+    cr_assert_eq(((const uint8_t*)cb->data)[i], i % 2 == 0, "row %d", i);
+    int64_t want = z_i64[i] < 0 ? -1 : z_i64[i] / 1000; /* floor of ns / 1000 */
+    cr_assert_eq(((const int64_t*)cn->data)[i], want, "row %d", i);
+    int64_t nb = 0, ns = 0;
+    const char* pu = rill_array_cell(cu, i, &nb);
+    const char* ps = rill_array_cell(cs, i, &ns);
+    cr_assert_eq(nb, i % 3);
+    cr_assert_eq(ns, i % 3);
+    cr_assert_eq(ps, z_chars + z_off64[i]);
+    cr_assert(nb == 0 || memcmp(pu, ps, (size_t)nb) == 0, "row %d", i);
+    cr_assert_eq(rill_array_is_valid(ci, i), i != 1 && i != 10, "row %d", i);
+    cr_assert_eq(rill_array_is_valid(cs, i), i != 2, "row %d", i);
+  }
+  /* a retained array and an exported batch outlive the dataframe */
+  const rill_array_t* keep = rill_array_retain(cv);
+  struct ArrowArrayStream st;
+  rill_arrow_stream_opts_t so = {.batch_rows = ZN};
+  RT_OK(rill_df_export_stream_ex(df, NULL, &so, &st, &err), err);
+  struct ArrowArray out;
+  cr_assert_eq(st.get_next(&st, &out), 0, "%s", st.get_last_error(&st));
+  cr_assert_eq(out.length, ZN);
+  const struct ArrowArray* et = out.children[1];
+  const struct ArrowArray* ev = out.children[3]->children[0];
+  cr_assert_eq((const int64_t*)et->buffers[1] + et->offset, z_i64, "tsu is lent through the export");
+  cr_assert_eq((const float*)ev->buffers[1] + ev->offset, z_f32, "+w:3 is lent through the export");
+  rill_df_free(df);
+  cr_assert_eq(zc_released, 0, "the export and the retained array still use the batch");
+  st.release(&st);
+  cr_assert_eq(zc_released, 0);
+  out.release(&out);
+  cr_assert_eq(zc_released, 0, "the retained array still uses the batch");
+  cr_assert_eq(((const float*)keep->data)[3 * 5 + 2], 5.5f);
+  rill_array_release(keep);
+  cr_assert_eq(zc_released, 1, "released once, after the last array");
+}
+
+Test(import, offsets_decide_between_wrapping_and_copying) {
+  rill_error_t err = {0};
+  struct ArrowSchema s;
+  struct ArrowArray a;
+  rill_df_t* df = NULL;
+  /* struct offset 8: the bitmap offset is byte-exact, the large_utf8 offsets do not start at 0 */
+  make_zbatch(&s, &a);
+  a.offset = 8;
+  a.length = 8;
+  zc_released = 0;
+  RT_OK(rill_df_from_arrow_batch(&s, &a, &df, &err), err);
+  const rill_array_t *ci = source_array(df, 0), *ct = source_array(df, 1), *cs = source_array(df, 2),
+                     *cv = source_array(df, 3);
+  cr_assert_eq(ci->data, (void*)(z_i32 + 8));
+  cr_assert_eq(ci->validity, z_valid + 1);
+  cr_assert_eq(ci->null_count, 1);
+  cr_assert_eq(ct->data, (void*)(z_i64 + 8));
+  cr_assert_eq(cv->data, (void*)(z_f32 + 24));
+  cr_assert_neq(cs->offsets, z_off64 + 8, "offsets not starting at 0 are copied");
+  cr_assert_eq(cs->offsets[0], 0);
+  for (int i = 0; i < 8; i++) {
+    int64_t n = 0;
+    const char* p = rill_array_cell(cs, i, &n);
+    cr_assert_eq(n, (8 + i) % 3);
+    cr_assert(n == 0 || p[0] == (char)('a' + 8 + i), "row %d", i);
+    cr_assert_eq(rill_array_is_valid(ci, i), i != 2, "row %d", i);
+    cr_assert_eq(((const int32_t*)ci->data)[i], 108 + i);
+  }
+  rill_df_free(df);
+  cr_assert_eq(zc_released, 1);
+  /* struct offset 3 and child offset 1: values are wrapped at +4, a shifted bitmap is copied */
+  make_zbatch(&s, &a);
+  a.offset = 3;
+  a.length = 10;
+  z_cols[0].offset = 1;
+  z_cols[1].offset = 1;
+  z_cols[0].length = z_cols[1].length = ZN - 1;
+  zc_released = 0;
+  RT_OK(rill_df_from_arrow_batch(&s, &a, &df, &err), err);
+  ci = source_array(df, 0);
+  ct = source_array(df, 1);
+  cr_assert_eq(ct->data, (void*)(z_i64 + 4), "offset applied to the data pointer");
+  cr_assert(ci->data != (void*)(z_i32 + 4), "a bitmap at bit 4 is not byte-exact: copied");
+  cr_assert_eq(ci->null_count, 1);
+  for (int i = 0; i < 10; i++) {
+    cr_assert_eq(rill_array_is_valid(ci, i), i + 4 != 10, "row %d", i);
+    if (i + 4 != 10) cr_assert_eq(((const int32_t*)ci->data)[i], 104 + i);
+  }
+  rill_df_free(df);
+  cr_assert_eq(zc_released, 1);
+  /* null elements inside a fixed_size_list child: copied (and accepted under null cells only) */
+  make_zbatch(&s, &a);
+  static uint8_t item_valid[6];
+  memset(item_valid, 0xFF, sizeof item_valid);
+  item_valid[0] = 0xFE; /* element 0 of cell 0 */
+  z_bufs[ZC][0] = item_valid;
+  z_cols[ZC].null_count = 1;
+  static uint8_t cell_valid[2] = {0xFE, 0xFF}; /* cell 0 null */
+  z_bufs[3][0] = cell_valid;
+  z_cols[3].null_count = 1;
+  zc_released = 0;
+  RT_OK(rill_df_from_arrow_batch(&s, &a, &df, &err), err);
+  cv = source_array(df, 3);
+  cr_assert_neq(cv->data, (void*)z_f32);
+  cr_assert_not(rill_array_is_valid(cv, 0));
+  cr_assert_eq(((const float*)cv->data)[3 * 4 + 1], 4.25f);
+  rill_df_free(df);
+  cr_assert_eq(zc_released, 1);
+  /* a misaligned values buffer is copied */
+  make_zbatch(&s, &a);
+  z_bufs[1][1] = (const char*)z_i64 + 4;
+  z_cols[1].length = ZN - 1;
+  a.length = ZN - 1;
+  RT_OK(rill_df_from_arrow_batch(&s, &a, &df, &err), err);
+  ct = source_array(df, 1);
+  cr_assert_neq(ct->data, (const void*)((const char*)z_i64 + 4));
+  int64_t v;
+  memcpy(&v, (const char*)z_i64 + 4, 8);
+  cr_assert_eq(((const int64_t*)ct->data)[0], v);
+  rill_df_free(df);
+}
+
+Test(import, malformed_zero_copy_candidates_fail_and_release_once) {
+  rill_error_t err = {0};
+  struct ArrowSchema s;
+  struct ArrowArray a;
+  rill_df_t* df = (rill_df_t*)1;
+  make_zbatch(&s, &a);
+  int64_t bad[ZN + 1];
+  memcpy(bad, z_off64, sizeof bad);
+  bad[5] = bad[6] + 1; /* cell 4 longer than the data before cell 5 */
+  z_bufs[2][1] = bad;
+  zc_released = 0;
+  RT_FAILS(rill_df_from_arrow_batch(&s, &a, &df, &err), RILL_EFORMAT, "decreasing offsets", err);
+  cr_assert(strstr(err.message, "'s', row 5") != NULL, "%s", err.message);
+  cr_assert_null(df);
+  cr_assert_eq(zc_released, 1, "the columns wrapped before the failure are released too");
+  make_zbatch(&s, &a);
+  z_cols[ZC].length = 3 * ZN - 1;
+  zc_released = 0;
+  RT_FAILS(rill_df_from_arrow_batch(&s, &a, &df, &err), RILL_EFORMAT, "fixed_size_list child is too short",
+           err);
+  cr_assert(strstr(err.message, "'v'") != NULL, "%s", err.message);
+  cr_assert_eq(zc_released, 1);
+}
+
+/* A stream serving `n` copies of make_zbatch. */
+static int zs_left;
+static int zs_schema(struct ArrowArrayStream* st, struct ArrowSchema* out) {
+  struct ArrowArray tmp;
+  make_zbatch(out, &tmp);
+  return 0;
+}
+static int zs_next(struct ArrowArrayStream* st, struct ArrowArray* out) {
+  struct ArrowSchema tmp;
+  if (zs_left-- <= 0) {
+    out->release = NULL;
+    return 0;
+  }
+  make_zbatch(&tmp, out);
+  return 0;
+}
+static const char* zs_error(struct ArrowArrayStream* st) { return NULL; }
+static void zs_release(struct ArrowArrayStream* st) { st->release = NULL; }
+
+Test(import, streams_of_one_batch_are_wrapped_longer_ones_copied) {
+  rill_error_t err = {0};
+  for (int n = 1; n <= 2; n++) {
+    struct ArrowArrayStream st = {.get_schema = zs_schema, .get_next = zs_next,
+                                  .get_last_error = zs_error, .release = zs_release};
+    zs_left = n;
+    zc_released = 0;
+    rill_df_t* df = NULL;
+    RT_OK(rill_df_from_arrow(&st, &df, &err), err);
+    cr_assert_null(st.release);
+    cr_assert_eq(rill_df_rows(df), n * ZN);
+    const rill_array_t* ct = source_array(df, 1);
+    if (n == 1) {
+      cr_assert_eq(ct->data, (void*)z_i64);
+      cr_assert_eq(zc_released, 0);
+    } else {
+      cr_assert_neq(ct->data, (void*)z_i64);
+      cr_assert_eq(zc_released, 2, "copied batches are released during the import");
+      for (int i = 0; i < n * ZN; i++)
+        cr_assert_eq(((const int64_t*)ct->data)[i], z_i64[i % ZN]);
+    }
+    rill_df_free(df);
+    cr_assert_eq(zc_released, n);
+  }
 }

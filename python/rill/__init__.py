@@ -246,7 +246,8 @@ class DataFrame:
     @classmethod
     def from_arrow(cls, data):
         """Imports anything with __arrow_c_stream__ (pyarrow Table/RecordBatchReader, polars
-        DataFrame, ...): the data is copied into rill arrays (rill_df_from_arrow)."""
+        DataFrame, ...) with rill_df_from_arrow: a single record batch is shared without
+        copying where its layout allows (see rill_interop.h); several batches are copied."""
         if not hasattr(data, "__arrow_c_stream__"):
             raise TypeError("expected an object with __arrow_c_stream__")
         capsule = data.__arrow_c_stream__()

@@ -366,3 +366,73 @@ def test_cuda_array_interface_is_absent_for_host_columns():
     assert not hasattr(col, "__cuda_array_interface__")
     with pytest.raises(AttributeError, match="not in CUDA memory"):
         col.__cuda_array_interface__
+
+
+class _Batches:
+    """Exports a rill dataframe as a stream of `rows`-row batches."""
+
+    def __init__(self, df, rows):
+        self.df, self.rows = df, rows
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self.df.__arrow_c_stream__(batch_rows=self.rows)
+
+
+def test_single_batch_import_shares_buffers_and_outlives_the_table():
+    import pyarrow.compute as pc
+    n = 1_000_000
+    base = pa.total_allocated_bytes()
+    src = pa.table({
+        "i": pc.multiply(pa.array(np.arange(n, dtype=np.int64)), 3),       # pool-allocated
+        "f": pc.divide(pa.array(np.arange(n, dtype=np.float64)), 4.0),
+        "t": pc.cast(pc.multiply(pa.array(np.arange(n, dtype=np.int64)), 7), pa.timestamp("us")),
+    })
+    assert all(c.num_chunks == 1 for c in src.columns)
+    held = pa.total_allocated_bytes() - base
+    assert held >= 3 * 8 * n
+    addrs = {name: src.column(name).chunks[0].buffers()[1].address for name in ("i", "f", "t")}
+    df = rill.DataFrame.from_arrow(src)
+    del src
+    gc.collect()
+    # rill still holds the imported batch: pyarrow's memory is not freed
+    assert pa.total_allocated_bytes() - base >= held
+    rows = 1 << 16
+    out = pa.table(_Batches(df, rows))
+    assert out.num_rows == n
+    for name in ("i", "f", "t"):
+        col = out.column(name)
+        width = 8
+        start = 0
+        for chunk in col.chunks:
+            buf = chunk.buffers()[1]
+            assert buf.address + chunk.offset * width == addrs[name] + start * width, \
+                f"column {name}: rows {start}.. were copied"
+            start += len(chunk)
+        assert start == n
+    del df
+    gc.collect()
+    assert pa.total_allocated_bytes() - base >= held, "the exported batches still share the data"
+    ids = np.arange(n, dtype=np.int64)
+    assert np.array_equal(out.column("i").to_numpy(), ids * 3)
+    assert np.array_equal(out.column("f").to_numpy(), ids / 4.0)
+    assert np.array_equal(out.column("t").cast(pa.int64()).to_numpy(), ids * 7)
+    del out, col, chunk, buf
+    gc.collect()
+    assert pa.total_allocated_bytes() - base < held, "released after the last user"
+
+
+def test_import_zero_copy_cases_keep_values_and_nulls():
+    strings = pa.array(["ab", None, "", "xyz"] * 5, pa.large_string())
+    tensors = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(60, dtype=np.float32)), 3)
+    ints = pa.array([1, None, 3, 4] * 5, pa.int32())
+    src = pa.table({"s": strings, "v": tensors, "i": ints})
+    df = rill.DataFrame.from_arrow(src.slice(8, 12))  # offsets 8: a byte-exact bitmap
+    del src
+    gc.collect()
+    back = pa.table(df)
+    assert back.column("s").to_pylist() == (["ab", None, "", "xyz"] * 3)
+    assert back.column("i").to_pylist() == ([1, None, 3, 4] * 3)
+    assert back.column("v").combine_chunks().storage.flatten().to_numpy().tolist() == \
+        np.arange(24, 60, dtype=np.float32).tolist()
+    sliced = rill.DataFrame.from_arrow(pa.table({"i": ints}).slice(3, 6))  # copied: bit offset 3
+    assert pa.table(sliced).column("i").to_pylist() == [4, 1, None, 3, 4, 1]
