@@ -25,6 +25,13 @@
 #include "internal.h"
 #include "rill_addons.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define CSV_SIMD 1
+#else
+#define CSV_SIMD 0
+#endif
+
 #define CSV_DEFAULT_INFER 1000
 #define CSV_DEFAULT_CHUNK (8 << 20)
 #define CSV_LINE_STEP_SHIFT 16 /* line-number checkpoints every 64 KiB */
@@ -36,6 +43,15 @@ int rill__parse_uint64(const char* s, size_t n, uint64_t* v) {
   if (n > 0 && s[0] == '+') i = 1;
   if (i == n) return RILL_EFORMAT;
   uint64_t acc = 0;
+  if (n - i <= 19) { /* at most 19 digits cannot overflow */
+    for (; i < n; i++) {
+      unsigned d = (unsigned)((unsigned char)s[i] - '0');
+      if (d > 9) return RILL_EFORMAT;
+      acc = acc * 10 + d;
+    }
+    *v = acc;
+    return RILL_OK;
+  }
   int over = 0;
   for (; i < n; i++) {
     unsigned d = (unsigned)((unsigned char)s[i] - '0');
@@ -78,9 +94,44 @@ static int ieq(const char* s, size_t n, const char* lit) {
 int rill__parse_double(const char* s, size_t n, double* v) {
   if (n == 0) return RILL_EFORMAT;
   size_t i = (s[0] == '+' || s[0] == '-') ? 1 : 0;
+  /* Clinger's fast path: a mantissa below 2^53 and a power of ten up to 22 give the correctly
+   * rounded result with one multiplication or division. It accepts only [sign] digits [. digits]
+   * [e [sign] digits], which the checks below would pass too; anything else goes on to them. */
+  static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  {
+    const char *p = s + i, *e = s + n, *q;
+    uint64_t m = 0;
+    for (q = p; p < e && (unsigned)(*p - '0') <= 9; p++) m = m * 10 + (uint64_t)(*p - '0');
+    int nd = (int)(p - q), scale = 0;
+    if (p < e && *p == '.') {
+      p++;
+      for (q = p; p < e && (unsigned)(*p - '0') <= 9; p++) m = m * 10 + (uint64_t)(*p - '0');
+      scale = (int)(p - q);
+      nd += scale;
+    }
+    int ex = 0, ok = nd > 0 && nd <= 19; /* 19 digits cannot overflow m */
+    if (ok && p < e && (*p == 'e' || *p == 'E')) {
+      p++;
+      int eneg = p < e && *p == '-';
+      if (p < e && (*p == '-' || *p == '+')) p++;
+      int ed = 0;
+      for (; p < e && (unsigned)(*p - '0') <= 9 && ed < 4; p++, ed++) ex = ex * 10 + (*p - '0');
+      if (ed == 0) ok = 0;
+      if (eneg) ex = -ex;
+    }
+    int e10 = ex - scale;
+    if (ok && p == e && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22) {
+      double x = (double)m;
+      x = e10 < 0 ? x / p10[-e10] : x * p10[e10];
+      *v = s[0] == '-' ? -x : x;
+      return RILL_OK;
+    }
+  }
   const char* w = s + i;
   size_t wn = n - i;
-  if (ieq(w, wn, "nan") || ieq(w, wn, "inf") || ieq(w, wn, "infinity")) {
+  if (wn >= 3 && (w[0] == 'n' || w[0] == 'N' || w[0] == 'i' || w[0] == 'I') &&
+      (ieq(w, wn, "nan") || ieq(w, wn, "inf") || ieq(w, wn, "infinity"))) {
     double x = (w[0] == 'n' || w[0] == 'N') ? NAN : INFINITY;
     *v = s[0] == '-' ? -x : x;
     return RILL_OK;
@@ -92,46 +143,6 @@ int rill__parse_double(const char* s, size_t n, double* v) {
     else if (c != '.' && c != 'e' && c != 'E' && c != '+' && c != '-') return RILL_EFORMAT;
   }
   if (!digits) return RILL_EFORMAT;
-  /* Clinger's fast path: a mantissa below 2^53 and a power of ten up to 22 give the correctly
-   * rounded result with one multiplication or division. Anything else goes to strtod. */
-  static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-  {
-    uint64_t m = 0;
-    int nd = 0, scale = 0, dot = 0, any = 0, ok = 1;
-    size_t k = i;
-    for (; k < n && ok; k++) {
-      char ch = s[k];
-      if (ch >= '0' && ch <= '9') {
-        any = 1;
-        if (dot) scale--;
-        if (m == 0 && ch == '0') continue;
-        if (++nd > 18) ok = 0;
-        m = m * 10 + (uint64_t)(ch - '0');
-      } else if (ch == '.' && !dot) {
-        dot = 1;
-      } else {
-        break;
-      }
-    }
-    int ex = 0;
-    if (ok && k < n && (s[k] == 'e' || s[k] == 'E')) {
-      k++;
-      int eneg = k < n && s[k] == '-';
-      if (k < n && (s[k] == '-' || s[k] == '+')) k++;
-      int ed = 0;
-      for (; k < n && s[k] >= '0' && s[k] <= '9' && ed < 4; k++, ed++) ex = ex * 10 + (s[k] - '0');
-      if (ed == 0) ok = 0;
-      if (eneg) ex = -ex;
-    }
-    int e10 = scale + ex;
-    if (ok && any && k == n && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22) {
-      double x = (double)m;
-      x = e10 < 0 ? x / p10[-e10] : x * p10[e10];
-      *v = s[0] == '-' ? -x : x;
-      return RILL_OK;
-    }
-  }
   char small[64];
   char* buf = small;
   if (n >= sizeof small) {
@@ -388,6 +399,7 @@ typedef struct csv {
   rill_on_error_t on_error;
   pthread_mutex_t mu;
   pthread_cond_t cv;          /* a cache became ready */
+  int waiters;                /* threads waiting on cv */
   csv_cache_t* caches;
   int64_t* lines;             /* lines[k]: physical line at byte k << CSV_LINE_STEP_SHIFT */
   int64_t nlines;
@@ -462,19 +474,111 @@ static int64_t csv_line(csv_t* c, int64_t off) {
   return c->lines[k] + count_breaks(c->data, c->size, k << CSV_LINE_STEP_SHIFT, off);
 }
 
+/* First position of byte `ch` in [i, end), or end (short quoted fields: no library call). */
+static inline int64_t find_byte(const char* d, int64_t i, int64_t end, char ch) {
+#if CSV_SIMD
+  __m128i v = _mm_set1_epi8(ch);
+  for (; i + 16 <= end; i += 16) {
+    unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i*)(d + i)), v));
+    if (m) return i + __builtin_ctz(m);
+  }
+#endif
+  for (; i < end; i++)
+    if (d[i] == ch) return i;
+  return end;
+}
+
+#if CSV_SIMD
+/* Set bits of a byte, of a 16-bit mask (no popcnt instruction assumed). */
+#define POP2(n) n, n + 1, n + 1, n + 2
+#define POP4(n) POP2(n), POP2(n + 1), POP2(n + 1), POP2(n + 2)
+#define POP6(n) POP4(n), POP4(n + 1), POP4(n + 1), POP4(n + 2)
+static const uint8_t pop8[256] = {POP6(0), POP6(1), POP6(1), POP6(2)};
+#undef POP2
+#undef POP4
+#undef POP6
+static inline int pop16(unsigned x) { return pop8[x & 0xffu] + pop8[(x >> 8) & 0xffu]; }
+
+/* 16-byte block masks: bit b set when byte b is the delimiter (*dm) / a line break or the
+ * quote (return). */
+static inline unsigned block_masks(const char* p, __m128i vdl, __m128i vq, unsigned* dm) {
+  __m128i v = _mm_loadu_si128((const __m128i*)p);
+  *dm = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, vdl));
+  __m128i st = _mm_or_si128(_mm_cmpeq_epi8(v, vq),
+                            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\r'))));
+  return (unsigned)_mm_movemask_epi8(st);
+}
+
+/* Unquoted bytes from `i` (a field start), 16 at a time while 16 are left before `end`:
+ * each delimiter met ends a field (*nf counts them). Stops at the first line break or quote,
+ * or where fewer than 16 bytes are left; returns that position, *fstart the start of the
+ * field holding it. */
+static int64_t count_unquoted(const char* d, int64_t i, int64_t end, char dl, char q, int64_t* nf,
+                              int64_t* fstart) {
+  __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q);
+  int64_t fs = i;
+  for (; i + 16 <= end; i += 16) {
+    unsigned dm, stop = block_masks(d + i, vdl, vq, &dm);
+    if (stop) dm &= (stop & (0u - stop)) - 1;
+    if (dm) {
+      *nf += pop16(dm);
+      fs = i + (31 - __builtin_clz(dm)) + 1;
+    }
+    if (stop) {
+      *fstart = fs;
+      return i + __builtin_ctz(stop);
+    }
+  }
+  *fstart = fs;
+  return i;
+}
+#endif
+
 /* Splits the record at `pos` into fields: up to `max` (start, end) byte spans go to `sp`;
  * returns the number of fields; *next = offset after the record's line end. */
 static int64_t split_record(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp,
                             int64_t max, int64_t* next) {
   int64_t nf = 0, i = pos;
+#if CSV_SIMD
+  __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q);
+#endif
   for (;;) {
     int64_t fs = i;
-    if (i < size && d[i] == q) {
+#if CSV_SIMD
+    /* whole unquoted fields from 16-byte masks; a quote or the last bytes go on below */
+    for (; i + 16 <= size; i += 16) {
+      unsigned dm, stop = block_masks(d + i, vdl, vq, &dm);
+      if (stop) dm &= (stop & (0u - stop)) - 1;
+      for (; dm; dm &= dm - 1) {
+        int64_t e = i + __builtin_ctz(dm);
+        if (nf < max) { sp[2 * nf] = fs; sp[2 * nf + 1] = e; }
+        nf++;
+        fs = e + 1;
+      }
+      if (stop) {
+        i += __builtin_ctz(stop);
+        break;
+      }
+    }
+    if (i < fs) i = fs;
+    if (i < size && d[i] != q) {
+      /* a line break ends the record here; else a literal quote or the tail: bytes below */
+      if (d[i] == '\n' || d[i] == '\r') {
+        if (nf < max) { sp[2 * nf] = fs; sp[2 * nf + 1] = i; }
+        nf++;
+        if (d[i] == '\r' && i + 1 < size && d[i + 1] == '\n') i += 2;
+        else i++;
+        *next = i;
+        return nf;
+      }
+    }
+#endif
+    if (i == fs && i < size && d[i] == q) {
       i++;
       for (;;) {
-        const char* p = memchr(d + i, q, (size_t)(size - i));
-        if (!p) { i = size; break; }
-        i = p - d + 1;
+        int64_t p = find_byte(d, i, size, q);
+        if (p == size) { i = size; break; }
+        i = p + 1;
         if (i < size && d[i] == q) { i++; continue; }
         break;
       }
@@ -531,14 +635,17 @@ typedef struct vec {
   int64_t n, cap;
 } vec_t;
 
-static int vec_push(vec_t* a, int64_t x) {
-  if (a->n == a->cap) {
-    int64_t nc = a->cap ? a->cap * 2 : 1024;
-    int64_t* nv = rill__realloc(a->v, (size_t)a->n * sizeof *nv, (size_t)nc * sizeof *nv);
-    if (!nv) return RILL_ENOMEM;
-    a->v = nv;
-    a->cap = nc;
-  }
+static int vec_grow(vec_t* a) {
+  int64_t nc = a->cap ? a->cap * 2 : 1024;
+  int64_t* nv = rill__realloc(a->v, (size_t)a->n * sizeof *nv, (size_t)nc * sizeof *nv);
+  if (!nv) return RILL_ENOMEM;
+  a->v = nv;
+  a->cap = nc;
+  return RILL_OK;
+}
+
+static inline int vec_push(vec_t* a, int64_t x) {
+  if (a->n == a->cap && vec_grow(a) != RILL_OK) return RILL_ENOMEM;
   a->v[a->n++] = x;
   return RILL_OK;
 }
@@ -595,6 +702,18 @@ static void scan_chunk(const char* d, int64_t begin, int64_t end, int state, cha
       st = S_FIELD;
       break;
     case S_FIELD:
+#if CSV_SIMD
+      if (c != q && c != dl && !is_nl(c) && i + 16 <= end) {
+        int64_t fs;
+        i = count_unquoted(d, i, end, dl, q, &nf, &fs); /* i > fs: c is a plain byte */
+        if (i < end && is_nl(d[i])) {
+          i++;
+          goto record_end;
+        }
+        st = i == fs ? S_FIELD : S_UNQ;
+        break;
+      }
+#endif
       i++;
       if (c == q) st = S_Q;
       else if (c == dl) nf++;
@@ -608,9 +727,9 @@ static void scan_chunk(const char* d, int64_t begin, int64_t end, int state, cha
       if (c == dl) { nf++; st = S_FIELD; break; }
       goto record_end;
     case S_Q: {
-      const char* p = memchr(d + i, q, (size_t)(end - i));
-      if (!p) { i = end; break; }
-      i = p - d + 1;
+      int64_t p = find_byte(d, i, end, q);
+      if (p == end) { i = end; break; }
+      i = p + 1;
       st = S_QQ;
       break;
     }
@@ -853,7 +972,9 @@ static csv_cache_t* cache_get(csv_t* c, const int64_t* rows, int64_t n, int* hit
       if (!free_one && k->users == 0) free_one = k;
     }
     if (filling) {
+      c->waiters++;
       pthread_cond_wait(&c->cv, &c->mu);
+      c->waiters--;
       continue;
     }
     if (!free_one) {
@@ -910,7 +1031,7 @@ static void cache_fill(csv_t* c, csv_cache_t* k) {
   }
   pthread_mutex_lock(&c->mu);
   k->ready = 1;
-  pthread_cond_broadcast(&c->cv);
+  if (c->waiters) pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -924,6 +1045,89 @@ static void csv_col_free(void* p) {
   if (!col) return;
   csv_unref(col->csv);
   rill__free(col);
+}
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define CSV_SWAR 1
+/* The value of the `len` (1..8) decimal digits at p, from one 8-byte load (8 bytes must be
+ * readable at p); -1 when one of them is not a digit. */
+static inline int64_t swar_digits(const char* p, size_t len) {
+  uint64_t x;
+  memcpy(&x, p, 8);
+  if (len < 8) x = (x << (8 * (8 - len))) | (0x3030303030303030ULL >> (8 * len)); /* '0'-padded in front */
+  const uint64_t hi = 0xF0F0F0F0F0F0F0F0ULL;
+  if (((x & hi) | (((x + 0x0606060606060606ULL) & hi) >> 4)) != 0x3333333333333333ULL) return -1;
+  x -= 0x3030303030303030ULL;
+  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFULL;
+  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFULL;
+  x = (x * 10000 + (x >> 32)) & 0xFFFFFFFFULL;
+  return (int64_t)x;
+}
+#else
+#define CSV_SWAR 0
+#endif
+
+/* The plain decimal forms [-]digits and [-]digits.digits, up to 8 digits on each side, read
+ * 8 bytes at a time; 0 when the text is something else (the general parsers decide then).
+ * The double is the one the fast path of rill__parse_double gives: same mantissa, same
+ * power of ten, one correctly rounded division. `room`: bytes readable from p. */
+static inline int plain_decimal(const char* p, size_t len, int64_t room, int want_double, void* out) {
+#if CSV_SWAR
+  static const double p10[9] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8};
+  static const int64_t i10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+  size_t neg = p[0] == '-', dot = neg;
+  if (room >= 8) { /* the first '.' among the first 8 bytes: lowest zero byte of x ^ '.'s */
+    uint64_t x;
+    memcpy(&x, p, 8);
+    x ^= 0x2E2E2E2E2E2E2E2EULL;
+    uint64_t z = (x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL;
+    dot = z ? (size_t)__builtin_ctzll(z) / 8 : 8;
+    if (dot > len) dot = len;
+  }
+  while (dot < len && p[dot] != '.') dot++;
+  size_t il = dot - neg, fl = dot < len ? len - dot - 1 : 0;
+  if (il > 8 || fl > 8 || il + fl == 0 || (!want_double && dot < len) || room < (int64_t)(dot + 9)) return 0;
+  int64_t ip = il ? swar_digits(p + neg, il) : 0, fp = fl ? swar_digits(p + dot + 1, fl) : 0;
+  if (ip < 0 || fp < 0) return 0;
+  if (!want_double) {
+    *(int64_t*)out = neg ? -ip : ip;
+    return 1;
+  }
+  int64_t m = ip * i10[fl] + fp; /* below 10^16: exact below 2^53 only */
+  if (m > ((int64_t)1 << 53)) return 0;
+  double x = (double)m / p10[fl];
+  *(double*)out = neg ? -x : x;
+  return 1;
+#else
+  (void)p; (void)len; (void)room; (void)want_double; (void)out;
+  return 0;
+#endif
+}
+
+/* Cells j0.. of column k of a ready cache as FLOAT64 / INT64 values into `o` (cell 0 of the
+ * block), while they are plain: row complete, field unquoted and not empty, value parsed.
+ * Returns the first j that is not (or bn): the general path decides about that cell. */
+static int64_t plain_numbers(const csv_t* c, const csv_cache_t* cache, int k, rill_dtype_t dt, int64_t j0,
+                             int64_t bn, void* o) {
+  const char* d = c->data;
+  const char qc = c->quote;
+  const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
+  const int64_t* nfs = cache->nfields;
+  const int64_t* sp = cache->spans + 2 * k;
+  const int dbl = dt == RILL_FLOAT64;
+  int64_t j = j0;
+  for (; j < bn; j++) {
+    int64_t nf = nfs[j];
+    if (nf > ncols || k >= nf) break;
+    int64_t fs = sp[j * stride], fe = sp[j * stride + 1];
+    if (fs == fe || d[fs] == qc) break;
+    const char* p = d + fs;
+    size_t len = (size_t)(fe - fs);
+    void* cell = dbl ? (void*)((double*)o + j) : (void*)((int64_t*)o + j);
+    if (plain_decimal(p, len, size - fs, dbl, cell)) continue;
+    if ((dbl ? rill__parse_double(p, len, cell) : rill__parse_int64(p, len, cell)) != RILL_OK) break;
+  }
+  return j;
 }
 
 static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec,
@@ -974,7 +1178,10 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
         break;
       }
     }
+    void* plain = dt == RILL_FLOAT64 ? (void*)((double*)out->data + b0)
+                  : dt == RILL_INT64 ? (void*)((int64_t*)out->data + b0) : NULL;
     for (int64_t j = 0; j < bn && rc == RILL_OK; j++) {
+      if (plain && (j = plain_numbers(c, cache, k, dt, j, bn, plain)) == bn) break;
       int64_t i = b0 + j;
       int64_t nf = cache->nfields[j];
       int is_null = nf > c->ncols || k >= nf; /* kept bad rows (policy NULL) */
@@ -982,7 +1189,10 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
       size_t len = 0;
       if (!is_null) {
         int64_t fs = cache->spans[j * stride + 2 * k], fe = cache->spans[j * stride + 2 * k + 1];
-        if (unescape(c->data, fs, fe, c->quote, &scratch, &scratch_cap, &s, &len) != RILL_OK) {
+        if (fs == fe || c->data[fs] != c->quote) { /* unquoted: the bytes as they are */
+          s = c->data + fs;
+          len = (size_t)(fe - fs);
+        } else if (unescape(c->data, fs, fe, c->quote, &scratch, &scratch_cap, &s, &len) != RILL_OK) {
           rc = rill_error_set(err, RILL_ENOMEM, "%s: out of memory", c->name);
           break;
         }
@@ -995,7 +1205,10 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
         }
         out->offsets[i + 1] = pos;
       } else if (!is_null) {
-        int vrc = rill__store_text(out, i, dt, s, len);
+        int vrc;
+        if (dt == RILL_FLOAT64) vrc = rill__parse_double(s, len, (double*)out->data + i);
+        else if (dt == RILL_INT64) vrc = rill__parse_int64(s, len, (int64_t*)out->data + i);
+        else vrc = rill__store_text(out, i, dt, s, len);
         if (vrc == RILL_ENOMEM) {
           rc = rill_error_set(err, vrc, "%s: out of memory", c->name);
           break;
@@ -1026,8 +1239,9 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
     cache_put(c, cache);
   }
   if (dt == RILL_STRING) {
-    for (int64_t i = 0; i < n; i++)
-      if (out->offsets[i + 1] < out->offsets[i]) out->offsets[i + 1] = out->offsets[i]; /* after an error */
+    if (rc != RILL_OK) /* the cells after the failing one were not written */
+      for (int64_t i = 0; i < n; i++)
+        if (out->offsets[i + 1] < out->offsets[i]) out->offsets[i + 1] = out->offsets[i];
     out->data_size = out->offsets[n];
     out->priv->var_cells = n;
   }

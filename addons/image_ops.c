@@ -914,6 +914,8 @@ static int op_cell(const op_t* op, const rill_array_t* a, const rill_array_t* pa
       }
       if (op->kind == OP_FLIP) {
         if (op->p > 0 && rill_rng_uniform(&rng) < op->p) flip_image(im.px, oh, ow, C, im.stride, dst);
+        else if (im.stride == (int64_t)ow * C)
+          memcpy(dst, im.px, (size_t)ow * oh * C); /* contiguous: one copy */
         else
           for (int y = 0; y < oh; y++) memcpy(dst + (size_t)y * ow * C, im.px + (size_t)y * im.stride, (size_t)ow * C);
       } else if (op->kind == OP_JITTER) {

@@ -487,6 +487,61 @@ Test(csv, number_parsing_matches_strtod) {
   cr_assert_eq(rill__parse_int64("-", 1, &iv), RILL_EFORMAT);
 }
 
+/* Numbers parsed through the column source (its fast paths for plain decimals included)
+ * equal strtod / strtoll bit for bit; the last cell ends the buffer without a line end. */
+Test(csv, column_numbers_match_strtod) {
+  enum { ROWS = 20000 };
+  static const char* fixed[][2] = {{"0", "0"},     {"-0", "-0"},         {"+7", "+7"},        {".5", "12345678"},
+                                   {"5.", "-12345678"}, {"-.25", "123456789"}, {"12345678.87654321", "-123456789012"},
+                                   {"123456789.5", "9223372036854775807"}, {"1.123456789", "-9223372036854775808"},
+                                   {"99999999.99999999", "00000042"}, {"1e5", "-00000001"}, {"-3.5E-2", "1"}};
+  size_t nf = sizeof fixed / sizeof *fixed, cap = (ROWS + nf) * 64 + 16, n = 0;
+  char* text = malloc(cap);
+  n += (size_t)sprintf(text + n, "f,i\n");
+  for (size_t k = 0; k < nf; k++) n += (size_t)sprintf(text + n, "%s,%s\n", fixed[k][0], fixed[k][1]);
+  srand(11);
+  for (int r = 0; r < ROWS; r++) {
+    int il = rand() % 11, fl = rand() % 11;
+    const char* sign = rand() % 3 == 0 ? "-" : "";
+    n += (size_t)sprintf(text + n, "%s", sign);
+    for (int k = 0; k < il; k++) text[n++] = (char)('0' + rand() % 10);
+    if (fl || il == 0) text[n++] = '.';
+    for (int k = 0; k < fl || (il == 0 && k == 0); k++) text[n++] = (char)('0' + rand() % 10);
+    n += (size_t)sprintf(text + n, ",%s%d%s", sign, rand() % 1000000000, r == ROWS - 1 ? "" : "\n");
+  }
+  text[n] = 0;
+  rill_csv_column_t ov[] = {{.name = "f", .dtype = RILL_FLOAT64}, {.name = "i", .dtype = RILL_INT64}};
+  rill_error_t err = {0};
+  rill_df_t *df = NULL, *b = NULL;
+  RT_OK(rill_df_from_csv_buffer(text, n, &(rill_csv_opts_t){.columns = ov, .ncolumns = 2, .borrow = 1}, &df, &err), err);
+  int64_t rows = rill_df_rows(df);
+  cr_assert_eq(rows, (int64_t)(ROWS + nf));
+  RT_OK(rill_df_batch(df, (int[]){0, 1}, 2, rows, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = 2}, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  const rill_array_t *fa = rill_row_get(&row, 0), *ia = rill_row_get(&row, 1);
+  cr_assert_eq(fa->null_count + ia->null_count, 0);
+  const char* line = strchr(text, '\n') + 1;
+  for (int64_t r = 0; r < rows; r++) {
+    char* comma;
+    double want = strtod(line, &comma);
+    cr_assert_eq(*comma, ',', "row %lld", (long long)r);
+    long long wi = strtoll(comma + 1, NULL, 10);
+    double got = ((const double*)fa->data)[r];
+    cr_assert(memcmp(&got, &want, sizeof got) == 0, "row %lld '%.*s': %.17g vs %.17g", (long long)r,
+              (int)(comma - line), line, got, want);
+    cr_assert_eq(((const int64_t*)ia->data)[r], wi, "row %lld", (long long)r);
+    const char* nl = strchr(line, '\n');
+    line = nl ? nl + 1 : line + strlen(line);
+  }
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+  free(text);
+}
+
 Test(csv, wide_rows_in_blocks) {
   enum { COLS = 1100, ROWS = 2000 };
   size_t cap = (size_t)COLS * 8 * (ROWS + 1) + 16, n = 0;
@@ -528,6 +583,63 @@ Test(csv, wide_rows_in_blocks) {
   rill_df_free(b);
   rill_df_free(df);
   free(cols);
+  free(text);
+}
+
+/* Random records whose fields are short and long (across 16-byte blocks), unquoted (with
+ * literal quotes inside) and quoted (with delimiters, line breaks and doubled quotes), ended
+ * by "\n" or "\r\n": every cell must come back as generated, whatever the chunking. */
+Test(csv, random_fields_round_trip) {
+  enum { ROWS = 600, COLS = 5, MAXF = 40 };
+  uint32_t rs = 12345;
+#define RND(n) ((int)((rs = rs * 1664525u + 1013904223u) >> 8) % (n))
+  char** want = calloc((size_t)ROWS * COLS, sizeof *want);
+  size_t cap = (size_t)ROWS * COLS * (2 * MAXF + 4) + 64, n = 0;
+  char* text = malloc(cap);
+  n += (size_t)sprintf(text + n, "c0,c1,c2,c3,c4\n");
+  static const char plain[] = "abcdefgh xyz\"";  /* a quote never starts an unquoted field */
+  static const char any[] = "ab,\"\n\r;xyz";
+  for (int r = 0; r < ROWS; r++) {
+    for (int c = 0; c < COLS; c++) {
+      int len = RND(4) == 0 ? RND(MAXF) : RND(6);
+      char* w = malloc((size_t)len + 1);
+      if (c) text[n++] = ',';
+      if (RND(3) == 0) { /* quoted */
+        text[n++] = '"';
+        for (int k = 0; k < len; k++) {
+          w[k] = any[RND((int)sizeof any - 1)];
+          text[n++] = w[k];
+          if (w[k] == '"') text[n++] = '"';
+        }
+        text[n++] = '"';
+      } else {
+        for (int k = 0; k < len; k++) {
+          w[k] = plain[k == 0 ? RND((int)sizeof plain - 2) : RND((int)sizeof plain - 1)];
+          text[n++] = w[k];
+        }
+      }
+      w[len] = 0;
+      want[r * COLS + c] = w;
+    }
+    if (RND(2)) text[n++] = '\r';
+    text[n++] = '\n';
+  }
+#undef RND
+  rill_error_t err = {0};
+  for (int64_t chunk = 5; chunk < 100000; chunk *= 7) {
+    rill_df_t* df = NULL;
+    RT_OK(rill_df_from_csv_buffer(text, n, &(rill_csv_opts_t){.no_infer = 1, .threads = 3, .chunk_bytes = chunk},
+                                  &df, &err), err);
+    cr_assert_eq(rill_df_rows(df), ROWS, "chunk %lld: %lld rows", (long long)chunk, (long long)rill_df_rows(df));
+    table_t t = collected(df, 2);
+    for (int r = 0; r < ROWS; r++)
+      for (int c = 0; c < COLS; c++)
+        cr_assert_str_eq(cell(&t, r, c), want[r * COLS + c], "chunk %lld row %d column %d", (long long)chunk, r, c);
+    table_free(&t);
+    rill_df_free(df);
+  }
+  for (int k = 0; k < ROWS * COLS; k++) free(want[k]);
+  free(want);
   free(text);
 }
 

@@ -1,7 +1,8 @@
 /* Batching: bytes written into the batch buffer per second by a map stage whose output slot
  * is the batch itself (uint8 NHWC through flip, float32 NCHW through normalize), against
  * memcpy bandwidth of a buffer of the batch's size measured in the same run; and page faults
- * per batch once the pools are warm (getrusage minor faults).
+ * per batch once the pools are warm (getrusage minor faults). The uint8 result is also given
+ * against a shuffled gather-copy of the same images (see gather_gbs).
  *
  * usage: bench_batching [images] [batch] */
 #include <stdio.h>
@@ -42,6 +43,40 @@ static double memcpy_gbs(size_t bytes) {
   free(a);
   free(b);
   return (double)bytes * reps / t / 1e9;
+}
+
+/* The same bytes moved by a plain loop: each batch gathers `batch` whole images in shuffled
+ * order from the full source array (as big as the dataset, so mostly out of cache) into one
+ * batch buffer. This is the peer the flip map competes with when the source is DRAM-bound;
+ * memcpy_gbs above is the in-cache bound. */
+static double gather_gbs(const uint8_t* src, int n, size_t cell, int batch) {
+  uint8_t* dst = malloc(cell * (size_t)batch);
+  int* perm = malloc((size_t)n * sizeof *perm);
+  if (!dst || !perm) {
+    free(dst);
+    free(perm);
+    return 0;
+  }
+  memset(dst, 0, cell * (size_t)batch);
+  uint32_t s = 7;
+  for (int i = 0; i < n; i++) perm[i] = i;
+  for (int i = n - 1; i > 0; i--) {
+    int j = (int)((s = s * 1664525u + 1013904223u) % (uint32_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  int64_t bytes = 0;
+  double t0 = now_s(), t;
+  do {
+    for (int i = 0; i + batch <= n; i += batch)
+      for (int k = 0; k < batch; k++) memcpy(dst + (size_t)k * cell, src + (size_t)perm[i + k] * cell, cell);
+    bytes += (int64_t)(n / batch) * batch * (int64_t)cell;
+  } while ((t = now_s() - t0) < 0.5);
+  volatile uint8_t sink = dst[cell / 2];
+  (void)sink;
+  free(dst);
+  free(perm);
+  return (double)bytes / t / 1e9;
 }
 
 typedef struct result {
@@ -109,7 +144,9 @@ int main(int argc, char** argv) {
   }
   size_t u8 = 224 * 224 * 3, f32 = u8 * 4;
   double mc_u8 = memcpy_gbs(u8 * batch), mc_f32 = memcpy_gbs(f32 * batch);
+  double ga_u8 = gather_gbs(imgs->data, n, u8, batch);
   printf("memcpy_gbs_u8_batch %.2f\nmemcpy_gbs_f32_batch %.2f\n", mc_u8, mc_f32);
+  printf("gather_memcpy_gbs_u8 %.2f\n", ga_u8);
   for (int threads = 1; threads <= 2; threads++) {
     result_t a, b;
     if (run(df, flip, batch, threads, u8, &a, &err) < 0 || run(df, norm, batch, threads, f32, &b, &err) < 0) {
@@ -117,6 +154,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     printf("batch_u8_nhwc_gbs_%dt %.2f\nratio_u8_vs_memcpy_%dt %.2f\n", threads, a.gbs, threads, a.gbs / mc_u8);
+    printf("ratio_u8_vs_gather_memcpy_%dt %.2f\n", threads, ga_u8 > 0 ? a.gbs / ga_u8 : 0);
     printf("batch_f32_nchw_gbs_%dt %.2f\nratio_f32_vs_memcpy_%dt %.2f\n", threads, b.gbs, threads, b.gbs / mc_f32);
     printf("faults_per_batch_u8_%dt %.2f\nfaults_per_batch_f32_%dt %.2f\n", threads, a.faults_per_batch, threads,
            b.faults_per_batch);

@@ -2,6 +2,7 @@
 # CSV: parse + iterate a synthetic file through rill vs pandas.read_csv and pyarrow.csv.read_csv.
 # SQLite: every row of a table in shuffled order through rill vs a Python sqlite3 cursor loop
 # and pandas.read_sql. Sizes: CSV_MB (default 200) and SQLITE_ROWS (default 1000000).
+# SKIP_SQLITE=1 runs the CSV half only.
 set -euo pipefail
 : "${ROOT:?}" "${BUILD:?}" "${VENV:?}"
 PY="$VENV/bin/python"
@@ -27,6 +28,8 @@ rs=$(field seconds "$rill")
 echo "file ${size_mb} MB; rill peak RSS $(field rss_mb "$rill") MB (index pass $(field index_s "$rill") s)"
 echo "speed ratio rill vs pandas.read_csv: $(ratio "$(field seconds "$pd")" "$rs")x"
 echo "speed ratio rill vs pyarrow.csv.read_csv: $(ratio "$(field seconds "$pa")" "$rs")x"
+
+[ "${SKIP_SQLITE:-0}" = 1 ] && exit 0
 
 echo "-- SQLite: $SQLITE_ROWS rows in shuffled order, $THREADS threads"
 "$PY" "$PEERS" gen-sqlite "$tmp/data.db" "$SQLITE_ROWS"
