@@ -7,14 +7,32 @@
  * group (priority <= the group's): the group's own tasks and those of older chunks, never
  * the work of later chunks; otherwise it sleeps. Nested splitting (a chunk task that splits
  * a stage into row tasks and waits for them) cannot deadlock: the waiter runs its own queued
- * tasks itself, and a pool without threads runs everything on the waiting thread. */
+ * tasks itself, and a pool without threads runs everything on the waiting thread.
+ *
+ * Wake-ups: idle workers sleep on `work_cv`, group waiters on `done_cv`, and each side counts
+ * its sleepers, so nobody is signalled in vain. A submit wakes one idle worker (a worker
+ * drains the queue before it sleeps again, so one wake-up per task is enough). When no worker
+ * sleeps, it wakes the waiters instead if one of them may run the task (its priority is not
+ * above theirs); other waiters are not needed for progress, since every task a waiter waits
+ * for is queued where it may take it, or runs on a thread that will finish it. A group
+ * reaching zero pending tasks wakes the waiters only. Every sleeper rechecks its condition
+ * under the mutex before sleeping, so no wake-up is lost.
+ *
+ * A waiter of a pool with threads polls a few times (WAIT_SPINS rounds of a short pause,
+ * releasing the mutex in between) before it sleeps: a chunk whose work takes microseconds
+ * then comes back without a futex sleep and wake-up on either side. The spin is bounded per
+ * call, so an oversubscribed machine loses at most a few microseconds per wait. */
 #include <pthread.h>
 
 #include "engine.h"
 
 struct rill__workers {
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  pthread_cond_t work_cv; /* idle workers sleep here */
+  pthread_cond_t done_cv; /* group waiters sleep here */
+  int idle;               /* workers asleep on work_cv */
+  int waiting;            /* waiters asleep on done_cv */
+  int64_t waiting_prio;   /* >= the priority of every waiter asleep on done_cv */
   rill__task_t* head;
   rill__task_t* tail;
   rill__task_t* last; /* the task inserted last (a hint for runs of equal priority) */
@@ -23,7 +41,18 @@ struct rill__workers {
   pthread_t* threads;
 };
 
+enum { WAIT_SPINS = 20, SPIN_PAUSES = 64 };
+
 static _Thread_local int worker_index = -1;
+
+/* A hint to the CPU that this thread is spinning (lets a sibling hyperthread run). */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
 
 int rill__worker_index(void) { return worker_index; }
 
@@ -66,7 +95,7 @@ static void run_locked(rill__workers_t* w, rill__task_t* t) {
   pthread_mutex_unlock(&w->mu);
   t->fn(t->arg);
   pthread_mutex_lock(&w->mu);
-  if (--g->pending == 0) pthread_cond_broadcast(&w->cv);
+  if (--g->pending == 0 && w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
 }
 
 static void* worker_main(void* arg) {
@@ -82,7 +111,9 @@ static void* worker_main(void* arg) {
       continue;
     }
     if (w->stop) break;
-    pthread_cond_wait(&w->cv, &w->mu);
+    w->idle++;
+    pthread_cond_wait(&w->work_cv, &w->mu);
+    w->idle--;
   }
   pthread_mutex_unlock(&w->mu);
   return NULL;
@@ -92,10 +123,11 @@ void rill__workers_free(rill__workers_t* w) {
   if (!w) return;
   pthread_mutex_lock(&w->mu);
   w->stop = 1;
-  pthread_cond_broadcast(&w->cv);
+  pthread_cond_broadcast(&w->work_cv);
   pthread_mutex_unlock(&w->mu);
   for (int i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
-  pthread_cond_destroy(&w->cv);
+  pthread_cond_destroy(&w->done_cv);
+  pthread_cond_destroy(&w->work_cv);
   pthread_mutex_destroy(&w->mu);
   rill__free(w->threads);
   rill__free(w);
@@ -109,7 +141,13 @@ int rill__workers_new(int nthreads, rill__workers_t** out) {
     rill__free(w);
     return RILL_ENOMEM;
   }
-  if (pthread_cond_init(&w->cv, NULL) != 0) {
+  if (pthread_cond_init(&w->work_cv, NULL) != 0) {
+    pthread_mutex_destroy(&w->mu);
+    rill__free(w);
+    return RILL_ENOMEM;
+  }
+  if (pthread_cond_init(&w->done_cv, NULL) != 0) {
+    pthread_cond_destroy(&w->work_cv);
     pthread_mutex_destroy(&w->mu);
     rill__free(w);
     return RILL_ENOMEM;
@@ -169,18 +207,30 @@ void rill__workers_submit(rill__workers_t* w, rill__task_t* task) {
     }
   }
   w->last = task;
-  pthread_cond_broadcast(&w->cv);
+  if (w->idle > 0)
+    pthread_cond_signal(&w->work_cv);
+  else if (w->waiting > 0 && p <= w->waiting_prio)
+    pthread_cond_broadcast(&w->done_cv);
   pthread_mutex_unlock(&w->mu);
 }
 
 void rill__workers_wait(rill__workers_t* w, rill__group_t* group) {
   pthread_mutex_lock(&w->mu);
+  int spins = 0;
   while (group->pending > 0) {
     rill__task_t* t = take_locked(w, group->prio);
-    if (t)
+    if (t) {
       run_locked(w, t);
-    else
-      pthread_cond_wait(&w->cv, &w->mu);
+    } else if (w->nthreads > 0 && spins < WAIT_SPINS) {
+      spins++;
+      pthread_mutex_unlock(&w->mu);
+      for (int k = 0; k < SPIN_PAUSES; k++) cpu_relax();
+      pthread_mutex_lock(&w->mu);
+    } else {
+      if (w->waiting++ == 0 || group->prio > w->waiting_prio) w->waiting_prio = group->prio;
+      pthread_cond_wait(&w->done_cv, &w->mu);
+      w->waiting--;
+    }
   }
   pthread_mutex_unlock(&w->mu);
 }
@@ -201,7 +251,7 @@ int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group) {
     }
     t = next;
   }
-  if (n && group->pending == 0) pthread_cond_broadcast(&w->cv);
+  if (n && group->pending == 0 && w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
   pthread_mutex_unlock(&w->mu);
   return n;
 }
