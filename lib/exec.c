@@ -9,6 +9,7 @@
  * parent's (its cells are the parent's rows of the batch), a reduce starts a new level
  * below it (k parent cells per cell). Dropping a cell (SKIP, or a RAISE in row mode)
  * compacts every frame of its level in place. See engine.h for the error convention. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +79,18 @@ static int frame_rows(rill__chunk_t* ch, rill__frame_t* f) {
   if (f->rows_ok) return RILL_OK;
   int64_t n = ch->level_n[f->level];
   if (ensure_i64(&f->rows, &f->rows_cap, n) != RILL_OK) return RILL_ENOMEM;
-  for (int64_t i = 0; i < n; i++) f->rows[i] = f->seq + i;
+  /* locals (a store through rows could alias f->seq) and four ids per step: this runs for
+   * every row of every chunk */
+  int64_t* rows = f->rows;
+  const int64_t seq = f->seq;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    rows[i] = seq + i;
+    rows[i + 1] = seq + i + 1;
+    rows[i + 2] = seq + i + 2;
+    rows[i + 3] = seq + i + 3;
+  }
+  for (; i < n; i++) rows[i] = seq + i;
   f->rows_ok = 1;
   return RILL_OK;
 }
@@ -221,7 +233,6 @@ typedef struct run {
   int col;
   int rowmode; /* a RAISE drops the row and records its error (row mode, top level) */
   int64_t n;
-  const rill_array_t* in[RILL__MAX_INPUTS];
   int nin;
   const rill_array_t* child; /* reduce input */
   rill_array_t* out;
@@ -232,13 +243,16 @@ typedef struct run {
   int64_t nulled, nfate;
   int fail_rc; /* a RAISE outside row mode: the chunk fails with the first cell's error */
   int64_t fail_cell;
-  rill_error_t fail_err;
   _Atomic int64_t ns;
   /* a task's part of a split variable-length stage: cells [base, base+n) of `top`, whose
    * fate, counters, errors and mutex are shared; `out` is the part's own array */
   int64_t base;
   struct run* top;
   rill_array_t* borrowed; /* rill__exec_borrow: a slice that replaces `out` */
+  /* not cleared by run_stage (the large members last): in[i] is read for i < nin only, and
+   * fail_err only once fail_rc < 0 */
+  const rill_array_t* in[RILL__MAX_INPUTS];
+  rill_error_t fail_err;
 } run_t;
 
 int rill__exec_borrow(rill_exec_t* exec, const rill_array_t* src, int64_t start, int64_t n) {
@@ -775,7 +789,7 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
   rill__frame_t* fr = &ch->frames[d];
   rill__column_t* col = fr->df->cols[c];
   run_t R;
-  memset(&R, 0, sizeof R);
+  memset(&R, 0, offsetof(run_t, in));
   R.ch = ch;
   R.fr = fr;
   R.c = col;
