@@ -781,7 +781,7 @@ typedef struct index_job {
   char dl, q;
   int64_t expected;
   spec_t* out;                /* scan from the start of a record */
-  spec_t* in;                 /* scan from inside a quoted field */
+  int64_t sample, sample_lines; /* bytes and line breaks of a leading sample: sizes the row lists */
   _Atomic int64_t next;
 } index_job_t;
 
@@ -791,9 +791,17 @@ static void* index_worker(void* arg) {
     int64_t k = atomic_fetch_add(&job->next, 1);
     if (k >= job->nchunks) break;
     int64_t b = job->bounds[k], e = job->bounds[k + 1];
+    /* room for the rows the sample predicts (plus 1/16), at most half the chunk's bytes: the
+     * list then rarely grows by copying; small guesses are left to the usual growth */
+    vec_t* st = &job->out[k].starts;
+    if (job->sample > 0 && job->sample_lines > 0) {
+      int64_t est = (int64_t)((double)(e - b) * (double)job->sample_lines / (double)job->sample);
+      est += est / 16;
+      if (est > (e - b) / 16) est = (e - b) / 16;
+      if (est > 1024 && est > st->cap && (st->v = rill__alloc((size_t)est * sizeof *st->v)) != NULL)
+        st->cap = est;
+    }
     scan_chunk(job->d, b, e, S_START, job->dl, job->q, job->expected, &job->out[k], NULL);
-    if (k > 0 && job->out[k].rc == RILL_OK)
-      scan_chunk(job->d, b, e, S_Q, job->dl, job->q, job->expected, &job->in[k], &job->out[k]);
     csv_drop(job->csv, b, e);
   }
   return NULL;
@@ -827,7 +835,10 @@ static int build_index(csv_t* c, int64_t begin, int64_t expected, const rill_csv
     goto done;
   }
   index_job_t job = {.csv = c, .d = c->data, .bounds = bounds, .nchunks = nch, .dl = c->delim,
-                     .q = c->quote, .expected = expected, .out = out, .in = in};
+                     .q = c->quote, .expected = expected, .out = out};
+  job.sample = span < ((int64_t)1 << 20) ? span : ((int64_t)1 << 20);
+  for (const char *p = c->data + begin, *pe = p + job.sample; p < pe && (p = memchr(p, '\n', (size_t)(pe - p))); p++)
+    job.sample_lines++;
   atomic_init(&job.next, 0);
   int nthreads = o->threads > 0 ? o->threads : rill__ncores();
   if (nthreads > nch) nthreads = (int)nch;
@@ -852,8 +863,12 @@ static int build_index(csv_t* c, int64_t begin, int64_t expected, const rill_csv
     goto done;
   }
   for (int64_t k = 0; k < nch; k++) {
+    /* the previous chunk ended inside quotes: rescan this one from there (rare, so done here
+     * rather than for every chunk up front) */
+    if (inq && out[k].rc == RILL_OK)
+      scan_chunk(c->data, bounds[k], bounds[k + 1], S_Q, c->delim, c->quote, expected, &in[k], &out[k]);
     spec_t* s = inq ? &in[k] : &out[k];
-    if (s->rc != RILL_OK || out[k].rc != RILL_OK) {
+    if (out[k].rc != RILL_OK || s->rc != RILL_OK) {
       rill__free(pick);
       rill__free(xbad.v);
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
