@@ -427,9 +427,7 @@ static void csv_unref(csv_t* c) {
     rill__free(k->nfields);
     rill__free(k);
   }
-  if (c->names)
-    for (int i = 0; i < c->ncols; i++) rill__free(c->names[i]);
-  rill__free(c->names);
+  rill__free_vec((void**)c->names, c->ncols);
   rill__free(c->types);
   rill__free(c->starts);
   rill__free(c->lines);

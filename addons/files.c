@@ -41,8 +41,7 @@ static int strlist_push(strlist_t* l, char* s) {
 }
 
 static void strlist_free(strlist_t* l) {
-  for (int64_t i = 0; i < l->n; i++) rill__free(l->items[i]);
-  rill__free(l->items);
+  rill__free_vec((void**)l->items, l->n);
   *l = (strlist_t){0};
 }
 
@@ -95,12 +94,10 @@ static void ctx_unref(void* p) {
       }
     pthread_mutex_unlock(&registry_lock);
   }
-  for (int64_t i = 0; i < c->n; i++) rill__free(c->paths[i]);
-  rill__free(c->paths);
+  rill__free_vec((void**)c->paths, c->n);
   rill__free(c->lens);
   rill__free(c->labels);
-  for (int i = 0; i < c->nclasses; i++) rill__free(c->classes[i]);
-  rill__free(c->classes);
+  rill__free_vec((void**)c->classes, c->nclasses);
   rill__free(c);
 }
 

@@ -57,6 +57,12 @@ char* rill__strdup(const char* s) {
   return d;
 }
 
+void rill__free_vec(void** v, int64_t n) {
+  if (!v) return;
+  for (int64_t i = 0; i < n; i++) rill__free(v[i]);
+  rill__free(v);
+}
+
 void* rill__device_alloc(rill_device_t dev, size_t size) {
   if (dev.type == 0 || dev.type == RILL_DEVICE_CPU) return rill__alloc(size);
   return rill__cuda_alloc(dev, size);

@@ -16,6 +16,8 @@ void* rill__calloc(size_t n, size_t size);    /* zeroed; NULL on failure or over
 void* rill__realloc(void* p, size_t old_size, size_t new_size); /* copies old_size bytes */
 void rill__free(void* p);
 char* rill__strdup(const char* s);
+/* Frees v[0..n) and then v itself (v may be NULL). */
+void rill__free_vec(void** v, int64_t n);
 
 /* ---- errors */
 /* Sets code and message and resets row/column to -1 (for API-level failures). */

@@ -211,9 +211,7 @@ void rill_iter_free(rill_iter_t* it) {
     rill__free(it->nodes[i]);
   }
   rill__free(it->nodes);
-  if (it->nodemap)
-    for (int d = 0; d < it->nchain; d++) rill__free(it->nodemap[d]);
-  rill__free(it->nodemap);
+  rill__free_vec((void**)it->nodemap, it->nchain);
   rill__free(it->chain);
   rill__free(it->req);
   rill__free(it->held);
