@@ -4,18 +4,12 @@
 #include "engine.h"
 #include "rill_addons.h"
 
-/* Gathers the cells of `rows` from the column's array into `out`; a whole stage's run of
- * consecutive rows is lent instead (rill__exec_borrow). The engine usually takes the lent
- * slice from memory_lend before calling this at all. */
+/* Gathers the cells of `rows` from the column's array into `out`. Consecutive rows of a
+ * fixed-shape column without nulls never get here: the engine takes them from memory_lend
+ * without a copy. */
 static int memory_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
                          rill_error_t* err) {
   const rill_array_t* a = ctx;
-  /* consecutive rows of a fixed-shape column: lend the caller's cells, no copy */
-  if (n > 0 && rill_type_is_fixed(&a->type) && rows[n - 1] - rows[0] == n - 1) {
-    int64_t i = 1;
-    while (i < n && rows[i] == rows[i - 1] + 1) i++;
-    if (i == n && rill__exec_borrow(exec, a, rows[0], n) == RILL_OK) return RILL_OK;
-  }
   int r = rill_exec_alloc(exec, out, a->type, n);
   if (r != RILL_OK) return rill_error_set(err, r, "cannot allocate %lld cells", (long long)n);
   if (rill_type_is_fixed(&a->type)) {

@@ -214,11 +214,5 @@ void rill__chunk_eval(rill__chunk_t* chunk);
 void rill__chunk_release(rill__chunk_t* chunk);
 int rill__chunk_init(struct rill_iter* it, rill__chunk_t* chunk);
 void rill__chunk_destroy(rill__chunk_t* chunk);
-/* Zero-copy source output: when this call computes all of the stage's cells of the chunk
- * (fixed-shape, host stage, not split), the stage's output becomes a slice of cells
- * [start, start+n) of host array `src` (holding a reference; no nulls), and the call must
- * not write into `out`; the engine copies the cells before changing them (dropped rows).
- * RILL_ENOTSUP otherwise (the caller then fills `out` itself), RILL_ENOMEM. */
-int rill__exec_borrow(rill_exec_t* exec, const rill_array_t* src, int64_t start, int64_t n);
 
 #endif /* RILL_ENGINE_H */

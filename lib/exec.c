@@ -21,7 +21,6 @@ struct run;
 struct rill_exec {
   const int64_t* rows;
   int64_t n;
-  struct run* run;  /* the stage being computed (for rill__exec_borrow) */
   int64_t first;    /* index of the call's first cell in the stage's cells */
   int64_t epoch;
   uint64_t seed;
@@ -168,8 +167,8 @@ static int array_compact(rill_array_t* a, const uint8_t* keep, int64_t n) {
   return RILL_OK;
 }
 
-/* A borrowed slice (rill__exec_borrow) about to be changed in place (compaction) first gets
- * its own copy of the data: the caller's buffer is never written. */
+/* A lent slice (lend_cells) about to be changed in place (compaction) first gets its own
+ * copy of the data: the caller's buffer is never written. */
 static int own_cells(rill_array_t* a) {
   rill_array_priv_t* p = a->priv;
   if (!(p->flags & RILL__ARRAY_EXTERNAL)) return RILL_OK;
@@ -248,26 +247,11 @@ typedef struct run {
    * fate, counters, errors and mutex are shared; `out` is the part's own array */
   int64_t base;
   struct run* top;
-  rill_array_t* borrowed; /* rill__exec_borrow: a slice that replaces `out` */
   /* not cleared by run_stage (the large members last): in[i] is read for i < nin only, and
    * fail_err only once fail_rc < 0 */
   const rill_array_t* in[RILL__MAX_INPUTS];
   rill_error_t fail_err;
 } run_t;
-
-int rill__exec_borrow(rill_exec_t* exec, const rill_array_t* src, int64_t start, int64_t n) {
-  run_t* R = exec ? exec->run : NULL;
-  if (!R || !src || R->top != R || R->borrowed || !R->fixed || exec->first != 0 || exec->n != R->n || n != R->n)
-    return RILL_ENOTSUP;
-  if (R->c->kind != RILL__COL_SOURCE || R->node->device.type != RILL_DEVICE_CPU) return RILL_ENOTSUP;
-  if (src->device.type != RILL_DEVICE_CPU || (src->validity && src->null_count > 0) ||
-      !rill_type_equal(&src->type, &R->c->field.type) || start < 0 || n < 0 || start > src->length - n)
-    return RILL_ENOTSUP;
-  rill_array_t* s;
-  if (rill_array_slice(src, start, n, &s, NULL) != RILL_OK) return RILL_ENOMEM;
-  R->borrowed = s;
-  return RILL_OK;
-}
 
 typedef struct inview {
   rill_array_t arr;
@@ -486,7 +470,7 @@ static void call_range(run_t* R, int64_t a, int64_t b);
 static int invoke(run_t* R, int64_t a, int64_t b, rill_array_t* piece, rill_error_t* e) {
   rill__chunk_t* ch = R->ch;
   int64_t k = b - a;
-  rill_exec_t ex = {.rows = R->fr->rows + R->base + a, .n = k, .run = R, .first = a, .epoch = ch->epoch,
+  rill_exec_t ex = {.rows = R->fr->rows + R->base + a, .n = k, .first = a, .epoch = ch->epoch,
                     .seed = ch->it->seed, .column = R->col, .worker = rill__worker_index(),
                     .stream = R->node->stream};
   inview_t views[R->nin > 0 ? R->nin : 1];
@@ -842,10 +826,6 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
   }
   if (R.n > 0) run_cells(&R);
   pthread_mutex_destroy(&R.mu);
-  if (R.borrowed) { /* the source lent its cells: they replace the output buffer */
-    rill_array_release(R.out);
-    R.out = R.borrowed;
-  }
   if (R.n > 0) {
     int64_t nspr = atomic_load(&R.ns) / R.n;
     atomic_store(&R.node->ns_per_row, nspr > 0 ? nspr : 1);
