@@ -6,12 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common.h"
-
-#if RILL_HAVE_JPEG && RILL_HAVE_PNG
-#include <jpeglib.h>
-#include <png.h>
-#endif
+#include "image_common.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -41,13 +36,6 @@ static void mkdirs(const char* rel) {
       *s = '/';
     }
   mkdir(p, 0777);
-}
-
-static void write_file(const char* path, const void* data, size_t n) {
-  FILE* f = fopen(path, "wb");
-  cr_assert(f, "cannot create %s", path);
-  cr_assert_eq(fwrite(data, 1, n, f), n);
-  fclose(f);
 }
 
 /* Iterates `col` of df (one row at a time, 2 worker threads). Returns rows seen; codes[i] and
@@ -96,9 +84,9 @@ static int iterate(rill_df_t* df, int col, step_t* steps, int max, rill_iter_sta
 /* ---------------------------------------------------------------- file lists */
 
 Test(files, from_files_reads_bytes_on_demand, .fini = cleanup) {
-  write_file(tpath("a.bin"), "hello", 5);
-  write_file(tpath("b.bin"), "", 0);
-  write_file(tpath("c.bin"), "\0\1\2world", 8);
+  rt_write_file(tpath("a.bin"), "hello", 5);
+  rt_write_file(tpath("b.bin"), "", 0);
+  rt_write_file(tpath("c.bin"), "\0\1\2world", 8);
   const char* paths[] = {tpath("a.bin"), tpath("b.bin"), tpath("c.bin")};
   rill_error_t err = {0};
   rill_df_t* df = NULL;
@@ -109,7 +97,7 @@ Test(files, from_files_reads_bytes_on_demand, .fini = cleanup) {
   cr_assert_eq(rill_df_field(df, pc)->type.dtype, RILL_STRING);
   cr_assert_eq(rill_df_field(df, bc)->type.dtype, RILL_BINARY);
   /* the file changes after the dataframe was made: bytes are read when pulled */
-  write_file(tpath("a.bin"), "HELLO!", 6);
+  rt_write_file(tpath("a.bin"), "HELLO!", 6);
   rill_iter_t* it;
   RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err), err);
   const char* want[] = {"HELLO!", "", "\0\1\2world"};
@@ -132,8 +120,8 @@ Test(files, from_files_reads_bytes_on_demand, .fini = cleanup) {
 }
 
 Test(files, missing_file_under_each_policy, .fini = cleanup) {
-  write_file(tpath("m0.bin"), "zero", 4);
-  write_file(tpath("m2.bin"), "two", 3);
+  rt_write_file(tpath("m0.bin"), "zero", 4);
+  rt_write_file(tpath("m2.bin"), "two", 3);
   mkdirs("adir");
   const char* paths[] = {tpath("m0.bin"), tpath("nope/missing.bin"), tpath("m2.bin"), tpath("adir")};
   rill_error_t err = {0};
@@ -198,12 +186,12 @@ Test(files, bad_arguments, .fini = cleanup) {
 
 Test(files, list_file_resolves_relative_paths, .fini = cleanup) {
   mkdirs("lst/sub");
-  write_file(tpath("lst/sub/one.txt"), "1", 1);
-  write_file(tpath("lst/two.txt"), "22", 2);
-  write_file(tpath("abs.txt"), "333", 3);
+  rt_write_file(tpath("lst/sub/one.txt"), "1", 1);
+  rt_write_file(tpath("lst/two.txt"), "22", 2);
+  rt_write_file(tpath("abs.txt"), "333", 3);
   char list[2048];
   snprintf(list, sizeof list, "sub/one.txt\r\n\n%s\ntwo.txt", tpath("abs.txt"));
-  write_file(tpath("lst/files.txt"), list, strlen(list));
+  rt_write_file(tpath("lst/files.txt"), list, strlen(list));
   rill_error_t err = {0};
   rill_df_t* df;
   RT_OK(rill_df_from_file_list(tpath("lst/files.txt"), NULL, &df, &err), err);
@@ -218,14 +206,14 @@ Test(files, list_file_resolves_relative_paths, .fini = cleanup) {
   cr_assert(memcmp(s[0].first, tpath("lst/sub/one.txt"), 8) == 0);
   rill_df_free(df);
   /* an empty list is an empty dataframe */
-  write_file(tpath("empty.txt"), "\n\n", 2);
+  rt_write_file(tpath("empty.txt"), "\n\n", 2);
   RT_OK(rill_df_from_file_list(tpath("empty.txt"), NULL, &df, &err), err);
   cr_assert_eq(rill_df_rows(df), 0);
   rill_df_free(df);
 }
 
 Test(files, file_read_map_over_a_string_column, .fini = cleanup) {
-  write_file(tpath("r1.bin"), "abc", 3);
+  rt_write_file(tpath("r1.bin"), "abc", 3);
   rill_error_t err = {0};
   rill_array_t* a;
   RT_OK(rill_array_new(rill_type_scalar(RILL_STRING), 3, &a, &err), err);
@@ -259,14 +247,14 @@ Test(folder, classes_labels_and_sorting, .fini = cleanup) {
   mkdirs("root/a_cats");
   mkdirs("root/.hidden");
   mkdirs("root/c_empty");
-  write_file(tpath("root/b_dogs/z.JPG"), "1", 1);
-  write_file(tpath("root/b_dogs/a.png"), "2", 1);
-  write_file(tpath("root/b_dogs/nested/m.jpeg"), "3", 1);
-  write_file(tpath("root/b_dogs/notes.txt"), "4", 1);
-  write_file(tpath("root/a_cats/k.jpg"), "5", 1);
-  write_file(tpath("root/a_cats/.x.jpg"), "6", 1);
-  write_file(tpath("root/.hidden/h.jpg"), "7", 1);
-  write_file(tpath("root/top.jpg"), "8", 1);
+  rt_write_file(tpath("root/b_dogs/z.JPG"), "1", 1);
+  rt_write_file(tpath("root/b_dogs/a.png"), "2", 1);
+  rt_write_file(tpath("root/b_dogs/nested/m.jpeg"), "3", 1);
+  rt_write_file(tpath("root/b_dogs/notes.txt"), "4", 1);
+  rt_write_file(tpath("root/a_cats/k.jpg"), "5", 1);
+  rt_write_file(tpath("root/a_cats/.x.jpg"), "6", 1);
+  rt_write_file(tpath("root/.hidden/h.jpg"), "7", 1);
+  rt_write_file(tpath("root/top.jpg"), "8", 1);
   rill_error_t err = {0};
   rill_df_t* df;
   RT_OK(rill_df_from_image_folder(tpath("root"), NULL, &df, &err), err);
@@ -302,7 +290,7 @@ Test(folder, classes_labels_and_sorting, .fini = cleanup) {
   rill_df_free(df);
   /* a root without images */
   mkdirs("bare/x");
-  write_file(tpath("bare/x/readme.txt"), "r", 1);
+  rt_write_file(tpath("bare/x/readme.txt"), "r", 1);
   RT_FAILS(rill_df_from_image_folder(tpath("bare"), NULL, &df, &err), RILL_EFORMAT, "no image files", err);
 }
 
@@ -312,52 +300,37 @@ Test(folder, classes_labels_and_sorting, .fini = cleanup) {
 
 static uint8_t px_at(int x, int y, int c) { return (uint8_t)((x * 7 + y * 3 + c * 50) & 0xff); }
 
-static void write_jpeg(const char* path, int w, int h, int cut_percent, int big) {
-  struct jpeg_compress_struct c;
-  struct jpeg_error_mgr e;
-  c.err = jpeg_std_error(&e);
-  jpeg_create_compress(&c);
-  unsigned char* out = NULL;
-  unsigned long size = 0;
-  jpeg_mem_dest(&c, &out, &size);
-  c.image_width = (JDIMENSION)w;
-  c.image_height = (JDIMENSION)h;
-  c.input_components = 3;
-  c.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&c);
-  jpeg_start_compress(&c, TRUE);
-  uint8_t* row = malloc((size_t)w * 3);
-  while (c.next_scanline < c.image_height) {
-    for (int x = 0; x < w; x++)
-      for (int k = 0; k < 3; k++) row[x * 3 + k] = px_at(x, (int)c.next_scanline, k);
-    jpeg_write_scanlines(&c, &row, 1);
-  }
-  jpeg_finish_compress(&c);
-  jpeg_destroy_compress(&c);
-  free(row);
-  if (big)
-    for (unsigned long i = 2; i + 9 < size; i++)
-      if (out[i] == 0xff && out[i + 1] == 0xc0) {
-        out[i + 5] = 0xfd, out[i + 6] = 0xe8, out[i + 7] = 0xfd, out[i + 8] = 0xe8; /* 65000 x 65000 */
-        break;
-      }
-  write_file(path, out, cut_percent ? size * (unsigned long)cut_percent / 100 : size);
-  free(out);
-}
-
-static void write_png(const char* path, int w, int h) {
-  png_image im;
-  memset(&im, 0, sizeof im);
-  im.version = PNG_IMAGE_VERSION;
-  im.width = (png_uint_32)w;
-  im.height = (png_uint_32)h;
-  im.format = PNG_FORMAT_RGB;
+static uint8_t* make_px(int w, int h) {
   uint8_t* px = malloc((size_t)w * h * 3);
   for (int y = 0; y < h; y++)
     for (int x = 0; x < w; x++)
       for (int k = 0; k < 3; k++) px[((size_t)y * w + x) * 3 + k] = px_at(x, y, k);
-  cr_assert(png_image_write_to_file(&im, path, 0, px, 0, NULL));
+  return px;
+}
+
+/* libjpeg's defaults: quality 75, 2x2 luma sampling */
+static void write_jpeg(const char* path, int w, int h, int cut_percent, int big) {
+  uint8_t* px = make_px(w, h);
+  buf_t b = enc_jpeg(px, w, h, (jpeg_spec_t){.in = JCS_RGB, .quality = 75, .hs = 2, .vs = 2});
   free(px);
+  uint8_t* out = b.p;
+  size_t size = b.n;
+  if (big)
+    for (size_t i = 2; i + 9 < size; i++)
+      if (out[i] == 0xff && out[i + 1] == 0xc0) {
+        out[i + 5] = 0xfd, out[i + 6] = 0xe8, out[i + 7] = 0xfd, out[i + 8] = 0xe8; /* 65000 x 65000 */
+        break;
+      }
+  rt_write_file(path, out, cut_percent ? size * (size_t)cut_percent / 100 : size);
+  free(out);
+}
+
+static void write_png(const char* path, int w, int h) {
+  uint8_t* px = make_px(w, h);
+  buf_t b = enc_png(px, w, h, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0);
+  free(px);
+  rt_write_file(path, b.p, b.n);
+  free(b.p);
 }
 
 /* good.jpg, empty.jpg, trunc.jpg, png-named.jpg, random.jpg, huge.jpg, anim.jpg (GIF) */
@@ -367,14 +340,14 @@ static const char* const bad_names[] = {"good.jpg", "empty.jpg", "trunc.jpg", "p
 static rill_df_t* bad_set(const rill_decode_opts_t* dopts, int* col) {
   mkdirs("imgs");
   write_jpeg(tpath("imgs/good.jpg"), 40, 30, 0, 0);
-  write_file(tpath("imgs/empty.jpg"), "", 0);
+  rt_write_file(tpath("imgs/empty.jpg"), "", 0);
   write_jpeg(tpath("imgs/trunc.jpg"), 64, 64, 60, 0);
   write_png(tpath("imgs/png-named.jpg"), 20, 10);
   uint8_t junk[3000];
   for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(i * 2654435761u >> 13);
-  write_file(tpath("imgs/random.jpg"), junk, sizeof junk);
+  rt_write_file(tpath("imgs/random.jpg"), junk, sizeof junk);
   write_jpeg(tpath("imgs/huge.jpg"), 16, 16, 0, 1);
-  write_file(tpath("imgs/anim.jpg"), "GIF89a\x01\0\x01\0\0\0\0;", 14);
+  rt_write_file(tpath("imgs/anim.jpg"), "GIF89a\x01\0\x01\0\0\0\0;", 14);
   const char* paths[7];
   for (int i = 0; i < 7; i++) {
     static char b[7][1024];

@@ -7,14 +7,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#if RILL_HAVE_JPEG
-#include <jpeglib.h>
-#endif
-#if RILL_HAVE_PNG
-#include <png.h>
-#endif
-
-#include "common.h"
+#include "image_common.h"
 
 /* internal entry points of the image operators */
 int rill__image_set_simd(int on);
@@ -638,29 +631,6 @@ Test(image_ops, batched_normalize_writes_into_batch_buffer) {
 /* ---------------------------------------------------------------- encoded images */
 
 #if RILL_HAVE_JPEG
-static unsigned char* encode_jpeg(const uint8_t* px, int W, int H, int quality, unsigned long* size) {
-  struct jpeg_compress_struct c;
-  struct jpeg_error_mgr jerr;
-  unsigned char* buf = NULL;
-  c.err = jpeg_std_error(&jerr);
-  jpeg_create_compress(&c);
-  jpeg_mem_dest(&c, &buf, size);
-  c.image_width = (JDIMENSION)W;
-  c.image_height = (JDIMENSION)H;
-  c.input_components = 3;
-  c.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&c);
-  jpeg_set_quality(&c, quality, TRUE);
-  jpeg_start_compress(&c, TRUE);
-  while (c.next_scanline < c.image_height) {
-    JSAMPROW r = (JSAMPROW)(px + (size_t)c.next_scanline * W * 3);
-    jpeg_write_scanlines(&c, &r, 1);
-  }
-  jpeg_finish_compress(&c);
-  jpeg_destroy_compress(&c);
-  return buf;
-}
-
 static uint8_t* decode_jpeg(const unsigned char* buf, unsigned long size, int* W, int* H) {
   struct jpeg_decompress_struct d;
   struct jpeg_error_mgr jerr;
@@ -701,8 +671,9 @@ Test(image_ops, fused_jpeg_crop_matches_decode_then_crop) {
   int W = 640, H = 480, n = 6;
   uint8_t* px = malloc((size_t)W * H * 3);
   gradient(px, H, W, 3);
-  unsigned long size = 0;
-  unsigned char* jpg = encode_jpeg(px, W, H, 95, &size);
+  buf_t enc = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 95, .hs = 2, .vs = 2});
+  unsigned char* jpg = enc.p;
+  unsigned long size = (unsigned long)enc.n;
   int dw = 0, dh = 0;
   uint8_t* dec = decode_jpeg(jpg, size, &dw, &dh);
   cr_assert(dw == W && dh == H);
@@ -756,16 +727,9 @@ Test(image_ops, fused_png_crop_is_exact) {
   uint8_t* px = malloc((size_t)W * H * 3);
   uint32_t seed = 3;
   for (int k = 0; k < W * H * 3; k++) px[k] = (uint8_t)lcg(&seed);
-  png_image img;
-  memset(&img, 0, sizeof img);
-  img.version = PNG_IMAGE_VERSION;
-  img.width = (png_uint_32)W;
-  img.height = (png_uint_32)H;
-  img.format = PNG_FORMAT_RGB;
-  png_alloc_size_t size = 0;
-  cr_assert(png_image_write_to_memory(&img, NULL, &size, 0, px, 0, NULL));
-  void* png = malloc(size);
-  cr_assert(png_image_write_to_memory(&img, png, &size, 0, px, 0, NULL));
+  buf_t enc = enc_png(px, W, H, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0);
+  void* png = enc.p;
+  size_t size = enc.n;
   const void* bufs[4] = {png, png, png, png};
   int64_t sizes[4] = {(int64_t)size, (int64_t)size, (int64_t)size, (int64_t)size};
   rill_array_t* bin = binary_array(n, bufs, sizes, RILL_BINARY);
@@ -801,7 +765,9 @@ __attribute__((unused)) static rill_df_t* bad_files_df(rill_array_t** keep, void
   unsigned long size = 0;
   void* jpg = NULL;
 #if RILL_HAVE_JPEG
-  jpg = encode_jpeg(px, 32, 24, 90, &size);
+  buf_t enc = enc_jpeg(px, 32, 24, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2});
+  jpg = enc.p;
+  size = (unsigned long)enc.n;
 #endif
   *jpg_out = jpg;
   static const char junk[64] = "this is not an image at all, only some text bytes....";
@@ -903,17 +869,9 @@ Test(image_ops, variable_shape_cells) {
   for (int i = 0; i < n; i++) {
     uint8_t* px = malloc((size_t)Ws[i] * Hs[i] * 3);
     for (int k = 0; k < Ws[i] * Hs[i] * 3; k++) px[k] = (uint8_t)lcg(&seed);
-    png_image img;
-    memset(&img, 0, sizeof img);
-    img.version = PNG_IMAGE_VERSION;
-    img.width = (png_uint_32)Ws[i];
-    img.height = (png_uint_32)Hs[i];
-    img.format = PNG_FORMAT_RGB;
-    png_alloc_size_t size = 0;
-    cr_assert(png_image_write_to_memory(&img, NULL, &size, 0, px, 0, NULL));
-    pngs[i] = malloc(size);
-    cr_assert(png_image_write_to_memory(&img, pngs[i], &size, 0, px, 0, NULL));
-    sizes[i] = (int64_t)size;
+    buf_t enc = enc_png(px, Ws[i], Hs[i], PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0);
+    pngs[i] = enc.p;
+    sizes[i] = (int64_t)enc.n;
     free(px);
   }
   rill_array_t* bin = binary_array(n, (const void* const*)pngs, sizes, RILL_BINARY);
@@ -1002,13 +960,10 @@ Test(image_ops, cli_demo_preview_bench) {
     for (int i = 0; i < 3; i++) {
       gradient(px, 40, 48, 3);
       for (int k = 0; k < 48 * 40 * 3; k += 3) px[k] = (uint8_t)(px[k] / (c + i + 1));
-      unsigned long size = 0;
-      unsigned char* jpg = encode_jpeg(px, 48, 40, 90, &size);
+      buf_t jpg = enc_jpeg(px, 48, 40, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2});
       snprintf(path, sizeof path, "%s/%s/%d.jpg", dir, classes[c], i);
-      FILE* f = fopen(path, "wb");
-      cr_assert(f && fwrite(jpg, 1, size, f) == size);
-      fclose(f);
-      free(jpg);
+      rt_write_file(path, jpg.p, jpg.n);
+      free(jpg.p);
     }
   }
   snprintf(path, sizeof path, "%s/bee/broken.jpg", dir);
