@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "engine.h"
 #include "rill_addons.h"
 
 #define MAX_DEPTH 32 /* folder nesting followed under a class (guards symlink loops) */
@@ -75,25 +74,11 @@ typedef struct files_ctx {
   int64_t* labels;               /* ImageFolder: n labels; NULL otherwise */
   char** classes;
   int nclasses;
-  const rill_df_t* df;           /* ImageFolder: the dataframe, for rill_image_folder_classes */
-  struct files_ctx* next;        /* in the registry of folder dataframes */
 } files_ctx_t;
-
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static files_ctx_t* registry;
 
 static void ctx_unref(void* p) {
   files_ctx_t* c = p;
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
-  if (c->df) {
-    pthread_mutex_lock(&registry_lock);
-    for (files_ctx_t** q = &registry; *q; q = &(*q)->next)
-      if (*q == c) {
-        *q = c->next;
-        break;
-      }
-    pthread_mutex_unlock(&registry_lock);
-  }
   rill__free_vec((void**)c->paths, c->n);
   rill__free(c->lens);
   rill__free(c->labels);
@@ -209,13 +194,6 @@ static int build_df(files_ctx_t* c, const rill_files_opts_t* opts, rill_df_t** o
     rill_df_free(df);
     ctx_unref(c);
     return rc;
-  }
-  if (c->labels) {
-    c->df = df;
-    pthread_mutex_lock(&registry_lock);
-    c->next = registry;
-    registry = c;
-    pthread_mutex_unlock(&registry_lock);
   }
   ctx_unref(c);
   *out = df;
@@ -509,16 +487,13 @@ int rill_df_from_image_folder(const char* root, const rill_files_opts_t* opts, r
 int rill_image_folder_classes(const rill_df_t* df, const char* const** names, int* count, rill_error_t* err) {
   if (!df || !names || !count)
     return rill__fail(err, RILL_EINVAL, "rill_image_folder_classes: df, names and count are required");
-  int rc = RILL_EINVAL;
-  pthread_mutex_lock(&registry_lock);
-  for (files_ctx_t* c = registry; c; c = c->next)
-    if (c->df == df) {
-      *names = (const char* const*)c->classes;
-      *count = c->nclasses;
-      rc = RILL_OK;
-      break;
-    }
-  pthread_mutex_unlock(&registry_lock);
-  if (rc < 0) return rill__fail(err, RILL_EINVAL, "rill_image_folder_classes: not a dataframe made by rill_df_from_image_folder");
+  /* the folder's "label" column is a source whose context holds the class names */
+  int label = df->kind == RILL__DF_BASE ? rill_df_column(df, "label") : -1;
+  const rill__column_t* col = label >= 0 ? df->cols[label] : NULL;
+  if (!col || col->kind != RILL__COL_SOURCE || col->source != label_source)
+    return rill__fail(err, RILL_EINVAL, "rill_image_folder_classes: not a dataframe made by rill_df_from_image_folder");
+  const files_ctx_t* c = col->ctx;
+  *names = (const char* const*)c->classes;
+  *count = c->nclasses;
   return RILL_OK;
 }
