@@ -341,21 +341,6 @@ RILL_API int rill_df_from_arrow(struct ArrowArrayStream* stream, rill_df_t** out
 RILL_API int rill_df_from_arrow_batch(struct ArrowSchema* schema, struct ArrowArray* array,
                                       rill_df_t** out, rill_error_t* err);
 
-/* ================================================================ Python capsule helpers */
-
-/* PyCapsule destructors for bindings that load librill.so from Python (ctypes) and wrap
- * exports in the capsules of the Arrow PyCapsule interface ("arrow_schema", "arrow_array",
- * "arrow_array_stream", payloads allocated with PyMem_RawMalloc) and of DLPack ("dltensor",
- * "dltensor_versioned"). Each calls the payload's release callback or deleter when the
- * capsule was not consumed, then frees the payload. They look the CPython functions up in
- * the running process and are safe to run while a Python exception is pending. Call them
- * only as capsule destructors (GIL held). */
-RILL_API void rill_pycapsule_destroy_schema(void* capsule);
-RILL_API void rill_pycapsule_destroy_array(void* capsule);
-RILL_API void rill_pycapsule_destroy_stream(void* capsule);
-RILL_API void rill_pycapsule_destroy_dltensor(void* capsule);
-RILL_API void rill_pycapsule_destroy_dltensor_versioned(void* capsule);
-
 #ifdef __cplusplus
 }
 #endif

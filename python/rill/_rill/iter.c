@@ -1,0 +1,354 @@
+/* rill.Iterator: mirrors rill_iter_t. Rows (rill.Row), epochs, seeking, prefetch, statistics
+ * and resumable state. Every call that can wait on worker threads runs without the GIL. */
+#include "rillpy.h"
+
+#include <string.h>
+
+typedef struct RillIterator {
+  PyObject_HEAD
+  RillDataFrame* df;     /* the iterated dataframe (strong reference) */
+  rill_iter_t* it;       /* NULL once closed */
+  int* columns;          /* dataframe column of each row column (PyMem), NULL = all */
+  int ncolumns;
+  int busy;              /* a call without the GIL is running on it */
+  PyObject* weakrefs;
+} RillIterator;
+
+/* Checks the iterator is open and not in use by another thread; marks it busy. */
+static int enter(RillIterator* self) {
+  if (!self->it) {
+    rillpy_invalid("the iterator is closed");
+    return -1;
+  }
+  if (self->busy) {
+    rillpy_invalid("the iterator is in use by another thread (one iterator per consumer thread)");
+    return -1;
+  }
+  self->busy = 1;
+  return 0;
+}
+
+PyObject* rillpy_iter_new(RillDataFrame* df, PyObject* columns, int prefetch, int threads, uint64_t seed,
+                          int64_t epoch) {
+  int* cols = NULL;
+  int n = 0;
+  if (rillpy_parse_columns(df->df, columns, &cols, &n) < 0) return NULL;
+  RillIterator* self = PyObject_New(RillIterator, &RillIterator_Type);
+  if (!self) {
+    PyMem_Free(cols);
+    return NULL;
+  }
+  self->df = (RillDataFrame*)Py_NewRef((PyObject*)df);
+  self->it = NULL;
+  self->columns = cols;
+  self->ncolumns = n;
+  self->busy = 0;
+  self->weakrefs = NULL;
+  rill_iter_opts_t o = {0};
+  o.columns = cols;
+  o.ncolumns = n;
+  o.prefetch = prefetch;
+  o.threads = threads;
+  o.seed = seed;
+  o.epoch = epoch;
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_iter_t* it = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rill_iter_new(df->df, &o, &it, &err);
+  Py_END_ALLOW_THREADS
+  if (rc < 0) {
+    Py_DECREF(self);
+    return rillpy_raise(rc, &err);
+  }
+  self->it = it;
+  return (PyObject*)self;
+}
+
+static void close_it(RillIterator* self) {
+  rill_iter_t* it = self->it;
+  self->it = NULL;
+  if (it) {
+    Py_BEGIN_ALLOW_THREADS
+    rill_iter_free(it);
+    Py_END_ALLOW_THREADS
+  }
+}
+
+static void iter_dealloc(RillIterator* self) {
+  if (self->weakrefs) PyObject_ClearWeakRefs((PyObject*)self);
+  close_it(self);
+  PyMem_Free(self->columns);
+  Py_CLEAR(self->df);
+  Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+static PyObject* iter_tp_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+  PyErr_SetString(PyExc_TypeError, "rill.Iterator cannot be created directly; use DataFrame.iter()");
+  return NULL;
+}
+
+static PyObject* iter_self(PyObject* self) { return Py_NewRef(self); }
+
+static PyObject* iter_next(RillIterator* self) {
+  if (enter(self) < 0) return NULL;
+  rill_row_t row;
+  rill_error_t err;
+  rill_error_clear(&err);
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rill_iter_next(self->it, &row, &err);
+  Py_END_ALLOW_THREADS
+  PyObject* r;
+  if (rc == RILL_END)
+    r = NULL; /* StopIteration */
+  else if (rc < 0)
+    r = rillpy_raise_row_error(rc, &err, self->df->df);
+  else
+    r = rillpy_row_new(self->df, &row, self->columns);
+  self->busy = 0;
+  return r;
+}
+
+static Py_ssize_t iter_len(RillIterator* self) { return (Py_ssize_t)rill_df_rows(self->df->df); }
+
+static PyObject* iter_epoch(RillIterator* self, void* c) {
+  if (!self->it) return rillpy_invalid("the iterator is closed");
+  return PyLong_FromLongLong(rill_iter_epoch(self->it));
+}
+
+static PyObject* iter_columns(RillIterator* self, void* c) {
+  rill_df_t* df = self->df->df;
+  int n = self->columns ? self->ncolumns : rill_df_ncolumns(df);
+  PyObject* l = PyList_New(n);
+  for (int i = 0; l && i < n; i++) {
+    PyObject* s = PyUnicode_FromString(rill_df_field(df, self->columns ? self->columns[i] : i)->name);
+    if (!s) {
+      Py_CLEAR(l);
+      break;
+    }
+    PyList_SET_ITEM(l, i, s);
+  }
+  return l;
+}
+
+static PyObject* iter_dataframe(RillIterator* self, void* c) { return Py_NewRef((PyObject*)self->df); }
+
+static PyObject* iter_closed(RillIterator* self, void* c) { return PyBool_FromLong(self->it == NULL); }
+
+static PyObject* iter_set_epoch(RillIterator* self, PyObject* arg) {
+  long long e = PyLong_AsLongLong(arg);
+  if (e == -1 && PyErr_Occurred()) return NULL;
+  if (enter(self) < 0) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rill_iter_set_epoch(self->it, (int64_t)e);
+  Py_END_ALLOW_THREADS
+  self->busy = 0;
+  if (rc < 0) return rillpy_invalid("set_epoch(%lld): %s", e, rill_strerror(rc));
+  Py_RETURN_NONE;
+}
+
+static PyObject* iter_seek(RillIterator* self, PyObject* arg) {
+  long long row = PyLong_AsLongLong(arg);
+  if (row == -1 && PyErr_Occurred()) return NULL;
+  if (enter(self) < 0) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rill_iter_seek(self->it, (int64_t)row);
+  Py_END_ALLOW_THREADS
+  self->busy = 0;
+  if (rc < 0)
+    return rillpy_invalid("seek(%lld): %s (rows are 0..%lld)", row, rill_strerror(rc),
+                          (long long)rill_df_rows(self->df->df));
+  Py_RETURN_NONE;
+}
+
+static PyObject* iter_prefetch(RillIterator* self, PyObject* arg) {
+  long n = PyLong_AsLong(arg);
+  if (n == -1 && PyErr_Occurred()) return NULL;
+  if (n < 0 || n > INT32_MAX) return rillpy_invalid("prefetch(%ld): n must be >= 0", n);
+  if (enter(self) < 0) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rill_iter_prefetch(self->it, (int)n);
+  Py_END_ALLOW_THREADS
+  self->busy = 0;
+  if (rc < 0) return rillpy_invalid("prefetch(%ld): %s", n, rill_strerror(rc));
+  Py_RETURN_NONE;
+}
+
+static int dict_set_i64(PyObject* d, const char* k, long long v) {
+  PyObject* o = PyLong_FromLongLong(v);
+  if (!o) return -1;
+  int rc = PyDict_SetItemString(d, k, o);
+  Py_DECREF(o);
+  return rc;
+}
+
+static int dict_set_u64(PyObject* d, const char* k, unsigned long long v) {
+  PyObject* o = PyLong_FromUnsignedLongLong(v);
+  if (!o) return -1;
+  int rc = PyDict_SetItemString(d, k, o);
+  Py_DECREF(o);
+  return rc;
+}
+
+static PyObject* iter_stats(RillIterator* self, PyObject* unused) {
+  if (!self->it) return rillpy_invalid("the iterator is closed");
+  rill_iter_stats_t st;
+  rill_iter_stats(self->it, &st);
+  PyObject* d = PyDict_New();
+  if (!d) return NULL;
+  if (dict_set_i64(d, "rows", st.rows) < 0 || dict_set_i64(d, "cells", st.cells) < 0 ||
+      dict_set_i64(d, "skipped", st.skipped) < 0 || dict_set_i64(d, "nulled", st.nulled) < 0 ||
+      dict_set_i64(d, "errors", st.errors) < 0 || dict_set_i64(d, "wait_ns", st.wait_ns) < 0 ||
+      dict_set_i64(d, "compute_ns", st.compute_ns) < 0 || dict_set_i64(d, "stage_calls", st.stage_calls) < 0 ||
+      dict_set_i64(d, "allocs", st.allocs) < 0 || dict_set_i64(d, "reuses", st.reuses) < 0) {
+    Py_DECREF(d);
+    return NULL;
+  }
+  return d;
+}
+
+static PyObject* iter_state_dict(RillIterator* self, PyObject* unused) {
+  if (!self->it) return rillpy_invalid("the iterator is closed");
+  rill_iter_state_t st;
+  int rc = rill_iter_save(self->it, &st);
+  if (rc < 0) return rillpy_invalid("state_dict: %s", rill_strerror(rc));
+  PyObject* d = PyDict_New();
+  if (!d) return NULL;
+  if (dict_set_u64(d, "seed", st.seed) < 0 || dict_set_i64(d, "epoch", st.epoch) < 0 ||
+      dict_set_i64(d, "cursor", st.cursor) < 0 || dict_set_u64(d, "fingerprint", st.fingerprint) < 0) {
+    Py_DECREF(d);
+    return NULL;
+  }
+  return d;
+}
+
+/* An integer item of a state dict. */
+static int state_item(PyObject* d, const char* key, int is_unsigned, unsigned long long* u, long long* s) {
+  PyObject* v = PyMapping_GetItemString(d, key);
+  if (!v) {
+    if (PyErr_ExceptionMatches(PyExc_KeyError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      rillpy_invalid("load_state_dict: the state has no '%s' (expected the keys seed, epoch, cursor, "
+                     "fingerprint from state_dict())", key);
+    }
+    return -1;
+  }
+  if (is_unsigned)
+    *u = PyLong_AsUnsignedLongLong(v);
+  else
+    *s = PyLong_AsLongLong(v);
+  Py_DECREF(v);
+  return PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject* iter_load_state_dict(RillIterator* self, PyObject* d) {
+  rill_iter_state_t st;
+  unsigned long long seed, fp;
+  long long epoch, cursor;
+  if (state_item(d, "seed", 1, &seed, NULL) < 0 || state_item(d, "epoch", 0, NULL, &epoch) < 0 ||
+      state_item(d, "cursor", 0, NULL, &cursor) < 0 || state_item(d, "fingerprint", 1, &fp, NULL) < 0)
+    return NULL;
+  st.seed = seed;
+  st.epoch = epoch;
+  st.cursor = cursor;
+  st.fingerprint = fp;
+  if (enter(self) < 0) return NULL;
+  rill_iter_state_t mine;
+  rill_iter_save(self->it, &mine);
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rill_iter_restore(self->it, &st);
+  Py_END_ALLOW_THREADS
+  self->busy = 0;
+  if (rc < 0) {
+    if (st.fingerprint != mine.fingerprint)
+      return rillpy_invalid("load_state_dict: %s: the state was saved by another pipeline (fingerprint %016llx; "
+                            "this iterator's is %016llx)", rill_strerror(rc), fp,
+                            (unsigned long long)mine.fingerprint);
+    return rillpy_invalid("load_state_dict: %s: cursor %lld is outside 0..%lld", rill_strerror(rc), cursor,
+                          (long long)rill_df_rows(self->df->df));
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject* iter_close(RillIterator* self, PyObject* unused) {
+  if (self->busy) return rillpy_invalid("the iterator is in use by another thread");
+  close_it(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject* iter_enter(RillIterator* self, PyObject* unused) {
+  if (!self->it) return rillpy_invalid("the iterator is closed");
+  return Py_NewRef((PyObject*)self);
+}
+
+static PyObject* iter_exit(RillIterator* self, PyObject* args) {
+  if (!self->busy) close_it(self);
+  Py_RETURN_FALSE;
+}
+
+static PyObject* iter_repr(RillIterator* self) {
+  if (!self->it)
+    return PyUnicode_FromFormat("rill.Iterator(closed, %lld rows)", (long long)rill_df_rows(self->df->df));
+  return PyUnicode_FromFormat("rill.Iterator(%lld rows, epoch %lld)", (long long)rill_df_rows(self->df->df),
+                              (long long)rill_iter_epoch(self->it));
+}
+
+static PyMethodDef iter_methods[] = {
+    {"set_epoch", (PyCFunction)iter_set_epoch, METH_O,
+     "set_epoch(epoch: int) -> None\n\nStarts epoch `epoch` (a new shuffle permutation) from its first row."},
+    {"seek", (PyCFunction)iter_seek, METH_O,
+     "seek(row: int) -> None\n\nContinues from `row` (0..len) of the current epoch; drops prefetched rows."},
+    {"prefetch", (PyCFunction)iter_prefetch, METH_O,
+     "prefetch(n: int) -> None\n\nStarts computing rows ahead now (prefetch is automatic; this is optional)."},
+    {"stats", (PyCFunction)iter_stats, METH_NOARGS,
+     "stats() -> dict\n\nCounters: rows, cells, skipped, nulled, errors, wait_ns, compute_ns, stage_calls, "
+     "allocs, reuses."},
+    {"state_dict", (PyCFunction)iter_state_dict, METH_NOARGS,
+     "state_dict() -> dict\n\nThe position {'seed', 'epoch', 'cursor', 'fingerprint'}: load_state_dict on an "
+     "iterator of the same pipeline reproduces the following rows."},
+    {"load_state_dict", (PyCFunction)iter_load_state_dict, METH_O,
+     "load_state_dict(state: Mapping) -> None\n\nRestores a position from state_dict(); InvalidArgumentError "
+     "for a state of another pipeline."},
+    {"close", (PyCFunction)iter_close, METH_NOARGS,
+     "close() -> None\n\nStops the workers and frees the iterator; later calls raise InvalidArgumentError."},
+    {"__enter__", (PyCFunction)iter_enter, METH_NOARGS, "__enter__() -> Iterator\n\nThe iterator itself."},
+    {"__exit__", (PyCFunction)iter_exit, METH_VARARGS, "__exit__(*exc_info) -> bool\n\nCloses the iterator."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef iter_getset[] = {
+    {"epoch", (getter)iter_epoch, NULL, "The current epoch (int).", NULL},
+    {"columns", (getter)iter_columns, NULL, "Names of the columns each row holds (list[str]).", NULL},
+    {"dataframe", (getter)iter_dataframe, NULL, "The iterated DataFrame.", NULL},
+    {"closed", (getter)iter_closed, NULL, "True once close() was called.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PySequenceMethods iter_as_sequence = {.sq_length = (lenfunc)iter_len};
+
+PyTypeObject RillIterator_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rill.Iterator",
+    .tp_basicsize = sizeof(RillIterator),
+    .tp_dealloc = (destructor)iter_dealloc,
+    .tp_repr = (reprfunc)iter_repr,
+    .tp_as_sequence = &iter_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An iterator over a DataFrame's rows (rill_iter_t), computing rows ahead on worker threads.\n\n"
+              "Yields rill.Row objects (batches for a batched dataframe). Not thread-safe: one iterator per "
+              "consumer thread. Also a context manager that closes it.",
+    .tp_weaklistoffset = offsetof(RillIterator, weakrefs),
+    .tp_iter = iter_self,
+    .tp_iternext = (iternextfunc)iter_next,
+    .tp_methods = iter_methods,
+    .tp_getset = iter_getset,
+    .tp_new = iter_tp_new,
+};
+
+int rillpy_init_iter(PyObject* m) {
+  if (PyType_Ready(&RillIterator_Type) < 0) return -1;
+  return PyModule_AddObjectRef(m, "Iterator", (PyObject*)&RillIterator_Type);
+}

@@ -1,0 +1,927 @@
+/* Module functions that make dataframes from data: numpy arrays and Python sequences, Arrow
+ * objects (the Arrow PyCapsule interface), CSV files and buffers, SQLite queries, file lists
+ * and image folders. */
+#include "rillpy.h"
+
+#include <string.h>
+
+static PyObject* numpy_mod;
+
+static PyObject* np(void) {
+  if (!numpy_mod) numpy_mod = PyImport_ImportModule("numpy");
+  return numpy_mod;
+}
+
+/* ================================================================ arrays from Python values */
+
+/* What a borrowed numpy buffer needs to stay alive; freed (GIL taken) when rill releases it. */
+typedef struct borrow {
+  PyObject* obj;
+  Py_buffer view;
+  uint8_t* bits;
+} borrow_t;
+
+static void borrow_free(void* p) {
+  borrow_t* b = p;
+  if (!b) return;
+#if PY_VERSION_HEX >= 0x030D0000
+  int finalizing = Py_IsFinalizing();
+#else
+  int finalizing = _Py_IsFinalizing();
+#endif
+  if (!finalizing) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyBuffer_Release(&b->view);
+    Py_XDECREF(b->obj);
+    PyGILState_Release(g);
+  }
+  PyMem_RawFree(b->bits);
+  PyMem_RawFree(b);
+}
+
+/* An LSB validity bitmap from per-row null flags (NULL when no row is null). */
+static uint8_t* bitmap_from_flags(const char* nulls, int64_t n, int* err) {
+  *err = 0;
+  int any = 0;
+  for (int64_t i = 0; i < n && !any; i++) any = nulls[i] != 0;
+  if (!any) return NULL;
+  uint8_t* bits = PyMem_RawCalloc((size_t)(n + 7) / 8 + 1, 1);
+  if (!bits) {
+    *err = 1;
+    return NULL;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (!nulls[i]) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+  return bits;
+}
+
+/* A string or binary array (copied) from a sequence of str / bytes / None; `nulls` (may be
+ * NULL) marks extra null rows. */
+static const rill_array_t* var_array(const char* name, PyObject* seq, const char* nulls) {
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  rill_dtype_t dt = RILL_STRING;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* v = PySequence_Fast_GET_ITEM(seq, i);
+    if (v == Py_None || (nulls && nulls[i])) continue;
+    dt = PyUnicode_Check(v) ? RILL_STRING : RILL_BINARY;
+    break;
+  }
+  rill_array_t* a = NULL;
+  rill_error_t err;
+  rill_error_clear(&err);
+  int rc = rill_array_new(rill_type_scalar(dt), n, &a, &err);
+  if (rc < 0) {
+    rillpy_raise(rc, &err);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* v = PySequence_Fast_GET_ITEM(seq, i);
+    if (v == Py_None || (nulls && nulls[i])) {
+      rc = rill_array_set_var(a, i, NULL, 0, NULL);
+      if (rc == RILL_OK) rc = rill_array_set_null(a, i);
+    } else if (dt == RILL_STRING) {
+      Py_ssize_t sz;
+      const char* s = PyUnicode_Check(v) ? PyUnicode_AsUTF8AndSize(v, &sz) : NULL;
+      if (!s) {
+        if (!PyErr_Occurred())
+          rillpy_invalid("column '%s': cell %zd is %s; a string column takes str or None", name, i,
+                         Py_TYPE(v)->tp_name);
+        rill_array_release(a);
+        return NULL;
+      }
+      rc = rill_array_set_var(a, i, s, sz, NULL);
+    } else {
+      Py_buffer b;
+      if (PyUnicode_Check(v) || PyObject_GetBuffer(v, &b, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        rillpy_invalid("column '%s': cell %zd is %s; a binary column takes bytes or None", name, i,
+                       Py_TYPE(v)->tp_name);
+        rill_array_release(a);
+        return NULL;
+      }
+      rc = rill_array_set_var(a, i, b.buf, b.len, NULL);
+      PyBuffer_Release(&b);
+    }
+    if (rc < 0) {
+      rill_array_release(a);
+      rillpy_raise(rc, NULL);
+      return NULL;
+    }
+  }
+  return a;
+}
+
+/* True when a sequence's first non-None item is str or bytes-like (a string/binary column). */
+static int seq_is_var(PyObject* seq) {
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* v = PySequence_Fast_GET_ITEM(seq, i);
+    if (v == Py_None) continue;
+    return PyUnicode_Check(v) || PyBytes_Check(v) || PyByteArray_Check(v);
+  }
+  return 1; /* all None (or empty): a string column */
+}
+
+/* Per-row null flags (bytes object of n) from a numpy mask of any shape [n, ...]. */
+static PyObject* row_nulls(PyObject* mask, int64_t n) {
+  PyObject* m = PyObject_CallMethod(np(), "asarray", "Os", mask, "bool");
+  if (!m) return NULL;
+  PyObject* r = PyObject_CallMethod(m, "reshape", "(Li)", (long long)n, -1);
+  Py_DECREF(m);
+  if (!r) return NULL;
+  PyObject* any = PyObject_CallMethod(r, "any", "i", 1);
+  Py_DECREF(r);
+  if (!any) return NULL;
+  PyObject* b = PyObject_CallMethod(any, "tobytes", NULL);
+  Py_DECREF(any);
+  return b;
+}
+
+/* A rill array over a numeric / bool / datetime64 numpy array (borrowed unless a conversion
+ * copied it). `mask`: numpy mask [n, ...] or NULL. */
+static const rill_array_t* numeric_array(const char* name, PyObject* arr, PyObject* mask) {
+  PyObject* dt = PyObject_GetAttrString(arr, "dtype");
+  PyObject* kind = dt ? PyObject_GetAttrString(dt, "kind") : NULL;
+  const char* k = kind ? PyUnicode_AsUTF8(kind) : NULL;
+  PyObject* nulls = NULL;
+  borrow_t* b = NULL;
+  const rill_array_t* out = NULL;
+  Py_INCREF(arr);
+  if (!k) goto done;
+  PyObject* ndimo = PyObject_GetAttrString(arr, "ndim");
+  long ndim = ndimo ? PyLong_AsLong(ndimo) : -1;
+  Py_XDECREF(ndimo);
+  if (ndim < 0) goto done;
+  if (ndim == 0) {
+    rillpy_invalid("column '%s': a 0-d array has no rows (use a 1-d array)", name);
+    goto done;
+  }
+  if (ndim - 1 > RILL_MAX_NDIM) {
+    rillpy_invalid("column '%s': cells of %ld dimensions; at most %d", name, ndim - 1, RILL_MAX_NDIM);
+    goto done;
+  }
+  PyObject* shp = PyObject_GetAttrString(arr, "shape");
+  if (!shp) goto done;
+  int64_t shape[RILL_MAX_NDIM + 1];
+  for (long i = 0; i < ndim; i++) shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shp, i));
+  Py_DECREF(shp);
+  int64_t n = shape[0];
+  rill_type_t type;
+  if (k[0] == 'M') {
+    type = rill_type_tensor(RILL_TIMESTAMP_US, (int)ndim - 1, shape + 1);
+    PyObject* us = PyObject_CallMethod(arr, "astype", "s", "datetime64[us]");
+    if (!us) goto done;
+    Py_SETREF(arr, us);
+    PyObject* nat = PyObject_CallMethod(np(), "isnat", "O", arr); /* NaT is null */
+    if (!nat) goto done;
+    if (mask) {
+      PyObject* both = PyNumber_Or(nat, mask);
+      Py_DECREF(nat);
+      if (!both) goto done;
+      nat = both;
+    }
+    nulls = row_nulls(nat, n);
+    Py_DECREF(nat);
+    if (!nulls) goto done;
+    PyObject* iv = PyObject_CallMethod(arr, "view", "s", "int64");
+    if (!iv) goto done;
+    Py_SETREF(arr, iv);
+  } else {
+    rill_dtype_t d;
+    if (k[0] != 'b' && k[0] != 'i' && k[0] != 'u' && k[0] != 'f') {
+      PyObject* ds = PyObject_Str(dt);
+      rillpy_invalid("column '%s': numpy dtype %s is not supported (numbers, bool, datetime64, str, bytes)", name,
+                     ds ? PyUnicode_AsUTF8(ds) : "?");
+      Py_XDECREF(ds);
+      goto done;
+    }
+    if (rillpy_parse_dtype(dt, &d) < 0) goto done;
+    type = rill_type_tensor(d, (int)ndim - 1, shape + 1);
+    if (mask && !(nulls = row_nulls(mask, n))) goto done;
+    PyObject* native = PyObject_GetAttrString(dt, "isnative");
+    int isnative = native ? PyObject_IsTrue(native) : -1;
+    Py_XDECREF(native);
+    if (isnative < 0) goto done;
+    if (!isnative) {
+      PyObject* nd = PyObject_CallMethod(dt, "newbyteorder", "s", "=");
+      PyObject* sw = nd ? PyObject_CallMethod(arr, "astype", "O", nd) : NULL;
+      Py_XDECREF(nd);
+      if (!sw) goto done;
+      Py_SETREF(arr, sw);
+    }
+  }
+  PyObject* c = PyObject_CallMethod(np(), "ascontiguousarray", "O", arr);
+  if (!c) goto done;
+  Py_SETREF(arr, c);
+  b = PyMem_RawCalloc(1, sizeof *b);
+  if (!b) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (PyObject_GetBuffer(arr, &b->view, PyBUF_C_CONTIGUOUS) < 0) {
+    PyMem_RawFree(b);
+    b = NULL;
+    goto done;
+  }
+  b->obj = Py_NewRef(arr);
+  if (nulls) {
+    int e;
+    b->bits = bitmap_from_flags(PyBytes_AS_STRING(nulls), n, &e);
+    if (e) {
+      PyErr_NoMemory();
+      goto done;
+    }
+  }
+  rill_array_t* a = NULL;
+  rill_error_t err;
+  rill_error_clear(&err);
+  int rc = rill_array_wrap(type, n, b->view.len ? b->view.buf : NULL, b->view.len, b->bits, -1, NULL, NULL,
+                           borrow_free, b, &a, &err);
+  if (rc < 0) {
+    rillpy_raise(rc, &err);
+    goto done;
+  }
+  b = NULL; /* owned by the array */
+  out = a;
+done:
+  if (b) {
+    if (b->obj) {
+      PyBuffer_Release(&b->view);
+      Py_DECREF(b->obj);
+    }
+    PyMem_RawFree(b->bits);
+    PyMem_RawFree(b);
+  }
+  Py_XDECREF(nulls);
+  Py_XDECREF(dt);
+  Py_XDECREF(kind);
+  Py_DECREF(arr);
+  return out;
+}
+
+/* A rill array for one column value: a rill.Array, a numpy (masked) array or an array-like
+ * (lists of numbers, str, bytes, with None for nulls). New reference. */
+static const rill_array_t* column_array(const char* name, PyObject* value) {
+  if (PyObject_TypeCheck(value, &RillArray_Type)) return rill_array_retain(((RillArray*)value)->a);
+  if (!np()) return NULL;
+  PyObject* ma = PyImport_ImportModule("numpy.ma");
+  if (!ma) return NULL;
+  PyObject* macls = PyObject_GetAttrString(ma, "MaskedArray");
+  int masked = macls ? PyObject_IsInstance(value, macls) : -1;
+  Py_XDECREF(macls);
+  PyObject *data = NULL, *mask = NULL;
+  const rill_array_t* out = NULL;
+  if (masked < 0) goto done;
+  if (masked) {
+    data = PyObject_CallMethod(ma, "getdata", "O", value);
+    mask = data ? PyObject_CallMethod(ma, "getmaskarray", "O", value) : NULL;
+    if (!mask) goto done;
+  } else if (PyList_Check(value) || PyTuple_Check(value)) {
+    PyObject* seq = PySequence_Fast(value, "");
+    if (!seq) goto done;
+    if (seq_is_var(seq)) {
+      out = var_array(name, seq, NULL);
+      Py_DECREF(seq);
+      goto done;
+    }
+    /* numbers (or nested sequences) with None for nulls */
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject* nulls = PyBytes_FromStringAndSize(NULL, n);
+    PyObject* filled = nulls ? PyList_New(n) : NULL;
+    PyObject* zero = NULL;
+    int any = 0;
+    if (!filled) {
+      Py_XDECREF(nulls);
+      Py_DECREF(seq);
+      goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      PyObject* v = PySequence_Fast_GET_ITEM(seq, i);
+      PyBytes_AS_STRING(nulls)[i] = v == Py_None;
+      any |= v == Py_None;
+      PyList_SET_ITEM(filled, i, Py_NewRef(v));
+    }
+    if (any) { /* None -> a zero cell shaped like the first valid one */
+      for (Py_ssize_t i = 0; i < n && !zero; i++) {
+        PyObject* v = PySequence_Fast_GET_ITEM(seq, i);
+        if (v != Py_None) zero = PyObject_CallMethod(np(), "zeros_like", "O", v);
+      }
+      if (!zero) zero = PyLong_FromLong(0);
+      for (Py_ssize_t i = 0; zero && i < n; i++)
+        if (PyBytes_AS_STRING(nulls)[i]) PyList_SetItem(filled, i, Py_NewRef(zero));
+    }
+    Py_DECREF(seq);
+    if (any && !zero) {
+      Py_DECREF(nulls);
+      Py_DECREF(filled);
+      goto done;
+    }
+    Py_XDECREF(zero);
+    data = PyObject_CallMethod(np(), "asarray", "O", filled);
+    Py_DECREF(filled);
+    if (data && any) {
+      PyObject* m = PyObject_CallMethod(np(), "frombuffer", "Os", nulls, "bool");
+      mask = m;
+    }
+    Py_DECREF(nulls);
+    if (!data || (any && !mask)) goto done;
+  } else {
+    data = PyObject_CallMethod(np(), "asarray", "O", value);
+    if (!data) goto done;
+  }
+  /* str / bytes / object arrays are string or binary columns */
+  PyObject* dt = PyObject_GetAttrString(data, "dtype");
+  PyObject* kind = dt ? PyObject_GetAttrString(dt, "kind") : NULL;
+  const char* k = kind ? PyUnicode_AsUTF8(kind) : NULL;
+  int var = k && (k[0] == 'U' || k[0] == 'S' || k[0] == 'O');
+  Py_XDECREF(dt);
+  Py_XDECREF(kind);
+  if (!k) goto done;
+  if (var) {
+    PyObject* list = PyObject_CallMethod(data, "tolist", NULL);
+    PyObject* seq = list ? PySequence_Fast(list, "a string column must be 1-dimensional") : NULL;
+    Py_XDECREF(list);
+    if (!seq) goto done;
+    PyObject* nulls = NULL;
+    if (mask && !(nulls = row_nulls(mask, PySequence_Fast_GET_SIZE(seq)))) {
+      Py_DECREF(seq);
+      goto done;
+    }
+    if (k[0] == 'O' && !seq_is_var(seq)) {
+      /* an object array of numbers: through the list path (None = null) */
+      out = column_array(name, seq);
+    } else {
+      out = var_array(name, seq, nulls ? PyBytes_AS_STRING(nulls) : NULL);
+    }
+    Py_XDECREF(nulls);
+    Py_DECREF(seq);
+    goto done;
+  }
+  out = numeric_array(name, data, mask);
+done:
+  Py_XDECREF(data);
+  Py_XDECREF(mask);
+  Py_DECREF(ma);
+  return out;
+}
+
+/* A dataframe from parallel sequences of names (str) and values. */
+static PyObject* df_from_columns(PyObject* names, PyObject* values, int copy) {
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(names);
+  if (PySequence_Fast_GET_SIZE(values) != n)
+    return rillpy_invalid("from_arrays: %zd names for %zd arrays", n, PySequence_Fast_GET_SIZE(values));
+  const char** cnames = PyMem_Calloc((size_t)(n ? n : 1), sizeof *cnames);
+  const rill_array_t** arrays = PyMem_Calloc((size_t)(n ? n : 1), sizeof *arrays);
+  PyObject* result = NULL;
+  if (!cnames || !arrays) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* nm = PySequence_Fast_GET_ITEM(names, i);
+    if (!PyUnicode_Check(nm)) {
+      PyErr_Format(PyExc_TypeError, "column names must be str, got %s", Py_TYPE(nm)->tp_name);
+      goto done;
+    }
+    cnames[i] = PyUnicode_AsUTF8(nm);
+    if (!cnames[i]) goto done;
+    arrays[i] = column_array(cnames[i], PySequence_Fast_GET_ITEM(values, i));
+    if (!arrays[i]) goto done;
+  }
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_df_t* df = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS /* copies when copy is set */
+  rc = rill_df_from_arrays(cnames, arrays, (int)n, copy, &df, &err);
+  Py_END_ALLOW_THREADS
+  if (rc < 0) {
+    rillpy_raise(rc, &err);
+    goto done;
+  }
+  result = rillpy_df_new(df, NULL);
+done:
+  for (Py_ssize_t i = 0; arrays && i < n; i++) rill_array_release(arrays[i]);
+  PyMem_Free(arrays);
+  PyMem_Free(cnames);
+  return result;
+}
+
+static PyObject* py_from_numpy(PyObject* m, PyObject* args, PyObject* kw) {
+  PyObject* columns = Py_None;
+  int copy = 0;
+  if (!PyArg_ParseTuple(args, "|O:from_numpy", &columns)) return NULL;
+  PyObject* all = PyDict_New();
+  if (!all) return NULL;
+  if (columns != Py_None && PyDict_Merge(all, columns, 1) < 0) {
+    Py_DECREF(all);
+    if (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      return PyErr_Format(PyExc_TypeError, "from_numpy: columns must be a mapping of name -> array, got %s",
+                          Py_TYPE(columns)->tp_name);
+    }
+    return NULL;
+  }
+  if (kw) {
+    PyObject* c = PyDict_GetItemString(kw, "copy");
+    if (c) {
+      copy = PyObject_IsTrue(c);
+      if (copy < 0) {
+        Py_DECREF(all);
+        return NULL;
+      }
+    }
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(kw, &pos, &k, &v)) {
+      if (PyUnicode_Check(k) && PyUnicode_CompareWithASCIIString(k, "copy") == 0) continue;
+      if (PyDict_SetItem(all, k, v) < 0) {
+        Py_DECREF(all);
+        return NULL;
+      }
+    }
+  }
+  PyObject* names = PyDict_Keys(all);
+  PyObject* values = names ? PyDict_Values(all) : NULL;
+  Py_DECREF(all);
+  PyObject* r = values ? df_from_columns(names, values, copy) : NULL;
+  Py_XDECREF(names);
+  Py_XDECREF(values);
+  return r;
+}
+
+static PyObject* py_from_arrays(PyObject* m, PyObject* args, PyObject* kw) {
+  static char* kwlist[] = {"names", "arrays", "copy", NULL};
+  PyObject *names, *arrays;
+  int copy = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|p:from_arrays", kwlist, &names, &arrays, &copy)) return NULL;
+  PyObject* ns = PySequence_Fast(names, "from_arrays: names must be a sequence of str");
+  PyObject* as = ns ? PySequence_Fast(arrays, "from_arrays: arrays must be a sequence") : NULL;
+  PyObject* r = as ? df_from_columns(ns, as, copy) : NULL;
+  Py_XDECREF(ns);
+  Py_XDECREF(as);
+  return r;
+}
+
+/* ================================================================ Arrow */
+
+static PyObject* py_from_arrow(PyObject* m, PyObject* obj) {
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_df_t* df = NULL;
+  int rc;
+  if (PyObject_HasAttrString(obj, "__arrow_c_stream__")) {
+    PyObject* cap = PyObject_CallMethod(obj, "__arrow_c_stream__", NULL);
+    if (!cap) return NULL;
+    struct ArrowArrayStream* s = PyCapsule_GetPointer(cap, "arrow_array_stream");
+    if (!s) {
+      Py_DECREF(cap);
+      return NULL;
+    }
+    if (!s->release) {
+      Py_DECREF(cap);
+      return rillpy_invalid("from_arrow: the Arrow stream was already consumed");
+    }
+    struct ArrowArrayStream st = *s;
+    s->release = NULL; /* moved: the capsule no longer owns it */
+    Py_BEGIN_ALLOW_THREADS
+    rc = rill_df_from_arrow(&st, &df, &err);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(cap);
+  } else if (PyObject_HasAttrString(obj, "__arrow_c_array__")) {
+    PyObject* pair = PyObject_CallMethod(obj, "__arrow_c_array__", NULL);
+    if (!pair) return NULL;
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+      Py_DECREF(pair);
+      return PyErr_Format(PyExc_TypeError, "from_arrow: __arrow_c_array__ must return (schema, array) capsules");
+    }
+    struct ArrowSchema* sp = PyCapsule_GetPointer(PyTuple_GET_ITEM(pair, 0), "arrow_schema");
+    struct ArrowArray* ap = sp ? PyCapsule_GetPointer(PyTuple_GET_ITEM(pair, 1), "arrow_array") : NULL;
+    if (!ap) {
+      Py_DECREF(pair);
+      return NULL;
+    }
+    if (!sp->release || !ap->release) {
+      Py_DECREF(pair);
+      return rillpy_invalid("from_arrow: the Arrow array was already consumed");
+    }
+    struct ArrowSchema schema = *sp;
+    struct ArrowArray array = *ap;
+    sp->release = NULL;
+    ap->release = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rill_df_from_arrow_batch(&schema, &array, &df, &err);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(pair);
+  } else {
+    return PyErr_Format(PyExc_TypeError,
+                        "from_arrow: expected an object with __arrow_c_stream__ or __arrow_c_array__ (a pyarrow "
+                        "Table or RecordBatch, a polars DataFrame, ...), got %s", Py_TYPE(obj)->tp_name);
+  }
+  if (rc < 0) return rillpy_raise(rc, &err);
+  return rillpy_df_new(df, NULL);
+}
+
+/* ================================================================ CSV */
+
+/* dtype overrides {name or index: dtype} -> columns (PyMem); keys must stay alive. */
+static int parse_overrides(PyObject* dtypes, rill_csv_column_t** out, int* n) {
+  *out = NULL;
+  *n = 0;
+  if (!dtypes || dtypes == Py_None) return 0;
+  if (!PyDict_Check(dtypes)) {
+    PyErr_Format(PyExc_TypeError, "dtypes must be a dict of column name or index -> dtype, got %s",
+                 Py_TYPE(dtypes)->tp_name);
+    return -1;
+  }
+  Py_ssize_t cnt = PyDict_Size(dtypes);
+  rill_csv_column_t* cols = PyMem_Calloc((size_t)(cnt ? cnt : 1), sizeof *cols);
+  if (!cols) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(dtypes, &pos, &k, &v)) {
+    if (PyUnicode_Check(k)) {
+      cols[i].name = PyUnicode_AsUTF8(k);
+      if (!cols[i].name) goto fail;
+    } else if (PyLong_Check(k)) {
+      long idx = PyLong_AsLong(k);
+      if (idx < 0 || idx > INT32_MAX) {
+        if (!PyErr_Occurred()) rillpy_invalid("dtypes: column index %ld is negative", idx);
+        goto fail;
+      }
+      cols[i].index = (int)idx;
+    } else {
+      PyErr_Format(PyExc_TypeError, "dtypes keys must be column names (str) or indices (int), got %s",
+                   Py_TYPE(k)->tp_name);
+      goto fail;
+    }
+    if (rillpy_parse_dtype(v, &cols[i].dtype) < 0) goto fail;
+    i++;
+  }
+  *out = cols;
+  *n = (int)i;
+  return 0;
+fail:
+  PyMem_Free(cols);
+  return -1;
+}
+
+static int parse_char(PyObject* o, char* out, const char* what) {
+  if (!o || o == Py_None) return 0;
+  Py_ssize_t sz;
+  const char* s = PyUnicode_Check(o) ? PyUnicode_AsUTF8AndSize(o, &sz) : NULL;
+  if (!s || sz != 1) {
+    PyErr_Clear();
+    rillpy_invalid("%s must be a single ASCII character", what);
+    return -1;
+  }
+  *out = s[0];
+  return 0;
+}
+
+/* Common options of from_csv / from_csv_buffer. */
+static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer, PyObject* dtypes,
+                    PyObject* on_error, PyObject* on_bad_row, int threads, long long infer_rows,
+                    long long chunk_bytes, rill_csv_opts_t* o, rill_csv_column_t** cols) {
+  memset(o, 0, sizeof *o);
+  *cols = NULL;
+  if (parse_char(delimiter, &o->delimiter, "delimiter") < 0 || parse_char(quote, &o->quote, "quote") < 0 ||
+      rillpy_parse_on_error(on_error, &o->on_error) < 0 || rillpy_parse_on_error(on_bad_row, &o->on_bad_row) < 0)
+    return -1;
+  o->no_header = !header;
+  o->no_infer = !infer;
+  o->threads = threads;
+  o->infer_rows = infer_rows;
+  o->chunk_bytes = chunk_bytes;
+  if (parse_overrides(dtypes, cols, &o->ncolumns) < 0) return -1;
+  o->columns = *cols;
+  return 0;
+}
+
+static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
+  static char* kwlist[] = {"path", "delimiter", "quote", "header", "infer", "dtypes", "on_error", "on_bad_row",
+                           "threads", "infer_rows", "chunk_bytes", NULL};
+  PyObject *path, *delimiter = NULL, *quote = NULL, *dtypes = Py_None, *on_error = Py_None, *on_bad_row = Py_None;
+  int header = 1, infer = 1, threads = 0;
+  long long infer_rows = 0, chunk_bytes = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOppOOOiLL:from_csv", kwlist, &path, &delimiter, &quote, &header,
+                                   &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows, &chunk_bytes))
+    return NULL;
+  rill_csv_opts_t o;
+  rill_csv_column_t* cols;
+  if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes, &o,
+               &cols) < 0)
+    return NULL;
+  PyObject* p = rillpy_fspath(path);
+  if (!p) {
+    PyMem_Free(cols);
+    return NULL;
+  }
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_df_t* df = NULL;
+  int rc;
+  const char* cp = PyBytes_AS_STRING(p);
+  Py_BEGIN_ALLOW_THREADS
+  rc = rill_df_from_csv(cp, &o, &df, &err);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(p);
+  PyMem_Free(cols);
+  if (rc < 0) return rillpy_raise(rc, &err);
+  return rillpy_df_new(df, NULL);
+}
+
+static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
+  static char* kwlist[] = {"data", "name", "delimiter", "quote", "header", "infer", "dtypes", "on_error",
+                           "on_bad_row", "threads", "infer_rows", "chunk_bytes", NULL};
+  PyObject *data, *delimiter = NULL, *quote = NULL, *dtypes = Py_None, *on_error = Py_None, *on_bad_row = Py_None;
+  const char* name = NULL;
+  int header = 1, infer = 1, threads = 0;
+  long long infer_rows = 0, chunk_bytes = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOOppOOOiLL:from_csv_buffer", kwlist, &data, &name, &delimiter,
+                                   &quote, &header, &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows,
+                                   &chunk_bytes))
+    return NULL;
+  Py_buffer b;
+  if (PyUnicode_Check(data))
+    return PyErr_Format(PyExc_TypeError, "from_csv_buffer: data must be bytes-like (encode str first), got str");
+  if (PyObject_GetBuffer(data, &b, PyBUF_SIMPLE) < 0) return NULL;
+  rill_csv_opts_t o;
+  rill_csv_column_t* cols;
+  if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes, &o,
+               &cols) < 0) {
+    PyBuffer_Release(&b);
+    return NULL;
+  }
+  o.name = name;
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_df_t* df = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS /* the bytes are copied */
+  rc = rill_df_from_csv_buffer(b.buf, (size_t)b.len, &o, &df, &err);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&b);
+  PyMem_Free(cols);
+  if (rc < 0) return rillpy_raise(rc, &err);
+  return rillpy_df_new(df, NULL);
+}
+
+/* ================================================================ SQLite */
+
+static PyObject* py_from_sqlite(PyObject* m, PyObject* args, PyObject* kw) {
+  static char* kwlist[] = {"path", "sql", "params", "dtypes", "on_error", "infer_rows", "chunk_rows",
+                           "busy_timeout_ms", NULL};
+  PyObject *path, *params = NULL, *dtypes = Py_None, *on_error = Py_None;
+  const char* sql;
+  long long infer_rows = 0, chunk_rows = 0;
+  int busy = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|O$OOLLi:from_sqlite", kwlist, &path, &sql, &params, &dtypes,
+                                   &on_error, &infer_rows, &chunk_rows, &busy))
+    return NULL;
+  rill_sqlite_opts_t o = {0};
+  o.infer_rows = infer_rows;
+  o.chunk_rows = chunk_rows;
+  o.busy_timeout_ms = busy;
+  if (rillpy_parse_on_error(on_error, &o.on_error) < 0) return NULL;
+  rill_csv_column_t* cols = NULL;
+  if (parse_overrides(dtypes, &cols, &o.ncolumns) < 0) return NULL;
+  o.columns = cols;
+  PyObject* seq = (!params || params == Py_None) ? PyTuple_New(0)
+                                                 : PySequence_Fast(params, "from_sqlite: params must be a sequence");
+  PyObject* p = NULL;
+  rill_sql_param_t* ps = NULL;
+  Py_buffer* bufs = NULL;
+  Py_ssize_t np_ = 0, nb = 0;
+  PyObject* result = NULL;
+  if (!seq) goto done;
+  np_ = PySequence_Fast_GET_SIZE(seq);
+  ps = PyMem_Calloc((size_t)(np_ ? np_ : 1), sizeof *ps);
+  bufs = PyMem_Calloc((size_t)(np_ ? np_ : 1), sizeof *bufs);
+  if (!ps || !bufs) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < np_; i++) {
+    PyObject* v = PySequence_Fast_GET_ITEM(seq, i);
+    if (v == Py_None) {
+      ps[i].kind = RILL_SQL_NULL;
+    } else if (PyLong_Check(v)) { /* bool included */
+      ps[i].kind = RILL_SQL_INT64;
+      ps[i].i = PyLong_AsLongLong(v);
+      if (PyErr_Occurred()) goto done;
+    } else if (PyFloat_Check(v)) {
+      ps[i].kind = RILL_SQL_DOUBLE;
+      ps[i].d = PyFloat_AS_DOUBLE(v);
+    } else if (PyUnicode_Check(v)) {
+      Py_ssize_t sz;
+      ps[i].kind = RILL_SQL_TEXT;
+      ps[i].bytes = PyUnicode_AsUTF8AndSize(v, &sz);
+      if (!ps[i].bytes) goto done;
+      ps[i].size = sz;
+    } else if (PyObject_CheckBuffer(v)) {
+      if (PyObject_GetBuffer(v, &bufs[nb], PyBUF_SIMPLE) < 0) goto done;
+      ps[i].kind = RILL_SQL_BLOB;
+      ps[i].bytes = bufs[nb].buf;
+      ps[i].size = bufs[nb].len;
+      nb++;
+    } else {
+      PyErr_Format(PyExc_TypeError, "from_sqlite: parameter %zd is %s; parameters are None, int, float, str or bytes",
+                   i + 1, Py_TYPE(v)->tp_name);
+      goto done;
+    }
+  }
+  p = rillpy_fspath(path);
+  if (!p) goto done;
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_df_t* df = NULL;
+  int rc;
+  const char* cp = PyBytes_AS_STRING(p);
+  Py_BEGIN_ALLOW_THREADS
+  rc = rill_df_from_sqlite(cp, sql, ps, (int)np_, &o, &df, &err);
+  Py_END_ALLOW_THREADS
+  if (rc < 0) {
+    rillpy_raise(rc, &err);
+    goto done;
+  }
+  result = rillpy_df_new(df, NULL);
+done:
+  for (Py_ssize_t i = 0; i < nb; i++) PyBuffer_Release(&bufs[i]);
+  PyMem_Free(bufs);
+  PyMem_Free(ps);
+  PyMem_Free(cols);
+  Py_XDECREF(p);
+  Py_XDECREF(seq);
+  return result;
+}
+
+/* ================================================================ files and image folders */
+
+static int files_opts(PyObject* on_error, long long grain, int all_files, rill_files_opts_t* o) {
+  memset(o, 0, sizeof *o);
+  if (grain < 0) {
+    rillpy_invalid("grain must be >= 0 (0: the engine picks), got %lld", grain);
+    return -1;
+  }
+  o->grain = grain;
+  o->all_files = all_files;
+  return rillpy_parse_on_error(on_error, &o->on_error);
+}
+
+static PyObject* py_from_files(PyObject* m, PyObject* args, PyObject* kw) {
+  static char* kwlist[] = {"paths", "on_error", "grain", NULL};
+  PyObject *paths, *on_error = Py_None;
+  long long grain = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OL:from_files", kwlist, &paths, &on_error, &grain)) return NULL;
+  rill_files_opts_t o;
+  if (files_opts(on_error, grain, 0, &o) < 0) return NULL;
+  if (PyUnicode_Check(paths) || PyBytes_Check(paths))
+    return PyErr_Format(PyExc_TypeError, "from_files: paths must be a sequence of paths, not a single path");
+  PyObject* seq = PySequence_Fast(paths, "from_files: paths must be a sequence of str or os.PathLike");
+  if (!seq) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject* enc = PyList_New(n);
+  const char** cps = PyMem_Calloc((size_t)(n ? n : 1), sizeof *cps);
+  PyObject* result = NULL;
+  if (!enc || !cps) {
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* b = rillpy_fspath(PySequence_Fast_GET_ITEM(seq, i));
+    if (!b) goto done;
+    PyList_SET_ITEM(enc, i, b);
+    cps[i] = PyBytes_AS_STRING(b);
+  }
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_df_t* df = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = rill_df_from_files(cps, (int64_t)n, &o, &df, &err);
+  Py_END_ALLOW_THREADS
+  if (rc < 0) {
+    rillpy_raise(rc, &err);
+    goto done;
+  }
+  result = rillpy_df_new(df, NULL);
+done:
+  PyMem_Free(cps);
+  Py_XDECREF(enc);
+  Py_DECREF(seq);
+  return result;
+}
+
+static PyObject* py_from_file_list(PyObject* m, PyObject* args, PyObject* kw) {
+  static char* kwlist[] = {"list_path", "on_error", "grain", NULL};
+  PyObject *path, *on_error = Py_None;
+  long long grain = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OL:from_file_list", kwlist, &path, &on_error, &grain)) return NULL;
+  rill_files_opts_t o;
+  if (files_opts(on_error, grain, 0, &o) < 0) return NULL;
+  PyObject* p = rillpy_fspath(path);
+  if (!p) return NULL;
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_df_t* df = NULL;
+  int rc;
+  const char* cp = PyBytes_AS_STRING(p);
+  Py_BEGIN_ALLOW_THREADS
+  rc = rill_df_from_file_list(cp, &o, &df, &err);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(p);
+  if (rc < 0) return rillpy_raise(rc, &err);
+  return rillpy_df_new(df, NULL);
+}
+
+static PyObject* py_from_image_folder(PyObject* m, PyObject* args, PyObject* kw) {
+  static char* kwlist[] = {"root", "on_error", "all_files", NULL};
+  PyObject *path, *on_error = Py_None;
+  int all_files = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$Op:from_image_folder", kwlist, &path, &on_error, &all_files))
+    return NULL;
+  rill_files_opts_t o;
+  if (files_opts(on_error, 0, all_files, &o) < 0) return NULL;
+  PyObject* p = rillpy_fspath(path);
+  if (!p) return NULL;
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_df_t* df = NULL;
+  int rc;
+  const char* cp = PyBytes_AS_STRING(p);
+  Py_BEGIN_ALLOW_THREADS
+  rc = rill_df_from_image_folder(cp, &o, &df, &err);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(p);
+  if (rc < 0) return rillpy_raise(rc, &err);
+  const char* const* names = NULL;
+  int count = 0;
+  rc = rill_image_folder_classes(df, &names, &count, &err);
+  PyObject* classes = rc < 0 ? NULL : PyTuple_New(count);
+  for (int i = 0; classes && i < count; i++) {
+    PyObject* s = PyUnicode_DecodeFSDefault(names[i]);
+    if (!s) {
+      Py_CLEAR(classes);
+      break;
+    }
+    PyTuple_SET_ITEM(classes, i, s);
+  }
+  PyObject* r = rillpy_df_new(df, NULL);
+  if (!r || !classes) {
+    if (!classes && rc < 0) rillpy_raise(rc, &err);
+    Py_XDECREF(r);
+    Py_XDECREF(classes);
+    return NULL;
+  }
+  ((RillDataFrame*)r)->classes = classes;
+  return r;
+}
+
+/* ================================================================ registration */
+
+static PyMethodDef source_functions[] = {
+    {"from_numpy", (PyCFunction)(void (*)(void))py_from_numpy, METH_VARARGS | METH_KEYWORDS,
+     "from_numpy(columns: Mapping[str, array-like] | None = None, *, copy=False, **arrays) -> DataFrame\n\n"
+     "A dataframe whose columns are numpy arrays or array-likes (all of one length): 1-d arrays give "
+     "scalar cells, N-d arrays fixed-shape tensor cells [n, ...]; masked arrays and None give nulls; "
+     "str give string columns, bytes binary ones; datetime64 gives timestamp_us (NaT = null). "
+     "copy=False borrows the numpy memory (the dataframe keeps the arrays alive; do not write to them); "
+     "copy=True copies."},
+    {"from_arrays", (PyCFunction)(void (*)(void))py_from_arrays, METH_VARARGS | METH_KEYWORDS,
+     "from_arrays(names: Sequence[str], arrays: Sequence[Array | array-like], copy=False) -> DataFrame\n\n"
+     "A dataframe from rill.Array objects or array-likes (as from_numpy), one per name."},
+    {"from_arrow", (PyCFunction)py_from_arrow, METH_O,
+     "from_arrow(obj) -> DataFrame\n\nA dataframe holding the data of an object with __arrow_c_stream__ "
+     "(preferred: pyarrow Table, polars DataFrame, ...) or __arrow_c_array__ (a record batch); "
+     "zero-copy where the layout allows."},
+    {"from_csv", (PyCFunction)(void (*)(void))py_from_csv, METH_VARARGS | METH_KEYWORDS,
+     "from_csv(path, *, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, on_error='raise', "
+     "on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0) -> DataFrame\n\n"
+     "A dataframe over a CSV file (str or os.PathLike), parsed when rows are pulled. dtypes: "
+     "{column name or index: dtype} overrides of the inferred types."},
+    {"from_csv_buffer", (PyCFunction)(void (*)(void))py_from_csv_buffer, METH_VARARGS | METH_KEYWORDS,
+     "from_csv_buffer(data, *, name=None, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, "
+     "on_error='raise', on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0) -> DataFrame\n\n"
+     "As from_csv over bytes-like CSV data (copied); name is used in error messages."},
+    {"from_sqlite", (PyCFunction)(void (*)(void))py_from_sqlite, METH_VARARGS | METH_KEYWORDS,
+     "from_sqlite(path, sql, params=(), *, dtypes=None, on_error='raise', infer_rows=0, chunk_rows=0, "
+     "busy_timeout_ms=0) -> DataFrame\n\n"
+     "A dataframe over the result of `sql` (a query or a table name) on the SQLite database at path "
+     "(opened read-only), with ?1, ?2, ... bound to params (None, int, float, str, bytes)."},
+    {"from_files", (PyCFunction)(void (*)(void))py_from_files, METH_VARARGS | METH_KEYWORDS,
+     "from_files(paths: Sequence[str | os.PathLike], *, on_error='raise', grain=0) -> DataFrame\n\n"
+     "A dataframe with columns 'path' (string) and 'bytes' (binary, read when pulled)."},
+    {"from_file_list", (PyCFunction)(void (*)(void))py_from_file_list, METH_VARARGS | METH_KEYWORDS,
+     "from_file_list(list_path, *, on_error='raise', grain=0) -> DataFrame\n\n"
+     "As from_files over the paths listed one per line in a text file (relative to its folder)."},
+    {"from_image_folder", (PyCFunction)(void (*)(void))py_from_image_folder, METH_VARARGS | METH_KEYWORDS,
+     "from_image_folder(root, *, on_error='raise', all_files=False) -> DataFrame\n\n"
+     "An ImageFolder tree root/<class>/...: columns 'path', 'bytes', 'label' (int64); the class names "
+     "are DataFrame.classes."},
+    {NULL, NULL, 0, NULL}};
+
+int rillpy_init_sources(PyObject* m) { return PyModule_AddFunctions(m, source_functions); }

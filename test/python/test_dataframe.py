@@ -1,0 +1,211 @@
+"""rill.DataFrame: properties, derived dataframes, image operators, CUDA operators without a
+device, Arrow and interchange exports. Oracles: numpy, PIL, pyarrow, pandas."""
+import io
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from PIL import Image
+
+import rill
+
+
+def png(arr):
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def jpeg(arr):
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def images(n=5):
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 256, (6 + 2 * i, 10 - 2 * i, 3), dtype=np.uint8) for i in range(n)]  # even margins for centre crops
+
+
+def test_properties_and_repr():
+    df = rill.from_numpy({"a": np.arange(4), "b": np.ma.masked_array(np.ones((4, 2), np.float32),
+                                                                      mask=np.zeros((4, 2)))})
+    assert len(df) == df.num_rows == 4
+    assert df.num_columns == 2 and df.columns == ["a", "b"]
+    f = df.field("b")
+    assert (f.name, f.dtype, f.shape) == ("b", "float32", (2,))
+    assert df.field(0) == df.schema[0]
+    assert df.column_index("b") == 1 and df.column_index(1) == 1
+    assert not df.is_batched
+    assert repr(df) == "rill.DataFrame(4 rows; a: int64, b: float32[2])"
+    with pytest.raises(rill.InvalidArgumentError, match=r"unknown column 'zz'; columns are: a, b"):
+        df.column_index("zz")
+    with pytest.raises(rill.InvalidArgumentError):
+        df.field(7)
+    with pytest.raises(TypeError):
+        rill.DataFrame()
+
+
+def test_batch_shuffle_shard_filter():
+    x = np.arange(10)
+    df = rill.from_numpy({"x": x, "keep": x % 3 == 0})
+    b = df.batch(4, ["x"], drop_last=True)
+    assert b.is_batched and len(b) == 2 and b.columns == ["x"]
+    assert "batched" in repr(b)
+    assert [r["x"].to_numpy().tolist() for r in b] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert len(df.batch(4)) == 3
+    s = df.shuffle(5)
+    got = pa.table(s).column("x").to_pylist()
+    assert sorted(got) == list(range(10)) and got != list(range(10))
+    shards = [pa.table(df.shard(r, 3)).column("x").to_pylist() for r in range(3)]
+    assert sorted(sum(shards, [])) == list(range(10))
+    assert pa.table(df.filter("keep")).column("x").to_pylist() == [0, 3, 6, 9]
+    with pytest.raises(rill.InvalidArgumentError):
+        df.filter("x")  # not a bool column
+    with pytest.raises(rill.InvalidArgumentError):
+        df.shard(3, 3)
+    with pytest.raises(rill.InvalidArgumentError):
+        df.batch(0)
+    with pytest.raises(rill.InvalidArgumentError, match="unknown layout"):
+        df.batch(2, layout="diagonal")
+
+
+def test_adding_columns_after_deriving_is_refused():
+    df = rill.from_numpy({"x": np.arange(3)})
+    s = df.shuffle(1)
+    with pytest.raises(rill.InvalidArgumentError, match="already has derived dataframes"):
+        df.map("y", lambda v: v, "x", "int64")
+    assert len(s) == 3
+
+
+def test_arrow_stream_schema_and_to_arrow_stream():
+    df = rill.from_numpy({"a": np.arange(100, dtype=np.int32), "s": [str(i) for i in range(100)]})
+    schema = pa.schema(df)
+    assert schema.names == ["a", "s"]
+    assert schema.field("a").type == pa.int32() and schema.field("s").type == pa.large_string()
+    t = pa.table(df)
+    t.validate(full=True)
+    assert t.column("a").to_pylist() == list(range(100))
+    reader = pa.RecordBatchReader.from_stream(df.to_arrow_stream(["s"], batch_rows=30))
+    batches = list(reader)
+    assert [b.num_rows for b in batches] == [30, 30, 30, 10]
+    assert batches[0].schema.names == ["s"]
+    s = df.to_arrow_stream()
+    s.__arrow_c_stream__()
+    with pytest.raises(rill.InvalidArgumentError, match="already consumed"):
+        s.__arrow_c_stream__()
+    # a batched dataframe gives one record batch per batch
+    assert [b.num_rows for b in pa.RecordBatchReader.from_stream(df.batch(40))] == [40, 40, 20]
+
+
+def test_dataframe_interchange_with_pandas():
+    v = np.arange(7, dtype=np.float64)
+    df = rill.from_numpy({"v": np.ma.masked_array(v, mask=v == 3), "i": np.arange(7, dtype=np.int64)})
+    pdf = pd.api.interchange.from_dataframe(df)
+    assert pdf["i"].tolist() == list(range(7))
+    assert np.isnan(pdf["v"][3]) and pdf["v"][4] == 4.0
+    ix = df.__dataframe__()
+    assert ix.num_rows() == 7 and list(ix.column_names()) == ["v", "i"]
+    df.map("j", lambda i: i + 1, "i", "int64")  # the temporary batched view was released
+
+
+def test_decode_and_image_operators_match_pil_and_numpy():
+    imgs = images()
+    df = rill.from_numpy({"bytes": [png(a) for a in imgs], "label": np.arange(5) % 3})
+    dec = df.decode("img", "bytes")
+    assert df.field(dec).dtype == "uint8" and df.field(dec).shape == (-1, -1, 3)
+    df.flip("flipped", "img", p=1.0)
+    df.center_crop("crop", "img", 4)
+    df.resize("small", "img", (3, 5))
+    df.resize("short", "img", 4)
+    df.normalize("x", "crop", mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3))
+    df.one_hot("y", "label", 3)
+    df.jitter("j", "crop", brightness=0.5)
+    df.random_resized_crop("rrc", "bytes", (5, 5), scale=(0.5, 1.0))
+    rows = list(df.iter(seed=1))
+    for a, row in zip(imgs, rows):
+        got = row["img"].to_pylist()[0]
+        np.testing.assert_array_equal(got, np.asarray(Image.open(io.BytesIO(png(a)))))
+        np.testing.assert_array_equal(row["flipped"].to_pylist()[0], a[:, ::-1])
+        h, w = a.shape[:2]
+        top, left = (h - 4) // 2, (w - 4) // 2
+        crop = a[top:top + 4, left:left + 4] if h >= 4 and w >= 4 else None
+        if crop is not None:
+            np.testing.assert_array_equal(row["crop"].to_numpy()[0], crop)
+            ref = ((crop / 255.0 - np.array([0.5, 0.4, 0.3])) / np.array([0.2, 0.25, 0.3])).transpose(2, 0, 1)
+            np.testing.assert_allclose(row["x"].to_numpy()[0], ref, atol=1e-5)
+        assert row["small"].to_numpy().shape == (1, 3, 5, 3)
+        assert min(row["short"].to_pylist()[0].shape[:2]) == 4
+        assert row["rrc"].to_numpy().shape == (1, 5, 5, 3)
+        assert row["j"].to_numpy().shape == (1, 4, 4, 3)
+    labels = np.arange(5) % 3
+    np.testing.assert_array_equal(np.concatenate([r["y"].to_numpy() for r in rows]), np.eye(3, dtype=np.float32)[labels])
+    again = [r["rrc"].to_numpy() for r in df.iter(seed=1, columns=["rrc"], threads=2)]
+    np.testing.assert_array_equal(np.concatenate(again), np.concatenate([r["rrc"].to_numpy() for r in rows]))
+
+
+def test_image_pipeline_batched_jpeg_folder(tmp_path):
+    for c in ("a", "b"):
+        (tmp_path / c).mkdir()
+        for i in range(3):
+            (tmp_path / c / f"{i}.jpg").write_bytes(jpeg(images(1)[0]))
+    files = rill.from_image_folder(tmp_path)
+    s = files.shuffle(3)
+    s.random_resized_crop("img", "bytes", 8)
+    s.normalize("x", "img", mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), flip=0.5)
+    b = s.batch(4, ["x", "label"])
+    assert b.classes == ["a", "b"]
+    out = list(b.iter(prefetch=2, threads=2))
+    assert [r["x"].to_numpy().shape for r in out] == [(4, 3, 8, 8), (2, 3, 8, 8)]
+    assert sorted(np.concatenate([r["label"].to_numpy() for r in out]).tolist()) == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip", "null"])
+def test_corrupt_image(policy):
+    good = png(images(1)[0])
+    corrupt = good[:40]  # truncated PNG
+    df = rill.from_numpy({"path": ["good.png", "bad.png", "good2.png"], "bytes": [good, corrupt, good]})
+    df.decode("img", "bytes", on_error=policy)
+    it = df.iter(columns=["img"])
+    if policy == "raise":
+        assert next(it).index == 0
+        with pytest.raises(rill.FormatError, match=r"row 1, column 'img'.*bad\.png") as info:
+            next(it)
+        assert info.value.row == 1 and info.value.column_name == "img"
+        assert next(it).index == 2
+    elif policy == "skip":
+        assert [r.index for r in it] == [0, 2]
+        assert it.stats()["skipped"] == 1
+    else:
+        assert df.field("img").nullable
+        cells = [r["img"].to_pylist()[0] for r in it]
+        assert cells[1] is None and cells[0] is not None
+        assert it.stats()["nulled"] == 1
+
+
+def test_operator_argument_errors():
+    df = rill.from_numpy({"b": [b"x"], "n": np.arange(1)})
+    with pytest.raises(rill.InvalidArgumentError, match="unknown column 'nope'"):
+        df.decode("img", "nope")
+    with pytest.raises(rill.InvalidArgumentError, match="unknown on_error"):
+        df.decode("img", "b", on_error="explode")
+    with pytest.raises(rill.InvalidArgumentError):
+        df.flip("f", "n")  # not an image column
+    with pytest.raises(rill.InvalidArgumentError, match="size must be an int or a"):
+        df.center_crop("c", "b", (1, 2, 3))
+    with pytest.raises(rill.InvalidArgumentError, match="mean takes at most 4 values"):
+        df.normalize("x", "b", mean=(0, 0, 0, 0, 0))
+
+
+@pytest.mark.skipif(rill.cuda_device_count() > 0, reason="a CUDA device is present")
+def test_cuda_operators_without_a_device():
+    df = rill.from_numpy({"x": np.zeros((2, 4, 4, 3), np.uint8)})
+    with pytest.raises(rill.NoDeviceError) as info:
+        df.to_device("d", "x")
+    assert isinstance(info.value, RuntimeError)
+    msg = str(info.value)
+    assert msg.startswith("no CUDA device") or msg == "rill was built without CUDA"
+    assert info.value.code == rill.ENODEV
+    with pytest.raises(rill.NoDeviceError, match="CUDA"):
+        df.cuda_normalize("n", "x", mean=(0.5,) * 3, std=(0.5,) * 3)

@@ -1,0 +1,297 @@
+"""Module-level sources: numpy/Python values, Arrow objects, CSV, SQLite, files and image
+folders. Oracles: pyarrow, numpy, Python's csv and sqlite3 modules."""
+import csv
+import gc
+import io
+import pathlib
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pytest
+
+import rill
+
+NUMERIC = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+           "float64"]
+
+
+def values(dtype, n):
+    rng = np.random.default_rng(len(dtype))
+    if dtype == "bool":
+        return rng.integers(0, 2, n).astype(bool)
+    if dtype.startswith(("int", "uint")):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    return rng.normal(0, 100, n).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+@pytest.mark.parametrize("copy", [False, True])
+def test_from_numpy_numeric_with_nulls(dtype, copy):
+    n = 29
+    v = values(dtype, n)
+    mask = np.arange(n) % 4 == 1
+    df = rill.from_numpy({"x": np.ma.masked_array(v, mask=mask), "plain": v}, copy=copy)
+    assert df.field("x").dtype == dtype and df.field("x").nullable
+    assert not df.field("plain").nullable
+    t = pa.table(df)
+    assert t.column("x").to_pylist() == pa.array(v, mask=mask).to_pylist()
+    assert t.column("plain").to_pylist() == pa.array(v).to_pylist()
+
+
+def test_from_numpy_borrows_unless_copy():
+    a = np.arange(8, dtype=np.int64)
+    borrowed = rill.from_numpy({"a": a})
+    copied = rill.from_numpy({"a": a}, copy=True)
+    a[0] = 100
+    assert pa.table(borrowed).column("a")[0].as_py() == 100
+    assert pa.table(copied).column("a")[0].as_py() == 0
+    # the dataframe keeps the numpy memory alive
+    b = np.arange(5, dtype=np.float64) * 3
+    df = rill.from_numpy(x=b)
+    del b
+    gc.collect()
+    assert pa.table(df).column("x").to_pylist() == [0.0, 3.0, 6.0, 9.0, 12.0]
+
+
+def test_from_numpy_strings_bytes_none_and_kwargs():
+    s = ["a", None, "ccc", "", "ü"]
+    b = [b"\x00\x01", b"", None, b"xyz", b"\xff"]
+    df = rill.from_numpy({"s": s}, b=b, u=np.array(["p", "q", "r", "s", "t"]))
+    assert [f.dtype for f in df.schema] == ["string", "binary", "string"]
+    t = pa.table(df)
+    assert t.column("s").to_pylist() == s
+    assert t.column("b").to_pylist() == b
+    assert t.column("u").to_pylist() == ["p", "q", "r", "s", "t"]
+
+
+def test_from_numpy_numbers_with_none_and_tensors():
+    df = rill.from_numpy({"n": [1.5, None, 3.0]})
+    assert pa.table(df).column("n").to_pylist() == [1.5, None, 3.0]
+    x = np.arange(24, dtype=np.int16).reshape(4, 3, 2)
+    df = rill.from_numpy({"x": x})
+    f = df.field("x")
+    assert (f.dtype, f.shape) == ("int16", (3, 2))
+    got = np.concatenate([r["x"].to_numpy() for r in df.batch(3)])
+    np.testing.assert_array_equal(got, x)
+    # non-contiguous and byte-swapped input
+    y = np.arange(20, dtype=">i4")[::2]
+    assert pa.table(rill.from_numpy({"y": y})).column("y").to_pylist() == list(range(0, 20, 2))
+
+
+def test_from_numpy_datetime64_with_nat():
+    ts = np.array(["2020-01-01T00:00:00", "NaT", "1969-12-31T23:59:59.5"], dtype="datetime64[ms]")
+    df = rill.from_numpy({"t": ts})
+    assert df.field("t").dtype.startswith("timestamp")
+    got = pa.table(df).column("t")
+    expected = pa.array(ts.astype("datetime64[us]"), type=pa.timestamp("us"))
+    assert got.cast(pa.timestamp("us")).to_pylist() == expected.to_pylist()
+
+
+def test_from_numpy_errors():
+    with pytest.raises(rill.InvalidArgumentError, match=r"column 'b' has 2 rows, column 'a' has 3"):
+        rill.from_numpy({"a": np.arange(3), "b": np.arange(2)})
+    with pytest.raises(rill.InvalidArgumentError, match=r"numpy dtype complex128 is not supported"):
+        rill.from_numpy({"c": np.zeros(3, dtype=complex)})
+    with pytest.raises(rill.InvalidArgumentError, match="0-d array"):
+        rill.from_numpy({"c": np.float64(1.0)})
+    with pytest.raises(rill.InvalidArgumentError, match=r"cell 1 is int; a string column takes str or None"):
+        rill.from_numpy({"s": ["a", 1]})
+    with pytest.raises(TypeError, match="mapping"):
+        rill.from_numpy([1, 2])
+
+
+def test_from_arrays_with_rill_arrays():
+    src = rill.from_numpy({"a": np.arange(6, dtype=np.int32)})
+    arr = next(iter(src.batch(6)))["a"]
+    df = rill.from_arrays(["a", "b"], [arr, [1.0, 2.0, None, 4.0, 5.0, 6.0]])
+    t = pa.table(df)
+    assert t.column("a").to_pylist() == list(range(6))
+    assert t.column("b").to_pylist() == [1.0, 2.0, None, 4.0, 5.0, 6.0]
+    with pytest.raises(rill.InvalidArgumentError, match="2 names for 1 arrays"):
+        rill.from_arrays(["a", "b"], [arr])
+
+
+def test_from_arrow_table_batch_and_polars():
+    t = pa.table({"a": pa.array([1, None, 3], pa.int64()), "s": pa.array(["x", "y", None])})
+    for obj in (t, t.to_batches()[0], pl.from_arrow(t)):
+        df = rill.from_arrow(obj)
+        back = pa.table(df)
+        assert back.column("a").to_pylist() == [1, None, 3]
+        assert back.column("s").to_pylist() == ["x", "y", None]
+    with pytest.raises(TypeError, match="__arrow_c_stream__ or __arrow_c_array__"):
+        rill.from_arrow(42)
+    df = rill.from_arrow(pd.DataFrame({"f": [0.5, 1.5]}).pipe(pa.Table.from_pandas, preserve_index=False))
+    assert pa.table(df).column("f").to_pylist() == [0.5, 1.5]
+
+
+def write_csv(path, rows, **kw):
+    with open(path, "w", newline="") as f:
+        csv.writer(f, **kw).writerows(rows)
+
+
+def test_from_csv_matches_python_csv(tmp_path):
+    rows = [["id", "name", "score", "ok", "when"],
+            ["1", "plain", "1.5", "true", "2024-01-02T03:04:05Z"],
+            ["2", "with, comma", "", "false", ""],
+            ["3", 'quote "inside"', "-2.25", "", "2024-01-02"],
+            ["", "multi\nline", "7", "true", "2023-12-31T23:59:59Z"]]
+    p = tmp_path / "data.csv"
+    write_csv(p, rows)
+    df = rill.from_csv(p)  # os.PathLike
+    assert df.columns == rows[0]
+    assert [f.dtype for f in df.schema][:4] == ["int64", "string", "float64", "bool"]
+    t = pa.table(df)
+    with open(p, newline="") as f:
+        ref = list(csv.reader(f))[1:]
+    assert t.column("name").to_pylist() == [r[1] for r in ref]
+    assert t.column("id").to_pylist() == [int(r[0]) if r[0] else None for r in ref]
+    assert t.column("score").to_pylist() == [float(r[2]) if r[2] else None for r in ref]
+    assert t.column("ok").to_pylist() == [{"true": True, "false": False, "": None}[r[3]] for r in ref]
+    assert t.column("when").null_count == 1
+
+
+def test_from_csv_options(tmp_path):
+    p = tmp_path / "semi.csv"
+    p.write_text("1;'a;b'\n2;'c'\n")
+    df = rill.from_csv(str(p), delimiter=";", quote="'", header=False, dtypes={0: "int32", "column_1": "string"})
+    assert df.columns == ["column_0", "column_1"]
+    assert [f.dtype for f in df.schema] == ["int32", "string"]
+    assert pa.table(df).column("column_1").to_pylist() == ["a;b", "c"]
+    df = rill.from_csv(str(p), delimiter=";", quote="'", header=False, infer=False)
+    assert [f.dtype for f in df.schema] == ["string", "string"]
+    with pytest.raises(rill.InvalidArgumentError, match=r"unknown dtype 'int128'; valid dtypes: bool, int8"):
+        rill.from_csv(p, dtypes={"a": "int128"})
+    with pytest.raises(rill.InvalidArgumentError, match="delimiter must be a single ASCII character"):
+        rill.from_csv(p, delimiter=";;")
+
+
+def test_from_csv_errors(tmp_path):
+    missing = tmp_path / "missing.csv"
+    with pytest.raises(rill.RillIOError, match="missing.csv") as info:
+        rill.from_csv(missing)
+    assert isinstance(info.value, OSError)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n3\n4,5\n")
+    with pytest.raises(rill.FormatError, match=r"bad\.csv:3") as info:
+        rill.from_csv(bad)
+    assert isinstance(info.value, ValueError)
+    skipped = rill.from_csv(bad, on_bad_row="skip")
+    assert pa.table(skipped).column("a").to_pylist() == [1, 4]
+    nulled = rill.from_csv(bad, on_bad_row="null")
+    assert pa.table(nulled).column("b").to_pylist() == [2, None, 5]
+    typed = tmp_path / "typed.csv"
+    typed.write_text("a\n1\nx\n3\n")
+    df = rill.from_csv(typed, dtypes={"a": "int64"})
+    with pytest.raises(rill.RillError, match=r"typed\.csv:3"):
+        list(df)
+    df = rill.from_csv(typed, dtypes={"a": "int64"}, on_error="null")
+    assert pa.table(df).column("a").to_pylist() == [1, None, 3]
+
+
+def test_from_csv_buffer():
+    data = b"x,y\n1,hello\n2,\n"
+    df = rill.from_csv_buffer(data)
+    t = pa.table(df)
+    assert t.column("x").to_pylist() == [1, 2]
+    assert t.column("y").to_pylist() == ["hello", ""]
+    with pytest.raises(rill.FormatError, match=r"mine:3"):
+        rill.from_csv_buffer(bytearray(b"x,y\n1,2\n3\n"), name="mine")
+    with pytest.raises(TypeError, match="bytes-like"):
+        rill.from_csv_buffer("x,y\n")
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "t.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (id INTEGER, name TEXT, score REAL, blob BLOB)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)",
+                    [(i, None if i % 3 == 0 else f"n{i}", i / 4 if i % 2 else None, bytes([i]) * (i % 3))
+                     for i in range(20)])
+    con.commit()
+    con.close()
+    return path
+
+
+def test_from_sqlite_matches_sqlite3(db):
+    sql = "SELECT id, name, score, blob FROM t WHERE id >= ?1 AND name IS NOT ?2 AND score < ?3 OR blob = ?4"
+    params = (3, "n5", 4.0, b"\x07")
+    df = rill.from_sqlite(db, sql, params)
+    assert [f.dtype for f in df.schema] == ["int64", "string", "float64", "binary"]
+    con = sqlite3.connect(db)
+    ref = con.execute(sql, params).fetchall()
+    t = pa.table(df)
+    assert list(zip(*[t.column(c).to_pylist() for c in t.column_names])) == ref
+    # a bare table name, NULL parameters
+    whole = pa.table(rill.from_sqlite(str(db), "t"))
+    assert whole.column("name").to_pylist() == [r[0] for r in con.execute("SELECT name FROM t")]
+    got = pa.table(rill.from_sqlite(db, "SELECT ?1 IS NULL AS n, ?2 AS s", [None, "txt"]))
+    assert got.column("s").to_pylist() == ["txt"]
+
+
+def test_from_sqlite_errors(db, tmp_path):
+    with pytest.raises(rill.SQLError, match="no such table: nope"):
+        rill.from_sqlite(db, "SELECT * FROM nope")
+    with pytest.raises(rill.SQLError, match="syntax error"):
+        rill.from_sqlite(db, "SELEC 1")
+    with pytest.raises(rill.RillError) as info:
+        rill.from_sqlite(tmp_path / "absent.db", "SELECT 1")
+    assert isinstance(info.value, (rill.RillIOError, rill.SQLError))
+    with pytest.raises(TypeError, match="parameter 1 is list"):
+        rill.from_sqlite(db, "SELECT ?1", [[1]])
+
+
+def test_from_files_and_file_list(tmp_path):
+    paths = []
+    for i in range(4):
+        p = tmp_path / f"f{i}.bin"
+        p.write_bytes(bytes(range(i * 10)))
+        paths.append(p)
+    df = rill.from_files(paths)
+    t = pa.table(df)
+    assert t.column("path").to_pylist() == [str(p) for p in paths]
+    assert t.column("bytes").to_pylist() == [p.read_bytes() for p in paths]
+    lst = tmp_path / "list.txt"
+    lst.write_text("\n".join(p.name for p in paths) + "\n\n")
+    t2 = pa.table(rill.from_file_list(lst))
+    assert t2.column("bytes").to_pylist() == [p.read_bytes() for p in paths]
+    with pytest.raises(rill.RillIOError):
+        rill.from_file_list(tmp_path / "nolist.txt")
+    gone = rill.from_files([paths[0], tmp_path / "gone.bin"])
+    with pytest.raises(rill.RillIOError, match=r"row 1, column 'bytes'.*gone\.bin: cannot open") as info:
+        list(gone)
+    assert info.value.row == 1 and info.value.column_name == "bytes"
+    with pytest.raises(OSError, match="gone.bin"):  # through the Arrow stream
+        pa.table(gone)
+    skip = rill.from_files([paths[0], tmp_path / "gone.bin", paths[1]], on_error="skip")
+    it = skip.iter()
+    assert [r.index for r in it] == [0, 2]
+    assert it.stats()["skipped"] == 1
+    with pytest.raises(TypeError, match="sequence of paths"):
+        rill.from_files("abc")
+
+
+def test_from_image_folder(tmp_path):
+    from PIL import Image
+    for cls, color in (("cat", (255, 0, 0)), ("dog", (0, 255, 0))):
+        (tmp_path / cls).mkdir()
+        for i in range(2):
+            Image.new("RGB", (6, 4), color).save(tmp_path / cls / f"{i}.png")
+    (tmp_path / "dog" / "notes.txt").write_text("ignored")
+    df = rill.from_image_folder(tmp_path)
+    assert df.classes == ["cat", "dog"]
+    assert df.columns == ["path", "bytes", "label"]
+    t = pa.table(df)
+    assert t.column("label").to_pylist() == [0, 0, 1, 1]
+    assert df.shuffle(1).classes == ["cat", "dog"]
+    assert rill.from_numpy({"a": np.arange(2)}).classes is None
+    with pytest.raises(rill.RillIOError):
+        rill.from_image_folder(tmp_path / "missing")
+    empty = tmp_path / "empty" / "c"
+    empty.mkdir(parents=True)
+    with pytest.raises(rill.FormatError):
+        rill.from_image_folder(tmp_path / "empty")
