@@ -64,13 +64,17 @@ TEST_BIN  := $(TEST_C:test/%.c=$(BUILD)/test/%)
 BENCH_C   := $(sort $(wildcard test/bench/bench_*.c))
 BENCH_BIN := $(BENCH_C:test/bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib tests check test pytest check-asan tsan tsan-run bench bench-deps data demo fuzz fuzz-smoke deps venv \
+.PHONY: print-ldlibs pyext all lib tests check test pytest check-asan tsan tsan-run bench bench-deps data demo fuzz fuzz-smoke deps venv \
         gpu-check gpu-bench clean info
 all: deps $(LIB_A) $(LIB_SO) $(RILL)
 lib: $(LIB_A) $(LIB_SO)
 
 info:
 	@echo "jpeg=$(USE_JPEG_R) png=$(USE_PNG_R) sqlite=$(USE_SQLITE_R) cuda=$(USE_CUDA_R) sanitize=$(SANITIZE)"
+
+# The libraries a program linking lib/librill.a needs (used by setup.py).
+print-ldlibs:
+	@echo $(LDLIBS)
 
 $(BUILD)/obj/%.o: %.c $(HEADERS) config.mk
 	@mkdir -p $(dir $@)
@@ -96,7 +100,8 @@ $(RILL): $(BIN_OBJ) $(LIB_A)
 # Debian packages the build and the tests need. Installed when missing and we are root;
 # otherwise the build stops with the command to run.
 DEB_PACKAGES := libcriterion-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libsqlite3-dev \
-                zlib1g-dev pkg-config clang libclang-rt-14-dev
+                zlib1g-dev pkg-config clang libclang-rt-14-dev \
+                python3-dev python3-venv python3-torch python3-numpy python3-pil
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
@@ -126,17 +131,35 @@ test: all $(TEST_BIN)
 	done; exit $$fail
 
 VENV := $(ROOT)/.venv
-PY_PACKAGES := pytest pyarrow nanoarrow numpy pandas polars
-venv: $(VENV)/.stamp
-$(VENV)/.stamp:
-	$(PYTHON) -m venv $(VENV)
+PY_PACKAGES := pytest setuptools wheel 'pyarrow<21' nanoarrow 'numpy<2' pandas polars
+# Debian's Python with its site-packages visible (python3-torch); a stamp of another version
+# means an environment made differently: it is made anew.
+VENV_STAMP := $(VENV)/.stamp-system-site
+venv: $(VENV_STAMP)
+$(VENV_STAMP):
+	rm -rf $(VENV)
+	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check $(PY_PACKAGES)
 	touch $@
 
+# The Python extension built in place (python/rill/_rill*.so) for development:
+# PYTHONPATH=python .venv/bin/python ...
+pyext: lib venv
+	cd $(ROOT) && $(VENV)/bin/python setup.py -q build_ext --inplace
+
+# The Python tests run against the package installed into .venv by pip (not the source tree),
+# then once more under Python's debug allocator (PYTHONMALLOC=debug: reference and lifetime
+# mistakes in the extension show up as crashes or "Debug memory block" reports).
+PYTEST := RILL_TEST_INSTALLED=1 RILL_BIN=$(ROOT)/$(RILL) RILL_CORPUS=$(ROOT)/build/data/corpus \
+          $(VENV)/bin/python -m pytest -q -p no:cacheprovider test/python
 pytest: all venv
-	@if ls test/python/test_*.py >/dev/null 2>&1; then \
-	  RILL_LIB=$(ROOT)/$(LIB_SO) RILL_BIN=$(ROOT)/$(RILL) PYTHONPATH=$(ROOT)/python \
-	  $(VENV)/bin/python -m pytest -q test/python; fi
+	@if ls test/python/test_*.py >/dev/null 2>&1; then set -e; \
+	  $(VENV)/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps $(ROOT); \
+	  echo "== pytest (installed package)"; \
+	  $(PYTEST); \
+	  echo "== pytest (PYTHONMALLOC=debug)"; \
+	  PYTHONMALLOC=debug $(PYTEST); \
+	fi
 
 check-asan:
 	$(MAKE) BUILD=build/asan OUT=build/asan SANITIZE=address,undefined test
@@ -188,7 +211,12 @@ BENCH_DEB := python3-torch python3-torchvision python3-pil python3-numpy
 bench-deps:
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(BENCH_DEB)"
 
-bench: all data $(BENCH_BIN) venv bench-deps
+# The Python benchmark (run_python.sh) uses the package installed into .venv.
+.PHONY: bench-pyinstall
+bench-pyinstall: all venv
+	@$(VENV)/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps $(ROOT)
+
+bench: all data $(BENCH_BIN) venv bench-deps bench-pyinstall
 	@for s in test/bench/run_*.sh; do echo "== $$s"; \
 	  ROOT=$(ROOT) BUILD=$(ROOT)/$(BUILD) RILL_LIB=$(ROOT)/$(LIB_SO) RILL_BIN=$(ROOT)/$(RILL) \
 	  VENV=$(VENV) bash $$s || exit 1; done

@@ -13,5 +13,6 @@ OPT      ?= -O2
 # Where objects go and where lib/ and bin/ outputs go (sanitizer builds use build/<name>).
 BUILD ?= build
 OUT   ?= .
-# Python used for the test virtual environment.
-PYTHON ?= python3
+# Python of the test virtual environment: Debian's, whose python3-torch the tests use as an
+# oracle (the environment sees Debian's site-packages).
+PYTHON ?= /usr/bin/python3

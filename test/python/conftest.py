@@ -1,8 +1,42 @@
-"""pytest setup: the rill package from python/ and librill.so from RILL_LIB (set by
-`make pytest`), else the library next to the source tree."""
-import os
-import sys
+"""pytest setup.
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-os.environ.setdefault("RILL_LIB", os.path.join(ROOT, "lib", "librill.so"))
+The tests import the installed ``rill`` package: ``make pytest`` installs it into .venv with pip
+and sets RILL_TEST_INSTALLED=1, and this file then checks that ``rill`` was not picked up from
+the source tree. During development, ``make pyext`` builds the extension in place and
+``PYTHONPATH=python .venv/bin/python -m pytest test/python/...`` runs against it.
+
+Environment: RILL_BIN (the command-line tool), RILL_CORPUS (an ImageFolder corpus, default
+build/data/corpus, made by ``make data``).
+"""
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def pytest_configure(config):
+    """Fails early when the tests would not run against the installed package."""
+    if os.environ.get("RILL_TEST_INSTALLED") != "1":
+        return
+    import rill
+    where = pathlib.Path(rill.__file__).resolve()
+    if (ROOT / "python") in where.parents:
+        raise pytest.UsageError(f"rill was imported from the source tree ({where}), "
+                                "not from the installed package")
+
+
+@pytest.fixture(scope="session")
+def root():
+    """The repository root."""
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    """The demo ImageFolder corpus (10 classes of JPEGs); skips when it was not made."""
+    path = pathlib.Path(os.environ.get("RILL_CORPUS", ROOT / "build" / "data" / "corpus"))
+    if not path.is_dir():
+        pytest.skip(f"no image corpus at {path} (run `make data`)")
+    return path
