@@ -532,7 +532,7 @@ Test(image_ops, wrong_types_and_options) {
   RT_FAILS(rill_image_random_resized_crop(df, "a", 2, &(rill_rrc_opts_t){.size = {8, 8}, .channels = 2}, &err),
            RILL_EINVAL, "channels must be 1, 3 or 4", err);
   RT_FAILS(rill_image_random_resized_crop(df, "a", 9, &(rill_rrc_opts_t){.size = {8, 8}}, &err), RILL_EINVAL,
-           "no column 9", err);
+           "unknown column 9", err);
   RT_FAILS(rill_image_normalize(df, "n", 2, NULL, &err), RILL_EINVAL, "decode it first", err);
   RT_FAILS(rill_image_normalize(df, "n", 1, &(rill_normalize_opts_t){.dtype = RILL_INT32}, &err), RILL_EINVAL,
            "float32 or float16", err);
