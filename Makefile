@@ -65,7 +65,7 @@ BENCH_C   := $(sort $(wildcard test/bench/bench_*.c))
 BENCH_BIN := $(BENCH_C:test/bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: print-ldlibs pyext all lib tests check test pytest check-asan tsan tsan-run bench bench-deps data demo fuzz fuzz-smoke deps venv \
-        gpu-check gpu-bench clean info
+        gpu-check gpu-bench clean distclean install install-check info
 all: deps $(LIB_A) $(LIB_SO) $(RILL)
 lib: $(LIB_A) $(LIB_SO)
 
@@ -177,7 +177,8 @@ $(BUILD)/tsan/%: test/tsan/%.c $(wildcard test/tsan/*.h) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itest $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 
-check: all data test pytest fuzz-smoke check-asan tsan
+check: all data test pytest fuzz-smoke check-asan tsan install-check
+	@echo "make check: passed: build, data, $(words $(TEST_BIN)) C test programs, pytest, fuzz smoke ($(words $(FUZZ_C)) targets x $(FUZZ_SECONDS)s), C tests under ASan+UBSan, $(words $(TSAN_C)) TSan programs, install into a temporary DESTDIR"
 
 # ------------------------------------------------------------------ fuzzing (clang libFuzzer)
 FUZZ_C   := $(sort $(wildcard test/fuzz/*.c))
@@ -234,5 +235,43 @@ gpu-check gpu-bench:
 	@if [ -f test/gpu/Makefile.inc ]; then $(MAKE) -f test/gpu/Makefile.inc $@; \
 	 else echo "no GPU tests in this tree"; fi
 
+# clean: build outputs (build/data, the downloads and corpus of `make data`, is kept);
+# distclean: also build/data, the test virtual environment and the demo's preview.png.
 clean:
-	rm -rf build lib/librill.a lib/librill.so bin/rill
+	find build -mindepth 1 -maxdepth 1 ! -name data -exec rm -rf {} + 2>/dev/null || true
+	rm -f lib/librill.a lib/librill.so bin/rill python/rill/_rill*.so
+	rm -rf rill.egg-info python/rill.egg-info
+
+distclean: clean
+	rm -rf build .venv preview.png
+
+# ------------------------------------------------------------------ install
+# make install [PREFIX=/usr/local] [DESTDIR=/staging]: headers, librill.a, librill.so,
+# bin/rill and a pkg-config file (rill.pc).
+PREFIX ?= /usr/local
+RILL_VERSION := $(shell sed -n 's/^\#define RILL_VERSION_STRING "\(.*\)"/\1/p' include/rill.h)
+install: $(LIB_A) $(LIB_SO) $(RILL)
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/rill.h include/rill_addons.h include/rill_interop.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(RILL) $(DESTDIR)$(PREFIX)/bin/
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+	  'Name: rill' 'Description: pull-based streaming dataframe for machine-learning input pipelines' \
+	  'Version: $(RILL_VERSION)' 'Libs: -L$${libdir} -lrill' 'Libs.private: $(LDLIBS)' \
+	  'Cflags: -I$${includedir}' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/rill.pc
+
+# Installs into a temporary DESTDIR, then builds and runs a program against it through
+# pkg-config (shared and static library).
+install-check: all
+	@set -e; d=$$(mktemp -d "$${TMPDIR:-/tmp}/rill-install-XXXXXX"); trap 'rm -rf "$$d"' EXIT; \
+	$(MAKE) --no-print-directory install DESTDIR="$$d" PREFIX=/opt/rill >/dev/null; \
+	for f in include/rill.h include/rill_addons.h include/rill_interop.h lib/librill.a lib/librill.so \
+	         bin/rill lib/pkgconfig/rill.pc; do test -e "$$d/opt/rill/$$f" || { echo "install: $$f missing"; exit 1; }; done; \
+	export PKG_CONFIG_PATH="$$d/opt/rill/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$$d"; \
+	printf '#include <stdio.h>\n#include <string.h>\n#include <rill.h>\n#include <rill_addons.h>\nint main(void) { return strcmp(rill_version(), RILL_VERSION_STRING) != 0; }\n' > "$$d/t.c"; \
+	$(CC) "$$d/t.c" -o "$$d/t_shared" $$(pkg-config --cflags --libs rill); \
+	LD_LIBRARY_PATH="$$d/opt/rill/lib" "$$d/t_shared"; \
+	$(CC) "$$d/t.c" -o "$$d/t_static" $$(pkg-config --cflags rill) "$$d/opt/rill/lib/librill.a" $$(pkg-config --libs-only-other --static rill) $(LDLIBS); \
+	"$$d/t_static"; "$$d/opt/rill/bin/rill" info >/dev/null; \
+	echo "install-check: headers, librill.a, librill.so, bin/rill and rill.pc install and link"

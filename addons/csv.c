@@ -389,6 +389,7 @@ typedef struct csv {
   const char* data;
   int64_t size;
   void* map;                  /* mmap'ed region or NULL */
+  int fd;                     /* the mapped file (size checks), or -1 */
   void* owned;                /* copied buffer or NULL */
   char delim, quote;
   int ncols;
@@ -432,6 +433,7 @@ static void csv_unref(csv_t* c) {
   rill__free(c->starts);
   rill__free(c->lines);
   if (c->map) munmap(c->map, (size_t)c->size);
+  if (c->fd >= 0) close(c->fd);
   rill__free(c->owned);
   rill__free(c->name);
   pthread_mutex_destroy(&c->mu);
@@ -1143,6 +1145,21 @@ static int64_t plain_numbers(const csv_t* c, const csv_cache_t* cache, int k, ri
   return j;
 }
 
+/* A mapped file that shrank would raise SIGBUS on the first access to a page past its new
+ * end: its size is checked before each call touches the mapping, and a shrink is an error
+ * naming the file (the file must not change while the dataframe lives). */
+static int csv_check_size(const csv_t* c, rill_error_t* err) {
+  if (c->fd < 0) return RILL_OK;
+  struct stat st;
+  if (fstat(c->fd, &st) != 0)
+    return rill_error_set(err, RILL_EIO, "%s: cannot check the file: %s", c->name, strerror(errno));
+  if ((int64_t)st.st_size < c->size)
+    return rill_error_set(err, RILL_EIO, "%s: the file shrank from %lld to %lld bytes while it was read "
+                          "(a CSV file must not change while its dataframe lives)", c->name,
+                          (long long)c->size, (long long)st.st_size);
+  return RILL_OK;
+}
+
 static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec,
                       void* ctx, rill_error_t* err) {
   csv_col_t* col = ctx;
@@ -1153,13 +1170,16 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
     if (rows[i] < 0 || rows[i] >= c->nrows)
       return rill__fail(err, RILL_EINVAL, "%s: row %lld out of range (%lld rows)", c->name,
                         (long long)rows[i], (long long)c->nrows);
-  int rc = rill_exec_alloc(exec, out, rill_type_scalar(dt), n);
+  int rc = csv_check_size(c, err);
+  if (rc != RILL_OK) return rc;
+  rc = rill_exec_alloc(exec, out, rill_type_scalar(dt), n);
   if (rc != RILL_OK) return rill_error_set(err, rc, "%s: column '%s': cannot allocate %lld cells",
                                            c->name, c->names[k], (long long)n);
   char* scratch = NULL; /* unescaped bytes of fields with doubled quotes */
   size_t scratch_cap = 0;
   int64_t stride = (int64_t)c->ncols * 2;
   int64_t pos = 0; /* string bytes written */
+  int64_t nulled = 0; /* cells nulled by the on_error / on_bad_row policy NULL */
   if (dt == RILL_STRING) {
     if (!out->offsets) return rill_error_set(err, RILL_EINVAL, "%s: column '%s': no offsets", c->name, c->names[k]);
     out->offsets[0] = 0;
@@ -1198,6 +1218,7 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
       int64_t i = b0 + j;
       int64_t nf = cache->nfields[j];
       int is_null = nf > c->ncols || k >= nf; /* kept bad rows (policy NULL) */
+      if (is_null) nulled++;
       const char* s = NULL;
       size_t len = 0;
       if (!is_null) {
@@ -1229,6 +1250,7 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
         if (vrc != RILL_OK) {
           if (c->on_error == RILL_ON_ERROR_NULL) {
             is_null = 1;
+            nulled++;
           } else {
             int64_t line = csv_line(c, c->starts[rows[i]]);
             if (err) err->row = i;
@@ -1259,6 +1281,7 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
     out->priv->var_cells = n;
   }
   rill__free(scratch);
+  rill__exec_count_nulled(exec, nulled);
   return rc;
 }
 
@@ -1318,6 +1341,20 @@ done:
   return rc;
 }
 
+/* 0 when the field [s, e) opens a quote that it never closes (it then ran to the end of the
+ * input). */
+static int quote_closed(const char* d, int64_t s, int64_t e, char q) {
+  if (s == e || d[s] != q) return 1;
+  for (int64_t i = s + 1; i < e;) {
+    const char* p = memchr(d + i, q, (size_t)(e - i));
+    if (!p) return 0;
+    i = p - d + 1;
+    if (i < e && d[i] == q) { i++; continue; } /* a doubled quote */
+    return 1;
+  }
+  return 0;
+}
+
 /* Column names from the header record at `pos` (or generated); sets c->ncols and returns the
  * offset where data starts. */
 static int read_header(csv_t* c, int64_t pos, int no_header, int64_t* data_begin, rill_error_t* err) {
@@ -1337,6 +1374,13 @@ static int read_header(csv_t* c, int64_t pos, int no_header, int64_t* data_begin
   }
   c->ncols = (int)nf;
   split_record(c->data, c->size, pos, c->delim, c->quote, sp, nf, &next);
+  for (int k = 0; !no_header && k < c->ncols; k++)
+    if (!quote_closed(c->data, sp[2 * k], sp[2 * k + 1], c->quote)) {
+      int64_t line = csv_line(c, sp[2 * k]);
+      rill__free(sp);
+      return rill__fail(err, RILL_EFORMAT, "%s:%lld: unterminated quoted field in the header row (column %d)",
+                        c->name, (long long)line, k + 1);
+    }
   char* scratch = NULL;
   size_t cap = 0;
   int rc = RILL_OK;
@@ -1446,12 +1490,44 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, csv_t** out, rill
     return rill__fail(err, RILL_ENOMEM, "out of memory");
   }
   atomic_init(&c->refs, 1);
+  c->fd = -1;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   c->delim = o->delimiter ? o->delimiter : ',';
   c->quote = o->quote ? o->quote : '"';
   c->on_error = o->on_error;
   *out = c;
+  return RILL_OK;
+}
+
+/* Reads `fd` until EOF into c->owned (c->data, c->size). */
+static int read_to_end(int fd, csv_t* c, rill_error_t* err) {
+  size_t cap = 65536, n = 0;
+  char* buf = rill__alloc(cap);
+  if (!buf) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+  for (;;) {
+    if (n == cap) {
+      char* nb = rill__realloc(buf, cap, cap * 2);
+      if (!nb) {
+        rill__free(buf);
+        return rill__fail(err, RILL_ENOMEM, "%s: out of memory reading %zu bytes", c->name, cap * 2);
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    ssize_t r = read(fd, buf + n, cap - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      rill__free(buf);
+      return rill__fail(err, RILL_EIO, "%s: read failed: %s", c->name, strerror(e));
+    }
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  c->owned = buf;
+  c->data = buf;
+  c->size = (int64_t)n;
   return RILL_OK;
 }
 
@@ -1463,30 +1539,30 @@ int rill_df_from_csv(const char* path, const rill_csv_opts_t* opts, rill_df_t** 
   csv_t* c;
   int rc = csv_new(path, &o, &c, err);
   if (rc != RILL_OK) return rc;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    rc = rill__fail(err, RILL_EIO, "%s: cannot open: %s", path, strerror(errno));
+  char eb[128];
+  int fd;
+  const char* why = rill__open_regular(path, &fd, &c->size, eb, sizeof eb);
+  if (why) {
+    rc = rill__fail(err, RILL_EIO, "%s: cannot open: %s", path, why);
     goto fail;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    rc = rill__fail(err, RILL_EIO, "%s: not a regular file", path);
-    close(fd);
-    goto fail;
-  }
-  c->size = (int64_t)st.st_size;
   if (c->size == 0) {
+    /* st_size 0: empty, or a file whose size is not known in advance (/proc): read it */
+    rc = read_to_end(fd, c, err);
     close(fd);
-    rc = rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", path);
+    if (rc == RILL_OK && c->size == 0) rc = rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", path);
+    if (rc != RILL_OK) goto fail;
+    rc = csv_open(c, &o, out, err);
     goto fail;
   }
   c->map = mmap(NULL, (size_t)c->size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
   if (c->map == MAP_FAILED) {
     c->map = NULL;
     rc = rill__fail(err, RILL_EIO, "%s: cannot map: %s", path, strerror(errno));
+    close(fd);
     goto fail;
   }
+  c->fd = fd; /* kept to notice a file that shrinks while it is read */
   c->data = c->map;
   rc = csv_open(c, &o, out, err);
 fail:

@@ -170,7 +170,7 @@ int rill_to_device(rill_df_t* df, const char* name, int column, const rill_to_de
   if (df == NULL || name == NULL)
     return rill__fail(err, RILL_EINVAL, "rill_to_device: %s is NULL", df == NULL ? "df" : "name");
   const rill_field_t* f = rill_df_field(df, column);
-  if (f == NULL) return rill__fail(err, RILL_EINVAL, "rill_to_device: no column %d", column);
+  if (f == NULL) return rill__bad_column(err, "rill_to_device", df, column);
   if (!rill_type_is_fixed(&f->type) || rill_dtype_size(f->type.dtype) == 0) {
     char buf[96];
     return rill__fail(err, RILL_EINVAL,
@@ -278,7 +278,7 @@ int rill_cuda_normalize(rill_df_t* df, const char* name, int column,
   if (df == NULL || name == NULL)
     return rill__fail(err, RILL_EINVAL, "rill_cuda_normalize: %s is NULL", df == NULL ? "df" : "name");
   const rill_field_t* f = rill_df_field(df, column);
-  if (f == NULL) return rill__fail(err, RILL_EINVAL, "rill_cuda_normalize: no column %d", column);
+  if (f == NULL) return rill__bad_column(err, "rill_cuda_normalize", df, column);
   const rill_type_t* ty = &f->type;
   if (ty->dtype != RILL_UINT8 || ty->ndim != 3 || !rill_type_is_fixed(ty) || ty->shape[2] < 1 ||
       ty->shape[2] > 4) {

@@ -88,52 +88,57 @@ static void ctx_unref(void* p) {
 
 /* ---------------------------------------------------------------- reading files */
 
-/* Reads the file `path` as cell i of the BINARY array `out` (cells before i already set). */
+/* Reads the file `path` as cell i of the BINARY array `out` (cells before i already set).
+ * Only regular files are read (a FIFO or a device is an error, never a wait). st_size is a
+ * hint: a file that reports 0 (those of /proc) is read until EOF; one that shrank since is
+ * kept as it is now. */
 static int read_cell(rill_array_t* out, int64_t i, const char* path, rill_error_t* err) {
   char eb[128];
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
+  int fd;
+  int64_t size;
+  const char* why = rill__open_regular(path, &fd, &size, eb, sizeof eb);
+  if (why) {
     if (err) err->row = i;
-    return rill_error_set(err, RILL_EIO, "%s: cannot open: %s", path, sys_error(e, eb, sizeof eb));
+    return rill_error_set(err, RILL_EIO, "%s: cannot open: %s", path, why);
   }
-  struct stat st;
-  int fe = fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : !S_ISREG(st.st_mode) ? EINVAL : 0;
-  if (fe) {
-    int e = fe;
-    close(fd);
-    if (err) err->row = i;
-    return rill_error_set(err, RILL_EIO, "%s: cannot read: %s", path, sys_error(e, eb, sizeof eb));
-  }
-  int64_t size = (int64_t)st.st_size;
   int rc = rill_array_set_var(out, i, NULL, size, NULL);
   if (rc < 0) {
     close(fd);
     if (err) err->row = i;
     return rill_error_set(err, rc, "%s: cannot allocate %lld bytes", path, (long long)size);
   }
-  uint8_t* dst = (uint8_t*)out->data + out->offsets[i];
-  int64_t got = 0;
-  while (got < size) {
-    ssize_t r = read(fd, dst + got, (size_t)(size - got));
+  int64_t start = out->offsets[i], cap = size, got = 0;
+  for (;;) {
+    if (got == cap) {
+      if (size > 0) break;            /* st_size bytes read */
+      cap = cap ? cap * 2 : 65536;     /* size unknown: read until EOF */
+      out->data_size = start + got;    /* reserve keeps these bytes */
+      if ((rc = rill_array_reserve(out, start + cap)) < 0) {
+        close(fd);
+        out->offsets[i + 1] = start; /* take the cell back: the engine sets it */
+        out->data_size = start;
+        out->priv->var_cells = i;
+        if (err) err->row = i;
+        return rill_error_set(err, rc, "%s: cannot allocate %lld bytes", path, (long long)cap);
+      }
+    }
+    ssize_t r = read(fd, (uint8_t*)out->data + start + got, (size_t)(cap - got));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       int e = errno;
       close(fd);
-      out->offsets[i + 1] = out->offsets[i]; /* take the cell back: the engine sets it */
-      out->data_size = out->offsets[i];
+      out->offsets[i + 1] = start; /* take the cell back: the engine sets it */
+      out->data_size = start;
       out->priv->var_cells = i;
       if (err) err->row = i;
       return rill_error_set(err, RILL_EIO, "%s: read failed: %s", path, sys_error(e, eb, sizeof eb));
     }
-    if (r == 0) break; /* the file shrank since fstat: keep what it holds now */
+    if (r == 0) break; /* EOF (a file that shrank since fstat keeps what it holds now) */
     got += r;
   }
   close(fd);
-  if (got < size) {
-    out->offsets[i + 1] = out->offsets[i] + got;
-    out->data_size = out->offsets[i + 1];
-  }
+  out->offsets[i + 1] = start + got;
+  out->data_size = start + got;
   return RILL_OK;
 }
 
@@ -241,13 +246,16 @@ int rill_df_from_files(const char* const* paths, int64_t n, const rill_files_opt
   return build_df(c, opts, out, err);
 }
 
-/* Reads a whole (small) text file. */
+/* Reads a whole (small) text file until EOF (a regular file only: a FIFO is an error). */
 static int slurp(const char* path, char** data, size_t* size, rill_error_t* err) {
   char eb[128];
-  FILE* f = fopen(path, "rb");
-  if (!f) return rill__fail(err, RILL_EIO, "%s: cannot open: %s", path, sys_error(errno, eb, sizeof eb));
+  int fd;
+  int64_t hint;
+  const char* why = rill__open_regular(path, &fd, &hint, eb, sizeof eb);
+  if (why) return rill__fail(err, RILL_EIO, "%s: cannot open: %s", path, why);
   size_t cap = 4096, n = 0;
   char* buf = rill__alloc(cap);
+  int bad = 0;
   while (buf) {
     if (n + 1 >= cap) {
       char* nb = rill__realloc(buf, cap, cap * 2);
@@ -259,16 +267,17 @@ static int slurp(const char* path, char** data, size_t* size, rill_error_t* err)
       buf = nb;
       cap *= 2;
     }
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    n += r;
-    if (r == 0) break;
+    ssize_t r = read(fd, buf + n, cap - n - 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) bad = errno;
+    if (r <= 0) break;
+    n += (size_t)r;
   }
-  int bad = ferror(f);
-  fclose(f);
+  close(fd);
   if (!buf) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", path);
   if (bad) {
     rill__free(buf);
-    return rill__fail(err, RILL_EIO, "%s: read failed", path);
+    return rill__fail(err, RILL_EIO, "%s: read failed: %s", path, sys_error(bad, eb, sizeof eb));
   }
   buf[n] = 0;
   *data = buf;
@@ -367,7 +376,7 @@ int rill_file_read(rill_df_t* df, const char* name, int path_column, const rill_
   rill_files_opts_t o = opts ? *opts : (rill_files_opts_t){0};
   if (!df || !name) return rill__fail(err, RILL_EINVAL, "rill_file_read: df and name are required");
   const rill_field_t* f = rill_df_field(df, path_column);
-  if (!f) return rill__fail(err, RILL_EINVAL, "rill_file_read: no column %d", path_column);
+  if (!f) return rill__bad_column(err, "rill_file_read", df, path_column);
   if (f->type.dtype != RILL_STRING || f->type.ndim != 0)
     return rill__fail(err, RILL_EINVAL, "rill_file_read: column '%s' is not STRING", f->name);
   rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .grain = o.grain, .on_error = o.on_error,
@@ -402,13 +411,58 @@ static int list_dir(const char* dir, strlist_t* names, rill_error_t* err) {
   return RILL_OK;
 }
 
-static int is_dir(const char* path) {
-  struct stat st;
-  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+/* Folders already met, by (device, inode): each folder is walked once, so symbolic links
+ * that loop, or point at an ancestor or another class, add nothing. */
+typedef struct dirset {
+  uint64_t* keys; /* pairs dev, ino; (0, 0) = empty */
+  int64_t n, cap;
+} dirset_t;
+
+static uint64_t dir_hash(uint64_t dev, uint64_t ino) {
+  uint64_t h = (dev * 0x9E3779B97F4A7C15ULL) ^ (ino + 0x632BE59BD9B4E019ULL);
+  return h ^ (h >> 31);
 }
 
-/* Appends the files under `dir` (recursively, sorted by path) to `files`. */
-static int walk(const char* dir, int depth, int all, strlist_t* files, rill_error_t* err) {
+/* 1 when (dev, ino) is new (and now recorded), 0 when already met, < 0 out of memory. */
+static int dirset_add(dirset_t* d, uint64_t dev, uint64_t ino) {
+  if (dev == 0 && ino == 0) ino = 1; /* (0, 0) marks empty slots */
+  if ((d->n + 1) * 2 > d->cap) {
+    int64_t ncap = d->cap ? d->cap * 2 : 64;
+    uint64_t* nk = rill__calloc((size_t)ncap * 2, sizeof *nk);
+    if (!nk) return RILL_ENOMEM;
+    for (int64_t k = 0; k < d->cap; k++) {
+      uint64_t kd = d->keys[2 * k], ki = d->keys[2 * k + 1];
+      if (!kd && !ki) continue;
+      int64_t j = (int64_t)(dir_hash(kd, ki) & (uint64_t)(ncap - 1));
+      while (nk[2 * j] || nk[2 * j + 1]) j = (j + 1) & (ncap - 1);
+      nk[2 * j] = kd;
+      nk[2 * j + 1] = ki;
+    }
+    rill__free(d->keys);
+    d->keys = nk;
+    d->cap = ncap;
+  }
+  int64_t j = (int64_t)(dir_hash(dev, ino) & (uint64_t)(d->cap - 1));
+  for (; d->keys[2 * j] || d->keys[2 * j + 1]; j = (j + 1) & (d->cap - 1))
+    if (d->keys[2 * j] == dev && d->keys[2 * j + 1] == ino) return 0;
+  d->keys[2 * j] = dev;
+  d->keys[2 * j + 1] = ino;
+  d->n++;
+  return 1;
+}
+
+/* 1 and the folder's identity when `path` is (or links to) a folder, else 0. */
+static int is_dir(const char* path, uint64_t* dev, uint64_t* ino) {
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+  *dev = (uint64_t)st.st_dev;
+  *ino = (uint64_t)st.st_ino;
+  return 1;
+}
+
+/* Appends the files under `dir` (recursively, sorted by path) to `files`; sub-folders met
+ * before (in `seen`) are not entered again. */
+static int walk(const char* dir, int depth, int all, dirset_t* seen, strlist_t* files, rill_error_t* err) {
   strlist_t names = {0};
   int rc = list_dir(dir, &names, err);
   for (int64_t i = 0; rc >= 0 && i < names.n; i++) {
@@ -417,8 +471,11 @@ static int walk(const char* dir, int depth, int all, strlist_t* files, rill_erro
       rc = rill__fail(err, RILL_ENOMEM, "out of memory");
       break;
     }
-    if (is_dir(p)) {
-      if (depth < MAX_DEPTH) rc = walk(p, depth + 1, all, files, err);
+    uint64_t dev, ino;
+    if (is_dir(p, &dev, &ino)) {
+      int fresh = dirset_add(seen, dev, ino);
+      if (fresh < 0) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+      else if (fresh && depth < MAX_DEPTH) rc = walk(p, depth + 1, all, seen, files, err);
       rill__free(p);
     } else if (all || is_image_name(names.items[i])) {
       if (strlist_push(files, p) < 0) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
@@ -435,32 +492,46 @@ int rill_df_from_image_folder(const char* root, const rill_files_opts_t* opts, r
   if (!root || !out) return rill__fail(err, RILL_EINVAL, "rill_df_from_image_folder: root and out are required");
   *out = NULL;
   int all = opts && opts->all_files;
-  strlist_t entries = {0}, classes = {0}, files = {0};
+  strlist_t entries = {0}, classes = {0}, files = {0}, class_paths = {0};
+  dirset_t seen = {0};
   int64_t* labels = NULL;
   int64_t labels_cap = 0;
+  uint64_t dev, ino;
   int rc = list_dir(root, &entries, err);
+  if (rc >= 0 && is_dir(root, &dev, &ino) && dirset_add(&seen, dev, ino) < 0)
+    rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+  /* the classes first, so that a link inside one class to another class is not followed */
   for (int64_t i = 0; rc >= 0 && i < entries.n; i++) {
     char* p = join(root, entries.items[i]);
     if (!p) {
       rc = rill__fail(err, RILL_ENOMEM, "out of memory");
       break;
     }
-    if (is_dir(p)) {
-      int64_t before = files.n;
-      rc = walk(p, 1, all, &files, err);
-      if (rc >= 0 && files.n > labels_cap) {
-        int64_t ncap = files.cap;
-        int64_t* nl = rill__realloc(labels, (size_t)labels_cap * sizeof *nl, (size_t)ncap * sizeof *nl);
-        if (!nl) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
-        else labels = nl, labels_cap = ncap;
-      }
-      for (int64_t k = before; rc >= 0 && k < files.n; k++) labels[k] = classes.n;
-      if (rc >= 0 && strlist_push(&classes, rill__strdup(entries.items[i])) < 0)
+    int fresh = is_dir(p, &dev, &ino) ? dirset_add(&seen, dev, ino) : 0;
+    if (fresh < 0) {
+      rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+      rill__free(p);
+    } else if (fresh) {
+      if (strlist_push(&class_paths, p) < 0 || strlist_push(&classes, rill__strdup(entries.items[i])) < 0)
         rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+    } else {
+      rill__free(p);
     }
-    rill__free(p);
+  }
+  for (int64_t c = 0; rc >= 0 && c < class_paths.n; c++) {
+    int64_t before = files.n;
+    rc = walk(class_paths.items[c], 1, all, &seen, &files, err);
+    if (rc >= 0 && files.n > labels_cap) {
+      int64_t ncap = files.cap;
+      int64_t* nl = rill__realloc(labels, (size_t)labels_cap * sizeof *nl, (size_t)ncap * sizeof *nl);
+      if (!nl) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+      else labels = nl, labels_cap = ncap;
+    }
+    for (int64_t k = before; rc >= 0 && k < files.n; k++) labels[k] = c;
   }
   strlist_free(&entries);
+  strlist_free(&class_paths);
+  rill__free(seen.keys);
   if (rc >= 0 && classes.n > 0x7fffffff) rc = rill__fail(err, RILL_ERANGE, "%s: too many classes", root);
   if (rc >= 0 && files.n == 0)
     rc = rill__fail(err, RILL_EFORMAT, "%s: no image files in class sub-folders (%s)", root,

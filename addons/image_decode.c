@@ -198,7 +198,7 @@ int rill_image_decode(rill_df_t* df, const char* name, int bytes_column, const r
   if (o.max_pixels < 0)
     return rill__fail(err, RILL_EINVAL, "rill_image_decode: max_pixels must be >= 0");
   const rill_field_t* f = rill_df_field(df, bytes_column);
-  if (!f) return rill__fail(err, RILL_EINVAL, "rill_image_decode: no column %d", bytes_column);
+  if (!f) return rill__bad_column(err, "rill_image_decode", df, bytes_column);
   if (f->type.dtype != RILL_BINARY || f->type.ndim != 0)
     return rill__fail(err, RILL_EINVAL, "rill_image_decode: column '%s' is not BINARY", f->name);
   int inputs[2] = {bytes_column, -1};

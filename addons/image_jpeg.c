@@ -1,7 +1,8 @@
 /* JPEG decoding through libjpeg-turbo's libjpeg API: DCT-domain scaling, crop-aware decoding
  * (jpeg_crop_scanline + jpeg_skip_scanlines), gray/RGB/RGBA output, CMYK and YCCK converted
- * to RGB. Errors and the "premature end of file" warning become RILL_EFORMAT through a
- * setjmp/longjmp error manager; each thread keeps one decompressor and its row buffers. */
+ * to RGB. Errors and the warnings about damaged data ("Corrupt JPEG data: ...", premature end
+ * of file) become RILL_EFORMAT through a setjmp/longjmp error manager, for the whole file
+ * whatever the crop; each thread keeps one decompressor and its row buffers. */
 #include <string.h>
 
 #include "image_internal.h"
@@ -49,14 +50,32 @@ static void on_error_exit(j_common_ptr cinfo) {
   longjmp(st->jump, 1);
 }
 
-static void on_emit_message(j_common_ptr cinfo, int level) {
-  /* Warnings (level -1) are ignored except a premature end of data: libjpeg would pad the
-   * image with gray and report success, which would hide a truncated file. */
-  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
-    jpeg_state_t* st = (jpeg_state_t*)cinfo->client_data;
-    cinfo->err->format_message(cinfo, st->message);
-    longjmp(st->jump, 1);
+/* Warnings that mean the entropy-coded data is damaged: libjpeg would go on (padding with
+ * gray, resynchronising at the next marker) and report success, hiding a corrupt file. */
+static int corrupt_data_warning(int code) {
+  switch (code) {
+  case JWRN_JPEG_EOF:         /* Premature end of JPEG file */
+  case JWRN_EXTRANEOUS_DATA:  /* Corrupt JPEG data: N extraneous bytes before marker */
+  case JWRN_HIT_MARKER:       /* Corrupt JPEG data: premature end of data segment */
+  case JWRN_HUFF_BAD_CODE:    /* Corrupt JPEG data: bad Huffman code */
+  case JWRN_MUST_RESYNC:      /* Corrupt JPEG data: found marker instead of RST */
+  case JWRN_NOT_SEQUENTIAL:   /* Invalid SOS parameters for sequential JPEG */
+  case JWRN_BOGUS_PROGRESSION: /* Inconsistent progression sequence */
+    return 1;
+  default:
+    return 0;
   }
+}
+
+static void on_emit_message(j_common_ptr cinfo, int level) {
+  /* Warnings (level -1) about damaged data are errors; the others (unknown JFIF revision,
+   * Adobe transform codes, ...) and trace messages are ignored. */
+  if (level >= 0) return;
+  jpeg_state_t* st = (jpeg_state_t*)cinfo->client_data;
+  cinfo->err->format_message(cinfo, st->message);
+  /* the arithmetic-code warning exists only in some libjpeg builds: known by its text */
+  if (corrupt_data_warning(cinfo->err->msg_code) || strstr(st->message, "bad arithmetic code"))
+    longjmp(st->jump, 1);
 }
 
 static void on_output_message(j_common_ptr cinfo) { (void)cinfo; }
@@ -265,10 +284,27 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
     }
     row += got;
   }
-  if (c->output_scanline == c->output_height)
-    jpeg_finish_decompress(c); /* reads to the end marker: a truncated tail is an error */
-  else
-    jpeg_abort_decompress(c);
+  /* The rows below a crop are checked too, so that a damaged file fails whatever the crop
+   * (the same file in every epoch): they are entropy-decoded without the inverse DCT
+   * (jpeg_skip_scanlines), the last one is decoded, and finishing reads to the end marker.
+   * Progressive files were read whole by jpeg_start_decompress. */
+  if (c->output_scanline < c->output_height) {
+    JDIMENSION left = c->output_height - c->output_scanline;
+    if (left > 1 && jpeg_skip_scanlines(c, left - 1) != left - 1) {
+      jpeg_abort_decompress(c);
+      return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (could not skip to the last row)");
+    }
+    if ((rc = rows_reserve(st, (size_t)cw * (size_t)ocomps, err)) < 0) {
+      jpeg_abort_decompress(c);
+      return rc;
+    }
+    JSAMPROW last = st->rows;
+    if (jpeg_read_scanlines(c, &last, 1) != 1) {
+      jpeg_abort_decompress(c);
+      return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (no scanline at the last row)");
+    }
+  }
+  jpeg_finish_decompress(c); /* reads to the end marker: a truncated tail is an error */
   if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom, g.num};
   return RILL_OK;
 }

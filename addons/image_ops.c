@@ -988,7 +988,7 @@ static int check_df(rill_df_t* df, const char* name, int column, const char* wha
                     rill_error_t* err) {
   if (!df || !name || !*name) return rill__fail(err, RILL_EINVAL, "%s: NULL dataframe or empty name", what);
   *f = rill_df_field(df, column);
-  if (!*f) return rill__fail(err, RILL_EINVAL, "%s: no column %d in the dataframe", what, column);
+  if (!*f) return rill__bad_column(err, what, df, column);
   return RILL_OK;
 }
 

@@ -165,8 +165,10 @@ static int open_db(const char* path, int busy_ms, sqlite3** out, rill_error_t* e
     return code;
   }
   sqlite3_busy_timeout(db, busy_ms);
-  /* pages through a memory map rather than a read() per page miss (capped by the library) */
-  sqlite3_exec(db, "PRAGMA mmap_size=2147418112", NULL, NULL, NULL);
+  /* No memory map: a database file truncated by another process while it is mapped would
+   * raise SIGBUS in the host; with read() SQLite reports the damage as an error instead.
+   * (Page misses cost a read() each; SQLite's page cache keeps hot pages.) */
+  sqlite3_exec(db, "PRAGMA mmap_size=0", NULL, NULL, NULL);
   *out = db;
   return RILL_OK;
 }
@@ -434,6 +436,7 @@ static int sq_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exe
     if (vrc == RILL_ENOMEM) { rc = rill_error_set(err, vrc, "sqlite: out of memory"); break; }
     if (s->on_error == RILL_ON_ERROR_NULL) {
       if ((rc = rill_array_set_null(out, i)) != RILL_OK) { rc = rill_error_set(err, rc, "sqlite: out of memory"); break; }
+      rill__exec_count_nulled(exec, 1);
       continue;
     }
     if (err) err->row = i;

@@ -1,8 +1,11 @@
 /* `rill head`: print the first rows of a CSV file or of a SQLite query. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "rill.h"
@@ -145,12 +148,14 @@ static int json_string(sbuf_t* b, const char* s) {
 }
 
 static int is_sqlite_file(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return 0;
+  /* never wait on a FIFO: anything but a regular file is left to the reader, which refuses it */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return 0;
+  struct stat st;
   char magic[16] = {0};
-  size_t n = fread(magic, 1, sizeof magic, f);
-  fclose(f);
-  return n == sizeof magic && memcmp(magic, "SQLite format 3", 16) == 0;
+  ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, magic, sizeof magic) : -1;
+  close(fd);
+  return n == (ssize_t)sizeof magic && memcmp(magic, "SQLite format 3", 16) == 0;
 }
 
 static int parse_char(const char* v, char* out) {

@@ -94,7 +94,13 @@ typedef struct rill_allocator {
   void* ctx;
 } rill_allocator_t;
 
-RILL_API void rill_set_allocator(const rill_allocator_t* allocator); /* NULL: the default */
+/* Sets the allocator of later allocations (NULL, or one without alloc/free: the default,
+ * posix_memalign/free). Each block records the allocator that made it and is always
+ * returned to that one: objects and buffers made before a change stay valid and are freed
+ * by their own allocator, so an allocator's ctx (and its functions) must stay usable until
+ * every block it made is freed. rill asks for 64 bytes more than it uses per block.
+ * Not thread-safe: call it while no other thread is inside rill. */
+RILL_API void rill_set_allocator(const rill_allocator_t* allocator);
 
 /* ---------------------------------------------------------------- types */
 
@@ -149,8 +155,9 @@ typedef struct rill_array_priv rill_array_priv_t;
  *   cells with a -1 dimension: `offsets` holds length+1 byte offsets into `data` and `shapes`
  *     holds length*ndim int64 (the shape of cell i at shapes[i*ndim]).
  *   `validity`: LSB-first bitmap, bit i set = cell i valid; NULL = all valid.
- *   `null_count`: exact. The value bytes of a null cell are unspecified (zero when rill
- *   produced them).
+ *   `null_count`: exact. The value bytes of a null fixed-shape cell are zero when rill
+ *   produced the array (rill_array_set_null zeroes them); a null variable cell is empty.
+ *   Wrapped caller buffers keep whatever they hold.
  * Arrays are reference counted; the fields are read-only except while a stage function
  * fills its output array. */
 typedef struct rill_array {
@@ -256,7 +263,11 @@ RILL_API int rill_df_new(int64_t rows, rill_df_t** out, rill_error_t* err);
 RILL_API void rill_df_free(rill_df_t* df);   /* NULL is a no-op; derived dataframes keep parents alive */
 RILL_API int64_t rill_df_rows(const rill_df_t* df);
 RILL_API int rill_df_ncolumns(const rill_df_t* df);
-RILL_API int rill_df_column(const rill_df_t* df, const char* name); /* index, or RILL_EINVAL */
+/* The index of the column called `name`, or RILL_EINVAL (no such column, NULL argument).
+ * A failed lookup is remembered per thread: a function of this thread later given a
+ * negative column index for the same dataframe reports "no column named '<name>'" (the
+ * last name that failed) along with the index. Thread-safe. */
+RILL_API int rill_df_column(const rill_df_t* df, const char* name);
 RILL_API const rill_field_t* rill_df_field(const rill_df_t* df, int column); /* NULL if out of range */
 
 /* Stage functions (sources, maps, reduces) and their errors.
@@ -347,7 +358,10 @@ RILL_API int rill_exec_worker(const rill_exec_t* exec);          /* worker index
 RILL_API int rill_exec_column(const rill_exec_t* exec);          /* the column being computed */
 RILL_API rill_stream_t* rill_exec_stream(const rill_exec_t* exec);
 RILL_API void* rill_exec_cuda_stream(const rill_exec_t* exec);   /* cudaStream_t or NULL */
-/* Prepares `out` for `length` cells of `type` (as rill_array_new). When the engine has
+/* Prepares `out` for `length` cells of `type`. Unlike rill_array_new, fixed-shape data is
+ * NOT zero-filled (the buffer may come from a pool and hold earlier rows): the stage must
+ * write every cell, or make it null with rill_array_set_null, which zeroes the cell's bytes.
+ * Variable cells get zeroed offsets (and shapes), as rill_array_new. When the engine has
  * pre-assigned `out` (a slot of a batch buffer), its memory is used: no copy later.
  * Returns RILL_OK, RILL_ENOMEM, or RILL_EINVAL when type/length contradict the slot. */
 RILL_API int rill_exec_alloc(rill_exec_t* exec, rill_array_t* out, rill_type_t type, int64_t length);
@@ -358,12 +372,18 @@ typedef struct rill_iter rill_iter_t;
 
 #define RILL_PREFETCH_NONE (-1)  /* compute each row inside rill_iter_next */
 #define RILL_THREADS_NONE (-1)   /* no worker threads: all work on the calling thread */
+#define RILL_MAX_THREADS 256     /* larger thread counts are clamped to this */
 
 typedef struct rill_iter_opts {
   const int* columns;         /* columns to produce; NULL = all */
   int ncolumns;
-  int prefetch;               /* rows computed ahead; 0 = 2; RILL_PREFETCH_NONE = none */
-  int threads;                /* worker threads; 0 = one per core; RILL_THREADS_NONE = none */
+  /* rows computed ahead; 0 = 2; RILL_PREFETCH_NONE = none. Work is prefetched in chunks
+   * (one batch of a batched dataframe, or a stage's grain of rows), and never more chunks
+   * than the dataframe holds: any value up to INT_MAX is valid and costs at most one
+   * in-flight chunk per chunk of the dataframe. */
+  int prefetch;
+  int threads;                /* worker threads; 0 = one per core; RILL_THREADS_NONE = none;
+                                 clamped to RILL_MAX_THREADS */
   uint64_t seed;              /* seed of rill_exec_rng */
   int64_t epoch;              /* first epoch */
   rill_stream_t* stream;      /* the consumer's stream; NULL = host */

@@ -36,6 +36,10 @@ typedef struct rill_csv_column {
 typedef struct rill_csv_opts {
   char delimiter;             /* 0 = ',' */
   char quote;                 /* 0 = '"' */
+  /* Column names come from the header row (quotes removed). An empty name becomes
+   * column_<k> (k = the 0-based column index); a name seen before gets a suffix .1, .2, ...
+   * (the first unused one: a,a,a.1 -> a, a.1, a.1.1). An unterminated quote in the header
+   * row is RILL_EFORMAT naming file:line. */
   int no_header;              /* 1: the first row is data; columns are named column_0, ... */
   int no_infer;               /* 1: every column not overridden is STRING */
   const rill_csv_column_t* columns; /* type overrides (borrowed for the call) */
@@ -56,12 +60,20 @@ typedef struct rill_csv_opts {
 
 /* A dataframe over a CSV file: one source column per field, typed by inference over the
  * first `infer_rows` rows (int64, float64, bool, ISO 8601 timestamp -> TIMESTAMP_US, else
- * string) unless overridden. An empty field is null in non-string columns.
- * The file is memory-mapped; opening builds an index of row starts (one int64 per row, found
+ * string) unless overridden. An empty field is null in non-string columns; in a STRING
+ * column it is the empty string (a STRING cell is null only for a missing field of a bad
+ * row kept under on_bad_row NULL, or under on_error NULL). Cells nulled by on_error or
+ * on_bad_row NULL are counted in rill_iter_stats' `nulled`.
+ * Only a regular file is read: a FIFO, a device or a folder is RILL_EIO naming the path
+ * (never a wait). A file whose size reads as 0 (those of /proc) is read until EOF into
+ * memory. Otherwise the file is memory-mapped; opening builds an index of row starts (one int64 per row, found
  * in parallel chunks; about twice that while it is built: 80 MB per 10 million rows), and
  * cells are parsed only when an iterator pulls their rows, so a file larger than memory can be
  * read (mapped pages a forward pass has left behind are handed back to the page cache).
- * The file must not change while the dataframe lives.
+ * The file must not change while the dataframe lives. A file that shrinks is noticed (its
+ * size is checked before each call reads the mapping) and the iterator returns RILL_EIO
+ * naming the file, rather than the process dying of SIGBUS; a shrink that lands during the
+ * call that is reading the mapped bytes cannot be caught this way.
  * Columns may be computed concurrently (RILL_STAGE_CPU).
  * Returns RILL_OK, RILL_EIO (open/map failed), RILL_EFORMAT (empty input, unterminated
  * quote, bad row under RAISE: the message names file and 1-based line), RILL_EINVAL (bad
@@ -109,6 +121,9 @@ typedef struct rill_sqlite_opts {
  * When `sql` is a bare table name the table is read by rowid on demand (in chunks, one
  * connection per concurrent reader), so memory stays bounded and shuffled access over a large
  * table works; any other query is run once and its result held in chunks.
+ * The database is read with read() calls, not memory-mapped (PRAGMA mmap_size = 0), so a
+ * file truncated by another process gives an SQLite error (RILL_ESQL) rather than SIGBUS.
+ * Cells nulled under on_error NULL are counted in rill_iter_stats' `nulled`.
  * Errors: RILL_ESQL with sqlite3_errmsg and the SQL text (bad SQL, missing table, locked
  * database), RILL_EIO (the file cannot be opened), RILL_EINVAL, RILL_ENOMEM; RILL_ENOTSUP when
  * built without libsqlite3. Free with rill_df_free. */
@@ -136,13 +151,15 @@ typedef struct rill_files_opts {
 /* A dataframe of n rows over the given files: "path" (STRING, the paths as given) and
  * "bytes" (BINARY, each file's contents, read when a row is pulled; a file that cannot be
  * read is RILL_EIO with its path and the system's reason, handled by opts->on_error).
+ * Only regular files are read: a FIFO, socket, device or folder is such an error (never a
+ * wait). A file is read to its end: one whose size reads as 0 (those of /proc) included.
  * The paths are copied. opts may be NULL. Free with rill_df_free. */
 RILL_API int rill_df_from_files(const char* const* paths, int64_t n, const rill_files_opts_t* opts,
                                 rill_df_t** out, rill_error_t* err);
 
 /* As rill_df_from_files over the paths listed in a text file, one per line (empty lines are
  * skipped, a trailing CR is dropped). Relative paths are resolved against the folder of
- * `list_path`. RILL_EIO when the list cannot be read. */
+ * `list_path`. RILL_EIO when the list cannot be read (or is not a regular file). */
 RILL_API int rill_df_from_file_list(const char* list_path, const rill_files_opts_t* opts,
                                     rill_df_t** out, rill_error_t* err);
 
@@ -156,7 +173,13 @@ RILL_API int rill_file_read(rill_df_t* df, const char* name, int path_column,
  * ones skipped) in byte order, labelled 0..K-1; files are found recursively and sorted by
  * path within each class. Columns: "path" (STRING, root/class/file), "bytes" (BINARY, read
  * on demand), "label" (INT64). RILL_EIO when root cannot be read, RILL_EFORMAT when it holds
- * no image file. The class names: rill_image_folder_classes. */
+ * no image file. The class names: rill_image_folder_classes.
+ * Symbolic links are followed, and each folder is walked once (folders are told apart by
+ * device and inode): a link to a folder already met (a loop, a link to an ancestor, to the
+ * root or into another class) adds nothing, and a class folder that is the same folder as
+ * an earlier class is not a class. A link to a file is a row of its own (under the path
+ * through the link), even when the file is also listed under another name. A file that is
+ * not a regular file (a FIFO named x.jpg) is listed and fails when read (opts->on_error). */
 RILL_API int rill_df_from_image_folder(const char* root, const rill_files_opts_t* opts,
                                        rill_df_t** out, rill_error_t* err);
 
@@ -182,7 +205,12 @@ typedef struct rill_decode_opts {
  * from the magic bytes, never from a file name) into uint8 cells of shape [-1, -1, C] (HWC,
  * C = opts->channels). Gray and CMYK JPEGs and palette / 16-bit / gray / alpha PNGs are
  * converted. A null input cell gives a null cell. Runs on worker threads. Errors name the
- * row's file (see path_column). Returns the new column index, or < 0. */
+ * row's file (see path_column). A JPEG whose compressed data is damaged (libjpeg's "Corrupt
+ * JPEG data: ..." warnings, a premature end) is RILL_EFORMAT even though libjpeg could
+ * still produce pixels. This holds for the fused-decode operators too, whatever the crop:
+ * rows below a crop region are still entropy-decoded (without the inverse DCT) and the file
+ * read to its end marker, so a damaged file fails in every epoch, not only in those whose
+ * random crop reaches the damage. Returns the new column index, or < 0. */
 RILL_API int rill_image_decode(rill_df_t* df, const char* name, int bytes_column,
                                const rill_decode_opts_t* opts, rill_error_t* err);
 

@@ -1,4 +1,5 @@
 /* Allocation: every byte rill allocates goes through the allocator set here. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,16 @@ static void default_free(void* p, void* ctx) {
 
 static rill_allocator_t g_allocator = {default_alloc, default_free, NULL};
 
+/* Each block starts with a header that records the allocator which made it, so a block is
+ * always freed by that allocator, whatever rill_set_allocator did in between. The header
+ * takes RILL_ALIGN bytes so that the caller's pointer keeps the block's alignment. */
+typedef struct block_header {
+  void (*free)(void* ptr, void* ctx);
+  void* ctx;
+} block_header_t;
+
+_Static_assert(sizeof(block_header_t) <= RILL_ALIGN, "the block header fits its slot");
+
 void rill_set_allocator(const rill_allocator_t* allocator) {
   if (allocator && allocator->alloc && allocator->free)
     g_allocator = *allocator;
@@ -26,10 +37,22 @@ void rill_set_allocator(const rill_allocator_t* allocator) {
     g_allocator = (rill_allocator_t){default_alloc, default_free, NULL};
 }
 
-void* rill__alloc(size_t size) { return g_allocator.alloc(size, RILL_ALIGN, g_allocator.ctx); }
+void* rill__alloc(size_t size) {
+  if (size > SIZE_MAX - RILL_ALIGN) return NULL;
+  rill_allocator_t a = g_allocator;
+  uint8_t* base = a.alloc(size + RILL_ALIGN, RILL_ALIGN, a.ctx);
+  if (!base) return NULL;
+  block_header_t* h = (block_header_t*)base;
+  h->free = a.free;
+  h->ctx = a.ctx;
+  return base + RILL_ALIGN;
+}
 
 void rill__free(void* p) {
-  if (p) g_allocator.free(p, g_allocator.ctx);
+  if (!p) return;
+  uint8_t* base = (uint8_t*)p - RILL_ALIGN;
+  const block_header_t* h = (const block_header_t*)base;
+  h->free(base, h->ctx);
 }
 
 void* rill__calloc(size_t n, size_t size) {

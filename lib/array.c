@@ -519,6 +519,10 @@ int rill_array_set_null(rill_array_t* a, int64_t i) {
     rill__bit_clear(a->validity, i);
     a->null_count++;
   }
+  /* a null cell's value bytes are zero (buffers from pools hold earlier rows' bytes) */
+  int64_t cell = rill_type_cell_bytes(&a->type);
+  if (cell > 0 && a->data && rill__device_is_host(a->device) && !(a->priv->flags & RILL__ARRAY_EXTERNAL))
+    memset((uint8_t*)a->data + i * cell, 0, (size_t)cell);
   return RILL_OK;
 }
 
@@ -542,7 +546,7 @@ const void* rill_array_cell(const rill_array_t* a, int64_t i, int64_t* nbytes) {
 }
 
 int rill_array_cell_shape(const rill_array_t* a, int64_t i, int64_t* shape) {
-  if (!a) return 0;
+  if (!a || !shape || a->type.ndim < 0 || a->type.ndim > RILL_MAX_NDIM) return 0;
   for (int d = 0; d < a->type.ndim; d++)
     shape[d] = (a->shapes && i >= 0 && i < a->length) ? a->shapes[i * a->type.ndim + d] : a->type.shape[d];
   return a->type.ndim;

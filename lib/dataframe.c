@@ -4,6 +4,7 @@
  * in any order. Once a dataframe has a derived dataframe or an iterator it is frozen:
  * adding a column then returns RILL_EINVAL (add every column first). Nothing is computed
  * here except a filter's kept rows (see rill_df_filter). */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine.h"
@@ -68,11 +69,27 @@ int rill_df_new(int64_t rows, rill_df_t** out, rill_error_t* err) {
 int64_t rill_df_rows(const rill_df_t* df) { return df ? df->rows : 0; }
 int rill_df_ncolumns(const rill_df_t* df) { return df ? df->ncols : 0; }
 
+/* The name (and dataframe) of this thread's last failed rill_df_column lookup: a function
+ * given the negative index it returned names the column asked for, not just -1. */
+static _Thread_local char t_missing[128];
+static _Thread_local const rill_df_t* t_missing_df;
+
 int rill_df_column(const rill_df_t* df, const char* name) {
-  if (!df || !name) return RILL_EINVAL;
-  for (int i = 0; i < df->ncols; i++)
-    if (strcmp(df->cols[i]->field.name, name) == 0) return i;
+  if (df && name)
+    for (int i = 0; i < df->ncols; i++)
+      if (strcmp(df->cols[i]->field.name, name) == 0) return i;
+  snprintf(t_missing, sizeof t_missing, "%s", name ? name : "(NULL)");
+  t_missing_df = df;
   return RILL_EINVAL;
+}
+
+int rill__bad_column(rill_error_t* err, const char* who, const rill_df_t* df, int column) {
+  int n = df ? df->ncols : 0;
+  if (column < 0 && t_missing[0] && t_missing_df == df)
+    return rill__fail(err, RILL_EINVAL,
+                      "%s: unknown column %d: no column named '%s' (the last failed rill_df_column lookup on "
+                      "this dataframe; it has %d columns)", who, column, t_missing, n);
+  return rill__fail(err, RILL_EINVAL, "%s: unknown column %d (the dataframe has %d columns)", who, column, n);
 }
 
 const rill_field_t* rill_df_field(const rill_df_t* df, int column) {
@@ -173,8 +190,7 @@ int rill_df_map(rill_df_t* df, const char* name, rill_type_t type, const int* in
   if (r == RILL_OK && ninputs > 0 && !inputs) r = rill__fail(err, RILL_EINVAL, "%s: inputs is NULL", who);
   for (int i = 0; r == RILL_OK && i < ninputs; i++)
     if (inputs[i] < 0 || inputs[i] >= df->ncols)
-      r = rill__fail(err, RILL_EINVAL, "%s: unknown input column %d (the dataframe has %d columns)", who,
-                     inputs[i], df->ncols);
+      r = rill__bad_column(err, who, df, inputs[i]);
   int* in = NULL;
   if (r == RILL_OK && ninputs > 0) {
     in = rill__alloc(sizeof *in * (size_t)ninputs);
@@ -267,8 +283,7 @@ int rill_df_filter(rill_df_t* df, int column, rill_df_t** out, rill_error_t* err
   int r = check_parent(df, who, out, err);
   if (r != RILL_OK) return r;
   if (column < 0 || column >= df->ncols)
-    return rill__fail(err, RILL_EINVAL, "%s: unknown column %d (the dataframe has %d columns)", who, column,
-                      df->ncols);
+    return rill__bad_column(err, who, df, column);
   const rill_field_t* f = &df->cols[column]->field;
   if (f->type.dtype != RILL_BOOL || f->type.ndim != 0)
     return rill__fail(err, RILL_EINVAL, "%s: column '%s' is %s, not a scalar bool", who, f->name,
@@ -329,8 +344,7 @@ int rill_df_batch(rill_df_t* df, const int* columns, int ncolumns, int64_t batch
     return rill__fail(err, RILL_EINVAL, "%s: unknown layout %d", who, (int)bo.layout);
   for (int i = 0; i < ncolumns; i++) {
     if (columns[i] < 0 || columns[i] >= df->ncols)
-      return rill__fail(err, RILL_EINVAL, "%s: unknown column %d (the dataframe has %d columns)", who,
-                        columns[i], df->ncols);
+      return rill__bad_column(err, who, df, columns[i]);
     const rill_type_t* t = &df->cols[columns[i]]->field.type;
     if (bo.layout == RILL_LAYOUT_CHW && t->ndim == 3 && !rill_type_is_fixed(t))
       return rill__fail(err, RILL_ENOTSUP, "%s: column '%s' has variable-shape cells: NCHW needs fixed HWC cells",
@@ -374,7 +388,7 @@ int rill_df_reduce(rill_df_t* df, int column, int64_t k, rill_type_t type, rill_
   int r = check_parent(df, who, out, err);
   if (r == RILL_OK && !fn) r = rill__fail(err, RILL_EINVAL, "%s: the function is NULL", who);
   if (r == RILL_OK && (column < 0 || column >= df->ncols))
-    r = rill__fail(err, RILL_EINVAL, "%s: unknown column %d (the dataframe has %d columns)", who, column, df->ncols);
+    r = rill__bad_column(err, who, df, column);
   if (r == RILL_OK && k < 1) r = rill__fail(err, RILL_EINVAL, "%s: group size k = %lld (must be >= 1)", who, (long long)k);
   rill_df_t* d = NULL;
   if (r == RILL_OK) {

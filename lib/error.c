@@ -1,6 +1,9 @@
 /* Status codes, error reporting and small platform helpers. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,4 +78,33 @@ int64_t rill__now_ns(void) {
 int rill__ncores(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
+}
+
+const char* rill__open_regular(const char* path, int* fd_out, int64_t* size, char* buf, size_t bufsize) {
+  *fd_out = -1;
+  /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return strerror_r(errno, buf, bufsize);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return strerror_r(e, buf, bufsize);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    snprintf(buf, bufsize, "not a regular file (%s)",
+             S_ISDIR(st.st_mode) ? "Is a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket"
+             : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "not a file");
+    return buf;
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    int e = errno;
+    close(fd);
+    return strerror_r(e, buf, bufsize);
+  }
+  *fd_out = fd;
+  *size = (int64_t)st.st_size;
+  return NULL;
 }

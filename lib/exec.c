@@ -27,6 +27,7 @@ struct rill_exec {
   int column;
   int worker;
   rill_stream_t* stream;
+  struct run* run;  /* the stage run, for rill__exec_count_nulled */
 };
 
 /* ---------------------------------------------------------------- execution context */
@@ -253,6 +254,14 @@ typedef struct run {
   rill_error_t fail_err;
 } run_t;
 
+void rill__exec_count_nulled(rill_exec_t* exec, int64_t n) {
+  if (!exec || !exec->run || n <= 0) return;
+  run_t* T = exec->run->top;
+  pthread_mutex_lock(&T->mu);
+  T->nulled += n;
+  pthread_mutex_unlock(&T->mu);
+}
+
 typedef struct inview {
   rill_array_t arr;
   rill_array_priv_t priv;
@@ -472,7 +481,7 @@ static int invoke(run_t* R, int64_t a, int64_t b, rill_array_t* piece, rill_erro
   int64_t k = b - a;
   rill_exec_t ex = {.rows = R->fr->rows + R->base + a, .n = k, .first = a, .epoch = ch->epoch,
                     .seed = ch->it->seed, .column = R->col, .worker = rill__worker_index(),
-                    .stream = R->node->stream};
+                    .stream = R->node->stream, .run = R};
   inview_t views[R->nin > 0 ? R->nin : 1];
   const rill_array_t* ins[R->nin > 0 ? R->nin : 1];
   int nv = 0, rc = RILL_OK;

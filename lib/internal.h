@@ -23,6 +23,13 @@ void rill__free_vec(void** v, int64_t n);
 /* Sets code and message and resets row/column to -1 (for API-level failures). */
 int rill__fail(rill_error_t* err, int code, const char* fmt, ...) RILL_PRINTF(3, 4);
 int rill__vfail(rill_error_t* err, int code, const char* fmt, va_list ap);
+/* RILL_EINVAL "<who>: unknown column ...": for a negative index, the name of this thread's
+ * last failed rill_df_column lookup when there was one, else the index. */
+int rill__bad_column(rill_error_t* err, const char* who, const rill_df_t* df, int column);
+/* Opens `path` for reading if it is a regular file, without blocking on a FIFO or a device.
+ * Returns NULL with *fd (>= 0, close-on-exec, blocking reads) and *size (st_size: a hint,
+ * 0 for files of /proc) set, or the reason it cannot be read (written into buf, or static). */
+const char* rill__open_regular(const char* path, int* fd, int64_t* size, char* buf, size_t bufsize);
 int64_t rill__now_ns(void);                   /* CLOCK_MONOTONIC */
 int rill__ncores(void);
 
@@ -33,6 +40,10 @@ static inline int rill__device_is_host(rill_device_t d) {
 }
 void* rill__device_alloc(rill_device_t dev, size_t size);
 void rill__device_free(rill_device_t dev, void* p);
+
+/* ---- stages: a source or map that nulls cells itself under RILL_ON_ERROR_NULL counts them
+ * here (rill_iter_stats' `nulled`). */
+void rill__exec_count_nulled(rill_exec_t* exec, int64_t n);
 
 /* ---- types */
 int rill__type_valid(const rill_type_t* t); /* dtype known, 0..8 dims, strings scalar */

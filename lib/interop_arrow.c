@@ -470,8 +470,7 @@ int rill_row_export_arrow(const rill_row_t* row, const rill_df_t* df, const int*
     const rill_field_t* f = rill_df_field(df, col);
     const rill_array_t* a = row->columns[i];
     if (f == NULL)
-      return rill__fail(err, RILL_EINVAL, "rill_row_export_arrow: column %d is not in the dataframe",
-                        col);
+      return rill__bad_column(err, "rill_row_export_arrow", df, col);
     if (a == NULL)
       return rill__fail(err, RILL_EINVAL, "rill_row_export_arrow: column '%s' has no array",
                         f->name);

@@ -143,8 +143,7 @@ int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts,
     return rill__fail(err, RILL_EINVAL, "rill_df_export_stream: no columns to export");
   for (int i = 0; opts->columns != NULL && i < ncol; i++)
     if (rill_df_field(df, opts->columns[i]) == NULL)
-      return rill__fail(err, RILL_EINVAL, "rill_df_export_stream: column %d is not in the dataframe",
-                        opts->columns[i]);
+      return rill__bad_column(err, "rill_df_export_stream", df, opts->columns[i]);
   if (sopts != NULL && sopts->batch_rows < 0)
     return rill__fail(err, RILL_EINVAL, "rill_df_export_stream: negative batch_rows %" PRId64,
                       sopts->batch_rows);

@@ -235,8 +235,7 @@ int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_iter_t** out
   if (o.columns)
     for (int q = 0; q < o.ncolumns; q++)
       if (o.columns[q] < 0 || o.columns[q] >= df->ncols)
-        return rill__fail(err, RILL_EINVAL, "%s: unknown column %d (the dataframe has %d columns)", who,
-                          o.columns[q], df->ncols);
+        return rill__bad_column(err, who, df, o.columns[q]);
   if (o.prefetch < RILL_PREFETCH_NONE || o.threads < RILL_THREADS_NONE)
     return rill__fail(err, RILL_EINVAL, "%s: negative prefetch or thread count", who);
   if (o.stream && rill_stream_device(o.stream).type == RILL_DEVICE_CUDA) {
@@ -278,10 +277,16 @@ int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_iter_t** out
   for (int q = 0; q < it->nreq && r == RILL_OK; q++) r = need(it, 0, it->req[q], 0, &min_grain, err);
   if (r != RILL_OK) goto fail;
   it->chunk_rows = it->boundary ? 1 : min_grain;
-  int prefetch = o.prefetch == 0 ? 2 : o.prefetch == RILL_PREFETCH_NONE ? 0 : o.prefetch;
-  it->ahead = prefetch == 0 ? 0 : (int)((prefetch + it->chunk_rows - 1) / it->chunk_rows);
+  /* prefetch: never more chunks ahead than the dataframe has (a huge value costs nothing);
+   * threads: at most RILL_MAX_THREADS */
+  int64_t prefetch = o.prefetch == 0 ? 2 : o.prefetch == RILL_PREFETCH_NONE ? 0 : o.prefetch;
+  int64_t nchunks = (df->rows + it->chunk_rows - 1) / it->chunk_rows;
+  int64_t ahead = prefetch == 0 ? 0 : (prefetch + it->chunk_rows - 1) / it->chunk_rows;
+  if (ahead > nchunks) ahead = nchunks;
+  it->ahead = (int)ahead;
   it->nslots = 1 + it->ahead;
   it->nthreads = o.threads == 0 ? rill__ncores() : o.threads == RILL_THREADS_NONE ? 0 : o.threads;
+  if (it->nthreads > RILL_MAX_THREADS) it->nthreads = RILL_MAX_THREADS;
   if (rill__workers_new(it->nthreads, &it->workers) != RILL_OK) goto nomem;
   it->slots = rill__calloc((size_t)it->nslots, sizeof *it->slots);
   if (!it->slots) goto nomem;

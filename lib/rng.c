@@ -12,6 +12,7 @@ static uint64_t splitmix64(uint64_t* x) {
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t rill_rng_u64(rill_rng_t* r) {
+  if (!r) return 0;
   uint64_t* s = r->s;
   uint64_t result = rotl(s[1] * 5, 7) * 9;
   uint64_t t = s[1] << 17;

@@ -68,8 +68,10 @@ rill_type_t rill_type_tensor(rill_dtype_t dtype, int ndim, const int64_t* shape)
   return t;
 }
 
+static int ndim_ok(const rill_type_t* type) { return type->ndim >= 0 && type->ndim <= RILL_MAX_NDIM; }
+
 int rill_type_is_fixed(const rill_type_t* type) {
-  if (!type || rill_dtype_size(type->dtype) == 0) return 0;
+  if (!type || !ndim_ok(type) || rill_dtype_size(type->dtype) == 0) return 0;
   for (int i = 0; i < type->ndim; i++)
     if (type->shape[i] < 0) return 0;
   return 1;
@@ -86,6 +88,7 @@ int64_t rill_type_cell_bytes(const rill_type_t* type) {
 }
 
 int rill_type_equal(const rill_type_t* a, const rill_type_t* b) {
+  if (!a || !b || !ndim_ok(a) || !ndim_ok(b)) return 0;
   if (a->dtype != b->dtype || a->ndim != b->ndim) return 0;
   for (int i = 0; i < a->ndim; i++)
     if (a->shape[i] != b->shape[i]) return 0;
@@ -94,6 +97,14 @@ int rill_type_equal(const rill_type_t* a, const rill_type_t* b) {
 
 char* rill_type_format(const rill_type_t* type, char* buf, size_t size) {
   if (!buf || size == 0) return buf;
+  if (!type) {
+    snprintf(buf, size, "(null type)");
+    return buf;
+  }
+  if (!ndim_ok(type)) {
+    snprintf(buf, size, "%s[invalid ndim %d]", rill_dtype_name(type->dtype), type->ndim);
+    return buf;
+  }
   size_t len = (size_t)snprintf(buf, size, "%s", rill_dtype_name(type->dtype));
   if (type->ndim > 0 && len < size) {
     for (int i = 0; i < type->ndim && len < size; i++)

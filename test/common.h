@@ -3,9 +3,11 @@
 #define RILL_TEST_COMMON_H
 
 #include <criterion/criterion.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "rill.h"
 #include "rill_addons.h"
@@ -35,14 +37,30 @@ static inline const char* rt_root(void) {
   return r && *r ? r : ".";
 }
 
-/* A temporary directory unique to this process, created on first use. */
+/* Removes the temporary directory of rt_tmpdir (at exit). */
+static int rt_remove_entry_(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+  (void)st; (void)flag; (void)ftw;
+  remove(path);
+  return 0;
+}
+static char rt_tmpdir_path_[256];
+static void rt_tmpdir_cleanup_(void) {
+  if (rt_tmpdir_path_[0]) nftw(rt_tmpdir_path_, rt_remove_entry_, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A temporary directory unique to this process under $TMPDIR (default /tmp), created on
+ * first use and removed with its contents when the process exits. */
 static inline const char* rt_tmpdir(void) {
-  static char dir[256];
-  if (!dir[0]) {
-    snprintf(dir, sizeof dir, "/tmp/rill-test-XXXXXX");
-    if (!mkdtemp(dir)) cr_assert_fail("mkdtemp failed");
+  if (!rt_tmpdir_path_[0]) {
+    const char* t = getenv("TMPDIR");
+    snprintf(rt_tmpdir_path_, sizeof rt_tmpdir_path_, "%s/rill-test-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(rt_tmpdir_path_)) {
+      rt_tmpdir_path_[0] = 0;
+      cr_assert_fail("mkdtemp failed");
+    }
+    atexit(rt_tmpdir_cleanup_);
   }
-  return dir;
+  return rt_tmpdir_path_;
 }
 
 #endif

@@ -361,7 +361,7 @@ Test(core, api_misuse_is_einval_with_message) {
   df = make_src(6, &cs, NULL);
   int bad = 5;
   RT_FAILS(rill_df_map(df, "x", rill_type_scalar(RILL_INT64), &bad, 1, map_add, NULL, NULL, NULL, &err), RILL_EINVAL,
-           "unknown input column 5", err);
+           "unknown column 5", err);
   int zero = 0;
   RT_FAILS(rill_df_map(df, "src", rill_type_scalar(RILL_INT64), &zero, 1, map_add, NULL, NULL, NULL, &err), RILL_EINVAL,
            "already exists", err);

@@ -212,8 +212,8 @@ Test(cuda, to_device_argument_errors) {
   int n = rill_df_ncolumns(df);
   RT_FAILS(rill_to_device(NULL, "x", 0, NULL, &err), RILL_EINVAL, "df is NULL", err);
   RT_FAILS(rill_to_device(df, NULL, 0, NULL, &err), RILL_EINVAL, "name is NULL", err);
-  RT_FAILS(rill_to_device(df, "x", 99, NULL, &err), RILL_EINVAL, "no column 99", err);
-  RT_FAILS(rill_to_device(df, "x", -1, NULL, &err), RILL_EINVAL, "no column -1", err);
+  RT_FAILS(rill_to_device(df, "x", 99, NULL, &err), RILL_EINVAL, "unknown column 99", err);
+  RT_FAILS(rill_to_device(df, "x", -1, NULL, &err), RILL_EINVAL, "unknown column -1", err);
   RT_FAILS(rill_to_device(df, "x", rill_df_column(df, "s"), NULL, &err), RILL_EINVAL,
            "column 's' has type", err);
   RT_FAILS(rill_to_device(df, "x", rill_df_column(df, "var"), NULL, &err), RILL_EINVAL,
@@ -249,7 +249,7 @@ Test(cuda, normalize_argument_errors) {
   int img = rill_df_column(df, "img");
   RT_FAILS(rill_cuda_normalize(NULL, "x", img, NULL, 0, &err), RILL_EINVAL, "df is NULL", err);
   RT_FAILS(rill_cuda_normalize(df, NULL, img, NULL, 0, &err), RILL_EINVAL, "name is NULL", err);
-  RT_FAILS(rill_cuda_normalize(df, "x", 42, NULL, 0, &err), RILL_EINVAL, "no column 42", err);
+  RT_FAILS(rill_cuda_normalize(df, "x", 42, NULL, 0, &err), RILL_EINVAL, "unknown column 42", err);
   RT_FAILS(rill_cuda_normalize(df, "x", rill_df_column(df, "f"), NULL, 0, &err), RILL_EINVAL,
            "column 'f' has type float32[2,2,2]; expected uint8[H,W,C]", err);
   RT_FAILS(rill_cuda_normalize(df, "x", rill_df_column(df, "i64"), NULL, 0, &err), RILL_EINVAL,

@@ -479,6 +479,37 @@ Test(jpeg, garbage_after_magic) {
   }
 }
 
+/* A JPEG with junk bytes between its scan data and the end marker: libjpeg warns "Corrupt
+ * JPEG data: N extraneous bytes before marker 0xd9" and would decode it. It is a format
+ * error for every request, a crop that ends above the damage included. */
+Test(jpeg, corrupt_scan_data_fails_whatever_the_crop) {
+  uint8_t* px = make_pixels(96, 96, 3);
+  buf_t b = enc_jpeg(px, 96, 96, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2});
+  cr_assert(b.n > 2 && b.p[b.n - 2] == 0xff && b.p[b.n - 1] == 0xd9);
+  buf_t bad = {malloc(b.n + 100), b.n + 100};
+  memcpy(bad.p, b.p, b.n - 2);
+  memset(bad.p + b.n - 2, 0x55, 100);
+  bad.p[bad.n - 2] = 0xff, bad.p[bad.n - 1] = 0xd9;
+  rill__img_request_t reqs[] = {
+      RGB(3),
+      {.channels = 3, .x = 0, .y = 0, .w = 96, .h = 16},  /* the top rows only */
+      {.channels = 3, .x = 40, .y = 8, .w = 20, .h = 20}, /* a small crop */
+      {.channels = 1, .x = 0, .y = 0, .w = 32, .h = 32, .min_w = 8, .min_h = 8, .scales = 0x1fe}, /* scaled */
+  };
+  for (size_t k = 0; k < sizeof reqs / sizeof reqs[0]; k++) {
+    rill_error_t err = {0};
+    int rc;
+    rill__img_out_t o;
+    cr_assert_null(decode(&bad, reqs[k], &o, &err, &rc), "request %zu decoded a corrupt file", k);
+    cr_assert_eq(rc, RILL_EFORMAT, "request %zu: %d %s", k, rc, err.message);
+    cr_assert(strstr(err.message, "Corrupt JPEG data"), "%s", err.message);
+    free(decode_ok(&b, reqs[k], &o)); /* the intact file decodes with the same request */
+  }
+  free(bad.p);
+  free(b.p);
+  free(px);
+}
+
 /* Patches the SOF0 size of a JPEG. */
 static void jpeg_set_size(buf_t* b, int w, int h) {
   for (size_t i = 2; i + 9 < b->n; i++)

@@ -171,7 +171,7 @@ Test(files, bad_arguments, .fini = cleanup) {
   RT_FAILS(rill_df_from_image_folder(tpath("no-such-root"), NULL, &df, &err), RILL_EIO, "no-such-root", err);
   RT_OK(rill_df_from_files(paths, 1, NULL, &df, &err), err);
   RT_FAILS(rill_file_read(df, "x", rill_df_column(df, "bytes"), NULL, &err), RILL_EINVAL, "is not STRING", err);
-  RT_FAILS(rill_file_read(df, "x", 99, NULL, &err), RILL_EINVAL, "no column 99", err);
+  RT_FAILS(rill_file_read(df, "x", 99, NULL, &err), RILL_EINVAL, "unknown column 99", err);
   RT_FAILS(rill_image_decode(df, "img", rill_df_column(df, "path"), NULL, &err), RILL_EINVAL, "is not BINARY", err);
   RT_FAILS(rill_image_decode(df, "img", rill_df_column(df, "bytes"), &(rill_decode_opts_t){.channels = 2}, &err),
            RILL_EINVAL, "channels must be 1, 3 or 4", err);
@@ -295,6 +295,90 @@ Test(folder, classes_labels_and_sorting, .fini = cleanup) {
 }
 
 /* ---------------------------------------------------------------- decoding through the engine */
+
+
+/* ---------------------------------------------------------------- special files */
+
+/* Ends the test process if a call blocks (an open() waiting on a FIFO never returns). */
+static void guard(unsigned seconds) { alarm(seconds); }
+
+Test(files, fifo_is_a_row_error_not_a_wait, .fini = cleanup, .timeout = 10) {
+  guard(8);
+  mkdirs("ff/cls");
+  cr_assert_eq(mkfifo(tpath("ff/cls/x.jpg"), 0600), 0);
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_image_folder(tpath("ff"), NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 1);
+  step_t steps[2];
+  int n = iterate(df, rill_df_column(df, "bytes"), steps, 2, NULL);
+  cr_assert_eq(n, 1);
+  cr_assert_eq(steps[0].rc, RILL_EIO, "%d %s", steps[0].rc, steps[0].msg);
+  cr_assert(strstr(steps[0].msg, "x.jpg") && strstr(steps[0].msg, "not a regular file"), "%s", steps[0].msg);
+  rill_df_free(df);
+  /* a list file that is a FIFO */
+  cr_assert_eq(mkfifo(tpath("list.txt"), 0600), 0);
+  RT_FAILS(rill_df_from_file_list(tpath("list.txt"), NULL, &df, &err), RILL_EIO, "not a regular file", err);
+  cr_assert(strstr(err.message, "list.txt"), "%s", err.message);
+  /* `rill head` on a FIFO fails at once */
+  const char* bin = getenv("RILL_BIN");
+  if (bin && *bin) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' head '%s' 2>&1", bin, tpath("list.txt"));
+    FILE* f = popen(cmd, "r");
+    cr_assert(f);
+    char out[4096] = {0};
+    size_t got = fread(out, 1, sizeof out - 1, f);
+    out[got] = 0;
+    int st = pclose(f);
+    cr_assert_neq(st, 0, "%s", out);
+    cr_assert(strstr(out, "not a regular file"), "%s", out);
+  }
+  alarm(0);
+}
+
+Test(files, zero_size_proc_file_is_read_to_eof, .fini = cleanup) {
+  struct stat st;
+  if (stat("/proc/self/status", &st) != 0) cr_skip_test("no /proc");
+  cr_assert_eq(st.st_size, 0, "/proc reports its size as 0");
+  const char* paths[] = {"/proc/self/status"};
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_files(paths, 1, NULL, &df, &err), err);
+  step_t steps[1];
+  cr_assert_eq(iterate(df, rill_df_column(df, "bytes"), steps, 1, NULL), 1);
+  cr_assert_eq(steps[0].rc, RILL_OK, "%s", steps[0].msg);
+  cr_assert(steps[0].nbytes > 100, "read %lld bytes", (long long)steps[0].nbytes);
+  cr_assert(memcmp(steps[0].first, "Name:", 5) == 0);
+  rill_df_free(df);
+}
+
+Test(folder, symlinks_are_walked_once, .fini = cleanup, .timeout = 10) {
+  guard(8);
+  mkdirs("lk/a/deep");
+  mkdirs("lk/c");
+  rt_write_file(tpath("lk/a/x.png"), "x", 1);
+  rt_write_file(tpath("lk/a/deep/y.png"), "y", 1);
+  rt_write_file(tpath("lk/c/z.png"), "z", 1);
+  cr_assert_eq(symlink("..", tpath("lk/a/deep/up")), 0);      /* a loop through an ancestor */
+  cr_assert_eq(symlink(".", tpath("lk/a/self")), 0);          /* a loop on itself */
+  cr_assert_eq(symlink(tpath("lk"), tpath("lk/a/root")), 0);  /* the root */
+  cr_assert_eq(symlink(tpath("lk/c"), tpath("lk/a/toc")), 0); /* another class */
+  cr_assert_eq(symlink("a", tpath("lk/b")), 0);               /* a class that is another class */
+  cr_assert_eq(symlink("z.png", tpath("lk/c/w.png")), 0);     /* a link to a file: a row */
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_image_folder(tpath("lk"), NULL, &df, &err), err);
+  const char* const* names;
+  int count;
+  RT_OK(rill_image_folder_classes(df, &names, &count, &err), err);
+  cr_assert_eq(count, 2, "classes: %d", count);
+  cr_assert_str_eq(names[0], "a");
+  cr_assert_str_eq(names[1], "c");
+  cr_assert_eq(rill_df_rows(df), 4, "rows: %lld", (long long)rill_df_rows(df)); /* x, y; w, z */
+  rill_df_free(df);
+  alarm(0);
+}
 
 #if RILL_HAVE_JPEG && RILL_HAVE_PNG
 

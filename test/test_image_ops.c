@@ -532,7 +532,7 @@ Test(image_ops, wrong_types_and_options) {
   RT_FAILS(rill_image_random_resized_crop(df, "a", 2, &(rill_rrc_opts_t){.size = {8, 8}, .channels = 2}, &err),
            RILL_EINVAL, "channels must be 1, 3 or 4", err);
   RT_FAILS(rill_image_random_resized_crop(df, "a", 9, &(rill_rrc_opts_t){.size = {8, 8}}, &err), RILL_EINVAL,
-           "no column 9", err);
+           "unknown column 9", err);
   RT_FAILS(rill_image_normalize(df, "n", 2, NULL, &err), RILL_EINVAL, "decode it first", err);
   RT_FAILS(rill_image_normalize(df, "n", 1, &(rill_normalize_opts_t){.dtype = RILL_INT32}, &err), RILL_EINVAL,
            "float32 or float16", err);
@@ -988,6 +988,7 @@ Test(image_ops, cli_demo_preview_bench) {
   snprintf(cmd, sizeof cmd, "cd '%s' && '%s' demo '%s' --size 32 --batch 4 --threads 1 2>&1", rt_tmpdir(), bin, dir);
   cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "6 images in 2 batches") && strstr(out, "1 skipped") && strstr(out, "images/s"), "%s", out);
+  cr_assert(strstr(out, "bee/broken.jpg") && strstr(out, "written in"), "skipped images are named: %s", out);
   snprintf(path, sizeof path, "%s/preview.png", rt_tmpdir());
   cr_assert(fopen(path, "rb") != NULL, "demo wrote no preview.png");
   snprintf(cmd, sizeof cmd, "'%s' bench images '%s' --epochs 2 --batch 4 --size 32 --threads 2 2>&1", bin, dir);

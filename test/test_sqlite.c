@@ -298,6 +298,40 @@ Test(sqlite, memory_path_single_connection) {
   rill_df_free(df);
 }
 
+/* Null cells are zero bytes even in reused batch buffers; cells nulled under on_error NULL
+ * are counted. */
+Test(sqlite, null_cells_are_zero_and_counted) {
+  sqlite3* db = NULL;
+  cr_assert_eq(sqlite3_open(":memory:", &db), SQLITE_OK);
+  exec_sql(db, "CREATE TABLE n(v INTEGER, w INTEGER);"
+               "INSERT INTO n VALUES (1, 1), (2, 2), (3, 3), (NULL, 'oops');");
+  rill_error_t err = {0};
+  rill_df_t *df = NULL, *b = NULL;
+  RT_OK(rill_df_from_sqlite_db(db, "SELECT v, w FROM n ORDER BY rowid", NULL, 0,
+                               &(rill_sqlite_opts_t){.on_error = RILL_ON_ERROR_NULL}, &df, &err),
+        err);
+  RT_OK(rill_df_batch(df, (int[]){0, 1}, 2, 2, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err),
+        err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_OK(rill_iter_next(it, &row, &err), err); /* reuses the first batch's buffers */
+  for (int c = 0; c < 2; c++) {
+    const rill_array_t* a = rill_row_get(&row, c);
+    cr_assert(!rill_array_is_valid(a, 1));
+    cr_assert_eq(((const int64_t*)a->data)[1], 0, "column %d: null cell holds %lld", c,
+                 (long long)((const int64_t*)a->data)[1]);
+  }
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_eq(st.nulled, 1, "nulled %lld", (long long)st.nulled); /* 'oops'; NULL is a plain null */
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+  sqlite3_close(db);
+}
+
 #else
 
 Test(sqlite, not_built) {
