@@ -8,130 +8,89 @@
 
 /* ---------------------------------------------------------------- capsules */
 
+/* Releases an unconsumed capsule payload. Each takes the GIL-free path: the release callbacks
+ * may free large buffers (callbacks that need Python take the GIL themselves, as they must on
+ * rill's worker threads). Arrow payloads are PyMem_RawMalloc'ed and freed here; DLPack tensors
+ * are allocated by rill and freed by their deleter. */
+static void free_schema(void* p) {
+  struct ArrowSchema* s = p;
+  if (s->release != NULL) s->release(s);
+  PyMem_RawFree(s);
+}
+
+static void free_array(void* p) {
+  struct ArrowArray* a = p;
+  if (a->release != NULL) a->release(a);
+  PyMem_RawFree(a);
+}
+
+static void free_device_array(void* p) {
+  struct ArrowDeviceArray* a = p;
+  if (a->array.release != NULL) a->array.release(&a->array);
+  PyMem_RawFree(a);
+}
+
+static void free_stream(void* p) {
+  struct ArrowArrayStream* s = p;
+  if (s->release != NULL) s->release(s);
+  PyMem_RawFree(s);
+}
+
+static void free_dltensor(void* p) {
+  DLManagedTensor* m = p;
+  if (m->deleter != NULL) m->deleter(m);
+}
+
+static void free_dltensor_versioned(void* p) {
+  DLManagedTensorVersioned* m = p;
+  if (m->deleter != NULL) m->deleter(m);
+}
+
 /* Capsule destructors: a capsule a consumer took over was renamed ("used_...") and is left
- * alone; an unconsumed payload is released here. They may run while an exception is pending
- * (a consumer unwinding), so the error indicator is saved and restored around them. The
- * release callbacks may free large buffers: the GIL is released around them (callbacks that
- * need Python take the GIL themselves, as they must on rill's worker threads). */
-static void destroy_schema(PyObject* cap) {
+ * alone; an unconsumed payload is released by `release`, without the GIL. They may run while
+ * an exception is pending (a consumer unwinding), so the error indicator is saved and restored
+ * around them. */
+static void destroy_capsule(PyObject* cap, const char* name, void (*release)(void*)) {
   PyObject *t, *v, *tb;
   PyErr_Fetch(&t, &v, &tb);
-  if (PyCapsule_IsValid(cap, "arrow_schema")) {
-    struct ArrowSchema* s = PyCapsule_GetPointer(cap, "arrow_schema");
-    if (s->release != NULL) s->release(s);
-    PyMem_RawFree(s);
+  if (PyCapsule_IsValid(cap, name)) {
+    void* p = PyCapsule_GetPointer(cap, name);
+    Py_BEGIN_ALLOW_THREADS
+    release(p);
+    Py_END_ALLOW_THREADS
   }
   PyErr_Restore(t, v, tb);
 }
 
-static void destroy_array(PyObject* cap) {
-  PyObject *t, *v, *tb;
-  PyErr_Fetch(&t, &v, &tb);
-  if (PyCapsule_IsValid(cap, "arrow_array")) {
-    struct ArrowArray* a = PyCapsule_GetPointer(cap, "arrow_array");
-    if (a->release != NULL) {
-      Py_BEGIN_ALLOW_THREADS
-      a->release(a);
-      Py_END_ALLOW_THREADS
-    }
-    PyMem_RawFree(a);
-  }
-  PyErr_Restore(t, v, tb);
-}
-
+static void destroy_schema(PyObject* cap) { destroy_capsule(cap, "arrow_schema", free_schema); }
+static void destroy_array(PyObject* cap) { destroy_capsule(cap, "arrow_array", free_array); }
+static void destroy_stream(PyObject* cap) { destroy_capsule(cap, "arrow_array_stream", free_stream); }
+static void destroy_dltensor(PyObject* cap) { destroy_capsule(cap, "dltensor", free_dltensor); }
 static void destroy_device_array(PyObject* cap) {
-  PyObject *t, *v, *tb;
-  PyErr_Fetch(&t, &v, &tb);
-  if (PyCapsule_IsValid(cap, "arrow_device_array")) {
-    struct ArrowDeviceArray* a = PyCapsule_GetPointer(cap, "arrow_device_array");
-    if (a->array.release != NULL) {
-      Py_BEGIN_ALLOW_THREADS
-      a->array.release(&a->array);
-      Py_END_ALLOW_THREADS
-    }
-    PyMem_RawFree(a);
-  }
-  PyErr_Restore(t, v, tb);
+  destroy_capsule(cap, "arrow_device_array", free_device_array);
 }
-
-static void destroy_stream(PyObject* cap) {
-  PyObject *t, *v, *tb;
-  PyErr_Fetch(&t, &v, &tb);
-  if (PyCapsule_IsValid(cap, "arrow_array_stream")) {
-    struct ArrowArrayStream* s = PyCapsule_GetPointer(cap, "arrow_array_stream");
-    if (s->release != NULL) {
-      Py_BEGIN_ALLOW_THREADS
-      s->release(s);
-      Py_END_ALLOW_THREADS
-    }
-    PyMem_RawFree(s);
-  }
-  PyErr_Restore(t, v, tb);
-}
-
-/* DLPack tensors are allocated by rill; their deleter frees them. */
-static void destroy_dltensor(PyObject* cap) {
-  PyObject *t, *v, *tb;
-  PyErr_Fetch(&t, &v, &tb);
-  if (PyCapsule_IsValid(cap, "dltensor")) {
-    DLManagedTensor* m = PyCapsule_GetPointer(cap, "dltensor");
-    if (m->deleter != NULL) {
-      Py_BEGIN_ALLOW_THREADS
-      m->deleter(m);
-      Py_END_ALLOW_THREADS
-    }
-  }
-  PyErr_Restore(t, v, tb);
-}
-
 static void destroy_dltensor_versioned(PyObject* cap) {
-  PyObject *t, *v, *tb;
-  PyErr_Fetch(&t, &v, &tb);
-  if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
-    DLManagedTensorVersioned* m = PyCapsule_GetPointer(cap, "dltensor_versioned");
-    if (m->deleter != NULL) {
-      Py_BEGIN_ALLOW_THREADS
-      m->deleter(m);
-      Py_END_ALLOW_THREADS
-    }
-  }
-  PyErr_Restore(t, v, tb);
+  destroy_capsule(cap, "dltensor_versioned", free_dltensor_versioned);
+}
+
+/* A capsule owning `payload`; when it cannot be made the payload is released and freed. */
+static PyObject* capsule_new(void* payload, const char* name, PyCapsule_Destructor destroy,
+                             void (*release)(void*)) {
+  PyObject* cap = PyCapsule_New(payload, name, destroy);
+  if (cap == NULL) release(payload);
+  return cap;
 }
 
 PyObject* rillpy_capsule_schema(struct ArrowSchema* s) {
-  PyObject* cap = PyCapsule_New(s, "arrow_schema", destroy_schema);
-  if (cap == NULL) {
-    if (s->release != NULL) s->release(s);
-    PyMem_RawFree(s);
-  }
-  return cap;
+  return capsule_new(s, "arrow_schema", destroy_schema, free_schema);
 }
 
 PyObject* rillpy_capsule_array(struct ArrowArray* a) {
-  PyObject* cap = PyCapsule_New(a, "arrow_array", destroy_array);
-  if (cap == NULL) {
-    if (a->release != NULL) a->release(a);
-    PyMem_RawFree(a);
-  }
-  return cap;
+  return capsule_new(a, "arrow_array", destroy_array, free_array);
 }
 
 PyObject* rillpy_capsule_stream(struct ArrowArrayStream* s) {
-  PyObject* cap = PyCapsule_New(s, "arrow_array_stream", destroy_stream);
-  if (cap == NULL) {
-    if (s->release != NULL) s->release(s);
-    PyMem_RawFree(s);
-  }
-  return cap;
-}
-
-static PyObject* capsule_device_array(struct ArrowDeviceArray* a) {
-  PyObject* cap = PyCapsule_New(a, "arrow_device_array", destroy_device_array);
-  if (cap == NULL) {
-    if (a->array.release != NULL) a->array.release(&a->array);
-    PyMem_RawFree(a);
-  }
-  return cap;
+  return capsule_new(s, "arrow_array_stream", destroy_stream, free_stream);
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -140,9 +99,7 @@ static PyObject* capsule_device_array(struct ArrowDeviceArray* a) {
 
 static int on_cuda(const rill_array_t* a) { return a->device.type == RILL_DEVICE_CUDA; }
 
-static int device_type(const rill_array_t* a) {
-  return a->device.type == 0 ? RILL_DEVICE_CPU : (int)a->device.type;
-}
+static int device_type(const rill_array_t* a) { return rillpy_device_type(a->device); }
 
 /* The numpy type string of an element dtype (NULL: none, e.g. BFLOAT16 or STRING). */
 static const char* numpy_typestr(rill_dtype_t d) {
@@ -189,7 +146,7 @@ static const rill_array_t* host_array(const rill_array_t* a) {
   return copy ? copy : rill_array_retain(a);
 }
 
-static void release_array(const rill_array_t* a) {
+void rillpy_array_release(const rill_array_t* a) {
   if (a == NULL) return;
   if (rill_array_refcount(a) == 1) {
     Py_BEGIN_ALLOW_THREADS
@@ -200,15 +157,10 @@ static void release_array(const rill_array_t* a) {
   }
 }
 
-static PyObject* numpy_module(void) { return PyImport_ImportModule("numpy"); }
-
 /* numpy.empty(shape, dtype) */
 static PyObject* np_empty(PyObject* shape, const char* dtype) {
-  PyObject* np = numpy_module();
-  if (np == NULL) return NULL;
-  PyObject* out = PyObject_CallMethod(np, "empty", "Os", shape, dtype);
-  Py_DECREF(np);
-  return out;
+  PyObject* np = rillpy_numpy();
+  return np ? PyObject_CallMethod(np, "empty", "Os", shape, dtype) : NULL;
 }
 
 /* Copies `n` elements of dtype `d` into a writable C-contiguous numpy array `arr`
@@ -230,21 +182,6 @@ static int fill_numpy(PyObject* arr, rill_dtype_t d, const void* src, int64_t n)
   }
   PyBuffer_Release(&view);
   return 0;
-}
-
-static PyObject* shape_tuple(int ndim, const int64_t* shape, int64_t lead, int with_lead) {
-  int k = with_lead ? 1 : 0;
-  PyObject* t = PyTuple_New(ndim + k);
-  if (t == NULL) return NULL;
-  if (with_lead) PyTuple_SET_ITEM(t, 0, PyLong_FromLongLong(lead));
-  for (int i = 0; i < ndim; i++) PyTuple_SET_ITEM(t, i + k, PyLong_FromLongLong(shape[i]));
-  for (int i = 0; i < ndim + k; i++) {
-    if (PyTuple_GET_ITEM(t, i) == NULL) {
-      Py_DECREF(t);
-      return NULL;
-    }
-  }
-  return t;
 }
 
 static const char* element_dtype(rill_dtype_t d) {
@@ -295,7 +232,7 @@ static PyObject* cell_value(const rill_array_t* a, int64_t i) {
   if (a->type.ndim == 0) return scalar_value(d, p);
   int64_t shape[RILL_MAX_NDIM];
   int ndim = rill_array_cell_shape(a, i, shape);
-  PyObject* t = shape_tuple(ndim, shape, 0, 0);
+  PyObject* t = rillpy_shape_tuple(ndim, shape, 0, 0);
   if (t == NULL) return NULL;
   PyObject* out = np_empty(t, element_dtype(d));
   Py_DECREF(t);
@@ -328,9 +265,20 @@ PyObject* rillpy_array_new(const rill_array_t* a, PyObject* name) {
   return (PyObject*)self;
 }
 
+PyObject* rillpy_array_slice(const rill_array_t* a, int64_t start, int64_t n, PyObject* name) {
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_array_t* s = NULL;
+  int rc = rill_array_slice(a, start, n, &s, &err);
+  if (rc < 0) return rillpy_raise(rc, &err);
+  PyObject* out = rillpy_array_new(s, name);
+  rill_array_release(s);
+  return out;
+}
+
 static void array_dealloc(PyObject* self) {
   if (SELF->weakrefs != NULL) PyObject_ClearWeakRefs(self);
-  release_array(SELF->a);
+  rillpy_array_release(SELF->a);
   Py_XDECREF(SELF->name);
   PyObject_Free(self);
 }
@@ -343,7 +291,7 @@ static PyObject* array_item(PyObject* self, Py_ssize_t i) {
   const rill_array_t* h = host_array(SELF->a);
   if (h == NULL) return NULL;
   PyObject* v = cell_value(h, k);
-  release_array(h);
+  rillpy_array_release(h);
   return v;
 }
 
@@ -353,14 +301,7 @@ static PyObject* array_subscript(PyObject* self, PyObject* key) {
     if (PySlice_Unpack(key, &start, &stop, &step) < 0) return NULL;
     Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)SELF->a->length, &start, &stop, step);
     if (step != 1) return rillpy_invalid("rill.Array slices take step 1 (got %zd)", step);
-    rill_error_t err;
-    rill_error_clear(&err);
-    rill_array_t* s = NULL;
-    int rc = rill_array_slice(SELF->a, start, n, &s, &err);
-    if (rc < 0) return rillpy_raise(rc, &err);
-    PyObject* out = rillpy_array_new(s, SELF->name);
-    rill_array_release(s);
-    return out;
+    return rillpy_array_slice(SELF->a, start, n, SELF->name);
   }
   Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
   if (i == -1 && PyErr_Occurred()) return NULL;
@@ -387,7 +328,7 @@ static PyObject* array_repr(PyObject* self) {
 static PyObject* get_dtype(PyObject* self, void* c) { return rillpy_dtype_name(SELF->a->type.dtype); }
 
 static PyObject* get_shape(PyObject* self, void* c) {
-  return shape_tuple(SELF->a->type.ndim, SELF->a->type.shape, SELF->a->length, 1);
+  return rillpy_shape_tuple(SELF->a->type.ndim, SELF->a->type.shape, SELF->a->length, 1);
 }
 
 static PyObject* get_cell_shape(PyObject* self, void* c) { return rillpy_type_shape(&SELF->a->type); }
@@ -436,7 +377,7 @@ static PyObject* get_cuda_array_interface(PyObject* self, void* c) {
   rc = rill_array_sync(a, &err);
   Py_END_ALLOW_THREADS
   if (rc < 0) return rillpy_raise(rc, &err);
-  PyObject* shape = shape_tuple(a->type.ndim, a->type.shape, a->length, 1);
+  PyObject* shape = rillpy_shape_tuple(a->type.ndim, a->type.shape, a->length, 1);
   if (shape == NULL) return NULL;
   return Py_BuildValue("{sNsss(NO)sOsi}", "shape", shape, "typestr", typestr, "data",
                        PyLong_FromVoidPtr(a->data), Py_True, "strides", Py_None, "version", 3);
@@ -464,16 +405,15 @@ static PyObject* array_to_pylist(PyObject* self, PyObject* unused) {
     }
     PyList_SET_ITEM(list, (Py_ssize_t)i, v);
   }
-  release_array(h);
+  rillpy_array_release(h);
   return list;
 }
 
 /* numpy.from_dlpack(self), viewed as datetime64[us] for timestamps. */
 static PyObject* numpy_zero_copy(PyObject* self) {
-  PyObject* np = numpy_module();
+  PyObject* np = rillpy_numpy();
   if (np == NULL) return NULL;
   PyObject* out = PyObject_CallMethod(np, "from_dlpack", "O", self);
-  Py_DECREF(np);
   if (out != NULL && SELF->a->type.dtype == RILL_TIMESTAMP_US) {
     PyObject* v = PyObject_CallMethod(out, "view", "s", "datetime64[us]");
     Py_DECREF(out);
@@ -498,7 +438,7 @@ static PyObject* numpy_objects(const rill_array_t* h) {
 
 /* A copy of a fixed-shape host array: a numpy array, or a masked array when it has nulls. */
 static PyObject* numpy_copy(const rill_array_t* h) {
-  PyObject* shape = shape_tuple(h->type.ndim, h->type.shape, h->length, 1);
+  PyObject* shape = rillpy_shape_tuple(h->type.ndim, h->type.shape, h->length, 1);
   if (shape == NULL) return NULL;
   PyObject* data = np_empty(shape, element_dtype(h->type.dtype));
   int64_t cell = 1;
@@ -524,9 +464,8 @@ static PyObject* numpy_copy(const rill_array_t* h) {
   for (int64_t i = 0; i < h->length; i++)
     memset(m + i * cell, !rill_array_is_valid(h, i), (size_t)cell);
   PyBuffer_Release(&view);
-  PyObject* ma = PyImport_ImportModule("numpy.ma");
+  PyObject* ma = rillpy_numpy_ma();
   PyObject* out = ma ? PyObject_CallMethod(ma, "masked_array", "OO", data, mask) : NULL;
-  Py_XDECREF(ma);
   Py_DECREF(mask);
   Py_DECREF(data);
   return out;
@@ -542,7 +481,7 @@ static PyObject* array_to_numpy(PyObject* self, PyObject* unused) {
   const rill_array_t* h = host_array(SELF->a);
   if (h == NULL) return NULL;
   PyObject* out = is_variable(h) ? numpy_objects(h) : numpy_copy(h);
-  release_array(h);
+  rillpy_array_release(h);
   return out;
 }
 
@@ -581,22 +520,9 @@ static PyObject* array_array(PyObject* self, PyObject* args, PyObject* kwargs) {
   return out;
 }
 
-static PyObject* arrow_pair(PyObject* schema_cap, PyObject* array_cap) {
-  if (schema_cap == NULL || array_cap == NULL) {
-    Py_XDECREF(schema_cap);
-    Py_XDECREF(array_cap);
-    return NULL;
-  }
-  return Py_BuildValue("(NN)", schema_cap, array_cap);
-}
-
-static PyObject* array_arrow_c_array(PyObject* self, PyObject* args, PyObject* kwargs) {
-  static char* kwlist[] = {"requested_schema", NULL};
-  PyObject* requested = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:__arrow_c_array__", kwlist, &requested))
-    return NULL;
+PyObject* rillpy_arrow_c_array(rillpy_arrow_export_fn export, const void* src, int device) {
   struct ArrowSchema* s = PyMem_RawCalloc(1, sizeof(*s));
-  struct ArrowArray* arr = PyMem_RawCalloc(1, sizeof(*arr));
+  void* arr = PyMem_RawCalloc(1, device ? sizeof(struct ArrowDeviceArray) : sizeof(struct ArrowArray));
   if (s == NULL || arr == NULL) {
     PyMem_RawFree(s);
     PyMem_RawFree(arr);
@@ -606,24 +532,50 @@ static PyObject* array_arrow_c_array(PyObject* self, PyObject* args, PyObject* k
   rill_error_clear(&err);
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = rill_array_export_arrow(SELF->a, s, arr, &err);
+  rc = export(src, s, arr, &err);
   Py_END_ALLOW_THREADS
   if (rc < 0) {
     PyMem_RawFree(s);
     PyMem_RawFree(arr);
     return rillpy_raise(rc, &err);
   }
-  return arrow_pair(rillpy_capsule_schema(s), rillpy_capsule_array(arr));
+  PyObject* schema_cap = rillpy_capsule_schema(s);
+  PyObject* array_cap = device ? capsule_new(arr, "arrow_device_array", destroy_device_array, free_device_array)
+                               : rillpy_capsule_array(arr);
+  if (schema_cap == NULL || array_cap == NULL) {
+    Py_XDECREF(schema_cap);
+    Py_XDECREF(array_cap);
+    return NULL;
+  }
+  return Py_BuildValue("(NN)", schema_cap, array_cap);
 }
 
-static PyObject* array_arrow_c_schema(PyObject* self, PyObject* unused) {
-  PyObject* noargs = PyTuple_New(0);
-  PyObject* pair = noargs ? array_arrow_c_array(self, noargs, NULL) : NULL;
-  Py_XDECREF(noargs);
+PyObject* rillpy_arrow_c_schema(rillpy_arrow_export_fn export, const void* src) {
+  PyObject* pair = rillpy_arrow_c_array(export, src, 0);
   if (pair == NULL) return NULL;
   PyObject* schema = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
   Py_DECREF(pair);
   return schema;
+}
+
+static int export_arrow(const void* a, struct ArrowSchema* s, void* arr, rill_error_t* err) {
+  return rill_array_export_arrow(a, s, arr, err);
+}
+
+static int export_arrow_device(const void* a, struct ArrowSchema* s, void* arr, rill_error_t* err) {
+  return rill_array_export_arrow_device(a, arr, s, err);
+}
+
+static PyObject* array_arrow_c_array(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static char* kwlist[] = {"requested_schema", NULL};
+  PyObject* requested = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:__arrow_c_array__", kwlist, &requested))
+    return NULL;
+  return rillpy_arrow_c_array(export_arrow, SELF->a, 0);
+}
+
+static PyObject* array_arrow_c_schema(PyObject* self, PyObject* unused) {
+  return rillpy_arrow_c_schema(export_arrow, SELF->a);
 }
 
 static PyObject* array_arrow_c_device_array(PyObject* self, PyObject* args, PyObject* kwargs) {
@@ -638,25 +590,7 @@ static PyObject* array_arrow_c_device_array(PyObject* self, PyObject* args, PyOb
     if (r != NULL) requested = r;
   }
   (void)requested;
-  struct ArrowSchema* s = PyMem_RawCalloc(1, sizeof(*s));
-  struct ArrowDeviceArray* arr = PyMem_RawCalloc(1, sizeof(*arr));
-  if (s == NULL || arr == NULL) {
-    PyMem_RawFree(s);
-    PyMem_RawFree(arr);
-    return PyErr_NoMemory();
-  }
-  rill_error_t err;
-  rill_error_clear(&err);
-  int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = rill_array_export_arrow_device(SELF->a, arr, s, &err);
-  Py_END_ALLOW_THREADS
-  if (rc < 0) {
-    PyMem_RawFree(s);
-    PyMem_RawFree(arr);
-    return rillpy_raise(rc, &err);
-  }
-  return arrow_pair(rillpy_capsule_schema(s), capsule_device_array(arr));
+  return rillpy_arrow_c_array(export_arrow_device, SELF->a, 1);
 }
 
 /* (type, id) from a Python pair. */
@@ -724,15 +658,13 @@ static PyObject* array_dlpack(PyObject* self, PyObject* args, PyObject* kwargs) 
         t->flags &= ~(uint64_t)DLPACK_FLAG_BITMASK_READ_ONLY;
         t->flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
       }
-      cap = PyCapsule_New(t, "dltensor_versioned", destroy_dltensor_versioned);
-      if (cap == NULL) t->deleter(t);
+      cap = capsule_new(t, "dltensor_versioned", destroy_dltensor_versioned, free_dltensor_versioned);
     }
   } else {
     DLManagedTensor* t = NULL;
     rc = rill_array_export_dlpack_legacy(src, &t, &err);
     if (rc == RILL_OK) {
-      cap = PyCapsule_New(t, "dltensor", destroy_dltensor);
-      if (cap == NULL) t->deleter(t);
+      cap = capsule_new(t, "dltensor", destroy_dltensor, free_dltensor);
     }
   }
   rill_array_release(fresh); /* the export holds its own reference */

@@ -27,8 +27,16 @@ PyObject* rillpy_df_new(rill_df_t* df, PyObject* keep) {
   return (PyObject*)self;
 }
 
-/* A derived dataframe that inherits the class names and the batched flag of its parent. */
-static PyObject* derived(RillDataFrame* parent, rill_df_t* df, int batched) {
+PyObject* rillpy_df_result(int rc, const rill_error_t* err, rill_df_t* df) {
+  if (rc < 0) return rillpy_raise(rc, err);
+  return rillpy_df_new(df, NULL);
+}
+
+/* The result of an operator that derives a dataframe (rc, err and df from its call): the new
+ * dataframe, inheriting the class names of its parent and the batched flag given; or the
+ * raised error. */
+static PyObject* derived(RillDataFrame* parent, int rc, const rill_error_t* err, rill_df_t* df, int batched) {
+  if (rc < 0) return rillpy_raise(rc, err);
   PyObject* o = rillpy_df_new(df, (PyObject*)parent);
   if (!o) return NULL;
   RillDataFrame* d = (RillDataFrame*)o;
@@ -63,33 +71,23 @@ static Py_ssize_t df_len(RillDataFrame* self) { return (Py_ssize_t)rill_df_rows(
 static PyObject* df_num_rows(RillDataFrame* self, void* c) { return PyLong_FromLongLong(rill_df_rows(self->df)); }
 static PyObject* df_num_columns(RillDataFrame* self, void* c) { return PyLong_FromLong(rill_df_ncolumns(self->df)); }
 
-static PyObject* df_columns(RillDataFrame* self, void* c) {
-  int n = rill_df_ncolumns(self->df);
+PyObject* rillpy_column_list(const rill_df_t* df, const int* columns, int n, int fields) {
+  if (!columns) n = rill_df_ncolumns(df);
   PyObject* l = PyList_New(n);
   for (int i = 0; l && i < n; i++) {
-    PyObject* s = PyUnicode_FromString(rill_df_field(self->df, i)->name);
-    if (!s) {
+    const rill_field_t* f = rill_df_field(df, columns ? columns[i] : i);
+    PyObject* item = fields ? rillpy_field(f) : PyUnicode_FromString(f->name);
+    if (!item) {
       Py_CLEAR(l);
       break;
     }
-    PyList_SET_ITEM(l, i, s);
+    PyList_SET_ITEM(l, i, item);
   }
   return l;
 }
 
-static PyObject* df_schema(RillDataFrame* self, void* c) {
-  int n = rill_df_ncolumns(self->df);
-  PyObject* l = PyList_New(n);
-  for (int i = 0; l && i < n; i++) {
-    PyObject* f = rillpy_field(rill_df_field(self->df, i));
-    if (!f) {
-      Py_CLEAR(l);
-      break;
-    }
-    PyList_SET_ITEM(l, i, f);
-  }
-  return l;
-}
+static PyObject* df_columns(RillDataFrame* self, void* c) { return rillpy_column_list(self->df, NULL, 0, 0); }
+static PyObject* df_schema(RillDataFrame* self, void* c) { return rillpy_column_list(self->df, NULL, 0, 1); }
 
 static PyObject* df_is_batched(RillDataFrame* self, void* c) { return PyBool_FromLong(self->batched); }
 
@@ -113,23 +111,14 @@ static PyObject* df_column_index(RillDataFrame* self, PyObject* arg) {
 static PyObject* df_repr(RillDataFrame* self) {
   int n = rill_df_ncolumns(self->df);
   PyObject* parts = PyList_New(0);
-  if (!parts) return NULL;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; parts && i < n; i++) {
     const rill_field_t* f = rill_df_field(self->df, i);
     char tb[128];
-    PyObject* s = PyUnicode_FromFormat("%s: %s%s", f->name, rill_type_format(&f->type, tb, sizeof tb),
-                                       f->nullable ? "?" : "");
-    if (!s || PyList_Append(parts, s) < 0) {
-      Py_XDECREF(s);
-      Py_DECREF(parts);
-      return NULL;
-    }
-    Py_DECREF(s);
+    if (rillpy_append(parts, PyUnicode_FromFormat("%s: %s%s", f->name, rill_type_format(&f->type, tb, sizeof tb),
+                                                  f->nullable ? "?" : "")) < 0)
+      Py_CLEAR(parts);
   }
-  PyObject* sep = PyUnicode_FromString(", ");
-  PyObject* joined = sep ? PyUnicode_Join(sep, parts) : NULL;
-  Py_XDECREF(sep);
-  Py_DECREF(parts);
+  PyObject* joined = rillpy_join(parts);
   if (!joined) return NULL;
   PyObject* r = PyUnicode_FromFormat("rill.DataFrame(%s%lld rows; %U)", self->batched ? "batched, " : "",
                                      (long long)rill_df_rows(self->df), joined);
@@ -142,11 +131,7 @@ static PyObject* df_repr(RillDataFrame* self) {
 static int parse_stage_opts(PyObject* where, long long grain, PyObject* on_error, int nullable,
                             rill_stage_opts_t* o) {
   memset(o, 0, sizeof *o);
-  if (grain < 0) {
-    rillpy_invalid("grain must be >= 0 (0: the engine picks), got %lld", grain);
-    return -1;
-  }
-  o->grain = grain;
+  if (rillpy_parse_grain(grain, &o->grain) < 0) return -1;
   o->nullable = nullable;
   if (rillpy_parse_where(where, &o->where) < 0) return -1;
   if (rillpy_parse_on_error(on_error, &o->on_error) < 0) return -1;
@@ -207,6 +192,39 @@ static int parse_doubles(PyObject* o, double* out, int max, const char* what) {
   }
   Py_DECREF(seq);
   return (int)n;
+}
+
+/* The indices 0..n-1 of all the columns of df (PyMem; NULL raised). */
+static int* all_columns(rill_df_t* df, int* n) {
+  *n = rill_df_ncolumns(df);
+  int* cols = PyMem_Malloc(sizeof *cols * (size_t)(*n ? *n : 1));
+  if (!cols) return (int*)PyErr_NoMemory();
+  for (int i = 0; i < *n; i++) cols[i] = i;
+  return cols;
+}
+
+/* A (min, max) pair of floats into out (NULL or None: out is kept). */
+static int parse_range(PyObject* o, double out[2], const char* what) {
+  if (!o || o == Py_None) return 0;
+  int k = parse_doubles(o, out, 2, what);
+  if (k < 0) return -1;
+  if (k != 2) {
+    rillpy_invalid("%s must be a (min, max) pair", what);
+    return -1;
+  }
+  return 0;
+}
+
+/* The options resize and random_resized_crop share, into their fields of either options
+ * struct: size (int: both sides, or the shorter side when `short_side`; or (h, w)),
+ * interpolation and on_error; and the input column. -1 (raised). */
+static int resize_opts(RillDataFrame* self, PyObject* column, int* col, PyObject* size, int short_side,
+                       int out_size[2], PyObject* interp, rill_interp_t* interpolation, PyObject* on_error,
+                       rill_on_error_t* on_error_out) {
+  if (parse_size(size, out_size, short_side) < 0 || rillpy_parse_interp(interp, interpolation) < 0 ||
+      rillpy_parse_on_error(on_error, on_error_out) < 0 || column_arg(self, column, col) < 0)
+    return -1;
+  return 0;
 }
 
 /* The result of an operator that adds a column: its index, or the raised error. */
@@ -279,8 +297,7 @@ static PyObject* df_reduce(RillDataFrame* self, PyObject* args, PyObject* kw) {
   rill_error_clear(&err);
   rill_df_t* out = NULL;
   int rc = rill_df_reduce(self->df, col, k, type, rillpy_reduce_fn, c, rillpy_stage_free, &out, &err);
-  if (rc < 0) return rillpy_raise(rc, &err);
-  return derived(self, out, 0);
+  return derived(self, rc, &err, out, 0);
 }
 
 /* ---------------------------------------------------------------- derived dataframes */
@@ -299,19 +316,13 @@ static PyObject* df_batch(RillDataFrame* self, PyObject* args, PyObject* kw) {
   int* cols = NULL;
   int n = 0;
   if (rillpy_parse_columns(self->df, columns, &cols, &n) < 0) return NULL;
-  if (!cols) {
-    n = rill_df_ncolumns(self->df);
-    cols = PyMem_Malloc(sizeof *cols * (size_t)(n ? n : 1));
-    if (!cols) return PyErr_NoMemory();
-    for (int i = 0; i < n; i++) cols[i] = i;
-  }
+  if (!cols && !(cols = all_columns(self->df, &n))) return NULL;
   rill_error_t err;
   rill_error_clear(&err);
   rill_df_t* out = NULL;
   int rc = rill_df_batch(self->df, cols, n, size, &o, &out, &err);
   PyMem_Free(cols);
-  if (rc < 0) return rillpy_raise(rc, &err);
-  return derived(self, out, 1);
+  return derived(self, rc, &err, out, 1);
 }
 
 static PyObject* df_shuffle(RillDataFrame* self, PyObject* args, PyObject* kw) {
@@ -322,8 +333,7 @@ static PyObject* df_shuffle(RillDataFrame* self, PyObject* args, PyObject* kw) {
   rill_error_clear(&err);
   rill_df_t* out = NULL;
   int rc = rill_df_shuffle(self->df, (uint64_t)seed, &out, &err);
-  if (rc < 0) return rillpy_raise(rc, &err);
-  return derived(self, out, self->batched);
+  return derived(self, rc, &err, out, self->batched);
 }
 
 static PyObject* df_shard(RillDataFrame* self, PyObject* args, PyObject* kw) {
@@ -334,8 +344,7 @@ static PyObject* df_shard(RillDataFrame* self, PyObject* args, PyObject* kw) {
   rill_error_clear(&err);
   rill_df_t* out = NULL;
   int rc = rill_df_shard(self->df, rank, world, &out, &err);
-  if (rc < 0) return rillpy_raise(rc, &err);
-  return derived(self, out, self->batched);
+  return derived(self, rc, &err, out, self->batched);
 }
 
 static PyObject* df_filter(RillDataFrame* self, PyObject* arg) {
@@ -348,8 +357,7 @@ static PyObject* df_filter(RillDataFrame* self, PyObject* arg) {
   Py_BEGIN_ALLOW_THREADS /* computes the kept rows (may run Python maps on workers) */
   rc = rill_df_filter(self->df, col, &out, &err);
   Py_END_ALLOW_THREADS
-  if (rc < 0) return rillpy_raise(rc, &err);
-  return derived(self, out, self->batched);
+  return derived(self, rc, &err, out, self->batched);
 }
 
 /* ---------------------------------------------------------------- files and images */
@@ -410,19 +418,9 @@ static PyObject* df_random_resized_crop(RillDataFrame* self, PyObject* args, PyO
   o.channels = channels;
   o.max_pixels = max_pixels;
   int col;
-  if (parse_size(size, o.size, 0) < 0 || rillpy_parse_interp(interp, &o.interpolation) < 0 ||
-      rillpy_parse_on_error(on_error, &o.on_error) < 0 || column_arg(self, column, &col) < 0)
+  if (resize_opts(self, column, &col, size, 0, o.size, interp, &o.interpolation, on_error, &o.on_error) < 0)
     return NULL;
-  if (scale && scale != Py_None) {
-    int k = parse_doubles(scale, o.scale, 2, "scale");
-    if (k < 0) return NULL;
-    if (k != 2) return rillpy_invalid("scale must be a (min, max) pair");
-  }
-  if (ratio && ratio != Py_None) {
-    int k = parse_doubles(ratio, o.ratio, 2, "ratio");
-    if (k < 0) return NULL;
-    if (k != 2) return rillpy_invalid("ratio must be a (min, max) pair");
-  }
+  if (parse_range(scale, o.scale, "scale") < 0 || parse_range(ratio, o.ratio, "ratio") < 0) return NULL;
   rill_error_t err;
   rill_error_clear(&err);
   return added(rill_image_random_resized_crop(self->df, name, col, &o, &err), &err);
@@ -441,8 +439,7 @@ static PyObject* df_resize(RillDataFrame* self, PyObject* args, PyObject* kw) {
   o.channels = channels;
   o.max_pixels = max_pixels;
   int col;
-  if (parse_size(size, o.size, 1) < 0 || rillpy_parse_interp(interp, &o.interpolation) < 0 ||
-      rillpy_parse_on_error(on_error, &o.on_error) < 0 || column_arg(self, column, &col) < 0)
+  if (resize_opts(self, column, &col, size, 1, o.size, interp, &o.interpolation, on_error, &o.on_error) < 0)
     return NULL;
   rill_error_t err;
   rill_error_clear(&err);
@@ -813,25 +810,20 @@ static PyObject* df_dataframe(RillDataFrame* self, PyObject* args, PyObject* kw)
   PyObject* src = (PyObject*)self;
   Py_INCREF(src);
   if (!self->batched && rill_df_rows(self->df) > 0) {
-    int n = rill_df_ncolumns(self->df);
-    int* cols = PyMem_Malloc(sizeof *cols * (size_t)(n ? n : 1));
+    int n;
+    int* cols = all_columns(self->df, &n);
     if (!cols) {
       Py_DECREF(src);
       Py_DECREF(names);
-      return PyErr_NoMemory();
+      return NULL;
     }
-    for (int i = 0; i < n; i++) cols[i] = i;
     rill_error_t err;
     rill_error_clear(&err);
     rill_df_t* b = NULL;
     int rc = rill_df_batch(self->df, cols, n, 65536, NULL, &b, &err);
     PyMem_Free(cols);
     Py_DECREF(src);
-    if (rc < 0) {
-      Py_DECREF(names);
-      return rillpy_raise(rc, &err);
-    }
-    src = derived(self, b, 1);
+    src = derived(self, rc, &err, b, 1);
     if (!src) {
       Py_DECREF(names);
       return NULL;

@@ -89,18 +89,8 @@ static int split_chunk(PyObject* chunk, PyObject* names, Py_ssize_t k, PyObject*
     if (piece == NULL) return -1;
     for (Py_ssize_t c = 0; c < ncol; c++) {
       PyObject* src = PyTuple_GET_ITEM(chunk, c);
-      rill_error_t err;
-      rill_error_clear(&err);
-      rill_array_t* s = NULL;
-      int rc = rill_array_slice(ARR(src), start, n, &s, &err);
-      if (rc < 0) {
-        Py_DECREF(piece);
-        rillpy_raise(rc, &err);
-        return -1;
-      }
       PyObject* name = names ? PyTuple_GET_ITEM(names, c) : ((RillArray*)src)->name;
-      PyObject* arr = rillpy_array_new(s, name);
-      rill_array_release(s);
+      PyObject* arr = rillpy_array_slice(ARR(src), start, n, name);
       if (arr == NULL) {
         Py_DECREF(piece);
         return -1;
@@ -136,7 +126,7 @@ static PyObject* buffer_new(PyObject* owner, const rill_interchange_buffer_t* b)
   self->ptr = b->ptr;
   self->bufsize = b->bufsize;
   self->device = b->device;
-  if (self->device.type == 0) self->device.type = RILL_DEVICE_CPU;
+  self->device.type = (rill_device_type_t)rillpy_device_type(b->device);
   return (PyObject*)self;
 }
 
@@ -557,21 +547,7 @@ static PyObject* frame_column(PyObject* self, Py_ssize_t c) {
 
 static Py_ssize_t frame_index(PyObject* self, PyObject* key) {
   Py_ssize_t ncol = PyTuple_GET_SIZE(FRAME->names);
-  if (PyUnicode_Check(key)) {
-    for (Py_ssize_t i = 0; i < ncol; i++) {
-      int eq = PyUnicode_Compare(PyTuple_GET_ITEM(FRAME->names, i), key);
-      if (eq == -1 && PyErr_Occurred()) return -1;
-      if (eq == 0) return i;
-    }
-    PyObject* sep = PyUnicode_FromString(", ");
-    PyObject* names = sep ? PyUnicode_Join(sep, FRAME->names) : NULL;
-    Py_XDECREF(sep);
-    if (names != NULL) {
-      rillpy_invalid("unknown column %R; columns are: %U", key, names);
-      Py_DECREF(names);
-    }
-    return -1;
-  }
+  if (PyUnicode_Check(key)) return rillpy_find_name(FRAME->names, key, 1);
   Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
   if (i == -1 && PyErr_Occurred()) return -1;
   if (i < 0 || i >= ncol) {

@@ -119,18 +119,7 @@ static PyObject* iter_epoch(RillIterator* self, void* c) {
 }
 
 static PyObject* iter_columns(RillIterator* self, void* c) {
-  rill_df_t* df = self->df->df;
-  int n = self->columns ? self->ncolumns : rill_df_ncolumns(df);
-  PyObject* l = PyList_New(n);
-  for (int i = 0; l && i < n; i++) {
-    PyObject* s = PyUnicode_FromString(rill_df_field(df, self->columns ? self->columns[i] : i)->name);
-    if (!s) {
-      Py_CLEAR(l);
-      break;
-    }
-    PyList_SET_ITEM(l, i, s);
-  }
-  return l;
+  return rillpy_column_list(self->df->df, self->columns, self->ncolumns, 0);
 }
 
 static PyObject* iter_dataframe(RillIterator* self, void* c) { return Py_NewRef((PyObject*)self->df); }
@@ -179,20 +168,18 @@ static PyObject* iter_prefetch(RillIterator* self, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
-static int dict_set_i64(PyObject* d, const char* k, long long v) {
-  PyObject* o = PyLong_FromLongLong(v);
-  if (!o) return -1;
-  int rc = PyDict_SetItemString(d, k, o);
-  Py_DECREF(o);
+/* d[k] = v, stealing v (NULL: -1 with its exception). */
+static int dict_set(PyObject* d, const char* k, PyObject* v) {
+  if (!v) return -1;
+  int rc = PyDict_SetItemString(d, k, v);
+  Py_DECREF(v);
   return rc;
 }
 
+static int dict_set_i64(PyObject* d, const char* k, long long v) { return dict_set(d, k, PyLong_FromLongLong(v)); }
+
 static int dict_set_u64(PyObject* d, const char* k, unsigned long long v) {
-  PyObject* o = PyLong_FromUnsignedLongLong(v);
-  if (!o) return -1;
-  int rc = PyDict_SetItemString(d, k, o);
-  Py_DECREF(o);
-  return rc;
+  return dict_set(d, k, PyLong_FromUnsignedLongLong(v));
 }
 
 static PyObject* iter_stats(RillIterator* self, PyObject* unused) {

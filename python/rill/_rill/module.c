@@ -134,26 +134,70 @@ PyObject* rillpy_invalid(const char* fmt, ...) {
   return raise_with(RILL_EINVAL, msg, -1, -1, NULL);
 }
 
-/* ---------------------------------------------------------------- conversions */
+/* ---------------------------------------------------------------- helpers */
 
-/* "bool, int8, ..., timestamp_us" */
-static PyObject* dtype_list(void) {
-  PyObject* parts = PyList_New(0);
+int rillpy_append(PyObject* list, PyObject* item) {
+  if (item == NULL) return -1;
+  int rc = PyList_Append(list, item);
+  Py_DECREF(item);
+  return rc;
+}
+
+PyObject* rillpy_join(PyObject* parts) {
   if (parts == NULL) return NULL;
-  for (int d = RILL_BOOL; d <= RILL_TIMESTAMP_US; d++) {
-    PyObject* s = PyUnicode_FromString(rill_dtype_name((rill_dtype_t)d));
-    if (s == NULL || PyList_Append(parts, s) < 0) {
-      Py_XDECREF(s);
-      Py_DECREF(parts);
-      return NULL;
-    }
-    Py_DECREF(s);
-  }
   PyObject* sep = PyUnicode_FromString(", ");
   PyObject* out = sep ? PyUnicode_Join(sep, parts) : NULL;
   Py_XDECREF(sep);
   Py_DECREF(parts);
   return out;
+}
+
+int rillpy_is_finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+static PyObject* numpy_mod;    /* numpy, imported on first use */
+static PyObject* numpy_ma_mod; /* numpy.ma */
+
+PyObject* rillpy_numpy(void) {
+  if (numpy_mod == NULL) numpy_mod = PyImport_ImportModule("numpy");
+  return numpy_mod;
+}
+
+PyObject* rillpy_numpy_ma(void) {
+  if (numpy_ma_mod == NULL) numpy_ma_mod = PyImport_ImportModule("numpy.ma");
+  return numpy_ma_mod;
+}
+
+int rillpy_split_masked(PyObject* o, PyObject** data, PyObject** mask) {
+  *data = *mask = NULL;
+  PyObject* ma = rillpy_numpy_ma();
+  PyObject* macls = ma ? PyObject_GetAttrString(ma, "MaskedArray") : NULL;
+  if (macls == NULL) return -1;
+  int masked = PyObject_IsInstance(o, macls);
+  Py_DECREF(macls);
+  if (masked <= 0) return masked;
+  *data = PyObject_CallMethod(ma, "getdata", "O", o);
+  *mask = *data ? PyObject_CallMethod(ma, "getmaskarray", "O", o) : NULL;
+  if (*mask == NULL) {
+    Py_CLEAR(*data);
+    return -1;
+  }
+  return 1;
+}
+
+/* ---------------------------------------------------------------- conversions */
+
+/* "bool, int8, ..., timestamp_us" */
+static PyObject* dtype_list(void) {
+  PyObject* parts = PyList_New(0);
+  for (int d = RILL_BOOL; parts != NULL && d <= RILL_TIMESTAMP_US; d++)
+    if (rillpy_append(parts, PyUnicode_FromString(rill_dtype_name((rill_dtype_t)d))) < 0) Py_CLEAR(parts);
+  return rillpy_join(parts);
 }
 
 static int bad_dtype(PyObject* o) {
@@ -181,13 +225,12 @@ static int dtype_from_name(const char* s, rill_dtype_t* out) {
 
 /* A numpy dtype (or anything numpy.dtype() accepts) through its kind and item size. */
 static int dtype_from_numpy(PyObject* o, rill_dtype_t* out) {
-  PyObject* np = PyImport_ImportModule("numpy");
+  PyObject* np = rillpy_numpy();
   if (np == NULL) {
     PyErr_Clear();
     return 0;
   }
   PyObject* dt = PyObject_CallMethod(np, "dtype", "O", o);
-  Py_DECREF(np);
   if (dt == NULL) {
     PyErr_Clear();
     return 0;
@@ -293,6 +336,15 @@ int rillpy_parse_type(PyObject* dtype, PyObject* shape, rill_type_t* out) {
   return 0;
 }
 
+int rillpy_parse_grain(long long grain, int64_t* out) {
+  if (grain < 0) {
+    rillpy_invalid("grain must be >= 0 (0: the engine picks), got %lld", grain);
+    return -1;
+  }
+  *out = grain;
+  return 0;
+}
+
 /* An option given as one of `names` (its index is the value) or as a valid int. */
 static int parse_choice(PyObject* o, const char* what, const char* const* names, const int* values,
                         int n, int* out) {
@@ -320,20 +372,9 @@ static int parse_choice(PyObject* o, const char* what, const char* const* names,
     }
   }
   PyObject* parts = PyList_New(0);
-  if (parts == NULL) return -1;
-  for (int i = 0; i < n; i++) {
-    PyObject* s = PyUnicode_FromString(names[i]);
-    if (s == NULL || PyList_Append(parts, s) < 0) {
-      Py_XDECREF(s);
-      Py_DECREF(parts);
-      return -1;
-    }
-    Py_DECREF(s);
-  }
-  PyObject* sep = PyUnicode_FromString(", ");
-  PyObject* valid = sep ? PyUnicode_Join(sep, parts) : NULL;
-  Py_XDECREF(sep);
-  Py_DECREF(parts);
+  for (int i = 0; parts != NULL && i < n; i++)
+    if (rillpy_append(parts, PyUnicode_FromString(names[i])) < 0) Py_CLEAR(parts);
+  PyObject* valid = rillpy_join(parts);
   if (valid == NULL) return -1;
   rillpy_invalid("unknown %s %R; valid values: %U", what, o, valid);
   Py_DECREF(valid);
@@ -377,26 +418,34 @@ int rillpy_parse_where(PyObject* o, rill_stage_where_t* out) {
   return 0;
 }
 
-/* "a, b, c": the column names of df. */
+/* The column names of df (a new list). */
 static PyObject* column_names(rill_df_t* df) {
   PyObject* parts = PyList_New(0);
-  if (parts == NULL) return NULL;
   int n = rill_df_ncolumns(df);
-  for (int i = 0; i < n; i++) {
-    const rill_field_t* f = rill_df_field(df, i);
-    PyObject* s = PyUnicode_DecodeUTF8(f->name, (Py_ssize_t)strlen(f->name), "replace");
-    if (s == NULL || PyList_Append(parts, s) < 0) {
-      Py_XDECREF(s);
-      Py_DECREF(parts);
-      return NULL;
-    }
-    Py_DECREF(s);
+  for (int i = 0; parts != NULL && i < n; i++) {
+    const char* name = rill_df_field(df, i)->name;
+    if (rillpy_append(parts, PyUnicode_DecodeUTF8(name, (Py_ssize_t)strlen(name), "replace")) < 0)
+      Py_CLEAR(parts);
   }
-  PyObject* sep = PyUnicode_FromString(", ");
-  PyObject* out = sep ? PyUnicode_Join(sep, parts) : NULL;
-  Py_XDECREF(sep);
-  Py_DECREF(parts);
-  return out;
+  return parts;
+}
+
+PyObject* rillpy_unknown_column(PyObject* key, PyObject* names) {
+  PyObject* joined = rillpy_join(names);
+  if (joined == NULL) return NULL;
+  rillpy_invalid("unknown column %R; columns are: %U", key, joined);
+  Py_DECREF(joined);
+  return NULL;
+}
+
+Py_ssize_t rillpy_find_name(PyObject* names, PyObject* key, int raise_) {
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+    int eq = PyUnicode_Compare(PyTuple_GET_ITEM(names, i), key);
+    if (eq == -1 && PyErr_Occurred()) return -1;
+    if (eq == 0) return i;
+  }
+  if (raise_) rillpy_unknown_column(key, Py_NewRef(names));
+  return -1;
 }
 
 int rillpy_parse_column(rill_df_t* df, PyObject* o, int* out) {
@@ -409,10 +458,7 @@ int rillpy_parse_column(rill_df_t* df, PyObject* o, int* out) {
       *out = c;
       return 0;
     }
-    PyObject* names = column_names(df);
-    if (names == NULL) return -1;
-    rillpy_invalid("unknown column %R; columns are: %U", o, names);
-    Py_DECREF(names);
+    rillpy_unknown_column(o, column_names(df));
     return -1;
   }
   if (PyLong_Check(o) && !PyBool_Check(o)) {
@@ -493,19 +539,22 @@ PyObject* rillpy_dtype_name(rill_dtype_t dtype) {
   return PyUnicode_FromString(s ? s : "unknown");
 }
 
-PyObject* rillpy_type_shape(const rill_type_t* t) {
-  PyObject* shape = PyTuple_New(t->ndim);
-  if (shape == NULL) return NULL;
-  for (int i = 0; i < t->ndim; i++) {
-    PyObject* d = PyLong_FromLongLong(t->shape[i]);
-    if (d == NULL) {
-      Py_DECREF(shape);
+PyObject* rillpy_shape_tuple(int ndim, const int64_t* shape, int64_t lead, int with_lead) {
+  int k = with_lead ? 1 : 0;
+  PyObject* t = PyTuple_New(ndim + k);
+  if (t == NULL) return NULL;
+  if (with_lead) PyTuple_SET_ITEM(t, 0, PyLong_FromLongLong(lead));
+  for (int i = 0; i < ndim; i++) PyTuple_SET_ITEM(t, i + k, PyLong_FromLongLong(shape[i]));
+  for (int i = 0; i < ndim + k; i++) {
+    if (PyTuple_GET_ITEM(t, i) == NULL) {
+      Py_DECREF(t);
       return NULL;
     }
-    PyTuple_SET_ITEM(shape, i, d);
   }
-  return shape;
+  return t;
 }
+
+PyObject* rillpy_type_shape(const rill_type_t* t) { return rillpy_shape_tuple(t->ndim, t->shape, 0, 0); }
 
 static PyTypeObject FieldType;
 
@@ -527,13 +576,12 @@ static PyStructSequence_Desc field_desc = {
 PyObject* rillpy_field(const rill_field_t* f) {
   PyObject* out = PyStructSequence_New(&FieldType);
   if (out == NULL) return NULL;
-  int type = f->device.type == 0 ? RILL_DEVICE_CPU : (int)f->device.type;
   PyObject* items[5] = {
     PyUnicode_DecodeUTF8(f->name, (Py_ssize_t)strlen(f->name), "replace"),
     rillpy_dtype_name(f->type.dtype),
     rillpy_type_shape(&f->type),
     PyBool_FromLong(f->nullable),
-    Py_BuildValue("(ii)", type, f->device.id),
+    Py_BuildValue("(ii)", rillpy_device_type(f->device), f->device.id),
   };
   int ok = 1;
   for (int i = 0; i < 5; i++) {

@@ -10,19 +10,6 @@
 
 /* ================================================================ numpy helpers */
 
-static PyObject* numpy_mod;    /* numpy, imported on first use */
-static PyObject* numpy_ma_mod; /* numpy.ma */
-
-static PyObject* np(void) {
-  if (!numpy_mod) numpy_mod = PyImport_ImportModule("numpy");
-  return numpy_mod;
-}
-
-static PyObject* np_ma(void) {
-  if (!numpy_ma_mod) numpy_ma_mod = PyImport_ImportModule("numpy.ma");
-  return numpy_ma_mod;
-}
-
 /* The numpy dtype name that holds a rill dtype's values (bfloat16: its raw 16 bits). */
 static const char* np_dtype_name(rill_dtype_t d) {
   switch (d) {
@@ -38,27 +25,13 @@ static int is_var_type(const rill_type_t* t) {
   return t->dtype == RILL_STRING || t->dtype == RILL_BINARY || !rill_type_is_fixed(t);
 }
 
-/* (n, *shape) as a tuple; shape -1 entries are kept as given by `cell` (ndim values). */
-static PyObject* shape_tuple(int64_t n, int ndim, const int64_t* cell) {
-  PyObject* t = PyTuple_New(ndim + 1);
-  if (!t) return NULL;
-  PyTuple_SET_ITEM(t, 0, PyLong_FromLongLong(n));
-  for (int i = 0; i < ndim; i++) PyTuple_SET_ITEM(t, i + 1, PyLong_FromLongLong(cell[i]));
-  for (int i = 0; i <= ndim; i++)
-    if (!PyTuple_GET_ITEM(t, i)) {
-      Py_DECREF(t);
-      return NULL;
-    }
-  return t;
-}
-
 /* A read-only numpy view [shape] of `nbytes` bytes at `ptr` (valid while the memory is). */
 static PyObject* np_view(const void* ptr, int64_t nbytes, rill_dtype_t dtype, PyObject* shape) {
   static const char empty[1];
   PyObject* mv = PyMemoryView_FromMemory((char*)(ptr ? ptr : empty), ptr ? (Py_ssize_t)nbytes : 0,
                                          PyBUF_READ);
   if (!mv) return NULL;
-  PyObject* flat = PyObject_CallMethod(np(), "frombuffer", "Os", mv, np_dtype_name(dtype));
+  PyObject* flat = PyObject_CallMethod(rillpy_numpy(), "frombuffer", "Os", mv, np_dtype_name(dtype));
   Py_DECREF(mv);
   if (!flat) return NULL;
   PyObject* arr = PyObject_CallMethod(flat, "reshape", "O", shape);
@@ -89,7 +62,7 @@ static PyObject* input_value(const rill_array_t* a) {
   int64_t n = a->length;
   const rill_type_t* t = &a->type;
   if (!is_var_type(t)) {
-    PyObject* shape = shape_tuple(n, t->ndim, t->shape);
+    PyObject* shape = rillpy_shape_tuple(t->ndim, t->shape, n, 1);
     if (!shape) return NULL;
     PyObject* arr = np_view(a->data, n * rill_type_cell_bytes(t), t->dtype, shape);
     if (!arr || a->null_count == 0 || !a->validity) {
@@ -101,19 +74,19 @@ static PyObject* input_value(const rill_array_t* a) {
     if (!flags) goto fail_masked;
     char* f = PyBytes_AS_STRING(flags);
     for (int64_t i = 0; i < n; i++) f[i] = !rill_array_is_valid(a, i);
-    PyObject* m1 = PyObject_CallMethod(np(), "frombuffer", "Os", flags, "bool");
+    PyObject* m1 = PyObject_CallMethod(rillpy_numpy(), "frombuffer", "Os", flags, "bool");
     Py_DECREF(flags);
     if (!m1) goto fail_masked;
     int64_t ones[RILL_MAX_NDIM];
     for (int i = 0; i < t->ndim; i++) ones[i] = 1;
-    PyObject* mshape = shape_tuple(n, t->ndim, ones);
+    PyObject* mshape = rillpy_shape_tuple(t->ndim, ones, n, 1);
     PyObject* m2 = mshape ? PyObject_CallMethod(m1, "reshape", "O", mshape) : NULL;
     Py_XDECREF(mshape);
     Py_DECREF(m1);
-    PyObject* mask = m2 ? PyObject_CallMethod(np(), "broadcast_to", "OO", m2, shape) : NULL;
+    PyObject* mask = m2 ? PyObject_CallMethod(rillpy_numpy(), "broadcast_to", "OO", m2, shape) : NULL;
     Py_XDECREF(m2);
     if (!mask) goto fail_masked;
-    PyObject* ma = np_ma() ? PyObject_CallMethod(np_ma(), "MaskedArray", "OO", arr, mask) : NULL;
+    PyObject* ma = rillpy_numpy_ma() ? PyObject_CallMethod(rillpy_numpy_ma(), "MaskedArray", "OO", arr, mask) : NULL;
     Py_DECREF(mask);
     Py_DECREF(arr);
     Py_DECREF(shape);
@@ -284,17 +257,10 @@ typedef struct pystage {
 void rillpy_stage_free(void* p) {
   pystage_t* c = p;
   if (!c) return;
-  if (c->fn) {
-#if PY_VERSION_HEX >= 0x030D0000
-    int finalizing = Py_IsFinalizing();
-#else
-    int finalizing = _Py_IsFinalizing();
-#endif
-    if (!finalizing) {
-      PyGILState_STATE g = PyGILState_Ensure();
-      Py_DECREF(c->fn);
-      PyGILState_Release(g);
-    }
+  if (c->fn && !rillpy_is_finalizing()) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_DECREF(c->fn);
+    PyGILState_Release(g);
   }
   free(c->name);
   free(c);
@@ -371,7 +337,7 @@ static int result_fixed(pystage_t* c, PyObject* res, int64_t n, rill_array_t* ou
         nulls[i] = 1;
         if (!zero) {
           PyObject* cs = rillpy_type_shape(t);
-          zero = cs ? PyObject_CallMethod(np(), "zeros", "Os", cs, np_dtype_name(t->dtype)) : NULL;
+          zero = cs ? PyObject_CallMethod(rillpy_numpy(), "zeros", "Os", cs, np_dtype_name(t->dtype)) : NULL;
           Py_XDECREF(cs);
           if (!zero) {
             Py_DECREF(filled);
@@ -383,20 +349,14 @@ static int result_fixed(pystage_t* c, PyObject* res, int64_t n, rill_array_t* ou
       PyList_SET_ITEM(filled, i, Py_NewRef(v));
     }
     Py_XDECREF(zero);
-    data = PyObject_CallMethod(np(), "asarray", "O", filled);
+    data = PyObject_CallMethod(rillpy_numpy(), "asarray", "O", filled);
     Py_DECREF(filled);
     if (!data) goto pyfail;
   } else {
-    PyObject* ma = np_ma();
-    PyObject* macls = ma ? PyObject_GetAttrString(ma, "MaskedArray") : NULL;
-    if (!macls) goto pyfail;
-    int masked = PyObject_IsInstance(res, macls);
-    Py_DECREF(macls);
+    PyObject* m = NULL;
+    int masked = rillpy_split_masked(res, &data, &m);
     if (masked < 0) goto pyfail;
     if (masked) {
-      data = PyObject_CallMethod(ma, "getdata", "O", res);
-      PyObject* m = data ? PyObject_CallMethod(ma, "getmaskarray", "O", res) : NULL;
-      if (!m) goto pyfail;
       /* a cell is null when any of its elements is masked */
       PyObject* mr = PyObject_CallMethod(m, "reshape", "(Li)", (long long)n, -1);
       Py_DECREF(m);
@@ -409,12 +369,12 @@ static int result_fixed(pystage_t* c, PyObject* res, int64_t n, rill_array_t* ou
         if (!maskobj) goto pyfail;
       }
     } else {
-      data = PyObject_CallMethod(np(), "asarray", "O", res);
+      data = PyObject_CallMethod(rillpy_numpy(), "asarray", "O", res);
       if (!data) goto pyfail;
     }
   }
   /* shape */
-  shape = shape_tuple(n, t->ndim, t->shape);
+  shape = rillpy_shape_tuple(t->ndim, t->shape, n, 1);
   if (!shape) goto pyfail;
   PyObject* got = PyObject_GetAttrString(data, "shape");
   if (!got) goto pyfail;
@@ -449,7 +409,7 @@ static int result_fixed(pystage_t* c, PyObject* res, int64_t n, rill_array_t* ou
     tdtype = PyUnicode_FromString(k[0] == 'M' ? "datetime64[us]" : "int64");
   } else {
     tdtype = PyUnicode_FromString(np_dtype_name(t->dtype));
-    PyObject* r = tdtype ? PyObject_CallMethod(np(), "can_cast", "OOs", dt, tdtype, "same_kind") : NULL;
+    PyObject* r = tdtype ? PyObject_CallMethod(rillpy_numpy(), "can_cast", "OOs", dt, tdtype, "same_kind") : NULL;
     ok = r ? PyObject_IsTrue(r) : -1;
     Py_XDECREF(r);
   }
@@ -472,7 +432,7 @@ static int result_fixed(pystage_t* c, PyObject* res, int64_t n, rill_array_t* ou
   }
   Py_DECREF(dt);
   Py_DECREF(kind);
-  conv = PyObject_CallMethod(np(), "ascontiguousarray", "OO", data, tdtype);
+  conv = PyObject_CallMethod(rillpy_numpy(), "ascontiguousarray", "OO", data, tdtype);
   if (!conv) goto pyfail;
   if (t->dtype == RILL_TIMESTAMP_US) {
     PyObject* v = PyObject_CallMethod(conv, "view", "s", "int64");
@@ -483,7 +443,7 @@ static int result_fixed(pystage_t* c, PyObject* res, int64_t n, rill_array_t* ou
   if (PyObject_GetBuffer(conv, &view, PyBUF_C_CONTIGUOUS) < 0) goto pyfail;
   have_view = 1;
   if (maskobj) {
-    PyObject* mc = PyObject_CallMethod(np(), "ascontiguousarray", "Os", maskobj, "bool");
+    PyObject* mc = PyObject_CallMethod(rillpy_numpy(), "ascontiguousarray", "Os", maskobj, "bool");
     if (!mc) goto pyfail;
     Py_DECREF(maskobj);
     maskobj = mc;
@@ -599,11 +559,11 @@ static int result_var(pystage_t* c, PyObject* res, int64_t n, rill_array_t* out,
       PyBuffer_Release(&b);
     } else {
       PyObject* tname = PyUnicode_FromString(np_dtype_name(t->dtype));
-      PyObject* arr = PyObject_CallMethod(np(), "asarray", "O", v);
+      PyObject* arr = PyObject_CallMethod(rillpy_numpy(), "asarray", "O", v);
       PyObject* dt = arr ? PyObject_GetAttrString(arr, "dtype") : NULL;
-      PyObject* can = (dt && tname) ? PyObject_CallMethod(np(), "can_cast", "OOs", dt, tname, "same_kind") : NULL;
+      PyObject* can = (dt && tname) ? PyObject_CallMethod(rillpy_numpy(), "can_cast", "OOs", dt, tname, "same_kind") : NULL;
       int ok = can ? PyObject_IsTrue(can) : 0;
-      PyObject* conv = ok == 1 ? PyObject_CallMethod(np(), "ascontiguousarray", "OO", arr, tname) : NULL;
+      PyObject* conv = ok == 1 ? PyObject_CallMethod(rillpy_numpy(), "ascontiguousarray", "OO", arr, tname) : NULL;
       Py_XDECREF(tname);
       Py_XDECREF(arr);
       Py_XDECREF(dt);

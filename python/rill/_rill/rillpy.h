@@ -76,6 +76,35 @@ PyObject* rillpy_error_class(int code);
 /* Raises InvalidArgumentError with a formatted message; returns NULL. */
 PyObject* rillpy_invalid(const char* fmt, ...);
 
+/* ---------------------------------------------------------------- helpers (module.c) */
+
+/* Appends `item` to the list, stealing it; a NULL item (a failed constructor) returns -1 with
+ * its exception. 0 or -1 (raised). */
+int rillpy_append(PyObject* list, PyObject* item);
+/* ", ".join(parts) as a new str; steals `parts` (a sequence of str; NULL: returns NULL with the
+ * pending exception). */
+PyObject* rillpy_join(PyObject* parts);
+/* Raises InvalidArgumentError "unknown column KEY; columns are: ..." listing `names` (a
+ * sequence of str, stolen; NULL: its exception stays). Returns NULL. */
+PyObject* rillpy_unknown_column(PyObject* key, PyObject* names);
+/* The position of the str `key` in the tuple of str `names`; -1 when absent (with
+ * rillpy_unknown_column raised when `raise_` is set) or when comparing raised. */
+Py_ssize_t rillpy_find_name(PyObject* names, PyObject* key, int raise_);
+/* Whether the interpreter is shutting down: callbacks run on rill's threads (release
+ * callbacks, ctx_free) must not take the GIL then. Callable without the GIL. */
+int rillpy_is_finalizing(void);
+/* numpy and numpy.ma, imported on first use (borrowed references; NULL with an exception). */
+PyObject* rillpy_numpy(void);
+PyObject* rillpy_numpy_ma(void);
+/* Whether `o` is a numpy masked array: 1 with *data and *mask set to new references to its
+ * data and its full boolean mask (numpy.ma.getdata, getmaskarray), 0 (both NULL), or -1
+ * (raised; both NULL). */
+int rillpy_split_masked(PyObject* o, PyObject** data, PyObject** mask);
+/* The DLPack device type of a rill device (0, unset, is the CPU). */
+static inline int rillpy_device_type(rill_device_t d) {
+  return d.type == 0 ? RILL_DEVICE_CPU : (int)d.type;
+}
+
 /* ---------------------------------------------------------------- conversions (module.c) */
 
 /* dtype from a name in rill.DTYPES, a numpy dtype or type, or their str(); 0 / -1 (raised). */
@@ -86,6 +115,8 @@ int rillpy_parse_on_error(PyObject* o, rill_on_error_t* out);   /* None = raise 
 int rillpy_parse_layout(PyObject* o, rill_layout_t* out);       /* None = hwc */
 int rillpy_parse_interp(PyObject* o, rill_interp_t* out);       /* None = bilinear */
 int rillpy_parse_where(PyObject* o, rill_stage_where_t* out);   /* None = cpu */
+/* The rows-per-task `grain` of a stage option (>= 0; 0: the engine picks); 0 / -1 (raised). */
+int rillpy_parse_grain(long long grain, int64_t* out);
 /* A column of df from its name or index; unknown -> InvalidArgumentError listing names. */
 int rillpy_parse_column(rill_df_t* df, PyObject* o, int* out);
 /* A list of columns (None -> all when `all` is set, else NULL/0). *out is PyMem; free it. */
@@ -95,6 +126,8 @@ PyObject* rillpy_fspath(PyObject* o);
 /* Python views of C values. */
 PyObject* rillpy_dtype_name(rill_dtype_t dtype);  /* new str */
 PyObject* rillpy_type_shape(const rill_type_t* t); /* new tuple of the cell shape */
+/* A new tuple (lead, *shape) when `with_lead`, else tuple(shape); NULL (raised). */
+PyObject* rillpy_shape_tuple(int ndim, const int64_t* shape, int64_t lead, int with_lead);
 PyObject* rillpy_field(const rill_field_t* f);     /* new rill.Field */
 
 /* ---------------------------------------------------------------- arrays (array.c) */
@@ -107,6 +140,20 @@ PyObject* rillpy_array_new(const rill_array_t* a, PyObject* name);
 PyObject* rillpy_capsule_schema(struct ArrowSchema* s);
 PyObject* rillpy_capsule_array(struct ArrowArray* a);
 PyObject* rillpy_capsule_stream(struct ArrowArrayStream* s);
+/* Fills an ArrowSchema and an ArrowArray (an ArrowDeviceArray for a device export) from `src`;
+ * called without the GIL. Returns a rill status (err set on failure). */
+typedef int (*rillpy_arrow_export_fn)(const void* src, struct ArrowSchema* schema, void* array,
+                                      rill_error_t* err);
+/* The (schema capsule, array capsule) pair of the Arrow PyCapsule interface: __arrow_c_array__,
+ * or __arrow_c_device_array__ when `device` ("arrow_device_array" capsule). `export` fills
+ * structs this allocates; NULL (raised) when it fails. */
+PyObject* rillpy_arrow_c_array(rillpy_arrow_export_fn export, const void* src, int device);
+/* The schema capsule of that export (__arrow_c_schema__). */
+PyObject* rillpy_arrow_c_schema(rillpy_arrow_export_fn export, const void* src);
+/* A new rill.Array over rows [start, start + n) of `a` (zero-copy), named `name` (may be NULL). */
+PyObject* rillpy_array_slice(const rill_array_t* a, int64_t start, int64_t n, PyObject* name);
+/* rill_array_release, without the GIL when it frees the array (the last reference). */
+void rillpy_array_release(const rill_array_t* a);
 
 /* ---------------------------------------------------------------- rows (row.c) */
 
@@ -127,6 +174,12 @@ PyObject* rillpy_interchange_column(RillArray* a, int allow_copy);
 /* A new rill.DataFrame owning `df` (steals the reference); `keep` (may be NULL) is appended to
  * its keep-alive list. On failure frees df and returns NULL. */
 PyObject* rillpy_df_new(rill_df_t* df, PyObject* keep);
+/* The result of a call that makes a dataframe (rc, err and df from the call): the raised
+ * error when rc < 0, else rillpy_df_new(df, NULL). */
+PyObject* rillpy_df_result(int rc, const rill_error_t* err, rill_df_t* df);
+/* The names (new list of str) or, when `fields`, the rill.Field objects of the columns of df
+ * given by `columns` (n of them; NULL: all the columns, n is ignored). NULL (raised). */
+PyObject* rillpy_column_list(const rill_df_t* df, const int* columns, int n, int fields);
 /* Raises the error of a failed row (rill_iter_next, rc < 0) on the iterated dataframe df:
  * the exception a Python map/reduce raised when the message carries its token (with a note
  * naming row and column, and attributes rill_row / rill_column), else the RillError of rc

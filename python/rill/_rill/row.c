@@ -40,17 +40,7 @@ PyObject* rillpy_row_new(RillDataFrame* df, const rill_row_t* row, const int* co
 }
 
 static void row_dealloc(PyObject* self) {
-  if (SELF->arrays != NULL && SELF->ncolumns > 0) {
-    int frees = 0;
-    for (int i = 0; i < SELF->ncolumns; i++) frees |= rill_array_refcount(SELF->arrays[i]) == 1;
-    if (frees) {
-      Py_BEGIN_ALLOW_THREADS
-      for (int i = 0; i < SELF->ncolumns; i++) rill_array_release(SELF->arrays[i]);
-      Py_END_ALLOW_THREADS
-    } else {
-      for (int i = 0; i < SELF->ncolumns; i++) rill_array_release(SELF->arrays[i]);
-    }
-  }
+  for (int i = 0; SELF->arrays != NULL && i < SELF->ncolumns; i++) rillpy_array_release(SELF->arrays[i]);
   PyMem_Free(SELF->arrays);
   PyMem_Free(SELF->columns);
   Py_XDECREF(SELF->names);
@@ -61,23 +51,7 @@ static void row_dealloc(PyObject* self) {
 /* The position of a column given by name or index, or -1 with an exception raised (`raise_`)
  * or not. */
 static int row_position(PyObject* self, PyObject* key, int raise_) {
-  if (PyUnicode_Check(key)) {
-    for (int i = 0; i < SELF->ncolumns; i++) {
-      int eq = PyUnicode_Compare(PyTuple_GET_ITEM(SELF->names, i), key);
-      if (eq == -1 && PyErr_Occurred()) return -1;
-      if (eq == 0) return i;
-    }
-    if (raise_) {
-      PyObject* sep = PyUnicode_FromString(", ");
-      PyObject* names = sep ? PyUnicode_Join(sep, SELF->names) : NULL;
-      Py_XDECREF(sep);
-      if (names != NULL) {
-        rillpy_invalid("unknown column %R; columns are: %U", key, names);
-        Py_DECREF(names);
-      }
-    }
-    return -1;
-  }
+  if (PyUnicode_Check(key)) return (int)rillpy_find_name(SELF->names, key, raise_);
   if (PyLong_Check(key) && !PyBool_Check(key)) {
     Py_ssize_t i = PyLong_AsSsize_t(key);
     if (i == -1 && PyErr_Occurred()) {
@@ -177,48 +151,22 @@ static PyObject* row_get(PyObject* self, PyObject* args) {
   return row_array(self, i);
 }
 
+static int export_row(const void* self, struct ArrowSchema* s, void* arr, rill_error_t* err) {
+  const RillRow* r = self;
+  rill_row_t row = {r->index, r->ncolumns, r->arrays};
+  return rill_row_export_arrow(&row, r->df->df, r->columns, s, arr, err);
+}
+
 static PyObject* row_arrow_c_array(PyObject* self, PyObject* args, PyObject* kwargs) {
   static char* kwlist[] = {"requested_schema", NULL};
   PyObject* requested = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:__arrow_c_array__", kwlist, &requested))
     return NULL;
-  struct ArrowSchema* s = PyMem_RawCalloc(1, sizeof(*s));
-  struct ArrowArray* arr = PyMem_RawCalloc(1, sizeof(*arr));
-  if (s == NULL || arr == NULL) {
-    PyMem_RawFree(s);
-    PyMem_RawFree(arr);
-    return PyErr_NoMemory();
-  }
-  rill_row_t row = {SELF->index, SELF->ncolumns, SELF->arrays};
-  rill_error_t err;
-  rill_error_clear(&err);
-  int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = rill_row_export_arrow(&row, SELF->df->df, SELF->columns, s, arr, &err);
-  Py_END_ALLOW_THREADS
-  if (rc < 0) {
-    PyMem_RawFree(s);
-    PyMem_RawFree(arr);
-    return rillpy_raise(rc, &err);
-  }
-  PyObject* cs = rillpy_capsule_schema(s);
-  PyObject* ca = rillpy_capsule_array(arr);
-  if (cs == NULL || ca == NULL) {
-    Py_XDECREF(cs);
-    Py_XDECREF(ca);
-    return NULL;
-  }
-  return Py_BuildValue("(NN)", cs, ca);
+  return rillpy_arrow_c_array(export_row, self, 0);
 }
 
 static PyObject* row_arrow_c_schema(PyObject* self, PyObject* unused) {
-  PyObject* noargs = PyTuple_New(0);
-  PyObject* pair = noargs ? row_arrow_c_array(self, noargs, NULL) : NULL;
-  Py_XDECREF(noargs);
-  if (pair == NULL) return NULL;
-  PyObject* schema = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
-  Py_DECREF(pair);
-  return schema;
+  return rillpy_arrow_c_schema(export_row, self);
 }
 
 static PyObject* row_dataframe(PyObject* self, PyObject* args, PyObject* kwargs) {

@@ -5,13 +5,6 @@
 
 #include <string.h>
 
-static PyObject* numpy_mod;
-
-static PyObject* np(void) {
-  if (!numpy_mod) numpy_mod = PyImport_ImportModule("numpy");
-  return numpy_mod;
-}
-
 /* ================================================================ arrays from Python values */
 
 /* What a borrowed numpy buffer needs to stay alive; freed (GIL taken) when rill releases it. */
@@ -24,12 +17,7 @@ typedef struct borrow {
 static void borrow_free(void* p) {
   borrow_t* b = p;
   if (!b) return;
-#if PY_VERSION_HEX >= 0x030D0000
-  int finalizing = Py_IsFinalizing();
-#else
-  int finalizing = _Py_IsFinalizing();
-#endif
-  if (!finalizing) {
+  if (!rillpy_is_finalizing()) {
     PyGILState_STATE g = PyGILState_Ensure();
     PyBuffer_Release(&b->view);
     Py_XDECREF(b->obj);
@@ -124,7 +112,7 @@ static int seq_is_var(PyObject* seq) {
 
 /* Per-row null flags (bytes object of n) from a numpy mask of any shape [n, ...]. */
 static PyObject* row_nulls(PyObject* mask, int64_t n) {
-  PyObject* m = PyObject_CallMethod(np(), "asarray", "Os", mask, "bool");
+  PyObject* m = PyObject_CallMethod(rillpy_numpy(), "asarray", "Os", mask, "bool");
   if (!m) return NULL;
   PyObject* r = PyObject_CallMethod(m, "reshape", "(Li)", (long long)n, -1);
   Py_DECREF(m);
@@ -172,7 +160,7 @@ static const rill_array_t* numeric_array(const char* name, PyObject* arr, PyObje
     PyObject* us = PyObject_CallMethod(arr, "astype", "s", "datetime64[us]");
     if (!us) goto done;
     Py_SETREF(arr, us);
-    PyObject* nat = PyObject_CallMethod(np(), "isnat", "O", arr); /* NaT is null */
+    PyObject* nat = PyObject_CallMethod(rillpy_numpy(), "isnat", "O", arr); /* NaT is null */
     if (!nat) goto done;
     if (mask) {
       PyObject* both = PyNumber_Or(nat, mask);
@@ -210,7 +198,7 @@ static const rill_array_t* numeric_array(const char* name, PyObject* arr, PyObje
       Py_SETREF(arr, sw);
     }
   }
-  PyObject* c = PyObject_CallMethod(np(), "ascontiguousarray", "O", arr);
+  PyObject* c = PyObject_CallMethod(rillpy_numpy(), "ascontiguousarray", "O", arr);
   if (!c) goto done;
   Py_SETREF(arr, c);
   b = PyMem_RawCalloc(1, sizeof *b);
@@ -263,19 +251,13 @@ done:
  * (lists of numbers, str, bytes, with None for nulls). New reference. */
 static const rill_array_t* column_array(const char* name, PyObject* value) {
   if (PyObject_TypeCheck(value, &RillArray_Type)) return rill_array_retain(((RillArray*)value)->a);
-  if (!np()) return NULL;
-  PyObject* ma = PyImport_ImportModule("numpy.ma");
-  if (!ma) return NULL;
-  PyObject* macls = PyObject_GetAttrString(ma, "MaskedArray");
-  int masked = macls ? PyObject_IsInstance(value, macls) : -1;
-  Py_XDECREF(macls);
+  if (!rillpy_numpy()) return NULL;
   PyObject *data = NULL, *mask = NULL;
   const rill_array_t* out = NULL;
+  int masked = rillpy_split_masked(value, &data, &mask);
   if (masked < 0) goto done;
   if (masked) {
-    data = PyObject_CallMethod(ma, "getdata", "O", value);
-    mask = data ? PyObject_CallMethod(ma, "getmaskarray", "O", value) : NULL;
-    if (!mask) goto done;
+    /* data and mask are set */
   } else if (PyList_Check(value) || PyTuple_Check(value)) {
     PyObject* seq = PySequence_Fast(value, "");
     if (!seq) goto done;
@@ -304,7 +286,7 @@ static const rill_array_t* column_array(const char* name, PyObject* value) {
     if (any) { /* None -> a zero cell shaped like the first valid one */
       for (Py_ssize_t i = 0; i < n && !zero; i++) {
         PyObject* v = PySequence_Fast_GET_ITEM(seq, i);
-        if (v != Py_None) zero = PyObject_CallMethod(np(), "zeros_like", "O", v);
+        if (v != Py_None) zero = PyObject_CallMethod(rillpy_numpy(), "zeros_like", "O", v);
       }
       if (!zero) zero = PyLong_FromLong(0);
       for (Py_ssize_t i = 0; zero && i < n; i++)
@@ -317,16 +299,16 @@ static const rill_array_t* column_array(const char* name, PyObject* value) {
       goto done;
     }
     Py_XDECREF(zero);
-    data = PyObject_CallMethod(np(), "asarray", "O", filled);
+    data = PyObject_CallMethod(rillpy_numpy(), "asarray", "O", filled);
     Py_DECREF(filled);
     if (data && any) {
-      PyObject* m = PyObject_CallMethod(np(), "frombuffer", "Os", nulls, "bool");
+      PyObject* m = PyObject_CallMethod(rillpy_numpy(), "frombuffer", "Os", nulls, "bool");
       mask = m;
     }
     Py_DECREF(nulls);
     if (!data || (any && !mask)) goto done;
   } else {
-    data = PyObject_CallMethod(np(), "asarray", "O", value);
+    data = PyObject_CallMethod(rillpy_numpy(), "asarray", "O", value);
     if (!data) goto done;
   }
   /* str / bytes / object arrays are string or binary columns */
@@ -361,7 +343,6 @@ static const rill_array_t* column_array(const char* name, PyObject* value) {
 done:
   Py_XDECREF(data);
   Py_XDECREF(mask);
-  Py_DECREF(ma);
   return out;
 }
 
@@ -395,11 +376,7 @@ static PyObject* df_from_columns(PyObject* names, PyObject* values, int copy) {
   Py_BEGIN_ALLOW_THREADS /* copies when copy is set */
   rc = rill_df_from_arrays(cnames, arrays, (int)n, copy, &df, &err);
   Py_END_ALLOW_THREADS
-  if (rc < 0) {
-    rillpy_raise(rc, &err);
-    goto done;
-  }
-  result = rillpy_df_new(df, NULL);
+  result = rillpy_df_result(rc, &err, df);
 done:
   for (Py_ssize_t i = 0; arrays && i < n; i++) rill_array_release(arrays[i]);
   PyMem_Free(arrays);
@@ -518,8 +495,39 @@ static PyObject* py_from_arrow(PyObject* m, PyObject* obj) {
                         "from_arrow: expected an object with __arrow_c_stream__ or __arrow_c_array__ (a pyarrow "
                         "Table or RecordBatch, a polars DataFrame, ...), got %s", Py_TYPE(obj)->tp_name);
   }
-  if (rc < 0) return rillpy_raise(rc, &err);
-  return rillpy_df_new(df, NULL);
+  return rillpy_df_result(rc, &err, df);
+}
+
+/* ================================================================ sources read from a path */
+
+/* Opens a source at a path: rill_df_from_csv, rill_df_from_file_list, ... */
+typedef int (*open_fn)(const char* path, const void* opts, rill_df_t** out, rill_error_t* err);
+
+/* *out = open(path, opts) called without the GIL; path is a str or os.PathLike. 0 / -1 (raised). */
+static int open_path(PyObject* path, open_fn open, const void* opts, rill_df_t** out) {
+  PyObject* p = rillpy_fspath(path);
+  if (!p) return -1;
+  rill_error_t err;
+  rill_error_clear(&err);
+  int rc;
+  const char* cp = PyBytes_AS_STRING(p);
+  Py_BEGIN_ALLOW_THREADS
+  rc = open(cp, opts, out, &err);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(p);
+  return rillpy_check(rc, &err) < 0 ? -1 : 0;
+}
+
+static int open_csv(const char* path, const void* o, rill_df_t** out, rill_error_t* err) {
+  return rill_df_from_csv(path, o, out, err);
+}
+
+static int open_file_list(const char* path, const void* o, rill_df_t** out, rill_error_t* err) {
+  return rill_df_from_file_list(path, o, out, err);
+}
+
+static int open_image_folder(const char* path, const void* o, rill_df_t** out, rill_error_t* err) {
+  return rill_df_from_image_folder(path, o, out, err);
 }
 
 /* ================================================================ CSV */
@@ -615,23 +623,10 @@ static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
   if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes, &o,
                &cols) < 0)
     return NULL;
-  PyObject* p = rillpy_fspath(path);
-  if (!p) {
-    PyMem_Free(cols);
-    return NULL;
-  }
-  rill_error_t err;
-  rill_error_clear(&err);
   rill_df_t* df = NULL;
-  int rc;
-  const char* cp = PyBytes_AS_STRING(p);
-  Py_BEGIN_ALLOW_THREADS
-  rc = rill_df_from_csv(cp, &o, &df, &err);
-  Py_END_ALLOW_THREADS
-  Py_DECREF(p);
+  int rc = open_path(path, open_csv, &o, &df);
   PyMem_Free(cols);
-  if (rc < 0) return rillpy_raise(rc, &err);
-  return rillpy_df_new(df, NULL);
+  return rc < 0 ? NULL : rillpy_df_new(df, NULL);
 }
 
 static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
@@ -666,8 +661,7 @@ static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&b);
   PyMem_Free(cols);
-  if (rc < 0) return rillpy_raise(rc, &err);
-  return rillpy_df_new(df, NULL);
+  return rillpy_df_result(rc, &err, df);
 }
 
 /* ================================================================ SQLite */
@@ -744,11 +738,7 @@ static PyObject* py_from_sqlite(PyObject* m, PyObject* args, PyObject* kw) {
   Py_BEGIN_ALLOW_THREADS
   rc = rill_df_from_sqlite(cp, sql, ps, (int)np_, &o, &df, &err);
   Py_END_ALLOW_THREADS
-  if (rc < 0) {
-    rillpy_raise(rc, &err);
-    goto done;
-  }
-  result = rillpy_df_new(df, NULL);
+  result = rillpy_df_result(rc, &err, df);
 done:
   for (Py_ssize_t i = 0; i < nb; i++) PyBuffer_Release(&bufs[i]);
   PyMem_Free(bufs);
@@ -763,11 +753,7 @@ done:
 
 static int files_opts(PyObject* on_error, long long grain, int all_files, rill_files_opts_t* o) {
   memset(o, 0, sizeof *o);
-  if (grain < 0) {
-    rillpy_invalid("grain must be >= 0 (0: the engine picks), got %lld", grain);
-    return -1;
-  }
-  o->grain = grain;
+  if (rillpy_parse_grain(grain, &o->grain) < 0) return -1;
   o->all_files = all_files;
   return rillpy_parse_on_error(on_error, &o->on_error);
 }
@@ -804,11 +790,7 @@ static PyObject* py_from_files(PyObject* m, PyObject* args, PyObject* kw) {
   Py_BEGIN_ALLOW_THREADS
   rc = rill_df_from_files(cps, (int64_t)n, &o, &df, &err);
   Py_END_ALLOW_THREADS
-  if (rc < 0) {
-    rillpy_raise(rc, &err);
-    goto done;
-  }
-  result = rillpy_df_new(df, NULL);
+  result = rillpy_df_result(rc, &err, df);
 done:
   PyMem_Free(cps);
   Py_XDECREF(enc);
@@ -823,18 +805,8 @@ static PyObject* py_from_file_list(PyObject* m, PyObject* args, PyObject* kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OL:from_file_list", kwlist, &path, &on_error, &grain)) return NULL;
   rill_files_opts_t o;
   if (files_opts(on_error, grain, 0, &o) < 0) return NULL;
-  PyObject* p = rillpy_fspath(path);
-  if (!p) return NULL;
-  rill_error_t err;
-  rill_error_clear(&err);
   rill_df_t* df = NULL;
-  int rc;
-  const char* cp = PyBytes_AS_STRING(p);
-  Py_BEGIN_ALLOW_THREADS
-  rc = rill_df_from_file_list(cp, &o, &df, &err);
-  Py_END_ALLOW_THREADS
-  Py_DECREF(p);
-  if (rc < 0) return rillpy_raise(rc, &err);
+  if (open_path(path, open_file_list, &o, &df) < 0) return NULL;
   return rillpy_df_new(df, NULL);
 }
 
@@ -846,21 +818,13 @@ static PyObject* py_from_image_folder(PyObject* m, PyObject* args, PyObject* kw)
     return NULL;
   rill_files_opts_t o;
   if (files_opts(on_error, 0, all_files, &o) < 0) return NULL;
-  PyObject* p = rillpy_fspath(path);
-  if (!p) return NULL;
-  rill_error_t err;
-  rill_error_clear(&err);
   rill_df_t* df = NULL;
-  int rc;
-  const char* cp = PyBytes_AS_STRING(p);
-  Py_BEGIN_ALLOW_THREADS
-  rc = rill_df_from_image_folder(cp, &o, &df, &err);
-  Py_END_ALLOW_THREADS
-  Py_DECREF(p);
-  if (rc < 0) return rillpy_raise(rc, &err);
+  if (open_path(path, open_image_folder, &o, &df) < 0) return NULL;
   const char* const* names = NULL;
   int count = 0;
-  rc = rill_image_folder_classes(df, &names, &count, &err);
+  rill_error_t err;
+  rill_error_clear(&err);
+  int rc = rill_image_folder_classes(df, &names, &count, &err);
   PyObject* classes = rc < 0 ? NULL : PyTuple_New(count);
   for (int i = 0; classes && i < count; i++) {
     PyObject* s = PyUnicode_DecodeFSDefault(names[i]);
