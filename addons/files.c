@@ -558,7 +558,7 @@ int rill_image_folder_classes(const rill_df_t* df, const char* const** names, in
     return rill__fail(err, RILL_EINVAL, "rill_image_folder_classes: df, names and count are required");
   /* the folder's "label" column is a source whose context holds the class names */
   int label = rill_df_column(df, "label");
-  if (label < 0 || rill__df_column_fn(df, label) != (const void*)label_source)
+  if (label < 0 || rill__df_column_fn(df, label) != (rill__fn_t)label_source)
     return rill__fail(err, RILL_EINVAL, "rill_image_folder_classes: not a dataframe made by rill_df_from_image_folder");
   const files_ctx_t* c = rill__df_column_ctx(df, label);
   *names = (const char* const*)c->classes;

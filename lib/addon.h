@@ -21,9 +21,12 @@ int rill__df_set_lend(rill_df_t* df, int column, rill__lend_fn lend, rill_error_
 /* ---- a column's context: the ctx given to rill_df_add_source / rill_df_map /
  * rill__df_add_source_group for `column` of df (a view's column: its parent's), or NULL. */
 void* rill__df_column_ctx(const rill_df_t* df, int column);
+/* Any function pointer (ISO C converts function pointers only to function pointer types):
+ * compare with (rill__fn_t)my_function. */
+typedef void (*rill__fn_t)(void);
 /* The function of a source or map column (a group's rill__source_group_fn for its columns;
  * a view's column: its parent's), to recognise one's own columns; NULL for other columns. */
-const void* rill__df_column_fn(const rill_df_t* df, int column);
+rill__fn_t rill__df_column_fn(const rill_df_t* df, int column);
 
 /* ---- dataframe references (exports that outlive the caller's handle) */
 /* A new reference to df, dropped with rill_df_free. Thread-safe. */

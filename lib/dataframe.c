@@ -147,10 +147,10 @@ static int column_append(rill_df_t* df, const char* who, const char* name, rill_
   return RILL_OK;
 }
 
-static int check_stage(rill_df_t* df, const char* who, const void* fn, const rill_stage_opts_t* o,
+static int check_stage(rill_df_t* df, const char* who, int has_fn, const rill_stage_opts_t* o,
                        rill_error_t* err) {
   if (!df) return rill__fail(err, RILL_EINVAL, "%s: the dataframe is NULL", who);
-  if (!fn) return rill__fail(err, RILL_EINVAL, "%s: the function is NULL", who);
+  if (!has_fn) return rill__fail(err, RILL_EINVAL, "%s: the function is NULL", who);
   if (atomic_load(&df->frozen) > 0)
     return rill__fail(err, RILL_EINVAL,
                       "%s: the dataframe already has derived dataframes or iterators; add columns before "
@@ -179,7 +179,7 @@ static void stage_setup(rill__column_t* c, const rill_stage_opts_t* o, void* ctx
 int rill_df_add_source(rill_df_t* df, const char* name, rill_type_t type, rill_source_fn fn, void* ctx,
                        void (*ctx_free)(void*), const rill_stage_opts_t* opts, rill_error_t* err) {
   rill__column_t* c;
-  int r = check_stage(df, "rill_df_add_source", (const void*)fn, opts, err);
+  int r = check_stage(df, "rill_df_add_source", fn != NULL, opts, err);
   if (r == RILL_OK) r = column_append(df, "rill_df_add_source", name, type, &c, err);
   if (r != RILL_OK) {
     if (ctx_free) ctx_free(ctx);
@@ -195,7 +195,7 @@ int rill__df_add_source_group(rill_df_t* df, const char* const* names, const ril
                               rill__source_group_fn fn, void* ctx, void (*ctx_free)(void*),
                               const rill_stage_opts_t* opts, rill_error_t* err) {
   const char* who = "rill__df_add_source_group";
-  int r = check_stage(df, who, (const void*)fn, opts, err);
+  int r = check_stage(df, who, fn != NULL, opts, err);
   if (r == RILL_OK && ncolumns < 1) r = rill__fail(err, RILL_EINVAL, "%s: %d columns (at least 1)", who, ncolumns);
   if (r == RILL_OK && (!names || !types)) r = rill__fail(err, RILL_EINVAL, "%s: names or types is NULL", who);
   if (r == RILL_OK && opts && opts->where == RILL_STAGE_CUDA)
@@ -255,11 +255,11 @@ void* rill__df_column_ctx(const rill_df_t* df, int column) {
   return c ? c->ctx : NULL;
 }
 
-const void* rill__df_column_fn(const rill_df_t* df, int column) {
+rill__fn_t rill__df_column_fn(const rill_df_t* df, int column) {
   const rill__column_t* c = stage_column(df, column);
   if (!c) return NULL;
-  if (c->kind == RILL__COL_SOURCE) return c->group ? (const void*)c->group->fn : (const void*)c->source;
-  if (c->kind == RILL__COL_MAP) return (const void*)c->map;
+  if (c->kind == RILL__COL_SOURCE) return c->group ? (rill__fn_t)c->group->fn : (rill__fn_t)c->source;
+  if (c->kind == RILL__COL_MAP) return (rill__fn_t)c->map;
   return NULL;
 }
 
@@ -278,7 +278,7 @@ int rill_df_map(rill_df_t* df, const char* name, rill_type_t type, const int* in
                 rill_map_fn fn, void* ctx, void (*ctx_free)(void*), const rill_stage_opts_t* opts,
                 rill_error_t* err) {
   const char* who = "rill_df_map";
-  int r = check_stage(df, who, (const void*)fn, opts, err);
+  int r = check_stage(df, who, fn != NULL, opts, err);
   if (r == RILL_OK && (ninputs < 0 || ninputs > RILL__MAX_INPUTS))
     r = rill__fail(err, RILL_EINVAL, "%s: %d inputs (0 to %d allowed)", who, ninputs, RILL__MAX_INPUTS);
   if (r == RILL_OK && ninputs > 0 && !inputs) r = rill__fail(err, RILL_EINVAL, "%s: inputs is NULL", who);

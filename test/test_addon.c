@@ -255,7 +255,7 @@ Test(addon, group_argument_errors) {
            RILL_EINVAL, "already exists", err);
   cr_assert_eq(g.freed, 4);
   cr_assert_eq(rill_df_ncolumns(df), 1);
-  cr_assert_eq(rill__df_column_fn(df, 0), (const void*)grp_fn);
+  cr_assert_eq(rill__df_column_fn(df, 0), (rill__fn_t)grp_fn);
   cr_assert_eq(rill__df_column_ctx(df, 0), &g);
   rill_df_free(df);
 }
@@ -301,13 +301,13 @@ Test(addon, lend_hook_and_column_context) {
   RT_OK(rill__df_set_lend(df, s, lend_ones, &err), err);
   cr_assert_eq(rill__df_column_ctx(df, s), &ctx_src);
   cr_assert_eq(rill__df_column_ctx(df, m), &ctx_map);
-  cr_assert_eq(rill__df_column_fn(df, s), (const void*)one_source);
-  cr_assert_eq(rill__df_column_fn(df, m), (const void*)copy_map);
+  cr_assert_eq(rill__df_column_fn(df, s), (rill__fn_t)one_source);
+  cr_assert_eq(rill__df_column_fn(df, m), (rill__fn_t)copy_map);
   cr_assert_null(rill__df_column_ctx(df, 5));
   cr_assert_null(rill__df_column_fn(df, -1));
   RT_OK(rill_df_shuffle(df, 3, &sh, &err), err);
   cr_assert_eq(rill__df_column_ctx(sh, m), &ctx_map, "a view's column: its parent's ctx");
-  cr_assert_eq(rill__df_column_fn(sh, s), (const void*)one_source);
+  cr_assert_eq(rill__df_column_fn(sh, s), (rill__fn_t)one_source);
   cr_assert_eq(rill__df_batch_rows(sh), 0);
   rill_iter_t* it;
   RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err), err);
