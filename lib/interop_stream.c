@@ -113,9 +113,8 @@ static void stream_release(struct ArrowArrayStream* s) {
   s->release = NULL;
 }
 
-int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts,
-                             const rill_arrow_stream_opts_t* sopts, struct ArrowArrayStream* out,
-                             rill_error_t* err) {
+int rill_df_export_stream(rill_df_t* df, const rill_iter_opts_t* opts, struct ArrowArrayStream* out,
+                          rill_error_t* err) {
   if (out != NULL) out->release = NULL;
   if (df == NULL || out == NULL)
     return rill__fail(err, RILL_EINVAL, "rill_df_export_stream: NULL argument");
@@ -128,9 +127,8 @@ int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts,
   for (int i = 0; opts->columns != NULL && i < ncol; i++)
     if (rill_df_field(df, opts->columns[i]) == NULL)
       return rill__bad_column(err, "rill_df_export_stream", df, opts->columns[i]);
-  if (sopts != NULL && sopts->batch_rows < 0)
-    return rill__fail(err, RILL_EINVAL, "rill_df_export_stream: negative batch_rows %" PRId64,
-                      sopts->batch_rows);
+  if (opts->batch_rows < 0)
+    return rill__fail(err, RILL_EINVAL, "rill_df_export_stream: negative batch_rows %" PRId64, opts->batch_rows);
   xstream_t* xs = rill__calloc(1, sizeof *xs);
   int* cols = rill__calloc((size_t)ncol, sizeof(int));
   if (xs == NULL || cols == NULL) {
@@ -141,7 +139,7 @@ int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts,
   xs->columns = cols;
   xs->ncolumns = ncol;
   for (int i = 0; i < ncol; i++) cols[i] = opts->columns != NULL ? opts->columns[i] : i;
-  xs->batch_rows = (sopts != NULL && sopts->batch_rows > 0) ? sopts->batch_rows : DEFAULT_BATCH_ROWS;
+  xs->batch_rows = opts->batch_rows > 0 ? opts->batch_rows : DEFAULT_BATCH_ROWS;
   rill__df_retain(df);
   xs->keep = df;
   int rc;
@@ -169,7 +167,11 @@ fail:
   return rc;
 }
 
-int rill_df_export_stream(rill_df_t* df, const rill_iter_opts_t* opts, struct ArrowArrayStream* out,
-                          rill_error_t* err) {
-  return rill_df_export_stream_ex(df, opts, NULL, out, err);
+int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts, const rill_arrow_stream_opts_t* sopts,
+                             struct ArrowArrayStream* out, rill_error_t* err) {
+  rill_iter_opts_t o;
+  memset(&o, 0, sizeof o);
+  if (opts != NULL) o = *opts;
+  if (sopts != NULL && sopts->batch_rows != 0) o.batch_rows = sopts->batch_rows;
+  return rill_df_export_stream(df, &o, out, err);
 }
