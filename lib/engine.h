@@ -211,6 +211,7 @@ struct rill_iter {
   uint64_t seed;
   uint64_t fingerprint;
   rill_stream_t* stream;
+  rill_error_t last_err; /* the last failure of a call without an err (rill_iter_error) */
   rill_array_t** held;      /* slices handed out in row mode */
   const rill_array_t** rowcols;
   /* statistics */
