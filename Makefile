@@ -17,7 +17,9 @@ USE_CUDA_R   := $(call resolve,$(USE_CUDA),$(shell command -v $(NVCC) >/dev/null
 
 # ------------------------------------------------------------------ flags
 CSTD     := -std=c11 -D_GNU_SOURCE
-WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
+WARN     := -Wall -Wextra -Wpedantic -Werror -Wno-unused-parameter
+# Dependency files: each object depends on the headers it includes (build/**/*.d).
+DEPFLAGS := -MMD -MP
 CPPFLAGS += -Iinclude -Ilib -Iaddons \
             -DRILL_HAVE_JPEG=$(USE_JPEG_R) -DRILL_HAVE_PNG=$(USE_PNG_R) \
             -DRILL_HAVE_SQLITE=$(USE_SQLITE_R) -DRILL_HAVE_CUDA=$(USE_CUDA_R)
@@ -64,7 +66,7 @@ TEST_BIN  := $(TEST_C:test/%.c=$(BUILD)/test/%)
 BENCH_C   := $(sort $(wildcard test/bench/bench_*.c))
 BENCH_BIN := $(BENCH_C:test/bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: print-ldlibs pyext all lib tests check test pytest check-asan tsan tsan-run bench bench-deps data demo fuzz fuzz-smoke deps venv \
+.PHONY: print-ldlibs pyext all lib tests check check-boundary test pytest check-asan tsan tsan-run bench bench-deps data demo fuzz fuzz-smoke deps venv \
         gpu-check gpu-bench clean distclean install install-check info
 all: deps $(LIB_A) $(LIB_SO) $(RILL)
 lib: $(LIB_A) $(LIB_SO)
@@ -76,9 +78,9 @@ info:
 print-ldlibs:
 	@echo $(LDLIBS)
 
-$(BUILD)/obj/%.o: %.c $(HEADERS) config.mk
+$(BUILD)/obj/%.o: %.c config.mk Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.cu.o: %.cu $(HEADERS) config.mk
 	@mkdir -p $(dir $@)
@@ -95,6 +97,9 @@ $(LIB_SO): $(LIB_OBJ)
 $(RILL): $(BIN_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(BIN_OBJ) $(LIB_A) $(LDLIBS)
+
+-include $(LIB_OBJ:.o=.d) $(BIN_OBJ:.o=.d) $(TEST_BIN:=.d) $(BENCH_BIN:=.d) \
+         $(patsubst test/tsan/%.c,$(BUILD)/tsan/%.d,$(wildcard test/tsan/*.c))
 
 # ------------------------------------------------------------------ dependencies
 # Debian packages the build and the tests need. Installed when missing and we are root;
@@ -117,9 +122,9 @@ deps:
 	fi
 
 # ------------------------------------------------------------------ tests
-$(BUILD)/test/%: test/%.c $(wildcard test/*.h) $(LIB_A)
+$(BUILD)/test/%: test/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itest $(filter-out -fvisibility=hidden,$(CFLAGS)) -Wno-missing-field-initializers \
+	$(CC) $(CPPFLAGS) -Itest $(filter-out -fvisibility=hidden,$(CFLAGS)) -Wno-missing-field-initializers $(DEPFLAGS) -MF $@.d \
 	  $(LDFLAGS) -o $@ $< $(LIB_A) -lcriterion $(LDLIBS)
 
 tests: $(TEST_BIN)
@@ -173,12 +178,25 @@ tsan:
 tsan-run: $(LIB_A) $(TSAN_C:test/tsan/%.c=$(BUILD)/tsan/%)
 	@set -e; for t in $(TSAN_C:test/tsan/%.c=$(BUILD)/tsan/%); do echo "== $$t"; \
 	  TSAN_OPTIONS="halt_on_error=1" $$t; done
-$(BUILD)/tsan/%: test/tsan/%.c $(wildcard test/tsan/*.h) $(LIB_A)
+$(BUILD)/tsan/%: test/tsan/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itest $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
+	$(CC) $(CPPFLAGS) -Itest $(CFLAGS) $(DEPFLAGS) -MF $@.d $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 
-check: all data test pytest fuzz-smoke check-asan tsan install-check
-	@echo "make check: passed: build, data, $(words $(TEST_BIN)) C test programs, pytest, fuzz smoke ($(words $(FUZZ_C)) targets x $(FUZZ_SECONDS)s), C tests under ASan+UBSan, $(words $(TSAN_C)) TSan programs, install into a temporary DESTDIR"
+# The engine is sealed: only its own files include engine.h (addons and the interchange
+# files use addon.h), and no addon writes the arrays' private bookkeeping.
+ENGINE_FILES := lib/engine.h lib/stage.h lib/dataframe.c lib/iter.c lib/chunk.c lib/stage.c lib/tasks.c \
+                lib/batching.c lib/compact.c lib/exec.c lib/workers.c
+check-boundary:
+	@bad=$$(grep -l '\#include "\(engine\|stage\).h"' lib/*.c lib/*.h addons/*.c addons/*.h addons/*.cu bin/*.c \
+	        python/rill/_rill/*.c 2>/dev/null | grep -vxF -e "$$(echo $(ENGINE_FILES) | tr ' ' '\n')"); \
+	if [ -n "$$bad" ]; then echo "check-boundary: engine.h included outside the engine: $$bad"; exit 1; fi; \
+	bad=$$(grep -n -- '->priv->\(var_cells\|flags\|pool\|engine\|next_free\|refs\)' addons/*.c addons/*.cu lib/interop_*.c \
+	        lib/arrow_*.c 2>/dev/null); \
+	if [ -n "$$bad" ]; then echo "check-boundary: private array fields written outside the engine:"; echo "$$bad"; exit 1; fi; \
+	echo "check-boundary: engine.h stays inside the engine"
+
+check: all check-boundary data test pytest fuzz-smoke check-asan tsan install-check
+	@echo "make check: passed: build, engine boundary, data, $(words $(TEST_BIN)) C test programs, pytest, fuzz smoke ($(words $(FUZZ_C)) targets x $(FUZZ_SECONDS)s), C tests under ASan+UBSan, $(words $(TSAN_C)) TSan programs, install into a temporary DESTDIR"
 
 # ------------------------------------------------------------------ fuzzing (clang libFuzzer)
 FUZZ_C   := $(sort $(wildcard test/fuzz/*.c))
@@ -201,9 +219,9 @@ fuzz: FUZZ_SECONDS=300
 fuzz: fuzz-smoke
 
 # ------------------------------------------------------------------ benchmarks and demo
-$(BUILD)/bench/%: test/bench/%.c $(wildcard test/bench/*.h test/*.h) $(LIB_A)
+$(BUILD)/bench/%: test/bench/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itest $(filter-out -fvisibility=hidden,$(CFLAGS)) -O3 $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) \
+	$(CC) $(CPPFLAGS) -Itest $(filter-out -fvisibility=hidden,$(CFLAGS)) -O3 $(DEPFLAGS) -MF $@.d $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) \
 	  $(shell pkg-config --libs libturbojpeg 2>/dev/null)
 
 # Peers the benchmarks compare with: PyTorch's DataLoader + torchvision + PIL (Debian's,

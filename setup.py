@@ -79,7 +79,7 @@ setup(
         include_dirs=[os.path.join(ROOT, "include")],
         depends=[os.path.join(EXT_DIR, "rillpy.h")] + [
             os.path.join("include", h) for h in ("rill.h", "rill_addons.h", "rill_interop.h")],
-        extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
+        extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Wpedantic", "-Werror",
                             "-Wno-unused-parameter", "-Wno-missing-field-initializers",
                             "-fvisibility=hidden"],
     )],

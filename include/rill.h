@@ -9,6 +9,9 @@
  *     RILL_E* code, and fills the caller's rill_error_t (when not NULL) with the code and a
  *     message. Iterators also return RILL_END (1) when exhausted.
  *   - Option structs are zero-initialisable: a zero field means the documented default.
+ *     They grow without new functions (no *_ex variants), by one rule (see "Option structs"
+ *     below): fields are only appended, zero keeps the earlier behaviour, and each struct
+ *     ends with reserved words that later fields take.
  *   - Objects are freed with their *_free function; NULL is a no-op.
  */
 #ifndef RILL_H
@@ -20,6 +23,19 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Option structs (rill_*_opts_t, here and in rill_addons.h and rill_interop.h) grow
+ * without new functions:
+ *   - Callers zero-initialise them ({0} or designated initialisers); a zero field means the
+ *     documented default, and a field added later means "as before" when zero.
+ *   - Fields are only appended, never reordered, resized or removed. A struct of this header
+ *     ends with `int64_t reserved[RILL_OPTS_RESERVED]` (must be zero): a new field takes
+ *     the first reserved words and the array shrinks by as many, so the struct's size and
+ *     the offsets of the fields before it stay the same, and a program built against an
+ *     older header passes zeros where the new field lives.
+ *   - A capability that needs more than the reserved words gets a new options struct, not
+ *     a new variant of the function. */
+#define RILL_OPTS_RESERVED 4
 
 #if defined(__GNUC__)
 #define RILL_API __attribute__((visibility("default")))
@@ -257,6 +273,7 @@ typedef struct rill_stage_opts {
   rill_on_error_t on_error;
   int nullable;               /* the column may hold nulls (set automatically under NULL) */
   int device;                 /* CUDA device of a RILL_STAGE_CUDA stage */
+  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs") */
 } rill_stage_opts_t;
 
 RILL_API int rill_df_new(int64_t rows, rill_df_t** out, rill_error_t* err);
@@ -324,6 +341,7 @@ typedef struct rill_batch_opts {
   int drop_last;              /* drop a short last batch */
   rill_layout_t layout;       /* NCHW transposes 3-D HWC cells; NHWC keeps cells as they are */
   int pinned;                 /* batch buffers in pinned host memory (CUDA builds) */
+  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs") */
 } rill_batch_opts_t;
 
 /* Batch: a new dataframe whose row i holds rows [i*B, i*B+B) of the chosen columns,
@@ -387,6 +405,10 @@ typedef struct rill_iter_opts {
   uint64_t seed;              /* seed of rill_exec_rng */
   int64_t epoch;              /* first epoch */
   rill_stream_t* stream;      /* the consumer's stream; NULL = host */
+  /* rows per record batch of rill_df_export_stream when the dataframe is not batched;
+   * 0 = 65536. A batched dataframe gives one record batch per batch. Iterators ignore it. */
+  int64_t batch_rows;
+  int64_t reserved[RILL_OPTS_RESERVED - 1]; /* zero (room to grow, see "Option structs") */
 } rill_iter_opts_t;
 
 typedef struct rill_row {
@@ -421,12 +443,28 @@ RILL_API int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_ite
  * failing row with err->row/err->column set; the next call continues with the next row. */
 RILL_API int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err);
 RILL_API const rill_array_t* rill_row_get(const rill_row_t* row, int i); /* borrowed */
-RILL_API int rill_iter_prefetch(rill_iter_t* it, int n);  /* start n more rows now (optional) */
-RILL_API int rill_iter_seek(rill_iter_t* it, int64_t row); /* drops prefetched rows */
-RILL_API int rill_iter_set_epoch(rill_iter_t* it, int64_t epoch); /* reshuffles; cursor to 0 */
+/* The calls below take no rill_error_t (their signatures are fixed): when one fails, its
+ * message is kept in the iterator and rill_iter_error returns it. */
+/* Starts computing the next n rows now (in chunks, rounded up to whole chunks), as far as
+ * the iterator's prefetch depth allows; prefetch happens anyway after each rill_iter_next,
+ * so calling it is optional. RILL_OK, or RILL_EINVAL for n < 0. */
+RILL_API int rill_iter_prefetch(rill_iter_t* it, int n);
+/* Continues from `row` (0..rows) of the current epoch; drops prefetched rows. RILL_OK or
+ * RILL_EINVAL. */
+RILL_API int rill_iter_seek(rill_iter_t* it, int64_t row);
+/* Starts epoch `epoch` (a new shuffle) at row 0; drops prefetched rows. RILL_OK, or
+ * RILL_EINVAL for a NULL iterator. */
+RILL_API int rill_iter_set_epoch(rill_iter_t* it, int64_t epoch);
 RILL_API int64_t rill_iter_epoch(const rill_iter_t* it);
+/* Writes the iterator's position into *st (O(1)). RILL_OK or RILL_EINVAL (st NULL). */
 RILL_API int rill_iter_save(const rill_iter_t* it, rill_iter_state_t* st);
+/* Continues from a saved position. RILL_EINVAL when st comes from another dataframe or
+ * column selection, or its cursor is out of range. */
 RILL_API int rill_iter_restore(rill_iter_t* it, const rill_iter_state_t* st);
+/* The last failure of rill_iter_prefetch, seek, set_epoch, save or restore on `it` (code
+ * and message; its row and column are -1); defined only after one of them failed. Owned by
+ * the iterator, valid until its next call. For a NULL iterator: a static error. */
+RILL_API const rill_error_t* rill_iter_error(const rill_iter_t* it);
 RILL_API void rill_iter_stats(const rill_iter_t* it, rill_iter_stats_t* st);
 RILL_API void rill_iter_free(rill_iter_t* it);
 

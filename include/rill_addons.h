@@ -1,6 +1,8 @@
 /* rill addons: sources (memory, CSV, SQLite, files, images) and operators (image decode and
  * augmentation, normalize, one-hot, to-device). An addon whose library was not found at build
- * time still links and returns RILL_ENOTSUP with a message naming the missing library. */
+ * time still links and returns RILL_ENOTSUP with a message naming the missing library.
+ * Option structs grow by the rule of "Option structs" in rill.h (append only, zero keeps the
+ * earlier behaviour; no _ex functions). */
 #ifndef RILL_ADDONS_H
 #define RILL_ADDONS_H
 

@@ -8,6 +8,7 @@
  *   - The DLPack ABI (DLManagedTensorVersioned 1.x and the legacy DLManagedTensor) under
  *     DLPack's own include guard.
  *   - rill's exporters and the Arrow importer.
+ *   - Option structs grow by the rule of "Option structs" in rill.h (no _ex functions).
  *
  * Ownership: every export holds a reference on the rill array(s) it exposes (zero-copy), so
  * the consumer may keep the data after the iterator, the dataframe and every other rill
@@ -275,7 +276,8 @@ RILL_API int rill_row_export_arrow(const rill_row_t* row, const rill_df_t* df, c
                                    struct ArrowSchema* schema, struct ArrowArray* array,
                                    rill_error_t* err);
 
-/* Options of rill_df_export_stream_ex (zero-initialisable). */
+/* Deprecated: rill_iter_opts_t.batch_rows replaces these options (option structs grow by
+ * the rule of "Option structs" in rill.h, not by _ex functions). */
 typedef struct rill_arrow_stream_opts {
   /* Rows per record batch when the dataframe is not batched; 0 = 65536. A batched dataframe
    * (made by rill_df_batch) gives one record batch per batch. */
@@ -283,12 +285,15 @@ typedef struct rill_arrow_stream_opts {
 } rill_arrow_stream_opts_t;
 
 /* The whole dataframe as an Arrow stream of record batches, pulled and computed on demand
- * through an iterator built with `opts` (NULL: defaults; opts->columns selects columns).
+ * through an iterator built with `opts` (NULL: defaults; opts->columns selects columns,
+ * opts->batch_rows the rows per record batch of a dataframe that is not batched).
  * get_schema works before the first batch. A row that fails makes get_next return EIO and
  * get_last_error the rill message (row, column and cause). The stream holds a reference on
  * the dataframe (it stays valid after rill_df_free). `out` is filled; release it once. */
 RILL_API int rill_df_export_stream(rill_df_t* df, const rill_iter_opts_t* opts,
                                    struct ArrowArrayStream* out, rill_error_t* err);
+/* Deprecated alias: rill_df_export_stream with opts->batch_rows = sopts->batch_rows (when
+ * sopts is not NULL and sopts->batch_rows is not 0). */
 RILL_API int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts,
                                       const rill_arrow_stream_opts_t* sopts,
                                       struct ArrowArrayStream* out, rill_error_t* err);

@@ -1,4 +1,5 @@
-/* Engine internals shared by dataframe.c, exec.c, iter.c and pool.c. Not installed.
+/* Engine internals shared by the engine's own files: dataframe.c, iter.c, chunk.c, stage.c,
+ * tasks.c, batching.c, compact.c, exec.c and workers.c. Addons use addon.h. Not installed.
  *
  * Stage function error convention (sources, maps, reduces):
  *   Before each call the engine sets err->code = 0, err->row = -1, err->column = -1.
@@ -16,9 +17,9 @@
 
 #include <pthread.h>
 
-#include "internal.h"
+#include "addon.h"
 
-/* ---------------------------------------------------------------- worker pool (pool.c) */
+/* ---------------------------------------------------------------- worker pool (workers.c) */
 
 typedef struct rill__group {
   int64_t pending; /* tasks submitted and not finished; guarded by the pool's mutex */
@@ -72,10 +73,16 @@ typedef enum {
 
 #define RILL__MAX_INPUTS 64
 
-/* A source's zero-copy path: a new reference to an array holding the cells of rows
- * [start, start+n) (fixed-shape, host memory, no nulls, the column's type), which the engine
- * never writes into; RILL_ENOTSUP when the source cannot lend them (it is then called). */
-typedef int (*rill__lend_fn)(void* ctx, int64_t start, int64_t n, rill_array_t** out);
+/* Columns filled together by one rill__source_group_fn (rill__df_add_source_group): each
+ * member column points to it; the last member freed frees it (and its ctx). */
+typedef struct rill__srcgroup {
+  rill__source_group_fn fn;
+  void* ctx;
+  void (*ctx_free)(void*);
+  int first, n;           /* the columns first..first+n-1 of the dataframe */
+  int live;               /* member columns not freed yet */
+  pthread_mutex_t serial; /* RILL_STAGE_CPU_SERIAL: one call at a time */
+} rill__srcgroup_t;
 
 typedef struct rill__column {
   rill_field_t field; /* field.name is owned */
@@ -91,6 +98,8 @@ typedef struct rill__column {
   int pcol;
   int transpose; /* batch column: 3-D HWC cells become CHW */
   rill__lend_fn lend; /* source: consecutive rows without a call (NULL: none) */
+  rill__srcgroup_t* group; /* source filled with other columns by one call (NULL: none) */
+  int gi;                  /* index of the column in its group (outs[gi]) */
   pthread_mutex_t serial;
 } rill__column_t;
 
@@ -112,7 +121,7 @@ struct rill_df {
 
 /* Row `x` of view `df` (shuffle/shard/filter) as a row of its parent, for `epoch`. */
 int64_t rill__view_row(const rill_df_t* df, int64_t epoch, int64_t x);
-void rill__df_retain(rill_df_t* df);
+/* Adds `delta` to df's count of children and iterators (columns can be added at 0). */
 void rill__df_freeze(rill_df_t* df, int delta);
 
 /* ---------------------------------------------------------------- iterators and evaluation */
@@ -202,6 +211,7 @@ struct rill_iter {
   uint64_t seed;
   uint64_t fingerprint;
   rill_stream_t* stream;
+  rill_error_t last_err; /* the last failure of a call without an err (rill_iter_error) */
   rill_array_t** held;      /* slices handed out in row mode */
   const rill_array_t** rowcols;
   /* statistics */
@@ -209,10 +219,39 @@ struct rill_iter {
   _Atomic int64_t st_compute, st_calls;
 };
 
-/* exec.c: computes chunk->start..end of the iterator's dataframe. */
+/* ---------------------------------------------------------------- chunks (chunk.c) */
+
+/* Computes chunk->start..end of the iterator's dataframe: chunk->cols, m, top, rerr, or
+ * chunk->rc < 0 with chunk->err. */
 void rill__chunk_eval(rill__chunk_t* chunk);
+/* Drops the chunk's results (its arrays go back to their pools). */
 void rill__chunk_release(rill__chunk_t* chunk);
+/* Sets up an empty chunk of iterator `it`. RILL_OK or RILL_ENOMEM (destroy it either way). */
 int rill__chunk_init(struct rill_iter* it, rill__chunk_t* chunk);
+/* Frees what rill__chunk_init and evaluation allocated; a zeroed chunk is a no-op. */
 void rill__chunk_destroy(rill__chunk_t* chunk);
+/* Row id of cell i of frame `f` (written or implied). */
+static inline int64_t rill__frame_row(const rill__frame_t* f, int64_t i) { return f->rows_ok ? f->rows[i] : f->seq + i; }
+/* Writes the row ids of frame `f` when they were left implied by f->seq. RILL_ENOMEM. */
+int rill__frame_rows(rill__chunk_t* ch, rill__frame_t* f);
+/* Records a failure of the whole chunk (the first one wins). Thread-safe. */
+void rill__chunk_fail(rill__chunk_t* ch, int code, const char* fmt, ...) RILL_PRINTF(3, 4);
+/* Whether the chunk failed. Thread-safe. */
+int rill__chunk_failed(rill__chunk_t* ch);
+/* Column c of frame d of the chunk, computed on first use; NULL when the chunk failed. */
+const rill_array_t* rill__chunk_column(rill__chunk_t* ch, int d, int c);
+
+/* stage.c: computes SOURCE/MAP/REDUCE column c of frame d (a source group: with the group's
+ * other columns the iterator needs) and stores it in the frame; NULL when the chunk failed. */
+const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c);
+/* stage.c: an array of the node's pool whose data buffer fits `bytes`, once any consumer
+ * still reading it is done (its event). RILL_ENOMEM, or the CUDA error, with e filled. */
+int rill__node_acquire(rill__node_t* node, int64_t bytes, rill_array_t** out, rill_error_t* e);
+/* compact.c: drops the cells of `level` whose keep[i] is 0 from every frame of the level.
+ * RILL_ENOTSUP for device arrays, RILL_ENOMEM. */
+int rill__compact_level(rill__chunk_t* ch, int level, const uint8_t* keep);
+/* batching.c: batch column c with NCHW layout: each [H,W,C] cell of batch `a` as [C,H,W];
+ * stored in frame 0. NULL when the chunk failed. */
+const rill_array_t* rill__batch_transpose(rill__chunk_t* ch, int c, const rill_array_t* a);
 
 #endif /* RILL_ENGINE_H */

@@ -116,15 +116,20 @@ void rill__pool_counts(const rill_pool_t* pool, int64_t* allocs, int64_t* reuses
  * function that can fail returns RILL_ENODEV with a message (allocators return NULL). */
 int rill__cuda_device_count(void);                       /* 0 without CUDA or device */
 int rill__cuda_check_device(int device, rill_error_t* err); /* RILL_OK or RILL_ENODEV */
-void* rill__cuda_alloc(rill_device_t dev, size_t size);  /* CUDA device or pinned host memory */
+/* cuda_cache.c: CUDA device or pinned host memory from the block cache (NULL on failure);
+ * a block freed is reused once the CUDA streams that may use it passed the free. */
+void* rill__cuda_alloc(rill_device_t dev, size_t size);
 void rill__cuda_free(rill_device_t dev, void* p);
 int rill__cuda_event_new(int device, void** event, rill_error_t* err);
 int rill__cuda_event_record(void* event, void* stream, rill_error_t* err);
-int rill__cuda_stream_wait_event(void* stream, void* event, rill_error_t* err);
-int rill__cuda_event_sync(void* event, rill_error_t* err);
 int rill__cuda_event_query(void* event);                 /* 1 done, 0 pending, < 0 error */
 void rill__cuda_event_free(void* event);
+/* Calls fn(ctx, stream, device) for every live stream made by rill_stream_new_cuda (the
+ * registry is locked meanwhile: fn must not create or free streams). CUDA builds only. */
+void rill__cuda_streams_each(void (*fn)(void* ctx, void* stream, int device), void* ctx);
+/* The block cache's counters: blocks allocated from CUDA, reused, and bytes held. */
 void rill__cuda_pool_stats(int64_t* allocs, int64_t* reuses, int64_t* cached_bytes);
+/* Gives cached blocks whose events completed back to CUDA; returns the bytes freed. */
 int64_t rill__cuda_pool_trim(void);
 /* Copies between host/pinned/device memory, async on `stream` (NULL: synchronous). */
 int rill__cuda_memcpy(void* dst, rill_device_t dst_dev, const void* src, rill_device_t src_dev,

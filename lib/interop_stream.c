@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine.h"
-#include "internal.h"
+#include "addon.h"
 #include "rill_interop.h"
 
 #define DEFAULT_BATCH_ROWS 65536
@@ -114,24 +113,8 @@ static void stream_release(struct ArrowArrayStream* s) {
   s->release = NULL;
 }
 
-/* Whether the rows of `df` are batches: made by rill_df_batch, or a view (shuffle, shard,
- * filter) of such a dataframe. */
-static int df_is_batched(const rill_df_t* df) {
-  while (df != NULL) {
-    switch (df->kind) {
-    case RILL__DF_BATCH: return 1;
-    case RILL__DF_SHUFFLE:
-    case RILL__DF_SHARD:
-    case RILL__DF_FILTER: df = df->parent; break;
-    default: return 0;
-    }
-  }
-  return 0;
-}
-
-int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts,
-                             const rill_arrow_stream_opts_t* sopts, struct ArrowArrayStream* out,
-                             rill_error_t* err) {
+int rill_df_export_stream(rill_df_t* df, const rill_iter_opts_t* opts, struct ArrowArrayStream* out,
+                          rill_error_t* err) {
   if (out != NULL) out->release = NULL;
   if (df == NULL || out == NULL)
     return rill__fail(err, RILL_EINVAL, "rill_df_export_stream: NULL argument");
@@ -144,9 +127,8 @@ int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts,
   for (int i = 0; opts->columns != NULL && i < ncol; i++)
     if (rill_df_field(df, opts->columns[i]) == NULL)
       return rill__bad_column(err, "rill_df_export_stream", df, opts->columns[i]);
-  if (sopts != NULL && sopts->batch_rows < 0)
-    return rill__fail(err, RILL_EINVAL, "rill_df_export_stream: negative batch_rows %" PRId64,
-                      sopts->batch_rows);
+  if (opts->batch_rows < 0)
+    return rill__fail(err, RILL_EINVAL, "rill_df_export_stream: negative batch_rows %" PRId64, opts->batch_rows);
   xstream_t* xs = rill__calloc(1, sizeof *xs);
   int* cols = rill__calloc((size_t)ncol, sizeof(int));
   if (xs == NULL || cols == NULL) {
@@ -157,12 +139,12 @@ int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts,
   xs->columns = cols;
   xs->ncolumns = ncol;
   for (int i = 0; i < ncol; i++) cols[i] = opts->columns != NULL ? opts->columns[i] : i;
-  xs->batch_rows = (sopts != NULL && sopts->batch_rows > 0) ? sopts->batch_rows : DEFAULT_BATCH_ROWS;
+  xs->batch_rows = opts->batch_rows > 0 ? opts->batch_rows : DEFAULT_BATCH_ROWS;
   rill__df_retain(df);
   xs->keep = df;
   int rc;
   xs->opts = *opts;
-  if (df_is_batched(df)) {
+  if (rill__df_batch_rows(df) > 0) {
     xs->iterated = xs->keep;
   } else {
     rc = rill_df_batch(xs->keep, cols, ncol, xs->batch_rows, NULL, &xs->batched, err);
@@ -185,7 +167,11 @@ fail:
   return rc;
 }
 
-int rill_df_export_stream(rill_df_t* df, const rill_iter_opts_t* opts, struct ArrowArrayStream* out,
-                          rill_error_t* err) {
-  return rill_df_export_stream_ex(df, opts, NULL, out, err);
+int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts, const rill_arrow_stream_opts_t* sopts,
+                             struct ArrowArrayStream* out, rill_error_t* err) {
+  rill_iter_opts_t o;
+  memset(&o, 0, sizeof o);
+  if (opts != NULL) o = *opts;
+  if (sopts != NULL && sopts->batch_rows != 0) o.batch_rows = sopts->batch_rows;
+  return rill_df_export_stream(df, &o, out, err);
 }

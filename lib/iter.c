@@ -5,6 +5,8 @@
  * Chunks: a batched dataframe, or one whose ancestry holds a reduce, is computed one row
  * per chunk; otherwise chunks hold up to 256 rows (fewer when a stage asks for a smaller
  * grain) and rill_iter_next hands out length-1 slices of the chunk's arrays. */
+#include <stdarg.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "engine.h"
@@ -113,6 +115,10 @@ static void slot_main(void* arg) {
   rill__chunk_eval(&s->chunk);
 }
 
+static void schedule_upto(rill_iter_t* it, int64_t max);
+/* Starts every chunk the prefetch depth allows. */
+static void schedule(rill_iter_t* it) { schedule_upto(it, INT64_MAX); }
+
 static void release_held(rill_iter_t* it) {
   for (int q = 0; q < it->nreq; q++) {
     rill_array_release(it->held[q]);
@@ -120,8 +126,9 @@ static void release_held(rill_iter_t* it) {
   }
 }
 
-static void schedule(rill_iter_t* it) {
-  while (it->inflight < it->nslots && it->next_start < it->df->rows) {
+/* Starts up to `max` more chunks, as many as free slots and remaining rows allow. */
+static void schedule_upto(rill_iter_t* it, int64_t max) {
+  for (int64_t started = 0; started < max && it->inflight < it->nslots && it->next_start < it->df->rows; started++) {
     rill__slot_t* s = &it->slots[(it->head + it->inflight) % it->nslots];
     s->busy = 1;
     s->done = 0;
@@ -307,13 +314,8 @@ fail:
 static int sync_columns(rill_iter_t* it, rill__chunk_t* ch, rill_error_t* err) {
   for (int q = 0; q < it->nreq; q++) {
     const rill_array_t* a = ch->cols[q];
-    if (!a || !a->event) continue;
-    int r;
-    void* cs = it->stream ? rill_stream_cuda_handle(it->stream) : NULL;
-    if (cs)
-      r = rill__cuda_stream_wait_event(cs, a->event, err);
-    else
-      r = rill__cuda_event_sync(a->event, err);
+    if (!a) continue;
+    int r = rill__event_wait(a->event, it->stream ? rill_stream_cuda_handle(it->stream) : NULL, err);
     if (r != RILL_OK) return r;
   }
   return RILL_OK;
@@ -461,14 +463,33 @@ const rill_array_t* rill_row_get(const rill_row_t* row, int i) {
   return row->columns[i];
 }
 
+/* Records the failure of a call that has no err parameter (rill_iter_error reads it). */
+static int iter_fail(rill_iter_t* it, int code, const char* fmt, ...) RILL_PRINTF(3, 4);
+static int iter_fail(rill_iter_t* it, int code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  rill__vfail(&it->last_err, code, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+static const rill_error_t null_iter_error = {.code = RILL_EINVAL, .row = -1, .column = -1,
+                                             .message = "the iterator is NULL"};
+
+const rill_error_t* rill_iter_error(const rill_iter_t* it) { return it ? &it->last_err : &null_iter_error; }
+
 int rill_iter_prefetch(rill_iter_t* it, int n) {
-  if (!it || n < 0) return RILL_EINVAL;
-  schedule(it);
+  if (!it) return RILL_EINVAL;
+  if (n < 0) return iter_fail(it, RILL_EINVAL, "rill_iter_prefetch: negative row count %d", n);
+  schedule_upto(it, (n + it->chunk_rows - 1) / it->chunk_rows);
   return RILL_OK;
 }
 
 int rill_iter_seek(rill_iter_t* it, int64_t row) {
-  if (!it || row < 0 || row > it->df->rows) return RILL_EINVAL;
+  if (!it) return RILL_EINVAL;
+  if (row < 0 || row > it->df->rows)
+    return iter_fail(it, RILL_EINVAL, "rill_iter_seek: row %lld is outside 0..%lld", (long long)row,
+                     (long long)it->df->rows);
   drop_all(it);
   it->next_start = row;
   it->cursor = row;
@@ -487,7 +508,8 @@ int rill_iter_set_epoch(rill_iter_t* it, int64_t epoch) {
 int64_t rill_iter_epoch(const rill_iter_t* it) { return it ? it->epoch : 0; }
 
 int rill_iter_save(const rill_iter_t* it, rill_iter_state_t* st) {
-  if (!it || !st) return RILL_EINVAL;
+  if (!it) return RILL_EINVAL;
+  if (!st) return iter_fail((rill_iter_t*)it, RILL_EINVAL, "rill_iter_save: the state is NULL");
   st->seed = it->seed;
   st->epoch = it->epoch;
   st->cursor = it->cursor;
@@ -496,8 +518,14 @@ int rill_iter_save(const rill_iter_t* it, rill_iter_state_t* st) {
 }
 
 int rill_iter_restore(rill_iter_t* it, const rill_iter_state_t* st) {
-  if (!it || !st || st->fingerprint != it->fingerprint || st->cursor < 0 || st->cursor > it->df->rows)
-    return RILL_EINVAL;
+  if (!it) return RILL_EINVAL;
+  if (!st) return iter_fail(it, RILL_EINVAL, "rill_iter_restore: the state is NULL");
+  if (st->fingerprint != it->fingerprint)
+    return iter_fail(it, RILL_EINVAL,
+                     "rill_iter_restore: the state was saved from another dataframe or column selection");
+  if (st->cursor < 0 || st->cursor > it->df->rows)
+    return iter_fail(it, RILL_EINVAL, "rill_iter_restore: cursor %lld is outside 0..%lld", (long long)st->cursor,
+                     (long long)it->df->rows);
   drop_all(it);
   it->seed = st->seed;
   it->epoch = st->epoch;

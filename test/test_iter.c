@@ -664,3 +664,65 @@ Test(iter, variable_length_buffers_are_reused_across_epochs) {
   rill_df_free(sh);
   rill_df_free(df);
 }
+
+/* rill_iter_prefetch(n) starts about n rows (whole chunks), not the whole prefetch depth. */
+Test(iter, prefetch_starts_n_rows) {
+  counter_t c;
+  counter_init(&c, 0);
+  rill_df_t* df = make_src(256 * 8, &c, NULL);
+  rill_error_t err = {0};
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.prefetch = 256 * 6, .threads = 2}, &it, &err), err);
+  RT_OK(rill_iter_prefetch(it, 1), *rill_iter_error(it));
+  for (int i = 0; i < 2000 && atomic_load(&c.cells) < 256; i++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  nanosleep(&(struct timespec){0, 20000000}, NULL);
+  cr_assert_eq(atomic_load(&c.cells), 256, "one chunk started, %lld cells computed", (long long)atomic_load(&c.cells));
+  RT_OK(rill_iter_prefetch(it, 257), *rill_iter_error(it)); /* two more chunks */
+  for (int i = 0; i < 2000 && atomic_load(&c.cells) < 3 * 256; i++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  nanosleep(&(struct timespec){0, 20000000}, NULL);
+  cr_assert_eq(atomic_load(&c.cells), 3 * 256);
+  RT_OK(rill_iter_prefetch(it, 0), *rill_iter_error(it));
+  rill_row_t row;
+  int64_t n = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) n++;
+  cr_assert_eq(n, 256 * 8);
+  cr_assert_eq(atomic_load(&c.cells), 256 * 8, "every row computed once");
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+/* Calls without an err parameter leave their message in rill_iter_error. */
+Test(iter, error_of_calls_without_err) {
+  counter_t c, c2;
+  counter_init(&c, 0);
+  counter_init(&c2, 0);
+  rill_df_t* df = make_src(10, &c, NULL);
+  rill_error_t err = {0};
+  rill_df_t* df2 = make_src(12, &c2, NULL);
+  rill_iter_t *it, *other;
+  RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+  RT_OK(rill_iter_new(df2, NULL, &other, &err), err);
+  const rill_error_t* e = rill_iter_error(it);
+  cr_assert_eq(rill_iter_seek(it, 11), RILL_EINVAL);
+  cr_assert(e->code == RILL_EINVAL && strstr(e->message, "rill_iter_seek: row 11 is outside 0..10"), "%s", e->message);
+  cr_assert_eq(rill_iter_prefetch(it, -3), RILL_EINVAL);
+  cr_assert(strstr(e->message, "rill_iter_prefetch: negative row count -3"), "%s", e->message);
+  cr_assert_eq(rill_iter_save(it, NULL), RILL_EINVAL);
+  cr_assert(strstr(e->message, "rill_iter_save: the state is NULL"), "%s", e->message);
+  cr_assert_eq(rill_iter_restore(it, NULL), RILL_EINVAL);
+  cr_assert(strstr(e->message, "rill_iter_restore: the state is NULL"), "%s", e->message);
+  rill_iter_state_t st;
+  RT_OK(rill_iter_save(it, &st), *e);
+  st.cursor = 99;
+  cr_assert_eq(rill_iter_restore(it, &st), RILL_EINVAL);
+  cr_assert(strstr(e->message, "cursor 99 is outside 0..10"), "%s", e->message);
+  RT_OK(rill_iter_save(other, &st), err);
+  cr_assert_eq(rill_iter_restore(it, &st), RILL_EINVAL);
+  cr_assert(strstr(e->message, "another dataframe or column selection"), "%s", e->message);
+  cr_assert_eq(rill_iter_set_epoch(NULL, 1), RILL_EINVAL);
+  cr_assert(rill_iter_error(NULL)->code == RILL_EINVAL && strstr(rill_iter_error(NULL)->message, "NULL"));
+  rill_iter_free(other);
+  rill_iter_free(it);
+  rill_df_free(df2);
+  rill_df_free(df);
+}

@@ -667,13 +667,14 @@ static int export_stream(RillDataFrame* self, const rill_iter_opts_t* io, int64_
     PyErr_NoMemory();
     return -1;
   }
-  rill_arrow_stream_opts_t so = {0};
-  so.batch_rows = batch_rows;
+  rill_iter_opts_t o = {0};
+  if (io) o = *io;
+  o.batch_rows = batch_rows;
   rill_error_t err;
   rill_error_clear(&err);
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = rill_df_export_stream_ex(self->df, io, &so, &g->inner, &err);
+  rc = rill_df_export_stream(self->df, &o, &g->inner, &err);
   Py_END_ALLOW_THREADS
   if (rc < 0) {
     PyMem_RawFree(g);

@@ -1,0 +1,239 @@
+/* Evaluation of a chunk (consecutive rows of the iterated dataframe).
+ *
+ * A chunk keeps one frame per dataframe of the iterated dataframe's ancestry (a chain: each
+ * dataframe has at most one parent). A frame holds the row ids of that dataframe for the
+ * chunk's cells and the columns computed so far (each (dataframe, column) once per chunk,
+ * so a shared input is computed once per row). Frames whose cells correspond one to one
+ * share a "level": views share their parent's level, a batched dataframe shares its
+ * parent's (its cells are the parent's rows of the batch), a reduce starts a new level
+ * below it (k parent cells per cell). Dropping a cell (SKIP, or a RAISE in row mode)
+ * compacts every frame of its level in place (compact.c). Columns are computed on demand
+ * by the stage runner (stage.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+static int ensure_i64(int64_t** buf, int64_t* cap, int64_t n) {
+  if (n <= *cap && *buf) return RILL_OK;
+  int64_t ncap = n > 2 * *cap ? n : 2 * *cap;
+  if (ncap < 16) ncap = 16;
+  int64_t* nb = rill__alloc(sizeof *nb * (size_t)ncap);
+  if (!nb) return RILL_ENOMEM;
+  rill__free(*buf);
+  *buf = nb;
+  *cap = ncap;
+  return RILL_OK;
+}
+
+/* Writes the row ids of frame `f` when they were left implied by f->seq. */
+int rill__frame_rows(rill__chunk_t* ch, rill__frame_t* f) {
+  if (f->rows_ok) return RILL_OK;
+  int64_t n = ch->level_n[f->level];
+  if (ensure_i64(&f->rows, &f->rows_cap, n) != RILL_OK) return RILL_ENOMEM;
+  /* locals (a store through rows could alias f->seq) and four ids per step: this runs for
+   * every row of every chunk */
+  int64_t* rows = f->rows;
+  const int64_t seq = f->seq;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    rows[i] = seq + i;
+    rows[i + 1] = seq + i + 1;
+    rows[i + 2] = seq + i + 2;
+    rows[i + 3] = seq + i + 3;
+  }
+  for (; i < n; i++) rows[i] = seq + i;
+  f->rows_ok = 1;
+  return RILL_OK;
+}
+
+/* Records a failure of the whole chunk (the first one wins). */
+void rill__chunk_fail(rill__chunk_t* ch, int code, const char* fmt, ...) {
+  pthread_mutex_lock(&ch->mu);
+  if (ch->rc == RILL_OK) {
+    va_list ap;
+    va_start(ap, fmt);
+    rill__vfail(&ch->err, code, fmt, ap);
+    va_end(ap);
+    ch->err.row = ch->start;
+    ch->err.column = ch->reqcol;
+    ch->rc = code;
+  }
+  pthread_mutex_unlock(&ch->mu);
+}
+
+int rill__chunk_failed(rill__chunk_t* ch) {
+  pthread_mutex_lock(&ch->mu);
+  int failed = ch->rc != RILL_OK;
+  pthread_mutex_unlock(&ch->mu);
+  return failed;
+}
+
+const rill_array_t* rill__chunk_column(rill__chunk_t* ch, int d, int c) {
+  rill__frame_t* fr = &ch->frames[d];
+  if (fr->vals[c]) return fr->vals[c];
+  rill__column_t* col = fr->df->cols[c];
+  switch (col->kind) {
+    case RILL__COL_PARENT: return rill__chunk_column(ch, d + 1, c);
+    case RILL__COL_BATCH: {
+      const rill_array_t* a = rill__chunk_column(ch, d + 1, col->pcol);
+      if (!a || !col->transpose) return a;
+      return rill__batch_transpose(ch, c, a);
+    }
+    default: return rill__run_stage(ch, d, c);
+  }
+}
+
+/* ---------------------------------------------------------------- chunks */
+
+int rill__chunk_init(rill_iter_t* it, rill__chunk_t* ch) {
+  memset(ch, 0, sizeof *ch);
+  ch->it = it;
+  if (pthread_mutex_init(&ch->mu, NULL) != 0) return RILL_ENOMEM;
+  ch->nframes = it->nchain;
+  ch->frames = rill__calloc((size_t)it->nchain, sizeof *ch->frames);
+  ch->level_n = rill__calloc((size_t)it->nchain + 1, sizeof *ch->level_n);
+  ch->cols = rill__calloc((size_t)(it->nreq > 0 ? it->nreq : 1), sizeof *ch->cols);
+  if (!ch->frames || !ch->level_n || !ch->cols) return RILL_ENOMEM;
+  for (int d = 0; d < it->nchain; d++) {
+    ch->frames[d].df = it->chain[d];
+    int nc = it->chain[d]->ncols;
+    ch->frames[d].vals = rill__calloc((size_t)(nc > 0 ? nc : 1), sizeof *ch->frames[d].vals);
+    if (!ch->frames[d].vals) return RILL_ENOMEM;
+  }
+  return RILL_OK;
+}
+
+void rill__chunk_release(rill__chunk_t* ch) {
+  if (!ch->cols) return;
+  for (int q = 0; q < ch->it->nreq; q++) {
+    rill_array_release(ch->cols[q]);
+    ch->cols[q] = NULL;
+  }
+  ch->m = 0;
+  ch->nrerr = 0;
+  ch->rc = RILL_OK;
+}
+
+void rill__chunk_destroy(rill__chunk_t* ch) {
+  if (!ch->it) return;
+  rill__chunk_release(ch);
+  if (ch->frames) {
+    for (int d = 0; d < ch->nframes; d++) {
+      rill__free(ch->frames[d].vals);
+      rill__free(ch->frames[d].rows);
+      rill__free(ch->frames[d].goff);
+    }
+  }
+  rill__free(ch->frames);
+  rill__free(ch->level_n);
+  rill__free(ch->cols);
+  rill__free(ch->rerr);
+  pthread_mutex_destroy(&ch->mu);
+  memset(ch, 0, sizeof *ch);
+}
+
+static int setup_frames(rill__chunk_t* ch) {
+  rill_iter_t* it = ch->it;
+  int d0 = 0;
+  for (int d = 0; d < ch->nframes; d++) {
+    ch->frames[d].level = 0;
+    ch->frames[d].seq = -1;
+    ch->frames[d].rows_ok = 1;
+  }
+  if (it->batched) {
+    rill_df_t* b = it->chain[0];
+    int64_t s = ch->start * b->batch, e = s + b->batch;
+    if (e > b->parent->rows) e = b->parent->rows;
+    int64_t n = e > s ? e - s : 0;
+    for (int d = 0; d < 2; d++) { /* consecutive rows: written when a stage needs them */
+      ch->frames[d].seq = s;
+      ch->frames[d].rows_ok = 0;
+    }
+    ch->level_n[0] = n;
+    d0 = 1;
+  } else {
+    int64_t n = ch->end - ch->start;
+    ch->frames[0].seq = ch->start;
+    ch->frames[0].rows_ok = 0;
+    ch->level_n[0] = n;
+  }
+  for (int d = d0; d + 1 < ch->nframes; d++) {
+    rill__frame_t* f = &ch->frames[d];
+    rill__frame_t* p = &ch->frames[d + 1];
+    rill_df_t* df = f->df;
+    int64_t n = ch->level_n[f->level];
+    if (df->kind == RILL__DF_REDUCE) {
+      int64_t prow = df->parent->rows, total = 0;
+      if (ensure_i64(&f->goff, &f->goff_cap, n + 1) != RILL_OK) return RILL_ENOMEM;
+      for (int64_t g = 0; g < n; g++) {
+        int64_t s = rill__frame_row(f, g) * df->k, e = s + df->k;
+        if (e > prow) e = prow;
+        f->goff[g] = total;
+        total += e > s ? e - s : 0;
+      }
+      f->goff[n] = total;
+      if (ensure_i64(&p->rows, &p->rows_cap, total) != RILL_OK) return RILL_ENOMEM;
+      for (int64_t g = 0; g < n; g++)
+        for (int64_t j = f->goff[g]; j < f->goff[g + 1]; j++) p->rows[j] = rill__frame_row(f, g) * df->k + (j - f->goff[g]);
+      p->level = f->level + 1;
+      p->seq = f->seq >= 0 ? f->seq * df->k : -1; /* whole groups of consecutive rows */
+      ch->level_n[p->level] = total;
+    } else {
+      if (ensure_i64(&p->rows, &p->rows_cap, n) != RILL_OK) return RILL_ENOMEM;
+      for (int64_t i = 0; i < n; i++) p->rows[i] = rill__view_row(df, ch->epoch, rill__frame_row(f, i));
+      p->level = f->level;
+    }
+  }
+  return RILL_OK;
+}
+
+static int cmp_rowerr(const void* a, const void* b) {
+  int64_t x = ((const rill__rowerr_t*)a)->row, y = ((const rill__rowerr_t*)b)->row;
+  return x < y ? -1 : x > y;
+}
+
+void rill__chunk_eval(rill__chunk_t* ch) {
+  rill_iter_t* it = ch->it;
+  ch->rc = RILL_OK;
+  ch->nrerr = 0;
+  ch->skipped = ch->nulled = 0;
+  ch->m = 0;
+  ch->reqcol = it->nreq > 0 ? it->req[0] : 0;
+  if (setup_frames(ch) != RILL_OK) {
+    rill__chunk_fail(ch, RILL_ENOMEM, "rows %lld..%lld: out of memory", (long long)ch->start, (long long)ch->end - 1);
+  } else {
+    for (int q = 0; q < it->nreq && ch->rc == RILL_OK; q++) {
+      ch->reqcol = it->req[q];
+      rill__chunk_column(ch, 0, it->req[q]);
+    }
+    if (ch->rc == RILL_OK) {
+      for (int q = 0; q < it->nreq; q++) {
+        ch->reqcol = it->req[q];
+        ch->cols[q] = rill_array_retain(rill__chunk_column(ch, 0, it->req[q]));
+      }
+      ch->m = it->batched ? (ch->level_n[0] > 0 || it->nreq == 0) : ch->level_n[0];
+      if (!it->batched && rill__frame_rows(ch, &ch->frames[0]) != RILL_OK)
+        rill__chunk_fail(ch, RILL_ENOMEM, "rows %lld..%lld: out of memory", (long long)ch->start, (long long)ch->end - 1);
+      ch->top = ch->frames[0].rows;
+      if (ch->nrerr > 1) qsort(ch->rerr, (size_t)ch->nrerr, sizeof *ch->rerr, cmp_rowerr);
+    }
+  }
+  for (int d = 0; d < ch->nframes; d++) {
+    rill__frame_t* f = &ch->frames[d];
+    for (int c = 0; c < f->df->ncols; c++) {
+      rill_array_release(f->vals[c]);
+      f->vals[c] = NULL;
+    }
+  }
+  if (ch->rc != RILL_OK) {
+    for (int q = 0; q < it->nreq; q++) {
+      rill_array_release(ch->cols[q]);
+      ch->cols[q] = NULL;
+    }
+    ch->m = 0;
+    ch->nrerr = 0;
+  }
+}
+

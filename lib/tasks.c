@@ -1,0 +1,163 @@
+/* Task splitting: the cells of a stage's chunk are cut into `grain`-cell tasks run by the
+ * worker threads (the calling thread runs the first one and helps with the rest). The grain
+ * is the stage's own, else picked from the last measured cost per row (tasks of about
+ * 20 us). Fixed-shape outputs are written in place by every task; variable-length outputs
+ * are filled per task and appended in order once every task finished. */
+#include "stage.h"
+
+typedef struct split {
+  run_t* R;
+  int64_t a, b;
+  rill__task_t task;
+} split_t;
+
+static void split_main(void* arg) {
+  split_t* s = arg;
+  rill__call_range(s->R, s->a, s->b);
+}
+
+typedef struct vsplit {
+  run_t sub;
+  rill__task_t task;
+} vsplit_t;
+
+static void vsplit_main(void* arg) {
+  vsplit_t* v = arg;
+  rill__call_range(&v->sub, 0, v->sub.n);
+}
+
+/* A stage with variable-length outputs split across threads: each task fills its own arrays
+ * (fixed outputs are shared: tasks write disjoint cells), then the parts are appended in
+ * order to the stage's outputs. */
+static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
+  rill_iter_t* it = R->ch->it;
+  int nm = R->nm;
+  vsplit_t* vs = rill__calloc((size_t)ntasks, sizeof *vs);
+  member_t* ms = rill__calloc((size_t)ntasks * (size_t)nm, sizeof *ms);
+  if (!vs || !ms) {
+    rill__free(vs);
+    rill__free(ms);
+    rill__call_range(R, 0, R->n);
+    return;
+  }
+  int64_t made = 0;
+  int ok = 1;
+  for (; made < ntasks && ok; made++) {
+    run_t* s = &vs[made].sub;
+    s->ch = R->ch;
+    s->fr = R->fr;
+    s->c = R->c;
+    s->node = R->node;
+    s->col = R->col;
+    s->rowmode = R->rowmode;
+    s->nin = R->nin;
+    s->group = R->group;
+    for (int i = 0; i < R->nin; i++) s->in[i] = R->in[i];
+    s->fail_cell = -1;
+    s->top = R;
+    s->base = made * grain;
+    s->n = (made + 1 == ntasks ? R->n : (made + 1) * grain) - s->base;
+    s->out_direct = 1;
+    s->nm = nm;
+    s->m = ms + made * nm;
+    for (int j = 0; j < nm; j++) {
+      s->m[j] = R->m[j];
+      if (s->m[j].fixed) continue;
+      rill_error_t ae;
+      if (rill__node_acquire(R->m[j].node, rill__expect_bytes(&R->m[j], s->n), &s->m[j].out, &ae) != RILL_OK) {
+        s->m[j].out = NULL;
+        ok = 0;
+        break;
+      }
+    }
+    vs[made].task.fn = vsplit_main;
+    vs[made].task.arg = &vs[made];
+  }
+  if (!ok) {
+    rill__chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+  } else {
+    rill__group_t g = {.pending = 0, .prio = R->ch->prio};
+    for (int64_t t = 1; t < ntasks; t++) {
+      vs[t].task.group = &g;
+      rill__workers_submit(it->workers, &vs[t].task);
+    }
+    vsplit_main(&vs[0]);
+    rill__workers_wait(it->workers, &g);
+    R->out_direct = 0;
+    for (int j = 0; j < nm && !rill__chunk_failed(R->ch); j++) {
+      member_t* mb = &R->m[j];
+      if (mb->fixed) continue;
+      if (rill__array_prepare(mb->out, mb->c->field.type, R->n, false) != RILL_OK) {
+        rill__chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", mb->c->field.name);
+        break;
+      }
+      int64_t total = 0;
+      for (int64_t t = 0; t < ntasks; t++) total += vs[t].sub.m[j].out->data_size;
+      if (rill_array_reserve(mb->out, total) != RILL_OK)
+        rill__chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", mb->c->field.name);
+      for (int64_t t = 0; t < ntasks && !rill__chunk_failed(R->ch); t++)
+        if (rill__commit(R, mb, vs[t].sub.m[j].out, vs[t].sub.base, 0, vs[t].sub.n) != RILL_OK) {
+          rill__chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", mb->c->field.name);
+          break;
+        }
+    }
+  }
+  for (int64_t t = 0; t < made; t++)
+    for (int j = 0; j < nm; j++)
+      if (!vs[t].sub.m[j].fixed) rill_array_release(vs[t].sub.m[j].out);
+  rill__free(ms);
+  rill__free(vs);
+}
+
+static int64_t pick_grain(run_t* R, int nthreads) {
+  int64_t g = R->c->opts.grain;
+  if (g > 0) return g;
+  int64_t nspr = atomic_load(&R->node->ns_per_row);
+  if (nspr <= 0) {
+    /* not measured yet (the first chunk): four tasks per thread (of at least 16 rows), so that
+     * a thread busy with a later chunk's first task soon comes back to help the first chunk */
+    int64_t parts = 4 * ((int64_t)nthreads + 1);
+    g = (R->n + parts - 1) / parts;
+    return g < 16 ? 16 : g;
+  }
+  g = 20000 / nspr;                                          /* a task of about 20 us */
+  return g < 1 ? 1 : g;
+}
+
+void rill__run_cells(run_t* R) {
+  rill_iter_t* it = R->ch->it;
+  int nthreads = rill__workers_count(it->workers);
+  if (R->c->kind == RILL__COL_REDUCE) {
+    for (int64_t i = 0; i < R->n && !rill__chunk_failed(R->ch); i++) rill__call_range(R, i, i + 1);
+    return;
+  }
+  int64_t grain = pick_grain(R, nthreads);
+  if (grain < 1) grain = 1;
+  /* maps on a batched dataframe receive whole batches */
+  int whole = it->batched && R->fr == &R->ch->frames[0];
+  int splittable = !whole && R->c->opts.where == RILL_STAGE_CPU && nthreads > 0 && R->n > grain;
+  int64_t ntasks = splittable ? (R->n + grain - 1) / grain : 1;
+  if (!R->fixed && ntasks > 1) {
+    run_var_split(R, grain, ntasks);
+    return;
+  }
+  split_t* sp = ntasks > 1 ? rill__calloc((size_t)ntasks, sizeof *sp) : NULL;
+  if (!sp) {
+    rill__call_range(R, 0, R->n);
+    return;
+  }
+  rill__group_t g = {.pending = 0, .prio = R->ch->prio};
+  for (int64_t t = 0; t < ntasks; t++) {
+    sp[t].R = R;
+    sp[t].a = t * grain;
+    sp[t].b = t + 1 == ntasks ? R->n : (t + 1) * grain;
+    sp[t].task.fn = split_main;
+    sp[t].task.arg = &sp[t];
+    sp[t].task.group = &g;
+    if (t > 0) rill__workers_submit(it->workers, &sp[t].task);
+  }
+  rill__call_range(R, sp[0].a, sp[0].b);
+  rill__workers_wait(it->workers, &g);
+  rill__free(sp);
+}
+
