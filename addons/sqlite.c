@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "csv_internal.h"
 #include "internal.h"
 #include "rill_addons.h"
+#include "text.h"
 
 #if RILL_HAVE_SQLITE
 #include <sqlite3.h>
