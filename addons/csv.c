@@ -1,19 +1,10 @@
-/* CSV source: RFC 4180 parsing over a memory-mapped file or a buffer, a parallel index of
- * row starts built when the file is opened, type inference over a sample, and cells parsed
- * lazily when an iterator pulls their rows.
- *
- * Index pass: the input is cut into chunks whose boundaries sit just after a '\n'. At such a
- * point the parser is either at the start of a record or inside a quoted field, so each chunk
- * is scanned twice (speculatively) from both states, in parallel; the second scan stops as
- * soon as it starts a record where the first one did (from there they agree). Stitching the
- * chunks in order picks, for each, the scan that matches the state the previous chunk ended
- * in. The index holds one int64 (byte offset) per row. */
+/* CSV source: the public entry points, options, the header row, type inference and the
+ * source group that fills the columns. The input (a memory-mapped file or a buffer) is indexed
+ * when opened (csv_index.c: one byte offset per row, built in parallel); cells are parsed when
+ * an iterator pulls their rows: one call splits each row once (csv_scan.c) and fills every
+ * requested column from the field spans, converting text with text.c. */
 #include <errno.h>
 #include <fcntl.h>
-#include <float.h>
-#include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,395 +13,16 @@
 #include <unistd.h>
 
 #include "csv_internal.h"
-#include "internal.h"
-#include "rill_addons.h"
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#define CSV_SIMD 1
-#else
-#define CSV_SIMD 0
-#endif
+#include "text.h"
 
 #define CSV_DEFAULT_INFER 1000
-#define CSV_DEFAULT_CHUNK (8 << 20)
-#define CSV_LINE_STEP_SHIFT 16 /* line-number checkpoints every 64 KiB */
-
-/* ------------------------------------------------------------------ value parsing */
-
-int rill__parse_uint64(const char* s, size_t n, uint64_t* v) {
-  size_t i = 0;
-  if (n > 0 && s[0] == '+') i = 1;
-  if (i == n) return RILL_EFORMAT;
-  uint64_t acc = 0;
-  if (n - i <= 19) { /* at most 19 digits cannot overflow */
-    for (; i < n; i++) {
-      unsigned d = (unsigned)((unsigned char)s[i] - '0');
-      if (d > 9) return RILL_EFORMAT;
-      acc = acc * 10 + d;
-    }
-    *v = acc;
-    return RILL_OK;
-  }
-  int over = 0;
-  for (; i < n; i++) {
-    unsigned d = (unsigned)((unsigned char)s[i] - '0');
-    if (d > 9) return RILL_EFORMAT;
-    if (acc > (UINT64_MAX - d) / 10) over = 1;
-    else acc = acc * 10 + d;
-  }
-  if (over) return RILL_ERANGE;
-  *v = acc;
-  return RILL_OK;
-}
-
-int rill__parse_int64(const char* s, size_t n, int64_t* v) {
-  int neg = n > 0 && s[0] == '-';
-  if (neg && n > 1 && s[1] == '+') return RILL_EFORMAT;
-  uint64_t acc;
-  int rc = rill__parse_uint64(s + neg, n - (size_t)neg, &acc);
-  if (rc != RILL_OK) return rc;
-  if (neg) {
-    if (acc > (uint64_t)INT64_MAX + 1) return RILL_ERANGE;
-    *v = acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc;
-  } else {
-    if (acc > (uint64_t)INT64_MAX) return RILL_ERANGE;
-    *v = (int64_t)acc;
-  }
-  return RILL_OK;
-}
-
-static int ieq(const char* s, size_t n, const char* lit) {
-  size_t m = strlen(lit);
-  if (n != m) return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
-    if (c != lit[i]) return 0;
-  }
-  return 1;
-}
-
-int rill__parse_double(const char* s, size_t n, double* v) {
-  if (n == 0) return RILL_EFORMAT;
-  size_t i = (s[0] == '+' || s[0] == '-') ? 1 : 0;
-  /* Clinger's fast path: a mantissa below 2^53 and a power of ten up to 22 give the correctly
-   * rounded result with one multiplication or division. It accepts only [sign] digits [. digits]
-   * [e [sign] digits], which the checks below would pass too; anything else goes on to them. */
-  static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-  {
-    const char *p = s + i, *e = s + n, *q;
-    uint64_t m = 0;
-    for (q = p; p < e && (unsigned)(*p - '0') <= 9; p++) m = m * 10 + (uint64_t)(*p - '0');
-    int nd = (int)(p - q), scale = 0;
-    if (p < e && *p == '.') {
-      p++;
-      for (q = p; p < e && (unsigned)(*p - '0') <= 9; p++) m = m * 10 + (uint64_t)(*p - '0');
-      scale = (int)(p - q);
-      nd += scale;
-    }
-    int ex = 0, ok = nd > 0 && nd <= 19; /* 19 digits cannot overflow m */
-    if (ok && p < e && (*p == 'e' || *p == 'E')) {
-      p++;
-      int eneg = p < e && *p == '-';
-      if (p < e && (*p == '-' || *p == '+')) p++;
-      int ed = 0;
-      for (; p < e && (unsigned)(*p - '0') <= 9 && ed < 4; p++, ed++) ex = ex * 10 + (*p - '0');
-      if (ed == 0) ok = 0;
-      if (eneg) ex = -ex;
-    }
-    int e10 = ex - scale;
-    if (ok && p == e && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22) {
-      double x = (double)m;
-      x = e10 < 0 ? x / p10[-e10] : x * p10[e10];
-      *v = s[0] == '-' ? -x : x;
-      return RILL_OK;
-    }
-  }
-  const char* w = s + i;
-  size_t wn = n - i;
-  if (wn >= 3 && (w[0] == 'n' || w[0] == 'N' || w[0] == 'i' || w[0] == 'I') &&
-      (ieq(w, wn, "nan") || ieq(w, wn, "inf") || ieq(w, wn, "infinity"))) {
-    double x = (w[0] == 'n' || w[0] == 'N') ? NAN : INFINITY;
-    *v = s[0] == '-' ? -x : x;
-    return RILL_OK;
-  }
-  int digits = 0;
-  for (size_t k = i; k < n; k++) {
-    char c = s[k];
-    if (c >= '0' && c <= '9') digits = 1;
-    else if (c != '.' && c != 'e' && c != 'E' && c != '+' && c != '-') return RILL_EFORMAT;
-  }
-  if (!digits) return RILL_EFORMAT;
-  char small[64];
-  char* buf = small;
-  if (n >= sizeof small) {
-    buf = rill__alloc(n + 1);
-    if (!buf) return RILL_ENOMEM;
-  }
-  memcpy(buf, s, n);
-  buf[n] = 0;
-  char* end = NULL;
-  errno = 0;
-  double x = strtod(buf, &end);
-  int rc = RILL_OK;
-  if (end != buf + n) rc = RILL_EFORMAT;
-  else if (errno == ERANGE && isinf(x)) rc = RILL_ERANGE;
-  if (buf != small) rill__free(buf);
-  if (rc == RILL_OK) *v = x;
-  return rc;
-}
-
-int rill__parse_bool(const char* s, size_t n, int allow01, uint8_t* v) {
-  if (ieq(s, n, "true")) { *v = 1; return RILL_OK; }
-  if (ieq(s, n, "false")) { *v = 0; return RILL_OK; }
-  if (allow01 && n == 1 && (s[0] == '0' || s[0] == '1')) { *v = (uint8_t)(s[0] == '1'); return RILL_OK; }
-  return RILL_EFORMAT;
-}
-
-static int digits_at(const char* s, size_t n, size_t at, int count, int* out) {
-  if (at + (size_t)count > n) return 0;
-  int v = 0;
-  for (int k = 0; k < count; k++) {
-    unsigned d = (unsigned)((unsigned char)s[at + (size_t)k] - '0');
-    if (d > 9) return 0;
-    v = v * 10 + (int)d;
-  }
-  *out = v;
-  return 1;
-}
-
-static int64_t days_from_civil(int64_t y, int m, int d) {
-  y -= m <= 2;
-  int64_t era = (y >= 0 ? y : y - 399) / 400;
-  int64_t yoe = y - era * 400;
-  int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-  int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + doe - 719468;
-}
-
-int rill_parse_timestamp(const char* s, size_t n, int64_t* us) {
-  int y, mo, d, h = 0, mi = 0, sec = 0;
-  if (!s || !us) return RILL_EFORMAT;
-  if (!digits_at(s, n, 0, 4, &y) || n < 10 || s[4] != '-' || !digits_at(s, n, 5, 2, &mo) ||
-      s[7] != '-' || !digits_at(s, n, 8, 2, &d))
-    return RILL_EFORMAT;
-  static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  if (mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1]) return RILL_EFORMAT;
-  int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-  if (mo == 2 && d == 29 && !leap) return RILL_EFORMAT;
-  size_t i = 10;
-  int64_t frac = 0;
-  if (i < n && (s[i] == 'T' || s[i] == ' ')) {
-    if (!digits_at(s, n, i + 1, 2, &h) || i + 3 >= n || s[i + 3] != ':' ||
-        !digits_at(s, n, i + 4, 2, &mi))
-      return RILL_EFORMAT;
-    i += 6;
-    if (i < n && s[i] == ':') {
-      if (!digits_at(s, n, i + 1, 2, &sec)) return RILL_EFORMAT;
-      i += 3;
-      if (i < n && (s[i] == '.' || s[i] == ',')) {
-        i++;
-        int nd = 0;
-        while (i < n && s[i] >= '0' && s[i] <= '9') {
-          if (nd < 6) frac = frac * 10 + (s[i] - '0');
-          nd++;
-          i++;
-        }
-        if (nd == 0) return RILL_EFORMAT;
-        for (int k = nd; k < 6; k++) frac *= 10;
-      }
-    }
-    if (h > 23 || mi > 59 || sec > 59) return RILL_EFORMAT;
-  }
-  int64_t tz = 0;
-  if (i < n && (s[i] == 'Z' || s[i] == 'z')) {
-    i++;
-  } else if (i < n && (s[i] == '+' || s[i] == '-') && i > 10) {
-    int th, tm = 0;
-    int sign = s[i] == '-' ? -1 : 1;
-    if (!digits_at(s, n, i + 1, 2, &th)) return RILL_EFORMAT;
-    i += 3;
-    if (i < n && s[i] == ':') {
-      if (!digits_at(s, n, i + 1, 2, &tm)) return RILL_EFORMAT;
-      i += 3;
-    } else if (i < n) {
-      if (!digits_at(s, n, i, 2, &tm)) return RILL_EFORMAT;
-      i += 2;
-    }
-    if (th > 23 || tm > 59) return RILL_EFORMAT;
-    tz = sign * (th * 3600 + tm * 60);
-  }
-  if (i != n) return RILL_EFORMAT;
-  int64_t secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - tz;
-  *us = secs * 1000000 + frac;
-  return RILL_OK;
-}
-
-int rill__text_dtype_supported(rill_dtype_t dt) {
-  switch (dt) {
-  case RILL_BOOL: case RILL_INT8: case RILL_INT16: case RILL_INT32: case RILL_INT64:
-  case RILL_UINT8: case RILL_UINT16: case RILL_UINT32: case RILL_UINT64:
-  case RILL_FLOAT32: case RILL_FLOAT64: case RILL_STRING: case RILL_TIMESTAMP_US:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
-int rill__store_text(rill_array_t* out, int64_t i, rill_dtype_t dt, const char* s, size_t n) {
-  int64_t iv;
-  uint64_t uv;
-  double dv;
-  int rc;
-  switch (dt) {
-  case RILL_BOOL: {
-    uint8_t b;
-    rc = rill__parse_bool(s, n, 1, &b);
-    if (rc == RILL_OK) ((uint8_t*)out->data)[i] = b;
-    return rc;
-  }
-  case RILL_INT8: case RILL_INT16: case RILL_INT32: case RILL_INT64:
-    rc = rill__parse_int64(s, n, &iv);
-    if (rc != RILL_OK) return rc;
-    if (dt == RILL_INT8) {
-      if (iv < INT8_MIN || iv > INT8_MAX) return RILL_ERANGE;
-      ((int8_t*)out->data)[i] = (int8_t)iv;
-    } else if (dt == RILL_INT16) {
-      if (iv < INT16_MIN || iv > INT16_MAX) return RILL_ERANGE;
-      ((int16_t*)out->data)[i] = (int16_t)iv;
-    } else if (dt == RILL_INT32) {
-      if (iv < INT32_MIN || iv > INT32_MAX) return RILL_ERANGE;
-      ((int32_t*)out->data)[i] = (int32_t)iv;
-    } else {
-      ((int64_t*)out->data)[i] = iv;
-    }
-    return RILL_OK;
-  case RILL_UINT8: case RILL_UINT16: case RILL_UINT32: case RILL_UINT64:
-    if (n > 0 && s[0] == '-') {
-      rc = rill__parse_int64(s, n, &iv);
-      return rc == RILL_OK ? (iv == 0 ? RILL_EFORMAT : RILL_ERANGE) : rc;
-    }
-    rc = rill__parse_uint64(s, n, &uv);
-    if (rc != RILL_OK) return rc;
-    if (dt == RILL_UINT8) {
-      if (uv > UINT8_MAX) return RILL_ERANGE;
-      ((uint8_t*)out->data)[i] = (uint8_t)uv;
-    } else if (dt == RILL_UINT16) {
-      if (uv > UINT16_MAX) return RILL_ERANGE;
-      ((uint16_t*)out->data)[i] = (uint16_t)uv;
-    } else if (dt == RILL_UINT32) {
-      if (uv > UINT32_MAX) return RILL_ERANGE;
-      ((uint32_t*)out->data)[i] = (uint32_t)uv;
-    } else {
-      ((uint64_t*)out->data)[i] = uv;
-    }
-    return RILL_OK;
-  case RILL_FLOAT32:
-    rc = rill__parse_double(s, n, &dv);
-    if (rc != RILL_OK) return rc;
-    if (isfinite(dv) && fabs(dv) > FLT_MAX) return RILL_ERANGE;
-    ((float*)out->data)[i] = (float)dv;
-    return RILL_OK;
-  case RILL_FLOAT64:
-    rc = rill__parse_double(s, n, &dv);
-    if (rc == RILL_OK) ((double*)out->data)[i] = dv;
-    return rc;
-  case RILL_TIMESTAMP_US:
-    rc = rill_parse_timestamp(s, n, &iv);
-    if (rc == RILL_OK) ((int64_t*)out->data)[i] = iv;
-    return rc;
-  default:
-    return RILL_ENOTSUP;
-  }
-}
-
-static uint64_t hash_str(const char* s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-  return h;
-}
-
-typedef struct name_slot {
-  const char* s;
-  int next_dup;
-} name_slot_t;
-
-static name_slot_t* name_find(name_slot_t* t, size_t mask, const char* s) {
-  for (size_t i = hash_str(s) & mask;; i = (i + 1) & mask)
-    if (!t[i].s || strcmp(t[i].s, s) == 0) return &t[i];
-}
-
-int rill__unique_names(char** names, int n, char sep) {
-  size_t cap = 16;
-  while (cap < (size_t)n * 4 + 4) cap *= 2;
-  name_slot_t* t = rill__calloc(cap, sizeof *t);
-  if (!t) return RILL_ENOMEM;
-  int rc = RILL_OK;
-  for (int k = 0; k < n && rc == RILL_OK; k++) {
-    name_slot_t* slot = name_find(t, cap - 1, names[k]);
-    if (slot->s) {
-      name_slot_t* base = slot;
-      size_t len = strlen(names[k]);
-      char* fresh = rill__alloc(len + 16);
-      if (!fresh) { rc = RILL_ENOMEM; break; }
-      for (;;) {
-        snprintf(fresh, len + 16, "%s%c%d", names[k], sep, ++base->next_dup);
-        slot = name_find(t, cap - 1, fresh);
-        if (!slot->s) break;
-      }
-      rill__free(names[k]);
-      names[k] = fresh;
-    }
-    slot->s = names[k];
-  }
-  rill__free(t);
-  return rc;
-}
 
 /* ------------------------------------------------------------------ the CSV object */
-
-/* The fields of the rows of one call, split once and shared by the calls of the other
- * columns on the same rows (read-only once ready). */
-typedef struct csv_cache {
-  struct csv_cache* next;
-  int users;                  /* calls reading or filling it */
-  int ready;                  /* filled */
-  int64_t n, cap;             /* rows held (-1: invalid) / capacity */
-  int64_t* rows;              /* the key: row ids of the call that filled it */
-  int64_t* spans;             /* n * ncols * 2 byte offsets: field start, end */
-  int64_t* nfields;           /* fields found in each row */
-} csv_cache_t;
-
-typedef struct csv {
-  _Atomic int refs;
-  char* name;
-  const char* data;
-  int64_t size;
-  void* map;                  /* mmap'ed region or NULL */
-  int fd;                     /* the mapped file (size checks), or -1 */
-  void* owned;                /* copied buffer or NULL */
-  char delim, quote;
-  int ncols;
-  char** names;
-  rill_dtype_t* types;
-  int64_t nrows;
-  int64_t* starts;
-  rill_on_error_t on_error;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;          /* a cache became ready */
-  int waiters;                /* threads waiting on cv */
-  csv_cache_t* caches;
-  int64_t* lines;             /* lines[k]: physical line at byte k << CSV_LINE_STEP_SHIFT */
-  int64_t nlines;
-  _Atomic int64_t drop_mark;  /* mapped bytes below it were handed back to the page cache */
-} csv_t;
 
 /* Hands the mapped pages inside [a, b) back to the kernel: the mapping is private, read-only
  * and file-backed, so a later access maps them again from the file. Keeps the resident set
  * of a sequential pass small. No-op for buffers. */
-static void csv_drop(const csv_t* c, int64_t a, int64_t b) {
+void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b) {
   if (!c->map) return;
   int64_t page = 4096;
   a = (a + page - 1) & ~(page - 1);
@@ -418,16 +30,8 @@ static void csv_drop(const csv_t* c, int64_t a, int64_t b) {
   if (b > a) madvise((char*)c->map + a, (size_t)(b - a), MADV_DONTNEED);
 }
 
-static void csv_unref(csv_t* c) {
+static void csv_unref(rill__csv_t* c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
-  while (c->caches) {
-    csv_cache_t* k = c->caches;
-    c->caches = k->next;
-    rill__free(k->rows);
-    rill__free(k->spans);
-    rill__free(k->nfields);
-    rill__free(k);
-  }
   rill__free_vec((void**)c->names, c->ncols);
   rill__free(c->types);
   rill__free(c->starts);
@@ -437,698 +41,61 @@ static void csv_unref(csv_t* c) {
   rill__free(c->owned);
   rill__free(c->name);
   pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
   rill__free(c);
 }
 
-/* Counts physical line breaks ('\n', "\r\n" or a lone '\r') in [a, b). */
-static int64_t count_breaks(const char* d, int64_t size, int64_t a, int64_t b) {
-  int64_t n = 0;
-  for (int64_t i = a; i < b; i++) {
-    char ch = d[i];
-    if (ch == '\n') n++;
-    else if (ch == '\r' && (i + 1 >= size || d[i + 1] != '\n')) n++;
-  }
-  return n;
+static void csv_unref_ctx(void* p) { csv_unref(p); }
+
+/* ------------------------------------------------------------------ the source group */
+
+/* A calling thread's memory for the calls of every CSV source: the field spans of a block of
+ * rows and the unescaped bytes of fields with doubled quotes. */
+typedef struct csv_scratch {
+  int64_t* spans;             /* rows * ncols * 2 byte offsets: field start, end */
+  int64_t spans_cap;
+  int64_t* nfields;           /* fields found in each row */
+  int64_t nfields_cap;
+  char* text;
+  size_t text_cap;
+} csv_scratch_t;
+
+static void csv_scratch_destroy(void* p) {
+  csv_scratch_t* s = p;
+  rill__free(s->spans);
+  rill__free(s->nfields);
+  rill__free(s->text);
 }
 
-/* The 1-based physical line holding byte `off`. Builds checkpoints on first use. */
-static int64_t csv_line(csv_t* c, int64_t off) {
-  pthread_mutex_lock(&c->mu);
-  if (!c->lines) {
-    int64_t n = (c->size >> CSV_LINE_STEP_SHIFT) + 1;
-    int64_t* l = rill__alloc((size_t)n * sizeof *l);
-    if (l) {
-      l[0] = 1;
-      for (int64_t k = 1; k < n; k++)
-        l[k] = l[k - 1] + count_breaks(c->data, c->size, (k - 1) << CSV_LINE_STEP_SHIFT,
-                                       k << CSV_LINE_STEP_SHIFT);
-      c->lines = l;
-      c->nlines = n;
-    }
-  }
-  pthread_mutex_unlock(&c->mu);
-  if (!c->lines) return 1 + count_breaks(c->data, c->size, 0, off);
-  int64_t k = off >> CSV_LINE_STEP_SHIFT;
-  if (k >= c->nlines) k = c->nlines - 1;
-  return c->lines[k] + count_breaks(c->data, c->size, k << CSV_LINE_STEP_SHIFT, off);
-}
+static const rill__scratch_kind_t csv_scratch_kind = {sizeof(csv_scratch_t), csv_scratch_destroy};
 
-/* First position of byte `ch` in [i, end), or end (short quoted fields: no library call). */
-static inline int64_t find_byte(const char* d, int64_t i, int64_t end, char ch) {
-#if CSV_SIMD
-  __m128i v = _mm_set1_epi8(ch);
-  for (; i + 16 <= end; i += 16) {
-    unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i*)(d + i)), v));
-    if (m) return i + __builtin_ctz(m);
-  }
-#endif
-  for (; i < end; i++)
-    if (d[i] == ch) return i;
-  return end;
-}
-
-#if CSV_SIMD
-/* Set bits of a byte, of a 16-bit mask (no popcnt instruction assumed). */
-#define POP2(n) n, n + 1, n + 1, n + 2
-#define POP4(n) POP2(n), POP2(n + 1), POP2(n + 1), POP2(n + 2)
-#define POP6(n) POP4(n), POP4(n + 1), POP4(n + 1), POP4(n + 2)
-static const uint8_t pop8[256] = {POP6(0), POP6(1), POP6(1), POP6(2)};
-#undef POP2
-#undef POP4
-#undef POP6
-static inline int pop16(unsigned x) { return pop8[x & 0xffu] + pop8[(x >> 8) & 0xffu]; }
-
-/* 16-byte block masks: bit b set when byte b is the delimiter (*dm) / a line break or the
- * quote (return). */
-static inline unsigned block_masks(const char* p, __m128i vdl, __m128i vq, unsigned* dm) {
-  __m128i v = _mm_loadu_si128((const __m128i*)p);
-  *dm = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, vdl));
-  __m128i st = _mm_or_si128(_mm_cmpeq_epi8(v, vq),
-                            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\r'))));
-  return (unsigned)_mm_movemask_epi8(st);
-}
-
-/* Unquoted bytes from `i` (a field start), 16 at a time while 16 are left before `end`:
- * each delimiter met ends a field (*nf counts them). Stops at the first line break or quote,
- * or where fewer than 16 bytes are left; returns that position, *fstart the start of the
- * field holding it. */
-static int64_t count_unquoted(const char* d, int64_t i, int64_t end, char dl, char q, int64_t* nf,
-                              int64_t* fstart) {
-  __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q);
-  int64_t fs = i;
-  for (; i + 16 <= end; i += 16) {
-    unsigned dm, stop = block_masks(d + i, vdl, vq, &dm);
-    if (stop) dm &= (stop & (0u - stop)) - 1;
-    if (dm) {
-      *nf += pop16(dm);
-      fs = i + (31 - __builtin_clz(dm)) + 1;
-    }
-    if (stop) {
-      *fstart = fs;
-      return i + __builtin_ctz(stop);
-    }
-  }
-  *fstart = fs;
-  return i;
-}
-#endif
-
-/* Splits the record at `pos` into fields: up to `max` (start, end) byte spans go to `sp`;
- * returns the number of fields; *next = offset after the record's line end. */
-static int64_t split_record(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp,
-                            int64_t max, int64_t* next) {
-  int64_t nf = 0, i = pos;
-#if CSV_SIMD
-  __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q);
-#endif
-  for (;;) {
-    int64_t fs = i;
-#if CSV_SIMD
-    /* whole unquoted fields from 16-byte masks; a quote or the last bytes go on below */
-    for (; i + 16 <= size; i += 16) {
-      unsigned dm, stop = block_masks(d + i, vdl, vq, &dm);
-      if (stop) dm &= (stop & (0u - stop)) - 1;
-      for (; dm; dm &= dm - 1) {
-        int64_t e = i + __builtin_ctz(dm);
-        if (nf < max) { sp[2 * nf] = fs; sp[2 * nf + 1] = e; }
-        nf++;
-        fs = e + 1;
-      }
-      if (stop) {
-        i += __builtin_ctz(stop);
-        break;
-      }
-    }
-    if (i < fs) i = fs;
-    if (i < size && d[i] != q) {
-      /* a line break ends the record here; else a literal quote or the tail: bytes below */
-      if (d[i] == '\n' || d[i] == '\r') {
-        if (nf < max) { sp[2 * nf] = fs; sp[2 * nf + 1] = i; }
-        nf++;
-        if (d[i] == '\r' && i + 1 < size && d[i + 1] == '\n') i += 2;
-        else i++;
-        *next = i;
-        return nf;
-      }
-    }
-#endif
-    if (i == fs && i < size && d[i] == q) {
-      i++;
-      for (;;) {
-        int64_t p = find_byte(d, i, size, q);
-        if (p == size) { i = size; break; }
-        i = p + 1;
-        if (i < size && d[i] == q) { i++; continue; }
-        break;
-      }
-    }
-    while (i < size && d[i] != dl && d[i] != '\n' && d[i] != '\r') i++;
-    if (nf < max) { sp[2 * nf] = fs; sp[2 * nf + 1] = i; }
-    nf++;
-    if (i >= size) { *next = size; return nf; }
-    if (d[i] == dl) { i++; continue; }
-    if (d[i] == '\r' && i + 1 < size && d[i + 1] == '\n') i += 2;
-    else i++;
-    *next = i;
-    return nf;
-  }
-}
-
-/* The text of field [s, e): quotes removed and doubled quotes undone. Uses *scratch only
- * when the bytes must change. Returns RILL_OK or RILL_ENOMEM. */
-static int unescape(const char* d, int64_t s, int64_t e, char q, char** scratch, size_t* cap,
-                    const char** out, size_t* n) {
-  if (s == e || d[s] != q) { *out = d + s; *n = (size_t)(e - s); return RILL_OK; }
-  const char* p = memchr(d + s + 1, q, (size_t)(e - s - 1));
-  if (!p) { *out = d + s + 1; *n = (size_t)(e - s - 1); return RILL_OK; } /* unterminated */
-  if (p == d + e - 1) { *out = d + s + 1; *n = (size_t)(e - s - 2); return RILL_OK; }
-  size_t need = (size_t)(e - s);
-  if (*cap < need) {
-    char* nb = rill__alloc(need);
-    if (!nb) return RILL_ENOMEM;
-    rill__free(*scratch);
-    *scratch = nb;
-    *cap = need;
-  }
-  char* w = *scratch;
-  size_t k = 0;
-  int64_t i = s + 1;
-  while (i < e) {
-    if (d[i] == q) {
-      if (i + 1 < e && d[i + 1] == q) { w[k++] = q; i += 2; continue; }
-      i++; /* closing quote: what follows is kept literally */
-      while (i < e) w[k++] = d[i++];
-      break;
-    }
-    w[k++] = d[i++];
-  }
-  *out = w;
-  *n = k;
-  return RILL_OK;
-}
-
-/* ------------------------------------------------------------------ index pass */
-
-typedef struct vec {
-  int64_t* v;
-  int64_t n, cap;
-} vec_t;
-
-static int vec_grow(vec_t* a) {
-  int64_t nc = a->cap ? a->cap * 2 : 1024;
-  int64_t* nv = rill__realloc(a->v, (size_t)a->n * sizeof *nv, (size_t)nc * sizeof *nv);
+static int grow_i64(int64_t** v, int64_t* cap, int64_t n) {
+  if (n <= *cap) return RILL_OK;
+  int64_t* nv = rill__alloc((size_t)n * sizeof *nv);
   if (!nv) return RILL_ENOMEM;
-  a->v = nv;
-  a->cap = nc;
+  rill__free(*v);
+  *v = nv;
+  *cap = n;
   return RILL_OK;
 }
 
-static inline int vec_push(vec_t* a, int64_t x) {
-  if (a->n == a->cap && vec_grow(a) != RILL_OK) return RILL_ENOMEM;
-  a->v[a->n++] = x;
-  return RILL_OK;
-}
+/* Rows [b0, b0+n) of a call, split into fields. */
+typedef struct csv_block {
+  const int64_t* rows;        /* the call's rows */
+  int64_t b0, n;
+  const int64_t* spans;       /* row j of the block: spans + j * ncols * 2 */
+  const int64_t* nfields;
+} csv_block_t;
 
-typedef struct spec {
-  vec_t starts;               /* record start offsets */
-  vec_t bad;                  /* pairs: record start, field count (count != expected) */
-  int end_in_quotes;          /* chunk ended inside a quoted field */
-  int64_t tail_start, tail_nf; /* when it did: the open record's start (-1: before the chunk) and fields */
-  int head_done;              /* scan from inside quotes: the record open at the start ended here */
-  int64_t head_nf;            /* fields that open record gained in this chunk (beyond its first) */
-  int rc;
-} spec_t;
-
-enum { S_START, S_FIELD, S_UNQ, S_Q, S_QQ };
-
-static int is_nl(char c) { return c == '\n' || c == '\r'; }
-
-/* Scans [begin, end) from `state`. With `ref` (the scan of the same chunk from S_START),
- * stops when a record starts where one of ref's does and takes ref's results from there. */
-static void scan_chunk(const char* d, int64_t begin, int64_t end, int state, char dl, char q,
-                       int64_t expected, spec_t* s, const spec_t* ref) {
-  int st = state;
-  int64_t i = begin, rec = -1, nf = 0, j = 0;
-  s->rc = RILL_OK;
-  s->head_done = 0;
-  s->head_nf = 0;
-  s->tail_start = -1;
-  s->tail_nf = 0;
-  while (i < end) {
-    char c = d[i];
-    switch (st) {
-    case S_START:
-      if (is_nl(c)) { i++; break; }
-      if (ref) {
-        while (j < ref->starts.n && ref->starts.v[j] < i) j++;
-        if (j < ref->starts.n && ref->starts.v[j] == i) {
-          for (int64_t k = j; k < ref->starts.n && s->rc == RILL_OK; k++)
-            s->rc = vec_push(&s->starts, ref->starts.v[k]);
-          for (int64_t k = 0; k < ref->bad.n && s->rc == RILL_OK; k += 2)
-            if (ref->bad.v[k] >= i) {
-              s->rc = vec_push(&s->bad, ref->bad.v[k]);
-              if (s->rc == RILL_OK) s->rc = vec_push(&s->bad, ref->bad.v[k + 1]);
-            }
-          s->end_in_quotes = ref->end_in_quotes;
-          s->tail_start = ref->tail_start;
-          s->tail_nf = ref->tail_nf;
-          return;
-        }
-      }
-      rec = i;
-      nf = 1;
-      if (vec_push(&s->starts, i) != RILL_OK) { s->rc = RILL_ENOMEM; return; }
-      st = S_FIELD;
-      break;
-    case S_FIELD:
-#if CSV_SIMD
-      if (c != q && c != dl && !is_nl(c) && i + 16 <= end) {
-        int64_t fs;
-        i = count_unquoted(d, i, end, dl, q, &nf, &fs); /* i > fs: c is a plain byte */
-        if (i < end && is_nl(d[i])) {
-          i++;
-          goto record_end;
-        }
-        st = i == fs ? S_FIELD : S_UNQ;
-        break;
-      }
-#endif
-      i++;
-      if (c == q) st = S_Q;
-      else if (c == dl) nf++;
-      else if (is_nl(c)) goto record_end;
-      else st = S_UNQ;
-      break;
-    case S_UNQ:
-      while (i < end && d[i] != dl && d[i] != '\n' && d[i] != '\r') i++;
-      if (i == end) break;
-      c = d[i++];
-      if (c == dl) { nf++; st = S_FIELD; break; }
-      goto record_end;
-    case S_Q: {
-      int64_t p = find_byte(d, i, end, q);
-      if (p == end) { i = end; break; }
-      i = p + 1;
-      st = S_QQ;
-      break;
-    }
-    default: /* S_QQ */
-      i++;
-      if (c == q) st = S_Q;
-      else if (c == dl) { nf++; st = S_FIELD; }
-      else if (is_nl(c)) goto record_end;
-      else st = S_UNQ;
-      break;
-    }
-    continue;
-  record_end:
-    if (rec < 0) {
-      s->head_done = 1;
-      s->head_nf = nf;
-    } else if (nf != expected) {
-      if (vec_push(&s->bad, rec) != RILL_OK || vec_push(&s->bad, nf) != RILL_OK) {
-        s->rc = RILL_ENOMEM;
-        return;
-      }
-    }
-    st = S_START;
-  }
-  s->end_in_quotes = st == S_Q;
-  if (st == S_Q) {
-    if (rec >= 0) {
-      s->tail_start = rec;
-      s->tail_nf = nf;
-    } else {
-      s->head_nf = nf; /* the whole chunk is inside the open record */
-    }
-  } else if (st != S_START) {
-    /* the last record, ended by the end of the input */
-    if (rec < 0) {
-      s->head_done = 1;
-      s->head_nf = nf;
-    } else if (nf != expected) {
-      if (vec_push(&s->bad, rec) != RILL_OK || vec_push(&s->bad, nf) != RILL_OK) s->rc = RILL_ENOMEM;
-    }
-  }
-}
-
-typedef struct index_job {
-  const csv_t* csv;
-  const char* d;
-  int64_t* bounds;            /* nchunks + 1 */
-  int64_t nchunks;
-  char dl, q;
-  int64_t expected;
-  spec_t* out;                /* scan from the start of a record */
-  int64_t sample, sample_lines; /* bytes and line breaks of a leading sample: sizes the row lists */
-  _Atomic int64_t next;
-} index_job_t;
-
-static void* index_worker(void* arg) {
-  index_job_t* job = arg;
-  for (;;) {
-    int64_t k = atomic_fetch_add(&job->next, 1);
-    if (k >= job->nchunks) break;
-    int64_t b = job->bounds[k], e = job->bounds[k + 1];
-    /* room for the rows the sample predicts (plus 1/16), at most half the chunk's bytes: the
-     * list then rarely grows by copying; small guesses are left to the usual growth */
-    vec_t* st = &job->out[k].starts;
-    if (job->sample > 0 && job->sample_lines > 0) {
-      int64_t est = (int64_t)((double)(e - b) * (double)job->sample_lines / (double)job->sample);
-      est += est / 16;
-      if (est > (e - b) / 16) est = (e - b) / 16;
-      if (est > 1024 && est > st->cap && (st->v = rill__alloc((size_t)est * sizeof *st->v)) != NULL)
-        st->cap = est;
-    }
-    scan_chunk(job->d, b, e, S_START, job->dl, job->q, job->expected, &job->out[k], NULL);
-    csv_drop(job->csv, b, e);
-  }
-  return NULL;
-}
-
-/* Builds c->starts over [begin, size) honouring the bad-row policy. */
-static int build_index(csv_t* c, int64_t begin, int64_t expected, const rill_csv_opts_t* o,
-                       rill_error_t* err) {
-  int64_t chunk = o->chunk_bytes > 0 ? o->chunk_bytes : CSV_DEFAULT_CHUNK;
-  int64_t span = c->size - begin;
-  int64_t maxchunks = span / chunk + 2;
-  int64_t* bounds = rill__alloc((size_t)(maxchunks + 1) * sizeof *bounds);
-  if (!bounds) return rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
-  int64_t nch = 0;
-  bounds[0] = begin;
-  for (int64_t pos = begin; pos < c->size;) {
-    int64_t nominal = pos + chunk;
-    int64_t b = c->size;
-    if (nominal < c->size) {
-      const char* p = memchr(c->data + nominal, '\n', (size_t)(c->size - nominal));
-      b = p ? p - c->data + 1 : c->size;
-    }
-    bounds[++nch] = b;
-    pos = b;
-  }
-  spec_t* out = rill__calloc((size_t)(nch ? nch : 1), sizeof *out);
-  spec_t* in = rill__calloc((size_t)(nch ? nch : 1), sizeof *in);
-  int rc = RILL_OK;
-  if (!out || !in) {
-    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
-    goto done;
-  }
-  index_job_t job = {.csv = c, .d = c->data, .bounds = bounds, .nchunks = nch, .dl = c->delim,
-                     .q = c->quote, .expected = expected, .out = out};
-  job.sample = span < ((int64_t)1 << 20) ? span : ((int64_t)1 << 20);
-  for (const char *p = c->data + begin, *pe = p + job.sample; p < pe && (p = memchr(p, '\n', (size_t)(pe - p))); p++)
-    job.sample_lines++;
-  atomic_init(&job.next, 0);
-  int nthreads = o->threads > 0 ? o->threads : rill__ncores();
-  if (nthreads > nch) nthreads = (int)nch;
-  if (nthreads > 64) nthreads = 64;
-  pthread_t tids[64];
-  int started = 0;
-  for (int t = 1; t < nthreads; t++) {
-    if (pthread_create(&tids[started], NULL, index_worker, &job) != 0) break;
-    started++;
-  }
-  index_worker(&job);
-  for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
-
-  /* stitch: pick each chunk's scan from the state the previous one ended in */
-  int64_t total = 0, nbad = 0;
-  int inq = 0;
-  int64_t open_start = -1, open_nf = 0; /* a record spanning chunk boundaries */
-  vec_t xbad = {0};                     /* bad records that span chunks: start, fields */
-  spec_t** pick = rill__calloc((size_t)(nch ? nch : 1), sizeof *pick);
-  if (!pick) {
-    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
-    goto done;
-  }
-  for (int64_t k = 0; k < nch; k++) {
-    /* the previous chunk ended inside quotes: rescan this one from there (rare, so done here
-     * rather than for every chunk up front) */
-    if (inq && out[k].rc == RILL_OK)
-      scan_chunk(c->data, bounds[k], bounds[k + 1], S_Q, c->delim, c->quote, expected, &in[k], &out[k]);
-    spec_t* s = inq ? &in[k] : &out[k];
-    if (out[k].rc != RILL_OK || s->rc != RILL_OK) {
-      rill__free(pick);
-      rill__free(xbad.v);
-      rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
-      goto done;
-    }
-    if (inq) {
-      open_nf += s->head_nf;
-      if (s->head_done) {
-        if (open_nf != expected && (vec_push(&xbad, open_start) != RILL_OK || vec_push(&xbad, open_nf) != RILL_OK)) {
-          rill__free(pick);
-          rill__free(xbad.v);
-          rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
-          goto done;
-        }
-        open_start = -1;
-      }
-    }
-    if (s->end_in_quotes && s->tail_start >= 0) {
-      open_start = s->tail_start;
-      open_nf = s->tail_nf;
-    }
-    pick[k] = s;
-    total += s->starts.n;
-    nbad += s->bad.n / 2;
-    inq = s->end_in_quotes;
-  }
-  nbad += xbad.n / 2;
-  if (inq) {
-    int64_t last = -1;
-    for (int64_t k = nch - 1; k >= 0 && last < 0; k--)
-      if (pick[k]->starts.n) last = pick[k]->starts.v[pick[k]->starts.n - 1];
-    rill__free(pick);
-    rill__free(xbad.v);
-    rc = rill__fail(err, RILL_EFORMAT, "%s:%lld: unterminated quoted field", c->name,
-                    (long long)csv_line(c, last < 0 ? begin : last));
-    goto done;
-  }
-  if (nbad && o->on_bad_row == RILL_ON_ERROR_RAISE) {
-    int64_t at = xbad.n ? xbad.v[0] : INT64_MAX, nf = xbad.n ? xbad.v[1] : 0;
-    for (int64_t k = 0; k < nch; k++)
-      if (pick[k]->bad.n && pick[k]->bad.v[0] < at) {
-        at = pick[k]->bad.v[0];
-        nf = pick[k]->bad.v[1];
-        break;
-      }
-    rill__free(pick);
-    rill__free(xbad.v);
-    rc = rill__fail(err, RILL_EFORMAT, "%s:%lld: expected %lld fields, found %lld", c->name,
-                    (long long)csv_line(c, at), (long long)expected, (long long)nf);
-    goto done;
-  }
-  int skip = o->on_bad_row == RILL_ON_ERROR_SKIP;
-  int64_t keep = skip ? total - nbad : total;
-  c->starts = rill__alloc((size_t)(keep ? keep : 1) * sizeof *c->starts);
-  if (!c->starts) {
-    rill__free(pick);
-    rill__free(xbad.v);
-    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index (%lld rows)", c->name,
-                    (long long)keep);
-    goto done;
-  }
-  int64_t w = 0, x = 0;
-  for (int64_t k = 0; k < nch; k++) {
-    spec_t* s = pick[k];
-    if (!skip || (!s->bad.n && (x >= xbad.n || (s->starts.n && xbad.v[x] > s->starts.v[s->starts.n - 1])))) {
-      if (s->starts.n) memcpy(c->starts + w, s->starts.v, (size_t)s->starts.n * sizeof *c->starts);
-      w += s->starts.n;
-    } else {
-      int64_t b = 0;
-      for (int64_t r = 0; r < s->starts.n; r++) {
-        if (b < s->bad.n && s->bad.v[b] == s->starts.v[r]) { b += 2; continue; }
-        while (x < xbad.n && xbad.v[x] < s->starts.v[r]) x += 2;
-        if (x < xbad.n && xbad.v[x] == s->starts.v[r]) { x += 2; continue; }
-        c->starts[w++] = s->starts.v[r];
-      }
-    }
-    rill__free(s->starts.v);
-    s->starts.v = NULL;
-  }
-  c->nrows = w;
-  rill__free(pick);
-  rill__free(xbad.v);
-done:
-  for (int64_t k = 0; out && in && k < nch; k++) {
-    rill__free(out[k].starts.v);
-    rill__free(out[k].bad.v);
-    rill__free(in[k].starts.v);
-    rill__free(in[k].bad.v);
-  }
-  rill__free(out);
-  rill__free(in);
-  rill__free(bounds);
-  return rc;
-}
-
-/* ------------------------------------------------------------------ row cache and decoding */
-
-/* A cache holding rows[0..n): *hit = 1 when already filled (wait for a fill in progress),
- * else a claimed entry keyed by `rows` that the caller fills and publishes. */
-static csv_cache_t* cache_get(csv_t* c, const int64_t* rows, int64_t n, int* hit) {
-  *hit = 0;
-  pthread_mutex_lock(&c->mu);
-  for (;;) {
-    int filling = 0;
-    csv_cache_t* free_one = NULL;
-    for (csv_cache_t* k = c->caches; k; k = k->next) {
-      if (k->n == n && memcmp(k->rows, rows, (size_t)n * sizeof *rows) == 0) {
-        if (k->ready) {
-          k->users++;
-          *hit = 1;
-          pthread_mutex_unlock(&c->mu);
-          return k;
-        }
-        filling = 1;
-      }
-      if (!free_one && k->users == 0) free_one = k;
-    }
-    if (filling) {
-      c->waiters++;
-      pthread_cond_wait(&c->cv, &c->mu);
-      c->waiters--;
-      continue;
-    }
-    if (!free_one) {
-      free_one = rill__calloc(1, sizeof *free_one);
-      if (!free_one) break;
-      free_one->n = -1;
-      free_one->next = c->caches;
-      c->caches = free_one;
-    }
-    csv_cache_t* k = free_one;
-    k->n = -1;
-    k->ready = 0;
-    if (n > k->cap) {
-      int64_t* nr = rill__alloc((size_t)n * sizeof *nr);
-      int64_t* ns = rill__alloc((size_t)n * (size_t)c->ncols * 2 * sizeof *ns + 1);
-      int64_t* nn = rill__alloc((size_t)n * sizeof *nn);
-      if (!nr || !ns || !nn) {
-        rill__free(nr); rill__free(ns); rill__free(nn);
-        break;
-      }
-      rill__free(k->rows); rill__free(k->spans); rill__free(k->nfields);
-      k->rows = nr; k->spans = ns; k->nfields = nn; k->cap = n;
-    }
-    memcpy(k->rows, rows, (size_t)n * sizeof *rows);
-    k->n = n;
-    k->users = 1;
-    pthread_mutex_unlock(&c->mu);
-    return k;
-  }
-  pthread_mutex_unlock(&c->mu);
-  return NULL;
-}
-
-static void cache_put(csv_t* c, csv_cache_t* k) {
-  pthread_mutex_lock(&c->mu);
-  k->users--;
-  pthread_mutex_unlock(&c->mu);
-}
-
-/* Splits the rows of a claimed cache and publishes it. */
-static void cache_fill(csv_t* c, csv_cache_t* k) {
-  int64_t stride = (int64_t)c->ncols * 2;
-  for (int64_t i = 0; i < k->n; i++) {
-    int64_t next;
-    k->nfields[i] = split_record(c->data, c->size, c->starts[k->rows[i]], c->delim, c->quote,
-                                 k->spans + i * stride, c->ncols, &next);
-  }
-  /* a pass moving forward drops the pages well behind it */
-  if (c->map && k->n > 0) {
-    const int64_t keep = 16 << 20, step = 64 << 20;
-    int64_t lo = c->starts[k->rows[0]], mark = atomic_load(&c->drop_mark);
-    if (lo - keep > mark + step && atomic_compare_exchange_strong(&c->drop_mark, &mark, lo - keep))
-      csv_drop(c, mark, lo - keep);
-  }
-  pthread_mutex_lock(&c->mu);
-  k->ready = 1;
-  if (c->waiters) pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
-}
-
-typedef struct csv_col {
-  csv_t* csv;
-  int k;
-} csv_col_t;
-
-static void csv_col_free(void* p) {
-  csv_col_t* col = p;
-  if (!col) return;
-  csv_unref(col->csv);
-  rill__free(col);
-}
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define CSV_SWAR 1
-/* The value of the `len` (1..8) decimal digits at p, from one 8-byte load (8 bytes must be
- * readable at p); -1 when one of them is not a digit. */
-static inline int64_t swar_digits(const char* p, size_t len) {
-  uint64_t x;
-  memcpy(&x, p, 8);
-  if (len < 8) x = (x << (8 * (8 - len))) | (0x3030303030303030ULL >> (8 * len)); /* '0'-padded in front */
-  const uint64_t hi = 0xF0F0F0F0F0F0F0F0ULL;
-  if (((x & hi) | (((x + 0x0606060606060606ULL) & hi) >> 4)) != 0x3333333333333333ULL) return -1;
-  x -= 0x3030303030303030ULL;
-  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFULL;
-  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFULL;
-  x = (x * 10000 + (x >> 32)) & 0xFFFFFFFFULL;
-  return (int64_t)x;
-}
-#else
-#define CSV_SWAR 0
-#endif
-
-/* The plain decimal forms [-]digits and [-]digits.digits, up to 8 digits on each side, read
- * 8 bytes at a time; 0 when the text is something else (the general parsers decide then).
- * The double is the one the fast path of rill__parse_double gives: same mantissa, same
- * power of ten, one correctly rounded division. `room`: bytes readable from p. */
-static inline int plain_decimal(const char* p, size_t len, int64_t room, int want_double, void* out) {
-#if CSV_SWAR
-  static const double p10[9] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8};
-  static const int64_t i10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
-  size_t neg = p[0] == '-', dot = neg;
-  if (room >= 8) { /* the first '.' among the first 8 bytes: lowest zero byte of x ^ '.'s */
-    uint64_t x;
-    memcpy(&x, p, 8);
-    x ^= 0x2E2E2E2E2E2E2E2EULL;
-    uint64_t z = (x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL;
-    dot = z ? (size_t)__builtin_ctzll(z) / 8 : 8;
-    if (dot > len) dot = len;
-  }
-  while (dot < len && p[dot] != '.') dot++;
-  size_t il = dot - neg, fl = dot < len ? len - dot - 1 : 0;
-  if (il > 8 || fl > 8 || il + fl == 0 || (!want_double && dot < len) || room < (int64_t)(dot + 9)) return 0;
-  int64_t ip = il ? swar_digits(p + neg, il) : 0, fp = fl ? swar_digits(p + dot + 1, fl) : 0;
-  if (ip < 0 || fp < 0) return 0;
-  if (!want_double) {
-    *(int64_t*)out = neg ? -ip : ip;
-    return 1;
-  }
-  int64_t m = ip * i10[fl] + fp; /* below 10^16: exact below 2^53 only */
-  if (m > ((int64_t)1 << 53)) return 0;
-  double x = (double)m / p10[fl];
-  *(double*)out = neg ? -x : x;
-  return 1;
-#else
-  (void)p; (void)len; (void)room; (void)want_double; (void)out;
-  return 0;
-#endif
-}
-
-/* Cells j0.. of column k of a ready cache as FLOAT64 / INT64 values into `o` (cell 0 of the
+/* Cells j0.. of column k of a block as FLOAT64 / INT64 values into `o` (cell 0 of the
  * block), while they are plain: row complete, field unquoted and not empty, value parsed.
  * Returns the first j that is not (or bn): the general path decides about that cell. */
-static int64_t plain_numbers(const csv_t* c, const csv_cache_t* cache, int k, rill_dtype_t dt, int64_t j0,
+static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, rill_dtype_t dt, int64_t j0,
                              int64_t bn, void* o) {
   const char* d = c->data;
   const char qc = c->quote;
   const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
-  const int64_t* nfs = cache->nfields;
-  const int64_t* sp = cache->spans + 2 * k;
+  const int64_t* nfs = b->nfields;
+  const int64_t* sp = b->spans + 2 * k;
   const int dbl = dt == RILL_FLOAT64;
   int64_t j = j0;
   for (; j < bn; j++) {
@@ -1139,16 +106,112 @@ static int64_t plain_numbers(const csv_t* c, const csv_cache_t* cache, int k, ri
     const char* p = d + fs;
     size_t len = (size_t)(fe - fs);
     void* cell = dbl ? (void*)((double*)o + j) : (void*)((int64_t*)o + j);
-    if (plain_decimal(p, len, size - fs, dbl, cell)) continue;
+    if (rill__parse_plain_decimal(p, len, size - fs, dbl, cell)) continue;
     if ((dbl ? rill__parse_double(p, len, cell) : rill__parse_int64(p, len, cell)) != RILL_OK) break;
   }
   return j;
 }
 
+/* Fills the cells of column k for the rows of block `b` before call row `limit`. A string
+ * column appends at out->data_size (its bytes so far). Returns RILL_OK; or a value that does
+ * not convert, with *at its row in the call and the message in err; or out of memory
+ * (*at = -1). Cells nulled under RILL_ON_ERROR_NULL are added to *nulled. */
+static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t* out, int64_t limit,
+                       csv_scratch_t* s, int64_t* nulled, int64_t* at, rill_error_t* err) {
+  rill_dtype_t dt = c->types[k];
+  int64_t stride = (int64_t)c->ncols * 2;
+  int64_t bn = limit - b->b0 < b->n ? limit - b->b0 : b->n;
+  int64_t pos = out->data_size;
+  *at = -1;
+  if (dt == RILL_STRING) {
+    /* the raw field spans bound the unescaped bytes: one reservation, then direct writes */
+    int64_t bound = 0;
+    for (int64_t j = 0; j < bn; j++)
+      if (k < b->nfields[j] && b->nfields[j] <= c->ncols)
+        bound += b->spans[j * stride + 2 * k + 1] - b->spans[j * stride + 2 * k];
+    int rc = rill_array_reserve(out, pos + bound > 0 ? pos + bound : 1);
+    if (rc != RILL_OK)
+      return rill__fail(err, rc, "%s: column '%s': cannot reserve %lld bytes", c->name, c->names[k],
+                        (long long)(pos + bound));
+  }
+  void* plain = dt == RILL_FLOAT64 ? (void*)((double*)out->data + b->b0)
+                : dt == RILL_INT64 ? (void*)((int64_t*)out->data + b->b0) : NULL;
+  for (int64_t j = 0; j < bn; j++) {
+    if (plain && (j = plain_numbers(c, b, k, dt, j, bn, plain)) == bn) break;
+    int64_t i = b->b0 + j;
+    int64_t nf = b->nfields[j];
+    int is_null = nf > c->ncols || k >= nf; /* kept bad rows (policy NULL) */
+    const char* txt = NULL;
+    size_t len = 0;
+    if (!is_null) {
+      int64_t fs = b->spans[j * stride + 2 * k], fe = b->spans[j * stride + 2 * k + 1];
+      if (fs == fe || c->data[fs] != c->quote) { /* unquoted: the bytes as they are */
+        txt = c->data + fs;
+        len = (size_t)(fe - fs);
+      } else if (rill__csv_unescape(c->data, fs, fe, c->quote, &s->text, &s->text_cap, &txt, &len) != RILL_OK) {
+        out->data_size = pos;
+        return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+      }
+      if (dt != RILL_STRING && len == 0) is_null = 1;
+    }
+    if (dt == RILL_STRING) {
+      if (!is_null && len) {
+        memcpy((char*)out->data + pos, txt, len);
+        pos += (int64_t)len;
+      }
+      out->offsets[i + 1] = pos;
+    } else if (!is_null) {
+      int vrc;
+      if (dt == RILL_FLOAT64) vrc = rill__parse_double(txt, len, (double*)out->data + i);
+      else if (dt == RILL_INT64) vrc = rill__parse_int64(txt, len, (int64_t*)out->data + i);
+      else vrc = rill__store_text(out, i, dt, txt, len);
+      if (vrc == RILL_ENOMEM) return rill__fail(err, vrc, "%s: out of memory", c->name);
+      if (vrc != RILL_OK) {
+        if (c->on_error != RILL_ON_ERROR_NULL) {
+          int64_t line = rill__csv_line(c, c->starts[b->rows[i]]);
+          rill_error_set(err, vrc, "%s:%lld: column '%s': %s '%.*s'%s %s %s", c->name, (long long)line,
+                         c->names[k], vrc == RILL_ERANGE ? "value" : "cannot parse", (int)(len > 40 ? 40 : len),
+                         txt, len > 40 ? "..." : "",
+                         vrc == RILL_ERANGE ? (dt == RILL_FLOAT32 || dt == RILL_FLOAT64 ? "is out of range of"
+                                                                                          : "does not fit")
+                                            : "as",
+                         rill_dtype_name(dt));
+          if (err) {
+            err->row = i;
+            err->column = k;
+          }
+          *at = i;
+          return vrc;
+        }
+        is_null = 1;
+        (*nulled)++;
+      }
+    }
+    if (is_null && rill_array_set_null(out, i) != RILL_OK) {
+      out->data_size = pos;
+      return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+    }
+  }
+  out->data_size = pos;
+  return RILL_OK;
+}
+
+/* Kept bad rows (policy NULL) hold null cells: counts those of rows [0, bn) of a block in the
+ * requested columns. */
+static int64_t bad_row_nulls(const rill__csv_t* c, const csv_block_t* b, int64_t bn, rill_array_t* const* outs) {
+  int64_t nulled = 0;
+  for (int64_t j = 0; j < bn; j++) {
+    int64_t nf = b->nfields[j];
+    if (nf == c->ncols) continue;
+    for (int k = 0; k < c->ncols; k++) nulled += outs[k] && (nf > c->ncols || k >= nf);
+  }
+  return nulled;
+}
+
 /* A mapped file that shrank would raise SIGBUS on the first access to a page past its new
  * end: its size is checked before each call touches the mapping, and a shrink is an error
  * naming the file (the file must not change while the dataframe lives). */
-static int csv_check_size(const csv_t* c, rill_error_t* err) {
+static int csv_check_size(const rill__csv_t* c, rill_error_t* err) {
   if (c->fd < 0) return RILL_OK;
   struct stat st;
   if (fstat(c->fd, &st) != 0)
@@ -1160,127 +223,87 @@ static int csv_check_size(const csv_t* c, rill_error_t* err) {
   return RILL_OK;
 }
 
-static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec,
-                      void* ctx, rill_error_t* err) {
-  csv_col_t* col = ctx;
-  csv_t* c = col->csv;
-  int k = col->k;
-  rill_dtype_t dt = c->types[k];
+/* The group's function: splits each row once (in blocks of at most ~1M field spans) and fills
+ * every requested column from the spans. A value that does not convert fails the call at the
+ * first such cell in row order (lowest column on a tie): every requested cell before that row
+ * is filled. */
+static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts, rill_exec_t* exec,
+                    void* ctx, rill_error_t* err) {
+  rill__csv_t* c = ctx;
+  if (nouts != c->ncols)
+    return rill__fail(err, RILL_EINVAL, "%s: %d outputs for %d columns", c->name, nouts, c->ncols);
   for (int64_t i = 0; i < n; i++)
     if (rows[i] < 0 || rows[i] >= c->nrows)
       return rill__fail(err, RILL_EINVAL, "%s: row %lld out of range (%lld rows)", c->name,
                         (long long)rows[i], (long long)c->nrows);
   int rc = csv_check_size(c, err);
   if (rc != RILL_OK) return rc;
-  rc = rill_exec_alloc(exec, out, rill_type_scalar(dt), n);
-  if (rc != RILL_OK) return rill_error_set(err, rc, "%s: column '%s': cannot allocate %lld cells",
-                                           c->name, c->names[k], (long long)n);
-  char* scratch = NULL; /* unescaped bytes of fields with doubled quotes */
-  size_t scratch_cap = 0;
-  int64_t stride = (int64_t)c->ncols * 2;
-  int64_t pos = 0; /* string bytes written */
-  int64_t nulled = 0; /* cells nulled by the on_error / on_bad_row policy NULL */
-  if (dt == RILL_STRING) {
-    if (!out->offsets) return rill_error_set(err, RILL_EINVAL, "%s: column '%s': no offsets", c->name, c->names[k]);
-    out->offsets[0] = 0;
+  for (int k = 0; k < nouts; k++) {
+    rill_array_t* out = outs[k];
+    if (!out) continue;
+    rc = rill_exec_alloc(exec, out, rill_type_scalar(c->types[k]), n);
+    if (rc != RILL_OK)
+      return rill_error_set(err, rc, "%s: column '%s': cannot allocate %lld cells", c->name, c->names[k],
+                            (long long)n);
+    if (c->types[k] == RILL_STRING) {
+      if (!out->offsets) return rill_error_set(err, RILL_EINVAL, "%s: column '%s': no offsets", c->name, c->names[k]);
+      out->offsets[0] = 0;
+      out->data_size = 0;
+    }
   }
-  /* rows go through the cache in blocks of at most ~1M field spans (16 MB) */
+  csv_scratch_t* s = rill__scratch(&csv_scratch_kind);
+  if (!s) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+  int64_t stride = (int64_t)c->ncols * 2;
   int64_t blk = ((int64_t)1 << 20) / c->ncols;
   if (blk < 1) blk = 1;
-  rc = RILL_OK;
-  for (int64_t b0 = 0; b0 < n && rc == RILL_OK; b0 += blk) {
+  int64_t fail = n;   /* the first row whose cell did not convert (n: none) */
+  int fail_rc = RILL_OK;
+  int64_t nulled = 0; /* cells nulled by the on_error / on_bad_row policy NULL */
+  for (int64_t b0 = 0; b0 < fail && rc == RILL_OK; b0 += blk) {
     int64_t bn = n - b0 < blk ? n - b0 : blk;
-    int hit;
-    csv_cache_t* cache = cache_get(c, rows + b0, bn, &hit);
-    if (!cache) {
-      rc = rill_error_set(err, RILL_ENOMEM, "%s: out of memory", c->name);
+    if (grow_i64(&s->spans, &s->spans_cap, bn * stride + 1) != RILL_OK ||
+        grow_i64(&s->nfields, &s->nfields_cap, bn) != RILL_OK) {
+      rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       break;
     }
-    if (!hit) cache_fill(c, cache);
-    if (dt == RILL_STRING) {
-      /* the raw field spans bound the unescaped bytes: one reservation, then direct writes */
-      int64_t bound = 0;
-      for (int64_t j = 0; j < bn; j++)
-        if (k < cache->nfields[j] && cache->nfields[j] <= c->ncols)
-          bound += cache->spans[j * stride + 2 * k + 1] - cache->spans[j * stride + 2 * k];
-      out->data_size = pos; /* reserve keeps the bytes in use */
-      if ((rc = rill_array_reserve(out, pos + bound > 0 ? pos + bound : 1)) != RILL_OK) {
-        cache_put(c, cache);
-        rc = rill_error_set(err, rc, "%s: column '%s': cannot reserve %lld bytes", c->name, c->names[k],
-                            (long long)(pos + bound));
-        break;
+    for (int64_t j = 0; j < bn; j++) {
+      int64_t next;
+      s->nfields[j] = rill__csv_split(c->data, c->size, c->starts[rows[b0 + j]], c->delim, c->quote,
+                                      s->spans + j * stride, c->ncols, &next);
+    }
+    /* a pass moving forward drops the pages well behind it */
+    if (c->map) {
+      const int64_t keep = 16 << 20, step = 64 << 20;
+      int64_t lo = c->starts[rows[b0]], mark = atomic_load(&c->drop_mark);
+      if (lo - keep > mark + step && atomic_compare_exchange_strong(&c->drop_mark, &mark, lo - keep))
+        rill__csv_drop(c, mark, lo - keep);
+    }
+    csv_block_t b = {.rows = rows, .b0 = b0, .n = bn, .spans = s->spans, .nfields = s->nfields};
+    for (int k = 0; k < nouts && rc == RILL_OK; k++) {
+      if (!outs[k]) continue;
+      int64_t at;
+      int r = fill_column(c, &b, k, outs[k], fail, s, &nulled, &at, err);
+      if (r == RILL_OK) continue;
+      if (at < 0) rc = r;
+      else { /* only earlier rows are looked at from here */
+        fail = at;
+        fail_rc = r;
       }
     }
-    void* plain = dt == RILL_FLOAT64 ? (void*)((double*)out->data + b0)
-                  : dt == RILL_INT64 ? (void*)((int64_t*)out->data + b0) : NULL;
-    for (int64_t j = 0; j < bn && rc == RILL_OK; j++) {
-      if (plain && (j = plain_numbers(c, cache, k, dt, j, bn, plain)) == bn) break;
-      int64_t i = b0 + j;
-      int64_t nf = cache->nfields[j];
-      int is_null = nf > c->ncols || k >= nf; /* kept bad rows (policy NULL) */
-      if (is_null) nulled++;
-      const char* s = NULL;
-      size_t len = 0;
-      if (!is_null) {
-        int64_t fs = cache->spans[j * stride + 2 * k], fe = cache->spans[j * stride + 2 * k + 1];
-        if (fs == fe || c->data[fs] != c->quote) { /* unquoted: the bytes as they are */
-          s = c->data + fs;
-          len = (size_t)(fe - fs);
-        } else if (unescape(c->data, fs, fe, c->quote, &scratch, &scratch_cap, &s, &len) != RILL_OK) {
-          rc = rill_error_set(err, RILL_ENOMEM, "%s: out of memory", c->name);
-          break;
-        }
-        if (dt != RILL_STRING && len == 0) is_null = 1;
-      }
-      if (dt == RILL_STRING) {
-        if (!is_null && len) {
-          memcpy((char*)out->data + pos, s, len);
-          pos += (int64_t)len;
-        }
-        out->offsets[i + 1] = pos;
-      } else if (!is_null) {
-        int vrc;
-        if (dt == RILL_FLOAT64) vrc = rill__parse_double(s, len, (double*)out->data + i);
-        else if (dt == RILL_INT64) vrc = rill__parse_int64(s, len, (int64_t*)out->data + i);
-        else vrc = rill__store_text(out, i, dt, s, len);
-        if (vrc == RILL_ENOMEM) {
-          rc = rill_error_set(err, vrc, "%s: out of memory", c->name);
-          break;
-        }
-        if (vrc != RILL_OK) {
-          if (c->on_error == RILL_ON_ERROR_NULL) {
-            is_null = 1;
-            nulled++;
-          } else {
-            int64_t line = csv_line(c, c->starts[rows[i]]);
-            if (err) err->row = i;
-            rc = rill_error_set(err, vrc, "%s:%lld: column '%s': %s '%.*s'%s %s %s", c->name,
-                                (long long)line, c->names[k],
-                                vrc == RILL_ERANGE ? "value" : "cannot parse",
-                                (int)(len > 40 ? 40 : len), s, len > 40 ? "..." : "",
-                                vrc == RILL_ERANGE ? (dt == RILL_FLOAT32 || dt == RILL_FLOAT64
-                                                          ? "is out of range of" : "does not fit")
-                                                   : "as",
-                                rill_dtype_name(dt));
-            break;
-          }
-        }
-      }
-      if (is_null && (rc = rill_array_set_null(out, i)) != RILL_OK) {
-        rc = rill_error_set(err, rc, "%s: out of memory", c->name);
-        break;
-      }
-    }
-    cache_put(c, cache);
+    if (rc == RILL_OK) nulled += bad_row_nulls(c, &b, fail - b0 < bn ? fail - b0 : bn, outs);
   }
-  if (dt == RILL_STRING) {
+  if (rc == RILL_OK) rc = fail_rc;
+  for (int k = 0; k < nouts; k++) {
+    rill_array_t* out = outs[k];
+    if (!out || c->types[k] != RILL_STRING) continue;
     if (rc != RILL_OK) /* the cells after the failing one were not written */
       for (int64_t i = 0; i < n; i++)
         if (out->offsets[i + 1] < out->offsets[i]) out->offsets[i + 1] = out->offsets[i];
     out->data_size = out->offsets[n];
-    out->priv->var_cells = n;
+    if (rill__array_var_commit(out, n) != RILL_OK && rc == RILL_OK)
+      rc = rill__fail(err, RILL_EINVAL, "%s: column '%s': cannot commit %lld cells", c->name, c->names[k],
+                      (long long)n);
   }
-  rill__free(scratch);
   rill__exec_count_nulled(exec, nulled);
   return rc;
 }
@@ -1289,7 +312,7 @@ static int csv_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_ex
 
 enum { T_INT = 1, T_FLOAT = 2, T_BOOL = 4, T_TS = 8, T_ALL = 15 };
 
-static int infer_types(csv_t* c, int64_t limit, rill_error_t* err) {
+static int infer_types(rill__csv_t* c, int64_t limit, rill_error_t* err) {
   int* mask = rill__alloc((size_t)c->ncols * sizeof *mask);
   int* seen = rill__calloc((size_t)c->ncols, sizeof *seen);
   int64_t* sp = rill__alloc((size_t)c->ncols * 2 * sizeof *sp);
@@ -1304,13 +327,13 @@ static int infer_types(csv_t* c, int64_t limit, rill_error_t* err) {
   int64_t rows = limit < 0 || limit > c->nrows ? c->nrows : limit;
   for (int64_t r = 0; r < rows; r++) {
     int64_t next;
-    int64_t nf = split_record(c->data, c->size, c->starts[r], c->delim, c->quote, sp, c->ncols, &next);
+    int64_t nf = rill__csv_split(c->data, c->size, c->starts[r], c->delim, c->quote, sp, c->ncols, &next);
     if (nf > c->ncols) continue;
     for (int k = 0; k < nf; k++) {
       if (!mask[k] || c->types[k]) continue;
       const char* s;
       size_t n;
-      if (unescape(c->data, sp[2 * k], sp[2 * k + 1], c->quote, &scratch, &cap, &s, &n) != RILL_OK) {
+      if (rill__csv_unescape(c->data, sp[2 * k], sp[2 * k + 1], c->quote, &scratch, &cap, &s, &n) != RILL_OK) {
         rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
         goto done;
       }
@@ -1341,30 +364,16 @@ done:
   return rc;
 }
 
-/* 0 when the field [s, e) opens a quote that it never closes (it then ran to the end of the
- * input). */
-static int quote_closed(const char* d, int64_t s, int64_t e, char q) {
-  if (s == e || d[s] != q) return 1;
-  for (int64_t i = s + 1; i < e;) {
-    const char* p = memchr(d + i, q, (size_t)(e - i));
-    if (!p) return 0;
-    i = p - d + 1;
-    if (i < e && d[i] == q) { i++; continue; } /* a doubled quote */
-    return 1;
-  }
-  return 0;
-}
-
 /* Column names from the header record at `pos` (or generated); sets c->ncols and returns the
  * offset where data starts. */
-static int read_header(csv_t* c, int64_t pos, int no_header, int64_t* data_begin, rill_error_t* err) {
-  while (pos < c->size && is_nl(c->data[pos])) pos++;
+static int read_header(rill__csv_t* c, int64_t pos, int no_header, int64_t* data_begin, rill_error_t* err) {
+  while (pos < c->size && (c->data[pos] == '\n' || c->data[pos] == '\r')) pos++;
   if (pos >= c->size) return rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", c->name);
   int64_t next;
-  int64_t nf = split_record(c->data, c->size, pos, c->delim, c->quote, NULL, 0, &next);
+  int64_t nf = rill__csv_split(c->data, c->size, pos, c->delim, c->quote, NULL, 0, &next);
   if (nf > 100000)
     return rill__fail(err, RILL_EFORMAT, "%s:%lld: too many columns (%lld)", c->name,
-                      (long long)csv_line(c, pos), (long long)nf);
+                      (long long)rill__csv_line(c, pos), (long long)nf);
   int64_t* sp = rill__alloc((size_t)nf * 2 * sizeof *sp);
   c->names = rill__calloc((size_t)nf, sizeof *c->names);
   c->types = rill__calloc((size_t)nf, sizeof *c->types);
@@ -1373,10 +382,10 @@ static int read_header(csv_t* c, int64_t pos, int no_header, int64_t* data_begin
     return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
   }
   c->ncols = (int)nf;
-  split_record(c->data, c->size, pos, c->delim, c->quote, sp, nf, &next);
+  rill__csv_split(c->data, c->size, pos, c->delim, c->quote, sp, nf, &next);
   for (int k = 0; !no_header && k < c->ncols; k++)
-    if (!quote_closed(c->data, sp[2 * k], sp[2 * k + 1], c->quote)) {
-      int64_t line = csv_line(c, sp[2 * k]);
+    if (!rill__csv_quote_closed(c->data, sp[2 * k], sp[2 * k + 1], c->quote)) {
+      int64_t line = rill__csv_line(c, sp[2 * k]);
       rill__free(sp);
       return rill__fail(err, RILL_EFORMAT, "%s:%lld: unterminated quoted field in the header row (column %d)",
                         c->name, (long long)line, k + 1);
@@ -1387,7 +396,7 @@ static int read_header(csv_t* c, int64_t pos, int no_header, int64_t* data_begin
   for (int k = 0; k < c->ncols && rc == RILL_OK; k++) {
     const char* s = NULL;
     size_t n = 0;
-    if (!no_header && unescape(c->data, sp[2 * k], sp[2 * k + 1], c->quote, &scratch, &cap, &s, &n) != RILL_OK) {
+    if (!no_header && rill__csv_unescape(c->data, sp[2 * k], sp[2 * k + 1], c->quote, &scratch, &cap, &s, &n) != RILL_OK) {
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       break;
     }
@@ -1411,7 +420,7 @@ static int read_header(csv_t* c, int64_t pos, int no_header, int64_t* data_begin
   return rc;
 }
 
-static int apply_overrides(csv_t* c, const rill_csv_opts_t* o, rill_error_t* err) {
+static int apply_overrides(rill__csv_t* c, const rill_csv_opts_t* o, rill_error_t* err) {
   for (int i = 0; i < o->ncolumns; i++) {
     const rill_csv_column_t* ov = &o->columns[i];
     int k = -1;
@@ -1435,54 +444,53 @@ static int apply_overrides(csv_t* c, const rill_csv_opts_t* o, rill_error_t* err
   return RILL_OK;
 }
 
-static int csv_open(csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, rill_error_t* err) {
+static int csv_open(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, rill_error_t* err) {
   int rc;
   int64_t pos = 0, data_begin = 0;
   if (c->size >= 3 && memcmp(c->data, "\xEF\xBB\xBF", 3) == 0) pos = 3;
   if ((rc = read_header(c, pos, o->no_header, &data_begin, err)) != RILL_OK) return rc;
-  if ((rc = build_index(c, data_begin, c->ncols, o, err)) != RILL_OK) return rc;
+  if ((rc = rill__csv_build_index(c, data_begin, c->ncols, o, err)) != RILL_OK) return rc;
   if ((rc = apply_overrides(c, o, err)) != RILL_OK) return rc;
   if (o->no_infer)
     for (int k = 0; k < c->ncols; k++)
       if (!c->types[k]) c->types[k] = RILL_STRING;
   if ((rc = infer_types(c, o->infer_rows ? o->infer_rows : CSV_DEFAULT_INFER, err)) != RILL_OK)
     return rc;
-  rill_df_t* df = NULL;
-  if ((rc = rill_df_new(c->nrows, &df, err)) != RILL_OK) return rc;
+  rill_type_t* types = rill__alloc((size_t)c->ncols * sizeof *types);
+  if (!types) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+  int nullable = o->on_error == RILL_ON_ERROR_NULL || o->on_bad_row == RILL_ON_ERROR_NULL;
   for (int k = 0; k < c->ncols; k++) {
-    csv_col_t* col = rill__alloc(sizeof *col);
-    if (!col) {
-      rill_df_free(df);
-      return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
-    }
-    atomic_fetch_add(&c->refs, 1);
-    col->csv = c;
-    col->k = k;
-    /* tasks of up to 1024 rows (fewer for wide rows): a task's rows are split once and shared
-     * by every column */
-    int64_t grain = ((int64_t)1 << 20) / c->ncols;
-    rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error,
-                            .grain = grain > 1024 ? 1024 : grain < 1 ? 1 : grain};
-    so.nullable = c->types[k] != RILL_STRING || o->on_error == RILL_ON_ERROR_NULL ||
-                  o->on_bad_row == RILL_ON_ERROR_NULL;
-    rc = rill_df_add_source(df, c->names[k], rill_type_scalar(c->types[k]), csv_source, col,
-                            csv_col_free, &so, err);
-    if (rc < 0) {
-      rill_df_free(df);
-      return rc;
-    }
+    types[k] = rill_type_scalar(c->types[k]);
+    nullable |= c->types[k] != RILL_STRING; /* an empty field is a null number */
+  }
+  /* tasks of up to 1024 rows (fewer for wide rows) */
+  int64_t grain = ((int64_t)1 << 20) / c->ncols;
+  rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error, .nullable = nullable,
+                          .grain = grain > 1024 ? 1024 : grain < 1 ? 1 : grain};
+  rill_df_t* df = NULL;
+  if ((rc = rill_df_new(c->nrows, &df, err)) != RILL_OK) {
+    rill__free(types);
+    return rc;
+  }
+  atomic_fetch_add(&c->refs, 1);
+  rc = rill__df_add_source_group(df, (const char* const*)c->names, types, c->ncols, csv_fill, c, csv_unref_ctx,
+                                 &so, err);
+  rill__free(types);
+  if (rc < 0) {
+    rill_df_free(df);
+    return rc;
   }
   *out = df;
   return RILL_OK;
 }
 
-static int csv_new(const char* name, const rill_csv_opts_t* o, csv_t** out, rill_error_t* err) {
+static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out, rill_error_t* err) {
   if (o->delimiter == '\n' || o->delimiter == '\r' || o->quote == '\n' || o->quote == '\r' ||
       (o->delimiter ? o->delimiter : ',') == (o->quote ? o->quote : '"'))
     return rill__fail(err, RILL_EINVAL, "%s: the delimiter and quote must differ and not be line breaks", name);
   if (o->ncolumns < 0 || (o->ncolumns > 0 && !o->columns))
     return rill__fail(err, RILL_EINVAL, "%s: ncolumns %d without columns", name, o->ncolumns);
-  csv_t* c = rill__calloc(1, sizeof *c);
+  rill__csv_t* c = rill__calloc(1, sizeof *c);
   if (!c) return rill__fail(err, RILL_ENOMEM, "out of memory");
   c->name = rill__strdup(name);
   if (!c->name) {
@@ -1492,7 +500,6 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, csv_t** out, rill
   atomic_init(&c->refs, 1);
   c->fd = -1;
   pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv, NULL);
   c->delim = o->delimiter ? o->delimiter : ',';
   c->quote = o->quote ? o->quote : '"';
   c->on_error = o->on_error;
@@ -1501,7 +508,7 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, csv_t** out, rill
 }
 
 /* Reads `fd` until EOF into c->owned (c->data, c->size). */
-static int read_to_end(int fd, csv_t* c, rill_error_t* err) {
+static int read_to_end(int fd, rill__csv_t* c, rill_error_t* err) {
   size_t cap = 65536, n = 0;
   char* buf = rill__alloc(cap);
   if (!buf) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
@@ -1536,7 +543,7 @@ int rill_df_from_csv(const char* path, const rill_csv_opts_t* opts, rill_df_t** 
   if (opts) o = *opts;
   if (!path || !out) return rill__fail(err, RILL_EINVAL, "rill_df_from_csv: path and out are required");
   *out = NULL;
-  csv_t* c;
+  rill__csv_t* c;
   int rc = csv_new(path, &o, &c, err);
   if (rc != RILL_OK) return rc;
   char eb[128];
@@ -1578,7 +585,7 @@ int rill_df_from_csv_buffer(const void* data, size_t size, const rill_csv_opts_t
   if (!out || (!data && size))
     return rill__fail(err, RILL_EINVAL, "rill_df_from_csv_buffer: data and out are required");
   *out = NULL;
-  csv_t* c;
+  rill__csv_t* c;
   int rc = csv_new(name, &o, &c, err);
   if (rc != RILL_OK) return rc;
   c->size = (int64_t)size;

@@ -1,26 +1,94 @@
-/* Text-to-value conversions shared by the CSV and SQLite sources. Not installed. */
+/* The CSV source's shared state and the functions its files share: the parsed file
+ * (csv.c), record scanning (csv_scan.c) and the row index (csv_index.c). Not installed. */
 #ifndef RILL_CSV_INTERNAL_H
 #define RILL_CSV_INTERNAL_H
 
-#include <stddef.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
-#include "rill.h"
+#include "addon.h"
+#include "rill_addons.h"
 
-/* Each returns RILL_OK, RILL_EFORMAT (not a value of the type) or RILL_ERANGE (too large). */
-int rill__parse_int64(const char* s, size_t n, int64_t* v);
-int rill__parse_uint64(const char* s, size_t n, uint64_t* v);
-int rill__parse_double(const char* s, size_t n, double* v);
-/* "true"/"false" in any case; "1"/"0" too when allow01. */
-int rill__parse_bool(const char* s, size_t n, int allow01, uint8_t* v);
-/* Stores text `s[0..n)` as cell i of fixed-shape scalar array `out` of dtype `dt`
- * (BOOL, INT8..UINT64, FLOAT32, FLOAT64, TIMESTAMP_US). */
-int rill__store_text(rill_array_t* out, int64_t i, rill_dtype_t dt, const char* s, size_t n);
-/* 1 when `dt` is a dtype the CSV/SQLite sources can produce. */
-int rill__text_dtype_supported(rill_dtype_t dt);
+/* An opened CSV input: its bytes, columns and row index. Shared (reference counted) by the
+ * dataframe's source group; read-only once opened, except the line checkpoints (under mu)
+ * and drop_mark. */
+typedef struct rill__csv {
+  _Atomic int refs;
+  char* name;                 /* the path, or the buffer's name, for messages */
+  const char* data;
+  int64_t size;
+  void* map;                  /* mmap'ed region or NULL */
+  int fd;                     /* the mapped file (size checks), or -1 */
+  void* owned;                /* copied buffer or NULL */
+  char delim, quote;
+  int ncols;
+  char** names;
+  rill_dtype_t* types;
+  int64_t nrows;
+  int64_t* starts;            /* byte offset of each row's record */
+  rill_on_error_t on_error;
+  pthread_mutex_t mu;         /* guards lines */
+  int64_t* lines;             /* lines[k]: physical line at byte k << RILL__CSV_LINE_STEP_SHIFT */
+  int64_t nlines;
+  _Atomic int64_t drop_mark;  /* mapped bytes below it were handed back to the page cache */
+} rill__csv_t;
 
-/* Renames repeated names in place ("a", "a" -> "a", "a<sep>1"); names are rill__alloc'ed
- * strings. RILL_OK or RILL_ENOMEM. Linear time. */
-int rill__unique_names(char** names, int n, char sep);
+#define RILL__CSV_LINE_STEP_SHIFT 16 /* line-number checkpoints every 64 KiB */
+
+/* Hands the mapped pages inside [a, b) back to the kernel (csv.c); no-op for buffers. */
+void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b);
+
+/* ---- scanning (csv_scan.c) */
+
+/* Splits the record at `pos` of d[0..size) into fields: up to `max` (start, end) byte spans
+ * go to `sp`; returns the number of fields; *next = offset after the record's line end. */
+int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp, int64_t max,
+                        int64_t* next);
+/* The text of field [s, e): quotes removed and doubled quotes undone. Uses *scratch (of
+ * *cap bytes, grown with rill__alloc) only when the bytes must change. RILL_OK or
+ * RILL_ENOMEM. */
+int rill__csv_unescape(const char* d, int64_t s, int64_t e, char q, char** scratch, size_t* cap, const char** out,
+                       size_t* n);
+/* 0 when the field [s, e) opens a quote that it never closes (it ran to the end of input). */
+int rill__csv_quote_closed(const char* d, int64_t s, int64_t e, char q);
+
+/* A growable list of int64. */
+typedef struct rill__csv_vec {
+  int64_t* v;
+  int64_t n, cap;
+} rill__csv_vec_t;
+int rill__csv_vec_grow(rill__csv_vec_t* a); /* RILL_OK or RILL_ENOMEM */
+static inline int rill__csv_vec_push(rill__csv_vec_t* a, int64_t x) {
+  if (a->n == a->cap && rill__csv_vec_grow(a) != RILL_OK) return RILL_ENOMEM;
+  a->v[a->n++] = x;
+  return RILL_OK;
+}
+
+/* What a scan of one chunk of the input found. */
+typedef struct rill__csv_spec {
+  rill__csv_vec_t starts;      /* record start offsets */
+  rill__csv_vec_t bad;         /* pairs: record start, field count (count != expected) */
+  int end_in_quotes;           /* chunk ended inside a quoted field */
+  int64_t tail_start, tail_nf; /* when it did: the open record's start (-1: before the chunk) and fields */
+  int head_done;               /* scan from inside quotes: the record open at the start ended here */
+  int64_t head_nf;             /* fields that open record gained in this chunk (beyond its first) */
+  int rc;                      /* RILL_OK or RILL_ENOMEM */
+} rill__csv_spec_t;
+
+/* Scans d[begin, end) for record starts, from the start of a record or (in_quotes) from
+ * inside a quoted field. With `ref` (the scan of the same chunk from a record start), stops
+ * when a record starts where one of ref's does and takes ref's results from there. */
+void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
+                          int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref);
+
+/* ---- the row index (csv_index.c) */
+
+/* Builds c->starts and c->nrows over [begin, size) in parallel, honouring o->on_bad_row for
+ * records without `expected` fields. Errors name the file and line. */
+int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const rill_csv_opts_t* o,
+                          rill_error_t* err);
+/* The 1-based physical line holding byte `off` (checkpoints built on first use). */
+int64_t rill__csv_line(rill__csv_t* c, int64_t off);
 
 #endif /* RILL_CSV_INTERNAL_H */

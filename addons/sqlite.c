@@ -5,16 +5,17 @@
  * the rows it needs (a range scan for consecutive rows, point lookups otherwise) on a
  * connection of its own, so concurrent readers never share a connection. Any other query is
  * run once at open and its raw values are kept in chunks of `chunk_rows` rows; values are
- * converted to the column types when pulled, so conversion errors carry their row. */
+ * converted to the column types when pulled, so conversion errors carry their row. The columns
+ * are one source group: a pull reads its rows once and fills every requested column. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "csv_internal.h"
-#include "internal.h"
+#include "addon.h"
 #include "rill_addons.h"
+#include "text.h"
 
 #if RILL_HAVE_SQLITE
 #include <sqlite3.h>
@@ -42,9 +43,7 @@ typedef struct conn {
   sqlite3_stmt* point;        /* table mode: one row by rowid */
   sqlite3_stmt* range;        /* table mode: rows with rowid in [?1, ?2] */
   int busy;
-  rowset_t rs;                /* the rows of the last fill */
-  int64_t* key;               /* row ids of the last fill */
-  int64_t keyn, keycap;
+  rowset_t rs;                /* the rows of the call using it (buffers reused) */
 } conn_t;
 
 typedef struct sq {
@@ -126,7 +125,6 @@ static void conn_free(conn_t* c, int close_db) {
   sqlite3_finalize(c->range);
   if (close_db) sqlite3_close(c->db);
   rowset_free(&c->rs);
-  rill__free(c->key);
   rill__free(c);
 }
 
@@ -173,22 +171,14 @@ static int open_db(const char* path, int busy_ms, sqlite3** out, rill_error_t* e
   return RILL_OK;
 }
 
-/* A free connection (with its statements in table mode), waiting for the shared one. */
-static conn_t* conn_get(sq_t* s, const int64_t* rows, int64_t n, int* hit, rill_error_t* err) {
-  *hit = 0;
+/* A free connection (with its statements in table mode): a new one when all are busy, or
+ * the shared one once it is free (an in-memory or caller's database has only that one). */
+static conn_t* conn_get(sq_t* s, rill_error_t* err) {
   pthread_mutex_lock(&s->mu);
   for (;;) {
     conn_t* free_one = NULL;
-    for (conn_t* c = s->conns; c; c = c->next) {
-      if (c->busy) continue;
-      if (c->keyn == n && memcmp(c->key, rows, (size_t)n * sizeof *rows) == 0) {
-        c->busy = 1;
-        *hit = 1;
-        pthread_mutex_unlock(&s->mu);
-        return c;
-      }
-      if (!free_one) free_one = c;
-    }
+    for (conn_t* c = s->conns; c && !free_one; c = c->next)
+      if (!c->busy) free_one = c;
     if (free_one) {
       free_one->busy = 1;
       pthread_mutex_unlock(&s->mu);
@@ -236,7 +226,6 @@ static int64_t rowid_of(const sq_t* s, int64_t row) {
 /* Table mode: reads rows[0..n) into c->rs. */
 static int fetch_rows(sq_t* s, conn_t* c, const int64_t* rows, int64_t n, rill_error_t* err) {
   char sql[600];
-  c->keyn = 0;
   c->rs.n = 0;
   c->rs.nbytes = 0;
   int consecutive = n > 1;
@@ -283,17 +272,7 @@ static int fetch_rows(sq_t* s, conn_t* c, const int64_t* rows, int64_t n, rill_e
   }
   sqlite3_reset(st);
   if (txn) sqlite3_exec(c->db, "COMMIT", NULL, NULL, NULL);
-  if (rc != RILL_OK) return rc;
-  if (n > c->keycap) {
-    int64_t* nk = rill__alloc((size_t)n * sizeof *nk);
-    if (!nk) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
-    rill__free(c->key);
-    c->key = nk;
-    c->keycap = n;
-  }
-  memcpy(c->key, rows, (size_t)n * sizeof *rows);
-  c->keyn = n;
-  return RILL_OK;
+  return rc;
 }
 
 static const char* sqtype_name(int t) {
@@ -370,43 +349,38 @@ static int store_value(rill_array_t* out, int64_t i, rill_dtype_t dt, const sqva
   }
 }
 
-typedef struct sq_col {
-  sq_t* s;
-  int k;
-} sq_col_t;
+static void sq_unref_ctx(void* p) { sq_unref(p); }
 
-static void sq_col_free(void* p) {
-  sq_col_t* c = p;
-  if (!c) return;
-  sq_unref(c->s);
-  rill__free(c);
-}
-
-static int sq_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
-                     rill_error_t* err) {
-  sq_col_t* col = ctx;
-  sq_t* s = col->s;
-  int k = col->k;
-  rill_dtype_t dt = s->types[k];
+/* The group's function: reads rows[0..n) once (table mode: on a connection of this call's
+ * own) and converts the values of every requested column, row by row. A value that does not
+ * convert fails the call at that cell (unless on_error is NULL: the cell becomes null); the
+ * cells of the rows before it are filled. */
+static int sq_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts, rill_exec_t* exec,
+                   void* ctx, rill_error_t* err) {
+  sq_t* s = ctx;
+  if (nouts != s->ncols)
+    return rill__fail(err, RILL_EINVAL, "sqlite: %d outputs for %d columns", nouts, s->ncols);
   for (int64_t i = 0; i < n; i++)
     if (rows[i] < 0 || rows[i] >= s->nrows)
       return rill__fail(err, RILL_EINVAL, "sqlite: row %lld out of range (%lld rows)", (long long)rows[i],
                         (long long)s->nrows);
-  int rc = rill_exec_alloc(exec, out, rill_type_scalar(dt), n);
-  if (rc != RILL_OK) return rill_error_set(err, rc, "sqlite: column '%s': cannot allocate %lld cells", s->names[k], (long long)n);
+  int rc;
+  for (int k = 0; k < nouts; k++)
+    if (outs[k] && (rc = rill_exec_alloc(exec, outs[k], rill_type_scalar(s->types[k]), n)) != RILL_OK)
+      return rill_error_set(err, rc, "sqlite: column '%s': cannot allocate %lld cells", s->names[k], (long long)n);
   conn_t* c = NULL;
   if (s->table) {
-    int hit;
-    c = conn_get(s, rows, n, &hit, err);
-    if (!c) return err ? err->code : RILL_ESQL;
-    if (!hit && (rc = fetch_rows(s, c, rows, n, err)) != RILL_OK) {
+    if (!(c = conn_get(s, err))) return err ? err->code : RILL_ESQL;
+    if ((rc = fetch_rows(s, c, rows, n, err)) != RILL_OK) {
       conn_put(s, c);
       return rc;
     }
   }
-  int var = dt == RILL_STRING || dt == RILL_BINARY;
-  int64_t pos = 0;
-  if (var) {
+  /* variable-length columns: the values bound the bytes, reserved once, then direct writes
+   * at out->data_size */
+  for (int k = 0; k < nouts; k++) {
+    rill_array_t* out = outs[k];
+    if (!out || (s->types[k] != RILL_STRING && s->types[k] != RILL_BINARY)) continue;
     int64_t bound = 0;
     for (int64_t i = 0; i < n; i++) {
       const sqval_t* v = c ? &c->rs.v[i * s->ncols + k]
@@ -419,43 +393,65 @@ static int sq_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exe
                             (long long)bound);
     }
     out->offsets[0] = 0;
+    out->data_size = 0;
   }
-  for (int64_t i = 0; i < n; i++) {
-    const sqval_t* v;
+  rc = RILL_OK;
+  int64_t nulled = 0;
+  for (int64_t i = 0; i < n && rc == RILL_OK; i++) {
+    const sqval_t* row;
     const char* bytes;
     if (c) {
-      v = &c->rs.v[i * s->ncols + k];
+      row = &c->rs.v[i * s->ncols];
       bytes = c->rs.bytes;
     } else {
       const rowset_t* ch = &s->chunks[rows[i] / s->chunk_rows];
-      v = &ch->v[(rows[i] % s->chunk_rows) * s->ncols + k];
+      row = &ch->v[(rows[i] % s->chunk_rows) * s->ncols];
       bytes = ch->bytes;
     }
-    int vrc = store_value(out, i, dt, v, bytes, &pos);
-    if (vrc == RILL_OK) continue;
-    if (vrc == RILL_ENOMEM) { rc = rill_error_set(err, vrc, "sqlite: out of memory"); break; }
-    if (s->on_error == RILL_ON_ERROR_NULL) {
-      if ((rc = rill_array_set_null(out, i)) != RILL_OK) { rc = rill_error_set(err, rc, "sqlite: out of memory"); break; }
-      rill__exec_count_nulled(exec, 1);
-      continue;
+    for (int k = 0; k < nouts; k++) {
+      rill_array_t* out = outs[k];
+      if (!out) continue;
+      rill_dtype_t dt = s->types[k];
+      const sqval_t* v = &row[k];
+      int vrc = store_value(out, i, dt, v, bytes, &out->data_size);
+      if (vrc == RILL_OK) continue;
+      if (vrc == RILL_ENOMEM) {
+        rc = rill__fail(err, vrc, "sqlite: out of memory");
+        break;
+      }
+      if (s->on_error == RILL_ON_ERROR_NULL) {
+        if ((rc = rill_array_set_null(out, i)) != RILL_OK) {
+          rc = rill__fail(err, rc, "sqlite: out of memory");
+          break;
+        }
+        nulled++;
+        continue;
+      }
+      if (v->type == SQLITE_TEXT)
+        rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert TEXT '%.*s'%s to %s (SQL: %.200s)",
+                            (long long)rows[i], s->names[k], (int)(v->len > 40 ? 40 : v->len), bytes + v->i,
+                            v->len > 40 ? "..." : "", rill_dtype_name(dt), s->sql);
+      else
+        rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert %s value to %s (SQL: %.200s)",
+                            (long long)rows[i], s->names[k], sqtype_name(v->type), rill_dtype_name(dt), s->sql);
+      if (err) {
+        err->row = i;
+        err->column = k;
+      }
+      break;
     }
-    if (err) err->row = i;
-    if (v->type == SQLITE_TEXT)
-      rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert TEXT '%.*s'%s to %s (SQL: %.200s)",
-                          (long long)rows[i], s->names[k], (int)(v->len > 40 ? 40 : v->len), bytes + v->i,
-                          v->len > 40 ? "..." : "", rill_dtype_name(dt), s->sql);
-    else
-      rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert %s value to %s (SQL: %.200s)",
-                          (long long)rows[i], s->names[k], sqtype_name(v->type), rill_dtype_name(dt), s->sql);
-    break;
   }
-  if (var) {
+  for (int k = 0; k < nouts; k++) {
+    rill_array_t* out = outs[k];
+    if (!out || (s->types[k] != RILL_STRING && s->types[k] != RILL_BINARY)) continue;
     for (int64_t i = 0; i < n; i++)
       if (out->offsets[i + 1] < out->offsets[i]) out->offsets[i + 1] = out->offsets[i]; /* after an error */
     out->data_size = out->offsets[n];
-    out->priv->var_cells = n;
+    if (rill__array_var_commit(out, n) != RILL_OK && rc == RILL_OK)
+      rc = rill__fail(err, RILL_EINVAL, "sqlite: column '%s': cannot commit %lld cells", s->names[k], (long long)n);
   }
   if (c) conn_put(s, c);
+  rill__exec_count_nulled(exec, nulled);
   return rc;
 }
 
@@ -713,19 +709,24 @@ static int sq_open(sq_t* s, sqlite3* db, const rill_sql_param_t* params, int npa
     }
   }
   sqlite3_finalize(st);
+  rill_type_t* types = rill__alloc((size_t)s->ncols * sizeof *types);
+  if (!types) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+  for (int k = 0; k < s->ncols; k++) types[k] = rill_type_scalar(s->types[k]);
+  /* table mode fetches whole rows per task (one read transaction each) */
+  rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error, .nullable = 1,
+                          .grain = s->table ? 256 : 4096};
   rill_df_t* df = NULL;
-  if ((rc = rill_df_new(s->nrows, &df, err)) != RILL_OK) return rc;
-  for (int k = 0; k < s->ncols; k++) {
-    sq_col_t* col = rill__alloc(sizeof *col);
-    if (!col) { rill_df_free(df); return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory"); }
-    atomic_fetch_add(&s->refs, 1);
-    col->s = s;
-    col->k = k;
-    /* table mode fetches whole rows per task (one read transaction each), shared by the columns */
-    rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error, .nullable = 1,
-                            .grain = s->table ? 256 : 4096};
-    rc = rill_df_add_source(df, s->names[k], rill_type_scalar(s->types[k]), sq_source, col, sq_col_free, &so, err);
-    if (rc < 0) { rill_df_free(df); return rc; }
+  if ((rc = rill_df_new(s->nrows, &df, err)) != RILL_OK) {
+    rill__free(types);
+    return rc;
+  }
+  atomic_fetch_add(&s->refs, 1);
+  rc = rill__df_add_source_group(df, (const char* const*)s->names, types, s->ncols, sq_fill, s, sq_unref_ctx, &so,
+                                 err);
+  rill__free(types);
+  if (rc < 0) {
+    rill_df_free(df);
+    return rc;
   }
   *out = df;
   return RILL_OK;

@@ -452,7 +452,7 @@ Test(csv, parse_timestamp) {
   cr_assert_eq(rill_parse_timestamp("2001-01-01x", 11, &us), RILL_EFORMAT);
 }
 
-#include "csv_internal.h"
+#include "text.h"
 
 Test(csv, number_parsing_matches_strtod) {
   const char* fixed[] = {"0", "-0", "0.1", "1e22", "1e23", "9007199254740993", "123456789012345678901",

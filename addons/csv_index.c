@@ -1,0 +1,245 @@
+/* The CSV row index: the byte offset of every record, found by a parallel pass when the
+ * input is opened, and line-number checkpoints for messages.
+ *
+ * The input is cut into chunks whose boundaries sit just after a '\n'. At such a point the
+ * parser is either at the start of a record or inside a quoted field, so each chunk is scanned
+ * from the start-of-record state on worker threads; a chunk that follows one ending inside
+ * quotes is scanned again from the quoted state while stitching (rare), and that second scan
+ * stops as soon as it starts a record where the first one did (from there they agree).
+ * Stitching the chunks in order picks, for each, the scan that matches the state the previous
+ * chunk ended in. The index holds one int64 (byte offset) per row. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "csv_internal.h"
+
+#define CSV_DEFAULT_CHUNK (8 << 20)
+
+/* ------------------------------------------------------------------ line numbers */
+
+/* Counts physical line breaks ('\n', "\r\n" or a lone '\r') in [a, b). */
+static int64_t count_breaks(const char* d, int64_t size, int64_t a, int64_t b) {
+  int64_t n = 0;
+  for (int64_t i = a; i < b; i++) {
+    char ch = d[i];
+    if (ch == '\n') n++;
+    else if (ch == '\r' && (i + 1 >= size || d[i + 1] != '\n')) n++;
+  }
+  return n;
+}
+
+
+int64_t rill__csv_line(rill__csv_t* c, int64_t off) {
+  pthread_mutex_lock(&c->mu);
+  if (!c->lines) {
+    int64_t n = (c->size >> RILL__CSV_LINE_STEP_SHIFT) + 1;
+    int64_t* l = rill__alloc((size_t)n * sizeof *l);
+    if (l) {
+      l[0] = 1;
+      for (int64_t k = 1; k < n; k++)
+        l[k] = l[k - 1] + count_breaks(c->data, c->size, (k - 1) << RILL__CSV_LINE_STEP_SHIFT,
+                                       k << RILL__CSV_LINE_STEP_SHIFT);
+      c->lines = l;
+      c->nlines = n;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!c->lines) return 1 + count_breaks(c->data, c->size, 0, off);
+  int64_t k = off >> RILL__CSV_LINE_STEP_SHIFT;
+  if (k >= c->nlines) k = c->nlines - 1;
+  return c->lines[k] + count_breaks(c->data, c->size, k << RILL__CSV_LINE_STEP_SHIFT, off);
+}
+
+/* ------------------------------------------------------------------ the parallel pass */
+
+typedef struct index_job {
+  const rill__csv_t* csv;
+  const char* d;
+  int64_t* bounds;            /* nchunks + 1 */
+  int64_t nchunks;
+  char dl, q;
+  int64_t expected;
+  rill__csv_spec_t* out;                /* scan from the start of a record */
+  int64_t sample, sample_lines; /* bytes and line breaks of a leading sample: sizes the row lists */
+  _Atomic int64_t next;
+} index_job_t;
+
+static void* index_worker(void* arg) {
+  index_job_t* job = arg;
+  for (;;) {
+    int64_t k = atomic_fetch_add(&job->next, 1);
+    if (k >= job->nchunks) break;
+    int64_t b = job->bounds[k], e = job->bounds[k + 1];
+    /* room for the rows the sample predicts (plus 1/16), at most half the chunk's bytes: the
+     * list then rarely grows by copying; small guesses are left to the usual growth */
+    rill__csv_vec_t* st = &job->out[k].starts;
+    if (job->sample > 0 && job->sample_lines > 0) {
+      int64_t est = (int64_t)((double)(e - b) * (double)job->sample_lines / (double)job->sample);
+      est += est / 16;
+      if (est > (e - b) / 16) est = (e - b) / 16;
+      if (est > 1024 && est > st->cap && (st->v = rill__alloc((size_t)est * sizeof *st->v)) != NULL)
+        st->cap = est;
+    }
+    rill__csv_scan_chunk(job->d, b, e, 0, job->dl, job->q, job->expected, &job->out[k], NULL);
+    rill__csv_drop(job->csv, b, e);
+  }
+  return NULL;
+}
+
+
+int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const rill_csv_opts_t* o,
+                          rill_error_t* err) {
+  int64_t chunk = o->chunk_bytes > 0 ? o->chunk_bytes : CSV_DEFAULT_CHUNK;
+  int64_t span = c->size - begin;
+  int64_t maxchunks = span / chunk + 2;
+  int64_t* bounds = rill__alloc((size_t)(maxchunks + 1) * sizeof *bounds);
+  if (!bounds) return rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
+  int64_t nch = 0;
+  bounds[0] = begin;
+  for (int64_t pos = begin; pos < c->size;) {
+    int64_t nominal = pos + chunk;
+    int64_t b = c->size;
+    if (nominal < c->size) {
+      const char* p = memchr(c->data + nominal, '\n', (size_t)(c->size - nominal));
+      b = p ? p - c->data + 1 : c->size;
+    }
+    bounds[++nch] = b;
+    pos = b;
+  }
+  rill__csv_spec_t* out = rill__calloc((size_t)(nch ? nch : 1), sizeof *out);
+  rill__csv_spec_t* in = rill__calloc((size_t)(nch ? nch : 1), sizeof *in);
+  int rc = RILL_OK;
+  if (!out || !in) {
+    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
+    goto done;
+  }
+  index_job_t job = {.csv = c, .d = c->data, .bounds = bounds, .nchunks = nch, .dl = c->delim,
+                     .q = c->quote, .expected = expected, .out = out};
+  job.sample = span < ((int64_t)1 << 20) ? span : ((int64_t)1 << 20);
+  for (const char *p = c->data + begin, *pe = p + job.sample; p < pe && (p = memchr(p, '\n', (size_t)(pe - p))); p++)
+    job.sample_lines++;
+  atomic_init(&job.next, 0);
+  int nthreads = o->threads > 0 ? o->threads : rill__ncores();
+  if (nthreads > nch) nthreads = (int)nch;
+  if (nthreads > 64) nthreads = 64;
+  pthread_t tids[64];
+  int started = 0;
+  for (int t = 1; t < nthreads; t++) {
+    if (pthread_create(&tids[started], NULL, index_worker, &job) != 0) break;
+    started++;
+  }
+  index_worker(&job);
+  for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
+
+  /* stitch: pick each chunk's scan from the state the previous one ended in */
+  int64_t total = 0, nbad = 0;
+  int inq = 0;
+  int64_t open_start = -1, open_nf = 0; /* a record spanning chunk boundaries */
+  rill__csv_vec_t xbad = {0};                     /* bad records that span chunks: start, fields */
+  rill__csv_spec_t** pick = rill__calloc((size_t)(nch ? nch : 1), sizeof *pick);
+  if (!pick) {
+    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
+    goto done;
+  }
+  for (int64_t k = 0; k < nch; k++) {
+    /* the previous chunk ended inside quotes: rescan this one from there (rare, so done here
+     * rather than for every chunk up front) */
+    if (inq && out[k].rc == RILL_OK)
+      rill__csv_scan_chunk(c->data, bounds[k], bounds[k + 1], 1, c->delim, c->quote, expected, &in[k], &out[k]);
+    rill__csv_spec_t* s = inq ? &in[k] : &out[k];
+    if (out[k].rc != RILL_OK || s->rc != RILL_OK) {
+      rill__free(pick);
+      rill__free(xbad.v);
+      rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
+      goto done;
+    }
+    if (inq) {
+      open_nf += s->head_nf;
+      if (s->head_done) {
+        if (open_nf != expected && (rill__csv_vec_push(&xbad, open_start) != RILL_OK || rill__csv_vec_push(&xbad, open_nf) != RILL_OK)) {
+          rill__free(pick);
+          rill__free(xbad.v);
+          rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
+          goto done;
+        }
+        open_start = -1;
+      }
+    }
+    if (s->end_in_quotes && s->tail_start >= 0) {
+      open_start = s->tail_start;
+      open_nf = s->tail_nf;
+    }
+    pick[k] = s;
+    total += s->starts.n;
+    nbad += s->bad.n / 2;
+    inq = s->end_in_quotes;
+  }
+  nbad += xbad.n / 2;
+  if (inq) {
+    int64_t last = -1;
+    for (int64_t k = nch - 1; k >= 0 && last < 0; k--)
+      if (pick[k]->starts.n) last = pick[k]->starts.v[pick[k]->starts.n - 1];
+    rill__free(pick);
+    rill__free(xbad.v);
+    rc = rill__fail(err, RILL_EFORMAT, "%s:%lld: unterminated quoted field", c->name,
+                    (long long)rill__csv_line(c, last < 0 ? begin : last));
+    goto done;
+  }
+  if (nbad && o->on_bad_row == RILL_ON_ERROR_RAISE) {
+    int64_t at = xbad.n ? xbad.v[0] : INT64_MAX, nf = xbad.n ? xbad.v[1] : 0;
+    for (int64_t k = 0; k < nch; k++)
+      if (pick[k]->bad.n && pick[k]->bad.v[0] < at) {
+        at = pick[k]->bad.v[0];
+        nf = pick[k]->bad.v[1];
+        break;
+      }
+    rill__free(pick);
+    rill__free(xbad.v);
+    rc = rill__fail(err, RILL_EFORMAT, "%s:%lld: expected %lld fields, found %lld", c->name,
+                    (long long)rill__csv_line(c, at), (long long)expected, (long long)nf);
+    goto done;
+  }
+  int skip = o->on_bad_row == RILL_ON_ERROR_SKIP;
+  int64_t keep = skip ? total - nbad : total;
+  c->starts = rill__alloc((size_t)(keep ? keep : 1) * sizeof *c->starts);
+  if (!c->starts) {
+    rill__free(pick);
+    rill__free(xbad.v);
+    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index (%lld rows)", c->name,
+                    (long long)keep);
+    goto done;
+  }
+  int64_t w = 0, x = 0;
+  for (int64_t k = 0; k < nch; k++) {
+    rill__csv_spec_t* s = pick[k];
+    if (!skip || (!s->bad.n && (x >= xbad.n || (s->starts.n && xbad.v[x] > s->starts.v[s->starts.n - 1])))) {
+      if (s->starts.n) memcpy(c->starts + w, s->starts.v, (size_t)s->starts.n * sizeof *c->starts);
+      w += s->starts.n;
+    } else {
+      int64_t b = 0;
+      for (int64_t r = 0; r < s->starts.n; r++) {
+        if (b < s->bad.n && s->bad.v[b] == s->starts.v[r]) { b += 2; continue; }
+        while (x < xbad.n && xbad.v[x] < s->starts.v[r]) x += 2;
+        if (x < xbad.n && xbad.v[x] == s->starts.v[r]) { x += 2; continue; }
+        c->starts[w++] = s->starts.v[r];
+      }
+    }
+    rill__free(s->starts.v);
+    s->starts.v = NULL;
+  }
+  c->nrows = w;
+  rill__free(pick);
+  rill__free(xbad.v);
+done:
+  for (int64_t k = 0; out && in && k < nch; k++) {
+    rill__free(out[k].starts.v);
+    rill__free(out[k].bad.v);
+    rill__free(in[k].starts.v);
+    rill__free(in[k].bad.v);
+  }
+  rill__free(out);
+  rill__free(in);
+  rill__free(bounds);
+  return rc;
+}

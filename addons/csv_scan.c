@@ -1,0 +1,308 @@
+/* CSV record scanning: splitting one record into field spans, undoing quotes in a field,
+ * and the state-machine scan of a chunk of input for record starts (used by the parallel row
+ * index). 16-byte SSE2 masks find delimiters, quotes and line breaks where available; the
+ * portable loops handle the rest and give the same results. */
+#include <string.h>
+
+#include "csv_internal.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define CSV_SIMD 1
+#else
+#define CSV_SIMD 0
+#endif
+
+/* ------------------------------------------------------------------ records and fields */
+
+/* First position of byte `ch` in [i, end), or end (short quoted fields: no library call). */
+static inline int64_t find_byte(const char* d, int64_t i, int64_t end, char ch) {
+#if CSV_SIMD
+  __m128i v = _mm_set1_epi8(ch);
+  for (; i + 16 <= end; i += 16) {
+    unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i*)(d + i)), v));
+    if (m) return i + __builtin_ctz(m);
+  }
+#endif
+  for (; i < end; i++)
+    if (d[i] == ch) return i;
+  return end;
+}
+
+#if CSV_SIMD
+/* Set bits of a byte, of a 16-bit mask (no popcnt instruction assumed). */
+#define POP2(n) n, n + 1, n + 1, n + 2
+#define POP4(n) POP2(n), POP2(n + 1), POP2(n + 1), POP2(n + 2)
+#define POP6(n) POP4(n), POP4(n + 1), POP4(n + 1), POP4(n + 2)
+static const uint8_t pop8[256] = {POP6(0), POP6(1), POP6(1), POP6(2)};
+#undef POP2
+#undef POP4
+#undef POP6
+static inline int pop16(unsigned x) { return pop8[x & 0xffu] + pop8[(x >> 8) & 0xffu]; }
+
+/* 16-byte block masks: bit b set when byte b is the delimiter (*dm) / a line break or the
+ * quote (return). */
+static inline unsigned block_masks(const char* p, __m128i vdl, __m128i vq, unsigned* dm) {
+  __m128i v = _mm_loadu_si128((const __m128i*)p);
+  *dm = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, vdl));
+  __m128i st = _mm_or_si128(_mm_cmpeq_epi8(v, vq),
+                            _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\r'))));
+  return (unsigned)_mm_movemask_epi8(st);
+}
+
+/* Unquoted bytes from `i` (a field start), 16 at a time while 16 are left before `end`:
+ * each delimiter met ends a field (*nf counts them). Stops at the first line break or quote,
+ * or where fewer than 16 bytes are left; returns that position, *fstart the start of the
+ * field holding it. */
+static int64_t count_unquoted(const char* d, int64_t i, int64_t end, char dl, char q, int64_t* nf,
+                              int64_t* fstart) {
+  __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q);
+  int64_t fs = i;
+  for (; i + 16 <= end; i += 16) {
+    unsigned dm, stop = block_masks(d + i, vdl, vq, &dm);
+    if (stop) dm &= (stop & (0u - stop)) - 1;
+    if (dm) {
+      *nf += pop16(dm);
+      fs = i + (31 - __builtin_clz(dm)) + 1;
+    }
+    if (stop) {
+      *fstart = fs;
+      return i + __builtin_ctz(stop);
+    }
+  }
+  *fstart = fs;
+  return i;
+}
+#endif
+
+/* Splits the record at `pos` into fields: up to `max` (start, end) byte spans go to `sp`;
+ * returns the number of fields; *next = offset after the record's line end. */
+int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp, int64_t max,
+                        int64_t* next) {
+  int64_t nf = 0, i = pos;
+#if CSV_SIMD
+  __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q);
+#endif
+  for (;;) {
+    int64_t fs = i;
+#if CSV_SIMD
+    /* whole unquoted fields from 16-byte masks; a quote or the last bytes go on below */
+    for (; i + 16 <= size; i += 16) {
+      unsigned dm, stop = block_masks(d + i, vdl, vq, &dm);
+      if (stop) dm &= (stop & (0u - stop)) - 1;
+      for (; dm; dm &= dm - 1) {
+        int64_t e = i + __builtin_ctz(dm);
+        if (nf < max) { sp[2 * nf] = fs; sp[2 * nf + 1] = e; }
+        nf++;
+        fs = e + 1;
+      }
+      if (stop) {
+        i += __builtin_ctz(stop);
+        break;
+      }
+    }
+    if (i < fs) i = fs;
+    if (i < size && d[i] != q) {
+      /* a line break ends the record here; else a literal quote or the tail: bytes below */
+      if (d[i] == '\n' || d[i] == '\r') {
+        if (nf < max) { sp[2 * nf] = fs; sp[2 * nf + 1] = i; }
+        nf++;
+        if (d[i] == '\r' && i + 1 < size && d[i + 1] == '\n') i += 2;
+        else i++;
+        *next = i;
+        return nf;
+      }
+    }
+#endif
+    if (i == fs && i < size && d[i] == q) {
+      i++;
+      for (;;) {
+        int64_t p = find_byte(d, i, size, q);
+        if (p == size) { i = size; break; }
+        i = p + 1;
+        if (i < size && d[i] == q) { i++; continue; }
+        break;
+      }
+    }
+    while (i < size && d[i] != dl && d[i] != '\n' && d[i] != '\r') i++;
+    if (nf < max) { sp[2 * nf] = fs; sp[2 * nf + 1] = i; }
+    nf++;
+    if (i >= size) { *next = size; return nf; }
+    if (d[i] == dl) { i++; continue; }
+    if (d[i] == '\r' && i + 1 < size && d[i + 1] == '\n') i += 2;
+    else i++;
+    *next = i;
+    return nf;
+  }
+}
+
+/* The text of field [s, e): quotes removed and doubled quotes undone. Uses *scratch only
+ * when the bytes must change. Returns RILL_OK or RILL_ENOMEM. */
+int rill__csv_unescape(const char* d, int64_t s, int64_t e, char q, char** scratch, size_t* cap, const char** out,
+                       size_t* n) {
+  if (s == e || d[s] != q) { *out = d + s; *n = (size_t)(e - s); return RILL_OK; }
+  const char* p = memchr(d + s + 1, q, (size_t)(e - s - 1));
+  if (!p) { *out = d + s + 1; *n = (size_t)(e - s - 1); return RILL_OK; } /* unterminated */
+  if (p == d + e - 1) { *out = d + s + 1; *n = (size_t)(e - s - 2); return RILL_OK; }
+  size_t need = (size_t)(e - s);
+  if (*cap < need) {
+    char* nb = rill__alloc(need);
+    if (!nb) return RILL_ENOMEM;
+    rill__free(*scratch);
+    *scratch = nb;
+    *cap = need;
+  }
+  char* w = *scratch;
+  size_t k = 0;
+  int64_t i = s + 1;
+  while (i < e) {
+    if (d[i] == q) {
+      if (i + 1 < e && d[i + 1] == q) { w[k++] = q; i += 2; continue; }
+      i++; /* closing quote: what follows is kept literally */
+      while (i < e) w[k++] = d[i++];
+      break;
+    }
+    w[k++] = d[i++];
+  }
+  *out = w;
+  *n = k;
+  return RILL_OK;
+}
+
+/* 0 when the field [s, e) opens a quote that it never closes (it then ran to the end of the
+ * input). */
+int rill__csv_quote_closed(const char* d, int64_t s, int64_t e, char q) {
+  if (s == e || d[s] != q) return 1;
+  for (int64_t i = s + 1; i < e;) {
+    const char* p = memchr(d + i, q, (size_t)(e - i));
+    if (!p) return 0;
+    i = p - d + 1;
+    if (i < e && d[i] == q) { i++; continue; } /* a doubled quote */
+    return 1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ chunk scans */
+
+int rill__csv_vec_grow(rill__csv_vec_t* a) {
+  int64_t nc = a->cap ? a->cap * 2 : 1024;
+  int64_t* nv = rill__realloc(a->v, (size_t)a->n * sizeof *nv, (size_t)nc * sizeof *nv);
+  if (!nv) return RILL_ENOMEM;
+  a->v = nv;
+  a->cap = nc;
+  return RILL_OK;
+}
+
+/* Scanner states: between records, at a field start, in an unquoted field, in a quoted
+ * field, just after a quote inside a quoted field. */
+enum { S_START, S_FIELD, S_UNQ, S_Q, S_QQ };
+
+static int is_nl(char c) { return c == '\n' || c == '\r'; }
+
+void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
+                          int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref) {
+  int st = in_quotes ? S_Q : S_START;
+  int64_t i = begin, rec = -1, nf = 0, j = 0;
+  s->rc = RILL_OK;
+  s->head_done = 0;
+  s->head_nf = 0;
+  s->tail_start = -1;
+  s->tail_nf = 0;
+  while (i < end) {
+    char c = d[i];
+    switch (st) {
+    case S_START:
+      if (is_nl(c)) { i++; break; }
+      if (ref) {
+        while (j < ref->starts.n && ref->starts.v[j] < i) j++;
+        if (j < ref->starts.n && ref->starts.v[j] == i) {
+          for (int64_t k = j; k < ref->starts.n && s->rc == RILL_OK; k++)
+            s->rc = rill__csv_vec_push(&s->starts, ref->starts.v[k]);
+          for (int64_t k = 0; k < ref->bad.n && s->rc == RILL_OK; k += 2)
+            if (ref->bad.v[k] >= i) {
+              s->rc = rill__csv_vec_push(&s->bad, ref->bad.v[k]);
+              if (s->rc == RILL_OK) s->rc = rill__csv_vec_push(&s->bad, ref->bad.v[k + 1]);
+            }
+          s->end_in_quotes = ref->end_in_quotes;
+          s->tail_start = ref->tail_start;
+          s->tail_nf = ref->tail_nf;
+          return;
+        }
+      }
+      rec = i;
+      nf = 1;
+      if (rill__csv_vec_push(&s->starts, i) != RILL_OK) { s->rc = RILL_ENOMEM; return; }
+      st = S_FIELD;
+      break;
+    case S_FIELD:
+#if CSV_SIMD
+      if (c != q && c != dl && !is_nl(c) && i + 16 <= end) {
+        int64_t fs;
+        i = count_unquoted(d, i, end, dl, q, &nf, &fs); /* i > fs: c is a plain byte */
+        if (i < end && is_nl(d[i])) {
+          i++;
+          goto record_end;
+        }
+        st = i == fs ? S_FIELD : S_UNQ;
+        break;
+      }
+#endif
+      i++;
+      if (c == q) st = S_Q;
+      else if (c == dl) nf++;
+      else if (is_nl(c)) goto record_end;
+      else st = S_UNQ;
+      break;
+    case S_UNQ:
+      while (i < end && d[i] != dl && d[i] != '\n' && d[i] != '\r') i++;
+      if (i == end) break;
+      c = d[i++];
+      if (c == dl) { nf++; st = S_FIELD; break; }
+      goto record_end;
+    case S_Q: {
+      int64_t p = find_byte(d, i, end, q);
+      if (p == end) { i = end; break; }
+      i = p + 1;
+      st = S_QQ;
+      break;
+    }
+    default: /* S_QQ */
+      i++;
+      if (c == q) st = S_Q;
+      else if (c == dl) { nf++; st = S_FIELD; }
+      else if (is_nl(c)) goto record_end;
+      else st = S_UNQ;
+      break;
+    }
+    continue;
+  record_end:
+    if (rec < 0) {
+      s->head_done = 1;
+      s->head_nf = nf;
+    } else if (nf != expected) {
+      if (rill__csv_vec_push(&s->bad, rec) != RILL_OK || rill__csv_vec_push(&s->bad, nf) != RILL_OK) {
+        s->rc = RILL_ENOMEM;
+        return;
+      }
+    }
+    st = S_START;
+  }
+  s->end_in_quotes = st == S_Q;
+  if (st == S_Q) {
+    if (rec >= 0) {
+      s->tail_start = rec;
+      s->tail_nf = nf;
+    } else {
+      s->head_nf = nf; /* the whole chunk is inside the open record */
+    }
+  } else if (st != S_START) {
+    /* the last record, ended by the end of the input */
+    if (rec < 0) {
+      s->head_done = 1;
+      s->head_nf = nf;
+    } else if (nf != expected) {
+      if (rill__csv_vec_push(&s->bad, rec) != RILL_OK || rill__csv_vec_push(&s->bad, nf) != RILL_OK) s->rc = RILL_ENOMEM;
+    }
+  }
+}

@@ -1,0 +1,352 @@
+/* Text-to-value conversion shared by the CSV and SQLite sources: integers, floats (a fast
+ * exact path, strtod otherwise), bools, ISO 8601 timestamps, storing a text as a cell of a
+ * given dtype, and making column names unique. */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "rill_addons.h"
+#include "text.h"
+
+/* ------------------------------------------------------------------ numbers and bools */
+
+int rill__parse_uint64(const char* s, size_t n, uint64_t* v) {
+  size_t i = 0;
+  if (n > 0 && s[0] == '+') i = 1;
+  if (i == n) return RILL_EFORMAT;
+  uint64_t acc = 0;
+  if (n - i <= 19) { /* at most 19 digits cannot overflow */
+    for (; i < n; i++) {
+      unsigned d = (unsigned)((unsigned char)s[i] - '0');
+      if (d > 9) return RILL_EFORMAT;
+      acc = acc * 10 + d;
+    }
+    *v = acc;
+    return RILL_OK;
+  }
+  int over = 0;
+  for (; i < n; i++) {
+    unsigned d = (unsigned)((unsigned char)s[i] - '0');
+    if (d > 9) return RILL_EFORMAT;
+    if (acc > (UINT64_MAX - d) / 10) over = 1;
+    else acc = acc * 10 + d;
+  }
+  if (over) return RILL_ERANGE;
+  *v = acc;
+  return RILL_OK;
+}
+
+int rill__parse_int64(const char* s, size_t n, int64_t* v) {
+  int neg = n > 0 && s[0] == '-';
+  if (neg && n > 1 && s[1] == '+') return RILL_EFORMAT;
+  uint64_t acc;
+  int rc = rill__parse_uint64(s + neg, n - (size_t)neg, &acc);
+  if (rc != RILL_OK) return rc;
+  if (neg) {
+    if (acc > (uint64_t)INT64_MAX + 1) return RILL_ERANGE;
+    *v = acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc;
+  } else {
+    if (acc > (uint64_t)INT64_MAX) return RILL_ERANGE;
+    *v = (int64_t)acc;
+  }
+  return RILL_OK;
+}
+
+static int ieq(const char* s, size_t n, const char* lit) {
+  size_t m = strlen(lit);
+  if (n != m) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+    if (c != lit[i]) return 0;
+  }
+  return 1;
+}
+
+int rill__parse_double(const char* s, size_t n, double* v) {
+  if (n == 0) return RILL_EFORMAT;
+  size_t i = (s[0] == '+' || s[0] == '-') ? 1 : 0;
+  /* Clinger's fast path: a mantissa below 2^53 and a power of ten up to 22 give the correctly
+   * rounded result with one multiplication or division. It accepts only [sign] digits [. digits]
+   * [e [sign] digits], which the checks below would pass too; anything else goes on to them. */
+  static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  {
+    const char *p = s + i, *e = s + n, *q;
+    uint64_t m = 0;
+    for (q = p; p < e && (unsigned)(*p - '0') <= 9; p++) m = m * 10 + (uint64_t)(*p - '0');
+    int nd = (int)(p - q), scale = 0;
+    if (p < e && *p == '.') {
+      p++;
+      for (q = p; p < e && (unsigned)(*p - '0') <= 9; p++) m = m * 10 + (uint64_t)(*p - '0');
+      scale = (int)(p - q);
+      nd += scale;
+    }
+    int ex = 0, ok = nd > 0 && nd <= 19; /* 19 digits cannot overflow m */
+    if (ok && p < e && (*p == 'e' || *p == 'E')) {
+      p++;
+      int eneg = p < e && *p == '-';
+      if (p < e && (*p == '-' || *p == '+')) p++;
+      int ed = 0;
+      for (; p < e && (unsigned)(*p - '0') <= 9 && ed < 4; p++, ed++) ex = ex * 10 + (*p - '0');
+      if (ed == 0) ok = 0;
+      if (eneg) ex = -ex;
+    }
+    int e10 = ex - scale;
+    if (ok && p == e && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22) {
+      double x = (double)m;
+      x = e10 < 0 ? x / p10[-e10] : x * p10[e10];
+      *v = s[0] == '-' ? -x : x;
+      return RILL_OK;
+    }
+  }
+  const char* w = s + i;
+  size_t wn = n - i;
+  if (wn >= 3 && (w[0] == 'n' || w[0] == 'N' || w[0] == 'i' || w[0] == 'I') &&
+      (ieq(w, wn, "nan") || ieq(w, wn, "inf") || ieq(w, wn, "infinity"))) {
+    double x = (w[0] == 'n' || w[0] == 'N') ? NAN : INFINITY;
+    *v = s[0] == '-' ? -x : x;
+    return RILL_OK;
+  }
+  int digits = 0;
+  for (size_t k = i; k < n; k++) {
+    char c = s[k];
+    if (c >= '0' && c <= '9') digits = 1;
+    else if (c != '.' && c != 'e' && c != 'E' && c != '+' && c != '-') return RILL_EFORMAT;
+  }
+  if (!digits) return RILL_EFORMAT;
+  char small[64];
+  char* buf = small;
+  if (n >= sizeof small) {
+    buf = rill__alloc(n + 1);
+    if (!buf) return RILL_ENOMEM;
+  }
+  memcpy(buf, s, n);
+  buf[n] = 0;
+  char* end = NULL;
+  errno = 0;
+  double x = strtod(buf, &end);
+  int rc = RILL_OK;
+  if (end != buf + n) rc = RILL_EFORMAT;
+  else if (errno == ERANGE && isinf(x)) rc = RILL_ERANGE;
+  if (buf != small) rill__free(buf);
+  if (rc == RILL_OK) *v = x;
+  return rc;
+}
+
+int rill__parse_bool(const char* s, size_t n, int allow01, uint8_t* v) {
+  if (ieq(s, n, "true")) { *v = 1; return RILL_OK; }
+  if (ieq(s, n, "false")) { *v = 0; return RILL_OK; }
+  if (allow01 && n == 1 && (s[0] == '0' || s[0] == '1')) { *v = (uint8_t)(s[0] == '1'); return RILL_OK; }
+  return RILL_EFORMAT;
+}
+
+/* ------------------------------------------------------------------ timestamps */
+
+static int digits_at(const char* s, size_t n, size_t at, int count, int* out) {
+  if (at + (size_t)count > n) return 0;
+  int v = 0;
+  for (int k = 0; k < count; k++) {
+    unsigned d = (unsigned)((unsigned char)s[at + (size_t)k] - '0');
+    if (d > 9) return 0;
+    v = v * 10 + (int)d;
+  }
+  *out = v;
+  return 1;
+}
+
+static int64_t days_from_civil(int64_t y, int m, int d) {
+  y -= m <= 2;
+  int64_t era = (y >= 0 ? y : y - 399) / 400;
+  int64_t yoe = y - era * 400;
+  int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+int rill_parse_timestamp(const char* s, size_t n, int64_t* us) {
+  int y, mo, d, h = 0, mi = 0, sec = 0;
+  if (!s || !us) return RILL_EFORMAT;
+  if (!digits_at(s, n, 0, 4, &y) || n < 10 || s[4] != '-' || !digits_at(s, n, 5, 2, &mo) ||
+      s[7] != '-' || !digits_at(s, n, 8, 2, &d))
+    return RILL_EFORMAT;
+  static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1]) return RILL_EFORMAT;
+  int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  if (mo == 2 && d == 29 && !leap) return RILL_EFORMAT;
+  size_t i = 10;
+  int64_t frac = 0;
+  if (i < n && (s[i] == 'T' || s[i] == ' ')) {
+    if (!digits_at(s, n, i + 1, 2, &h) || i + 3 >= n || s[i + 3] != ':' ||
+        !digits_at(s, n, i + 4, 2, &mi))
+      return RILL_EFORMAT;
+    i += 6;
+    if (i < n && s[i] == ':') {
+      if (!digits_at(s, n, i + 1, 2, &sec)) return RILL_EFORMAT;
+      i += 3;
+      if (i < n && (s[i] == '.' || s[i] == ',')) {
+        i++;
+        int nd = 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9') {
+          if (nd < 6) frac = frac * 10 + (s[i] - '0');
+          nd++;
+          i++;
+        }
+        if (nd == 0) return RILL_EFORMAT;
+        for (int k = nd; k < 6; k++) frac *= 10;
+      }
+    }
+    if (h > 23 || mi > 59 || sec > 59) return RILL_EFORMAT;
+  }
+  int64_t tz = 0;
+  if (i < n && (s[i] == 'Z' || s[i] == 'z')) {
+    i++;
+  } else if (i < n && (s[i] == '+' || s[i] == '-') && i > 10) {
+    int th, tm = 0;
+    int sign = s[i] == '-' ? -1 : 1;
+    if (!digits_at(s, n, i + 1, 2, &th)) return RILL_EFORMAT;
+    i += 3;
+    if (i < n && s[i] == ':') {
+      if (!digits_at(s, n, i + 1, 2, &tm)) return RILL_EFORMAT;
+      i += 3;
+    } else if (i < n) {
+      if (!digits_at(s, n, i, 2, &tm)) return RILL_EFORMAT;
+      i += 2;
+    }
+    if (th > 23 || tm > 59) return RILL_EFORMAT;
+    tz = sign * (th * 3600 + tm * 60);
+  }
+  if (i != n) return RILL_EFORMAT;
+  int64_t secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - tz;
+  *us = secs * 1000000 + frac;
+  return RILL_OK;
+}
+
+/* ------------------------------------------------------------------ cells */
+
+int rill__text_dtype_supported(rill_dtype_t dt) {
+  switch (dt) {
+  case RILL_BOOL: case RILL_INT8: case RILL_INT16: case RILL_INT32: case RILL_INT64:
+  case RILL_UINT8: case RILL_UINT16: case RILL_UINT32: case RILL_UINT64:
+  case RILL_FLOAT32: case RILL_FLOAT64: case RILL_STRING: case RILL_TIMESTAMP_US:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int rill__store_text(rill_array_t* out, int64_t i, rill_dtype_t dt, const char* s, size_t n) {
+  int64_t iv;
+  uint64_t uv;
+  double dv;
+  int rc;
+  switch (dt) {
+  case RILL_BOOL: {
+    uint8_t b;
+    rc = rill__parse_bool(s, n, 1, &b);
+    if (rc == RILL_OK) ((uint8_t*)out->data)[i] = b;
+    return rc;
+  }
+  case RILL_INT8: case RILL_INT16: case RILL_INT32: case RILL_INT64:
+    rc = rill__parse_int64(s, n, &iv);
+    if (rc != RILL_OK) return rc;
+    if (dt == RILL_INT8) {
+      if (iv < INT8_MIN || iv > INT8_MAX) return RILL_ERANGE;
+      ((int8_t*)out->data)[i] = (int8_t)iv;
+    } else if (dt == RILL_INT16) {
+      if (iv < INT16_MIN || iv > INT16_MAX) return RILL_ERANGE;
+      ((int16_t*)out->data)[i] = (int16_t)iv;
+    } else if (dt == RILL_INT32) {
+      if (iv < INT32_MIN || iv > INT32_MAX) return RILL_ERANGE;
+      ((int32_t*)out->data)[i] = (int32_t)iv;
+    } else {
+      ((int64_t*)out->data)[i] = iv;
+    }
+    return RILL_OK;
+  case RILL_UINT8: case RILL_UINT16: case RILL_UINT32: case RILL_UINT64:
+    if (n > 0 && s[0] == '-') {
+      rc = rill__parse_int64(s, n, &iv);
+      return rc == RILL_OK ? (iv == 0 ? RILL_EFORMAT : RILL_ERANGE) : rc;
+    }
+    rc = rill__parse_uint64(s, n, &uv);
+    if (rc != RILL_OK) return rc;
+    if (dt == RILL_UINT8) {
+      if (uv > UINT8_MAX) return RILL_ERANGE;
+      ((uint8_t*)out->data)[i] = (uint8_t)uv;
+    } else if (dt == RILL_UINT16) {
+      if (uv > UINT16_MAX) return RILL_ERANGE;
+      ((uint16_t*)out->data)[i] = (uint16_t)uv;
+    } else if (dt == RILL_UINT32) {
+      if (uv > UINT32_MAX) return RILL_ERANGE;
+      ((uint32_t*)out->data)[i] = (uint32_t)uv;
+    } else {
+      ((uint64_t*)out->data)[i] = uv;
+    }
+    return RILL_OK;
+  case RILL_FLOAT32:
+    rc = rill__parse_double(s, n, &dv);
+    if (rc != RILL_OK) return rc;
+    if (isfinite(dv) && fabs(dv) > FLT_MAX) return RILL_ERANGE;
+    ((float*)out->data)[i] = (float)dv;
+    return RILL_OK;
+  case RILL_FLOAT64:
+    rc = rill__parse_double(s, n, &dv);
+    if (rc == RILL_OK) ((double*)out->data)[i] = dv;
+    return rc;
+  case RILL_TIMESTAMP_US:
+    rc = rill_parse_timestamp(s, n, &iv);
+    if (rc == RILL_OK) ((int64_t*)out->data)[i] = iv;
+    return rc;
+  default:
+    return RILL_ENOTSUP;
+  }
+}
+
+/* ------------------------------------------------------------------ column names */
+
+static uint64_t hash_str(const char* s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  return h;
+}
+
+typedef struct name_slot {
+  const char* s;
+  int next_dup;
+} name_slot_t;
+
+static name_slot_t* name_find(name_slot_t* t, size_t mask, const char* s) {
+  for (size_t i = hash_str(s) & mask;; i = (i + 1) & mask)
+    if (!t[i].s || strcmp(t[i].s, s) == 0) return &t[i];
+}
+
+int rill__unique_names(char** names, int n, char sep) {
+  size_t cap = 16;
+  while (cap < (size_t)n * 4 + 4) cap *= 2;
+  name_slot_t* t = rill__calloc(cap, sizeof *t);
+  if (!t) return RILL_ENOMEM;
+  int rc = RILL_OK;
+  for (int k = 0; k < n && rc == RILL_OK; k++) {
+    name_slot_t* slot = name_find(t, cap - 1, names[k]);
+    if (slot->s) {
+      name_slot_t* base = slot;
+      size_t len = strlen(names[k]);
+      char* fresh = rill__alloc(len + 16);
+      if (!fresh) { rc = RILL_ENOMEM; break; }
+      for (;;) {
+        snprintf(fresh, len + 16, "%s%c%d", names[k], sep, ++base->next_dup);
+        slot = name_find(t, cap - 1, fresh);
+        if (!slot->s) break;
+      }
+      rill__free(names[k]);
+      names[k] = fresh;
+    }
+    slot->s = names[k];
+  }
+  rill__free(t);
+  return rc;
+}

@@ -1,0 +1,89 @@
+/* Text-to-value conversion shared by the CSV and SQLite sources: integers, floats (with an
+ * exact fast path), bools, ISO 8601 timestamps (rill_parse_timestamp, public), the rule for
+ * which dtypes text converts to, and unique column names. Not installed. */
+#ifndef RILL_TEXT_H
+#define RILL_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "rill.h"
+
+/* Each returns RILL_OK, RILL_EFORMAT (not a value of the type) or RILL_ERANGE (too large);
+ * rill__parse_double also RILL_ENOMEM (a long text copied to terminate it). */
+int rill__parse_int64(const char* s, size_t n, int64_t* v);
+int rill__parse_uint64(const char* s, size_t n, uint64_t* v);
+int rill__parse_double(const char* s, size_t n, double* v);
+/* "true"/"false" in any case; "1"/"0" too when allow01. */
+int rill__parse_bool(const char* s, size_t n, int allow01, uint8_t* v);
+/* Stores text `s[0..n)` as cell i of fixed-shape scalar array `out` of dtype `dt`
+ * (BOOL, INT8..UINT64, FLOAT32, FLOAT64, TIMESTAMP_US). An empty text is not a value here:
+ * the callers decide which texts are null. */
+int rill__store_text(rill_array_t* out, int64_t i, rill_dtype_t dt, const char* s, size_t n);
+/* 1 when text converts to `dt` (the dtypes above and STRING). */
+int rill__text_dtype_supported(rill_dtype_t dt);
+
+/* Renames repeated names in place ("a", "a" -> "a", "a<sep>1"); names are rill__alloc'ed
+ * strings. RILL_OK or RILL_ENOMEM. Linear time. */
+int rill__unique_names(char** names, int n, char sep);
+
+/* ---- the plain-decimal path, inline for loops over many cells */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define RILL_TEXT_SWAR 1
+/* The value of the `len` (1..8) decimal digits at p, from one 8-byte load (8 bytes must be
+ * readable at p); -1 when one of them is not a digit. */
+static inline int64_t rill__swar_digits(const char* p, size_t len) {
+  uint64_t x;
+  memcpy(&x, p, 8);
+  if (len < 8) x = (x << (8 * (8 - len))) | (0x3030303030303030ULL >> (8 * len)); /* '0'-padded in front */
+  const uint64_t hi = 0xF0F0F0F0F0F0F0F0ULL;
+  if (((x & hi) | (((x + 0x0606060606060606ULL) & hi) >> 4)) != 0x3333333333333333ULL) return -1;
+  x -= 0x3030303030303030ULL;
+  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFULL;
+  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFULL;
+  x = (x * 10000 + (x >> 32)) & 0xFFFFFFFFULL;
+  return (int64_t)x;
+}
+#else
+#define RILL_TEXT_SWAR 0
+#endif
+
+/* The plain decimal forms [-]digits and [-]digits.digits, up to 8 digits on each side, read
+ * 8 bytes at a time; 0 when the text is something else (the general parsers decide then).
+ * The double is the one the fast path of rill__parse_double gives: same mantissa, same
+ * power of ten, one correctly rounded division. `room`: bytes readable from p. */
+static inline int rill__parse_plain_decimal(const char* p, size_t len, int64_t room, int want_double, void* out) {
+#if RILL_TEXT_SWAR
+  static const double p10[9] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8};
+  static const int64_t i10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+  size_t neg = p[0] == '-', dot = neg;
+  if (room >= 8) { /* the first '.' among the first 8 bytes: lowest zero byte of x ^ '.'s */
+    uint64_t x;
+    memcpy(&x, p, 8);
+    x ^= 0x2E2E2E2E2E2E2E2EULL;
+    uint64_t z = (x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL;
+    dot = z ? (size_t)__builtin_ctzll(z) / 8 : 8;
+    if (dot > len) dot = len;
+  }
+  while (dot < len && p[dot] != '.') dot++;
+  size_t il = dot - neg, fl = dot < len ? len - dot - 1 : 0;
+  if (il > 8 || fl > 8 || il + fl == 0 || (!want_double && dot < len) || room < (int64_t)(dot + 9)) return 0;
+  int64_t ip = il ? rill__swar_digits(p + neg, il) : 0, fp = fl ? rill__swar_digits(p + dot + 1, fl) : 0;
+  if (ip < 0 || fp < 0) return 0;
+  if (!want_double) {
+    *(int64_t*)out = neg ? -ip : ip;
+    return 1;
+  }
+  int64_t m = ip * i10[fl] + fp; /* below 10^16: exact below 2^53 only */
+  if (m > ((int64_t)1 << 53)) return 0;
+  double x = (double)m / p10[fl];
+  *(double*)out = neg ? -x : x;
+  return 1;
+#else
+  (void)p; (void)len; (void)room; (void)want_double; (void)out;
+  return 0;
+#endif
+}
+
+#endif /* RILL_TEXT_H */
