@@ -1,108 +1,20 @@
-/* Arrow C Data Interface and C Device Data Interface export of rill arrays and rows.
+/* Arrow C Data Interface and C Device Data Interface export of rill arrays and rows. Schemas
+ * come from the schema module (arrow_schema.c); this file builds the arrays.
  *
- * Every exported node (schema or array, parent or child) owns one private block holding its
- * strings, its buffer pointer table, its children structs and, for arrays, a reference on the
- * rill array whose buffers it exposes plus any buffer it had to convert (bit-packed BOOL,
- * int32 offsets and shapes of variable-shape tensors). Children live inside their parent's
- * block and have their own release callbacks, so a consumer may move a child out (the parent
- * then skips it) as the specification allows. */
+ * Every exported array node (parent or child) owns one private block holding its buffer
+ * pointer table, its children structs, a reference on the rill array whose buffers it exposes
+ * and any buffer it had to convert (bit-packed BOOL, int32 offsets and shapes of
+ * variable-shape tensors). Children live inside their parent's block and have their own
+ * release callbacks, so a consumer may move a child out (the parent then skips it) as the
+ * specification allows. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
-#include "rill_interop.h"
+#include "arrow_schema.h"
 
 /* Buffers of empty arrays still get a valid, aligned, readable address. */
 static _Alignas(64) const int64_t zero_buffer[8];
-
-/* ---------------------------------------------------------------- schema nodes */
-
-typedef struct snode {
-  char* format;
-  char* name;
-  char* metadata;
-  struct ArrowSchema** child_ptrs;
-  struct ArrowSchema* children;
-  int64_t n_children;
-} snode_t;
-
-static void schema_release(struct ArrowSchema* s) {
-  if (s == NULL || s->release == NULL) return;
-  snode_t* node = s->private_data;
-  if (node != NULL) {
-    for (int64_t i = 0; i < node->n_children; i++)
-      if (node->children[i].release != NULL) node->children[i].release(&node->children[i]);
-    rill__free(node->format);
-    rill__free(node->name);
-    rill__free(node->metadata);
-    rill__free(node->child_ptrs);
-    rill__free(node->children);
-    rill__free(node);
-  }
-  s->private_data = NULL;
-  s->release = NULL;
-}
-
-/* Binary metadata per the C Data Interface: int32 pair count, then per pair int32 key
- * length, key bytes, int32 value length, value bytes (native endianness). */
-static char* metadata_encode(const char* const* keys, const char* const* values, int n) {
-  size_t size = 4;
-  for (int i = 0; i < n; i++) size += 8 + strlen(keys[i]) + strlen(values[i]);
-  char* buf = rill__alloc(size);
-  if (buf == NULL) return NULL;
-  char* p = buf;
-  int32_t v = n;
-  memcpy(p, &v, 4);
-  p += 4;
-  for (int i = 0; i < n; i++) {
-    const char* kv[2] = {keys[i], values[i]};
-    for (int j = 0; j < 2; j++) {
-      v = (int32_t)strlen(kv[j]);
-      memcpy(p, &v, 4);
-      p += 4;
-      memcpy(p, kv[j], (size_t)v);
-      p += v;
-    }
-  }
-  return buf;
-}
-
-/* Fills `s` with a node of `n_children` empty (unreleased) children. `metadata` is taken
- * over (may be NULL). On failure frees `metadata` and leaves s->release NULL. */
-static int schema_init(struct ArrowSchema* s, const char* format, const char* name,
-                       char* metadata, int64_t flags, int64_t n_children) {
-  memset(s, 0, sizeof(*s));
-  snode_t* node = rill__calloc(1, sizeof(*node));
-  if (node == NULL) {
-    rill__free(metadata);
-    return RILL_ENOMEM;
-  }
-  node->metadata = metadata;
-  node->format = rill__strdup(format);
-  node->name = rill__strdup(name != NULL ? name : "");
-  if (n_children > 0) {
-    node->child_ptrs = rill__calloc((size_t)n_children, sizeof(*node->child_ptrs));
-    node->children = rill__calloc((size_t)n_children, sizeof(*node->children));
-  }
-  s->private_data = node;
-  s->release = schema_release;
-  if (node->format == NULL || node->name == NULL ||
-      (n_children > 0 && (node->child_ptrs == NULL || node->children == NULL))) {
-    schema_release(s);
-    return RILL_ENOMEM;
-  }
-  node->n_children = n_children;
-  for (int64_t i = 0; i < n_children; i++) node->child_ptrs[i] = &node->children[i];
-  s->format = node->format;
-  s->name = node->name;
-  s->metadata = metadata;
-  s->flags = flags;
-  s->n_children = n_children;
-  s->children = n_children > 0 ? node->child_ptrs : NULL;
-  s->dictionary = NULL;
-  return RILL_OK;
-}
 
 /* ---------------------------------------------------------------- array nodes */
 
@@ -165,40 +77,7 @@ static int array_init(struct ArrowArray* a, const rill_array_t* ref, int64_t len
 
 static anode_t* node_of(struct ArrowArray* a) { return a->private_data; }
 
-/* ---------------------------------------------------------------- type helpers */
-
-static const char* element_format(rill_dtype_t d) {
-  switch (d) {
-  case RILL_BOOL: return "b";
-  case RILL_INT8: return "c";
-  case RILL_INT16: return "s";
-  case RILL_INT32: return "i";
-  case RILL_INT64: return "l";
-  case RILL_UINT8: return "C";
-  case RILL_UINT16: return "S";
-  case RILL_UINT32: return "I";
-  case RILL_UINT64: return "L";
-  case RILL_FLOAT16: return "e";
-  case RILL_BFLOAT16: return "S";
-  case RILL_FLOAT32: return "f";
-  case RILL_FLOAT64: return "g";
-  case RILL_STRING: return "U";
-  case RILL_BINARY: return "Z";
-  case RILL_TIMESTAMP_US: return "tsu:UTC";
-  }
-  return NULL;
-}
-
-/* Field metadata for an element dtype (bfloat16 only), or NULL with *rc = RILL_OK. */
-static char* dtype_metadata(rill_dtype_t d, int* rc) {
-  *rc = RILL_OK;
-  if (d != RILL_BFLOAT16) return NULL;
-  const char* k[1] = {"rill.dtype"};
-  const char* v[1] = {"bfloat16"};
-  char* md = metadata_encode(k, v, 1);
-  if (md == NULL) *rc = RILL_ENOMEM;
-  return md;
-}
+/* ---------------------------------------------------------------- columns */
 
 /* Bit-packs `n` one-byte booleans (nonzero = true). */
 static uint8_t* pack_bools(const uint8_t* bytes, int64_t n) {
@@ -221,37 +100,26 @@ typedef struct export_ctx {
   rill_error_t* err;
 } export_ctx_t;
 
-/* A flat primitive node ("item" children and scalar columns): `n` elements of dtype `d` at
+static int nomem(const export_ctx_t* cx, const char* name, struct ArrowArray* arr) {
+  if (arr != NULL && arr->release != NULL) arr->release(arr);
+  return rill__fail(cx->err, RILL_ENOMEM, "out of memory exporting column '%s'", name);
+}
+
+/* A flat primitive array ("item" children and scalar columns): `n` elements of dtype `d` at
  * `data`. BOOL bytes are packed (a copy). `validity` may be NULL. */
 static int export_flat(const export_ctx_t* cx, const rill_array_t* ref, rill_dtype_t d,
                        const void* data, int64_t n, const uint8_t* validity, int64_t null_count,
-                       const char* name, int64_t flags, struct ArrowSchema* s,
-                       struct ArrowArray* arr) {
-  int rc;
-  char* md = dtype_metadata(d, &rc);
-  if (rc != RILL_OK) return rill__fail(cx->err, rc, "out of memory exporting column '%s'", name);
-  if ((rc = schema_init(s, element_format(d), name, md, flags, 0)) != RILL_OK)
-    return rill__fail(cx->err, rc, "out of memory exporting column '%s'", name);
-  if ((rc = array_init(arr, ref, n, null_count, 2, 0)) != RILL_OK) {
-    s->release(s);
-    return rill__fail(cx->err, rc, "out of memory exporting column '%s'", name);
-  }
+                       const char* name, struct ArrowArray* arr) {
+  if (d == RILL_BOOL && cx->on_device)
+    return rill__fail(cx->err, RILL_ENOTSUP,
+                      "column '%s': BOOL arrays on a CUDA device cannot be bit-packed for Arrow",
+                      name);
+  if (array_init(arr, ref, n, null_count, 2, 0) != RILL_OK) return nomem(cx, name, NULL);
   anode_t* node = node_of(arr);
   node->buffers[0] = null_count > 0 ? validity : NULL;
   if (d == RILL_BOOL) {
-    if (cx->on_device) {
-      arr->release(arr);
-      s->release(s);
-      return rill__fail(cx->err, RILL_ENOTSUP,
-                        "column '%s': BOOL arrays on a CUDA device cannot be bit-packed for Arrow",
-                        name);
-    }
     node->owned[0] = pack_bools(data != NULL ? data : (const void*)zero_buffer, data != NULL ? n : 0);
-    if (node->owned[0] == NULL) {
-      arr->release(arr);
-      s->release(s);
-      return rill__fail(cx->err, RILL_ENOMEM, "out of memory exporting column '%s'", name);
-    }
+    if (node->owned[0] == NULL) return nomem(cx, name, arr);
     node->buffers[1] = node->owned[0];
   } else {
     node->buffers[1] = data != NULL ? data : (const void*)zero_buffer;
@@ -259,60 +127,23 @@ static int export_flat(const export_ctx_t* cx, const rill_array_t* ref, rill_dty
   return RILL_OK;
 }
 
-static int nomem(const export_ctx_t* cx, const char* name, struct ArrowSchema* s,
-                 struct ArrowArray* arr) {
-  if (arr != NULL && arr->release != NULL) arr->release(arr);
-  if (s != NULL && s->release != NULL) s->release(s);
-  return rill__fail(cx->err, RILL_ENOMEM, "out of memory exporting column '%s'", name);
-}
-
-/* "{"shape":[2,3]}" or "{"uniform_shape":[null,3]}" */
-static char* shape_json(const char* key, const rill_type_t* t) {
-  char* buf = rill__alloc(64 + (size_t)t->ndim * 24);
-  if (buf == NULL) return NULL;
-  int pos = sprintf(buf, "{\"%s\":[", key);
-  for (int i = 0; i < t->ndim; i++) {
-    if (t->shape[i] < 0)
-      pos += sprintf(buf + pos, "%snull", i ? "," : "");
-    else
-      pos += sprintf(buf + pos, "%s%" PRId64, i ? "," : "", t->shape[i]);
-  }
-  sprintf(buf + pos, "]}");
-  return buf;
-}
-
-static char* extension_metadata(const char* ext_name, const char* json, rill_dtype_t d) {
-  const char* k[3] = {"ARROW:extension:name", "ARROW:extension:metadata", "rill.dtype"};
-  const char* v[3] = {ext_name, json, "bfloat16"};
-  return metadata_encode(k, v, d == RILL_BFLOAT16 ? 3 : 2);
-}
-
+/* Fixed-shape tensor cells: fixed_size_list whose child holds every element. */
 static int export_fixed_tensor(const export_ctx_t* cx, const rill_array_t* a, const char* name,
-                               int64_t flags, struct ArrowSchema* s, struct ArrowArray* arr) {
+                               struct ArrowArray* arr) {
   int64_t cell = 1;
   for (int i = 0; i < a->type.ndim; i++) cell *= a->type.shape[i];
-  char* json = shape_json("shape", &a->type);
-  if (json == NULL) return nomem(cx, name, NULL, NULL);
-  char* md = extension_metadata("arrow.fixed_shape_tensor", json, a->type.dtype);
-  rill__free(json);
-  if (md == NULL) return nomem(cx, name, NULL, NULL);
-  char format[32];
-  snprintf(format, sizeof(format), "+w:%" PRId64, cell);
-  if (schema_init(s, format, name, md, flags, 1) != RILL_OK) return nomem(cx, name, NULL, NULL);
   if (array_init(arr, a, a->length, a->null_count > 0 ? a->null_count : 0, 1, 1) != RILL_OK)
-    return nomem(cx, name, s, NULL);
+    return nomem(cx, name, NULL);
   node_of(arr)->buffers[0] = a->null_count > 0 ? a->validity : NULL;
-  int rc = export_flat(cx, a, a->type.dtype, a->data, a->length * cell, NULL, 0, "item",
-                       ARROW_FLAG_NULLABLE, s->children[0], arr->children[0]);
-  if (rc != RILL_OK) {
-    arr->release(arr);
-    s->release(s);
-  }
+  int rc = export_flat(cx, a, a->type.dtype, a->data, a->length * cell, NULL, 0, name, arr->children[0]);
+  if (rc != RILL_OK) arr->release(arr);
   return rc;
 }
 
+/* Variable-shape tensor cells: struct<data: list<T>, shape: fixed_size_list<int32>[ndim]>
+ * (int32 offsets and shapes are converted copies). */
 static int export_var_tensor(const export_ctx_t* cx, const rill_array_t* a, const char* name,
-                             int64_t flags, struct ArrowSchema* s, struct ArrowArray* arr) {
+                             struct ArrowArray* arr) {
   if (cx->on_device)
     return rill__fail(cx->err, RILL_ENOTSUP,
                       "column '%s': variable-shape cells on a CUDA device cannot be exported "
@@ -328,88 +159,70 @@ static int export_var_tensor(const export_ctx_t* cx, const rill_array_t* a, cons
                       esize == 0 ? "column '%s': variable-shape cells of strings are not supported"
                                  : "column '%s': too many elements for arrow.variable_shape_tensor "
                                    "(int32 list offsets)", name);
-  char* json = shape_json("uniform_shape", t);
-  if (json == NULL) return nomem(cx, name, NULL, NULL);
-  char* md = extension_metadata("arrow.variable_shape_tensor", json, t->dtype);
-  rill__free(json);
-  if (md == NULL) return nomem(cx, name, NULL, NULL);
-  if (schema_init(s, "+s", name, md, flags, 2) != RILL_OK) return nomem(cx, name, NULL, NULL);
-  char shape_format[32];
-  snprintf(shape_format, sizeof(shape_format), "+w:%d", ndim);
-  struct ArrowSchema* sd = s->children[0];
-  struct ArrowSchema* ss = s->children[1];
-  if (schema_init(sd, "+l", "data", NULL, 0, 1) != RILL_OK ||
-      schema_init(ss, shape_format, "shape", NULL, 0, 1) != RILL_OK ||
-      schema_init(ss->children[0], "i", "item", NULL, 0, 0) != RILL_OK)
-    return nomem(cx, name, s, NULL);
-
+  for (int64_t i = 0; i < n * ndim; i++)
+    if (a->shapes != NULL && a->shapes[i] > INT32_MAX)
+      return rill__fail(cx->err, RILL_ERANGE, "column '%s': a dimension exceeds int32", name);
   if (array_init(arr, a, n, a->null_count > 0 ? a->null_count : 0, 1, 2) != RILL_OK)
-    return nomem(cx, name, s, NULL);
+    return nomem(cx, name, NULL);
   node_of(arr)->buffers[0] = a->null_count > 0 ? a->validity : NULL;
   struct ArrowArray* ad = arr->children[0];
   struct ArrowArray* as = arr->children[1];
   if (array_init(ad, NULL, n, 0, 2, 1) != RILL_OK || array_init(as, NULL, n, 0, 1, 1) != RILL_OK ||
       array_init(as->children[0], NULL, n * ndim, 0, 2, 0) != RILL_OK)
-    return nomem(cx, name, s, arr);
+    return nomem(cx, name, arr);
   /* list<T>: int32 element offsets */
   int32_t* offs = rill__alloc((size_t)(n + 1) * sizeof(int32_t));
   int32_t* shp = rill__alloc((size_t)(n * ndim > 0 ? n * ndim : 1) * sizeof(int32_t));
   node_of(ad)->owned[0] = offs;
   node_of(as->children[0])->owned[0] = shp;
-  if (offs == NULL || shp == NULL) return nomem(cx, name, s, arr);
+  if (offs == NULL || shp == NULL) return nomem(cx, name, arr);
   for (int64_t i = 0; i <= n; i++)
     offs[i] = (a->offsets != NULL) ? (int32_t)(a->offsets[i] / (int64_t)esize) : 0;
-  for (int64_t i = 0; i < n * ndim; i++) {
-    int64_t v = a->shapes != NULL ? a->shapes[i] : 0;
-    if (v > INT32_MAX) {
-      arr->release(arr);
-      s->release(s);
-      return rill__fail(cx->err, RILL_ERANGE, "column '%s': a dimension exceeds int32", name);
-    }
-    shp[i] = (int32_t)v;
-  }
+  for (int64_t i = 0; i < n * ndim; i++) shp[i] = (int32_t)(a->shapes != NULL ? a->shapes[i] : 0);
   node_of(ad)->buffers[1] = offs;
   node_of(as->children[0])->buffers[1] = shp;
-  int rc = export_flat(cx, a, t->dtype, a->data, total, NULL, 0, "item", ARROW_FLAG_NULLABLE,
-                       sd->children[0], ad->children[0]);
-  if (rc != RILL_OK) {
-    arr->release(arr);
-    s->release(s);
-    return rc;
-  }
-  return RILL_OK;
+  int rc = export_flat(cx, a, t->dtype, a->data, total, NULL, 0, name, ad->children[0]);
+  if (rc != RILL_OK) arr->release(arr);
+  return rc;
 }
 
-/* Exports one column. `nullable`: the field may hold nulls (schema flag). */
-static int export_column(const export_ctx_t* cx, const rill_array_t* a, const char* name,
-                         int nullable, struct ArrowSchema* s, struct ArrowArray* arr) {
+/* The array of one column (its schema comes from rill__arrow_schema_for). */
+static int export_column_array(const export_ctx_t* cx, const rill_array_t* a, const char* name,
+                               int64_t null_count, struct ArrowArray* arr) {
   const rill_type_t* t = &a->type;
-  if (element_format(t->dtype) == NULL)
-    return rill__fail(cx->err, RILL_EINVAL, "column '%s': unknown dtype %d", name, (int)t->dtype);
-  if (t->ndim < 0 || t->ndim > RILL_MAX_NDIM)
-    return rill__fail(cx->err, RILL_EINVAL, "column '%s': bad ndim %d", name, t->ndim);
-  int64_t flags = (nullable || a->null_count > 0) ? ARROW_FLAG_NULLABLE : 0;
-  int64_t null_count = (a->null_count > 0 && a->validity != NULL) ? a->null_count : 0;
   if (t->ndim == 0) {
     if (t->dtype == RILL_STRING || t->dtype == RILL_BINARY) {
-      if (schema_init(s, element_format(t->dtype), name, NULL, flags, 0) != RILL_OK)
-        return nomem(cx, name, NULL, NULL);
-      if (array_init(arr, a, a->length, null_count, 3, 0) != RILL_OK) return nomem(cx, name, s, NULL);
+      if (array_init(arr, a, a->length, null_count, 3, 0) != RILL_OK) return nomem(cx, name, NULL);
       anode_t* node = node_of(arr);
       node->buffers[0] = null_count > 0 ? a->validity : NULL;
       node->buffers[1] = a->offsets != NULL ? (const void*)a->offsets : (const void*)zero_buffer;
       node->buffers[2] = a->data != NULL ? a->data : (const void*)zero_buffer;
       return RILL_OK;
     }
-    return export_flat(cx, a, t->dtype, a->data, a->length, a->validity, null_count, name, flags,
-                       s, arr);
+    return export_flat(cx, a, t->dtype, a->data, a->length, a->validity, null_count, name, arr);
   }
-  if (t->dtype == RILL_STRING || t->dtype == RILL_BINARY)
+  if (type_is_var_shape(t)) return export_var_tensor(cx, a, name, arr);
+  return export_fixed_tensor(cx, a, name, arr);
+}
+
+/* Exports one column. `nullable`: the field may hold nulls (schema flag). */
+static int export_column(const export_ctx_t* cx, const rill_array_t* a, const char* name,
+                         int nullable, struct ArrowSchema* s, struct ArrowArray* arr) {
+  const rill_type_t* t = &a->type;
+  if (rill__arrow_format(t->dtype) == NULL)
+    return rill__fail(cx->err, RILL_EINVAL, "column '%s': unknown dtype %d", name, (int)t->dtype);
+  if (t->ndim < 0 || t->ndim > RILL_MAX_NDIM)
+    return rill__fail(cx->err, RILL_EINVAL, "column '%s': bad ndim %d", name, t->ndim);
+  if (t->ndim > 0 && (t->dtype == RILL_STRING || t->dtype == RILL_BINARY))
     return rill__fail(cx->err, RILL_ENOTSUP,
                       "column '%s': tensor cells of %s cannot be exported to Arrow", name,
                       rill_dtype_name(t->dtype));
-  if (type_is_var_shape(t)) return export_var_tensor(cx, a, name, flags, s, arr);
-  return export_fixed_tensor(cx, a, name, flags, s, arr);
+  int64_t flags = (nullable || a->null_count > 0) ? ARROW_FLAG_NULLABLE : 0;
+  int64_t null_count = (a->null_count > 0 && a->validity != NULL) ? a->null_count : 0;
+  int rc = export_column_array(cx, a, name, null_count, arr);
+  if (rc != RILL_OK) return rc;
+  if (rill__arrow_schema_for(t, name, flags, s) != RILL_OK) return nomem(cx, name, arr);
+  return RILL_OK;
 }
 
 int rill_array_export_arrow(const rill_array_t* a, struct ArrowSchema* schema,
@@ -485,7 +298,7 @@ int rill_row_export_arrow(const rill_row_t* row, const rill_df_t* df, const int*
                         f->name, a->length, length);
   }
   export_ctx_t cx = {0, err};
-  if (schema_init(schema, "+s", "", NULL, 0, n) != RILL_OK)
+  if (rill__arrow_schema_init(schema, "+s", "", NULL, 0, n) != RILL_OK)
     return rill__fail(err, RILL_ENOMEM, "out of memory exporting a row");
   if (array_init(array, NULL, length, 0, 1, n) != RILL_OK) {
     schema->release(schema);
