@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "internal.h"
+#include "addon.h"
 #include "rill_addons.h"
 
 #if RILL_HAVE_CUDA
@@ -57,7 +57,7 @@ typedef struct to_device {
 /* Waits until half `h` of slot `s` may be overwritten: its last copy completed. */
 static int half_wait(staging_t* s, int h, rill_error_t* err) {
   if (!s->pending[h]) return RILL_OK;
-  int rc = rill__cuda_event_sync(s->event[h], err);
+  int rc = rill__event_wait(s->event[h], NULL, err);
   if (rc != RILL_OK) return rc;
   s->pending[h] = 0;
   if (h == 0) {
@@ -101,7 +101,7 @@ static int to_device_copy(to_device_t* t, const rill_array_t* a, rill_array_t* o
   }
   if (bytes == 0) return RILL_OK;
   /* Inputs produced on a stream carry an event: the copy starts after it. */
-  if ((rc = rill__cuda_stream_wait_event(stream, a->event, err)) != RILL_OK) return rc;
+  if ((rc = rill__event_wait(a->event, stream, err)) != RILL_OK) return rc;
   if (a->device.type == RILL_DEVICE_CUDA || a->device.type == RILL_DEVICE_CUDA_HOST) {
     /* Pinned or device input: one DMA straight from it; keep it alive until it completed. */
     if ((rc = rill__cuda_memcpy(out->data, dev, a->data, a->device, bytes, stream, err)) != RILL_OK)
@@ -239,7 +239,7 @@ static int cuda_norm_fn(const rill_array_t* const* in, int nin, rill_array_t* ou
   if (out->device.type != RILL_DEVICE_CUDA)
     return rill_error_set(err, RILL_EINVAL, "cuda_normalize: the output was not placed on a CUDA device");
   if (a->length == 0) return RILL_OK;
-  if ((rc = rill__cuda_stream_wait_event(stream, a->event, err)) != RILL_OK) return rc;
+  if ((rc = rill__event_wait(a->event, stream, err)) != RILL_OK) return rc;
 #if RILL_HAVE_CUDA
   pthread_mutex_lock(&t->mu);
   if (t->mask_cap < a->length) {

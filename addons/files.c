@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "addon.h"
 #include "rill_addons.h"
 
 #define MAX_DEPTH 32 /* folder nesting followed under a class (guards symlink loops) */
@@ -116,8 +116,7 @@ static int read_cell(rill_array_t* out, int64_t i, const char* path, rill_error_
       if ((rc = rill_array_reserve(out, start + cap)) < 0) {
         close(fd);
         out->offsets[i + 1] = start; /* take the cell back: the engine sets it */
-        out->data_size = start;
-        out->priv->var_cells = i;
+        rill__array_var_commit(out, i);
         if (err) err->row = i;
         return rill_error_set(err, rc, "%s: cannot allocate %lld bytes", path, (long long)cap);
       }
@@ -128,8 +127,7 @@ static int read_cell(rill_array_t* out, int64_t i, const char* path, rill_error_
       int e = errno;
       close(fd);
       out->offsets[i + 1] = start; /* take the cell back: the engine sets it */
-      out->data_size = start;
-      out->priv->var_cells = i;
+      rill__array_var_commit(out, i);
       if (err) err->row = i;
       return rill_error_set(err, RILL_EIO, "%s: read failed: %s", path, sys_error(e, eb, sizeof eb));
     }
@@ -559,11 +557,10 @@ int rill_image_folder_classes(const rill_df_t* df, const char* const** names, in
   if (!df || !names || !count)
     return rill__fail(err, RILL_EINVAL, "rill_image_folder_classes: df, names and count are required");
   /* the folder's "label" column is a source whose context holds the class names */
-  int label = df->kind == RILL__DF_BASE ? rill_df_column(df, "label") : -1;
-  const rill__column_t* col = label >= 0 ? df->cols[label] : NULL;
-  if (!col || col->kind != RILL__COL_SOURCE || col->source != label_source)
+  int label = rill_df_column(df, "label");
+  if (label < 0 || rill__df_column_fn(df, label) != (const void*)label_source)
     return rill__fail(err, RILL_EINVAL, "rill_image_folder_classes: not a dataframe made by rill_df_from_image_folder");
-  const files_ctx_t* c = col->ctx;
+  const files_ctx_t* c = rill__df_column_ctx(df, label);
   *names = (const char* const*)c->classes;
   *count = c->nclasses;
   return RILL_OK;

@@ -1,7 +1,7 @@
 /* Memory source: a dataframe whose columns are caller arrays (referenced or deep-copied). */
 #include <string.h>
 
-#include "engine.h"
+#include "addon.h"
 #include "rill_addons.h"
 
 /* Gathers the cells of `rows` from the column's array into `out`. Consecutive rows of a
@@ -94,7 +94,11 @@ int rill_df_from_arrays(const char* const* names, const rill_array_t* const* arr
       rill_df_free(df);
       return r;
     }
-    df->cols[r]->lend = memory_lend;
+    r = rill__df_set_lend(df, r, memory_lend, err);
+    if (r != RILL_OK) {
+      rill_df_free(df);
+      return r;
+    }
   }
   *out = df;
   return RILL_OK;

@@ -2,7 +2,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "internal.h"
+#include "addon.h"
 
 typedef struct array_block {
   rill_array_t array;
@@ -555,5 +555,20 @@ int rill_array_cell_shape(const rill_array_t* a, int64_t i, int64_t* shape) {
 int rill_array_sync(const rill_array_t* a, rill_error_t* err) {
   if (!a) return rill__fail(err, RILL_EINVAL, "rill_array_sync: NULL array");
   if (!a->event) return RILL_OK;
-  return rill__cuda_event_sync(a->event, err);
+  return rill__event_wait(a->event, NULL, err);
+}
+
+/* ---------------------------------------------------------------- addon helpers */
+
+int rill__array_var_commit(rill_array_t* a, int64_t n) {
+  if (!a || !a->offsets || rill_type_is_fixed(&a->type) || n < 0 || n > a->length) return RILL_EINVAL;
+  a->priv->var_cells = n;
+  a->data_size = a->offsets[n];
+  return RILL_OK;
+}
+
+void rill__cell_view(const rill_array_t* a, int64_t i, rill__cell_t* out) {
+  out->data = rill_array_cell(a, i, &out->nbytes);
+  out->ndim = a ? rill_array_cell_shape(a, i, out->shape) : 0;
+  out->valid = rill_array_is_valid(a, i);
 }

@@ -14,6 +14,11 @@
 static void column_free(rill__column_t* c) {
   if (!c) return;
   if (c->ctx_free) c->ctx_free(c->ctx);
+  if (c->group && --c->group->live == 0) {
+    if (c->group->ctx_free) c->group->ctx_free(c->group->ctx);
+    pthread_mutex_destroy(&c->group->serial);
+    rill__free(c->group);
+  }
   rill__free((void*)c->field.name);
   rill__free(c->inputs);
   pthread_mutex_destroy(&c->serial);
@@ -32,6 +37,12 @@ static void df_destroy(rill_df_t* df) {
 }
 
 void rill__df_retain(rill_df_t* df) { atomic_fetch_add(&df->refs, 1); }
+int64_t rill__df_batch_rows(const rill_df_t* df) {
+  while (df && (df->kind == RILL__DF_SHUFFLE || df->kind == RILL__DF_SHARD || df->kind == RILL__DF_FILTER))
+    df = df->parent;
+  return df && df->kind == RILL__DF_BATCH ? df->batch : 0;
+}
+
 void rill__df_freeze(rill_df_t* df, int delta) { atomic_fetch_add(&df->frozen, delta); }
 
 void rill_df_free(rill_df_t* df) {
@@ -178,6 +189,89 @@ int rill_df_add_source(rill_df_t* df, const char* name, rill_type_t type, rill_s
   c->source = fn;
   stage_setup(c, opts, ctx, ctx_free);
   return df->ncols - 1;
+}
+
+int rill__df_add_source_group(rill_df_t* df, const char* const* names, const rill_type_t* types, int ncolumns,
+                              rill__source_group_fn fn, void* ctx, void (*ctx_free)(void*),
+                              const rill_stage_opts_t* opts, rill_error_t* err) {
+  const char* who = "rill__df_add_source_group";
+  int r = check_stage(df, who, (const void*)fn, opts, err);
+  if (r == RILL_OK && ncolumns < 1) r = rill__fail(err, RILL_EINVAL, "%s: %d columns (at least 1)", who, ncolumns);
+  if (r == RILL_OK && (!names || !types)) r = rill__fail(err, RILL_EINVAL, "%s: names or types is NULL", who);
+  if (r == RILL_OK && opts && opts->where == RILL_STAGE_CUDA)
+    r = rill__fail(err, RILL_EINVAL, "%s: a source group runs on the CPU", who);
+  for (int i = 0; r == RILL_OK && i < ncolumns; i++)
+    for (int j = 0; r == RILL_OK && j < i; j++)
+      if (names[i] && names[j] && strcmp(names[i], names[j]) == 0)
+        r = rill__fail(err, RILL_EINVAL, "%s: the column name '%s' appears twice", who, names[i]);
+  rill__srcgroup_t* g = NULL;
+  if (r == RILL_OK && !(g = rill__calloc(1, sizeof *g))) r = rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
+  if (r == RILL_OK && pthread_mutex_init(&g->serial, NULL) != 0) {
+    rill__free(g);
+    g = NULL;
+    r = rill__fail(err, RILL_ENOMEM, "%s: cannot create a mutex", who);
+  }
+  int first = df ? df->ncols : 0;
+  for (int i = 0; r == RILL_OK && i < ncolumns; i++) {
+    rill__column_t* c;
+    r = column_append(df, who, names[i], types[i], &c, err);
+    if (r != RILL_OK) break;
+    c->kind = RILL__COL_SOURCE;
+    c->group = g;
+    c->gi = i;
+    g->live++;
+    stage_setup(c, opts, ctx, NULL);
+  }
+  if (r != RILL_OK) {
+    if (g && g->live > 0) { /* take the columns added so far back (the last one frees g) */
+      while (df->ncols > first) column_free(df->cols[--df->ncols]);
+    } else if (g) {
+      pthread_mutex_destroy(&g->serial);
+      rill__free(g);
+    }
+    if (ctx_free) ctx_free(ctx);
+    return r;
+  }
+  g->fn = fn;
+  g->ctx = ctx;
+  g->ctx_free = ctx_free;
+  g->first = first;
+  g->n = ncolumns;
+  return first;
+}
+
+/* The column that holds the stage of `column` (a view's column: its parent's, recursively). */
+static const rill__column_t* stage_column(const rill_df_t* df, int column) {
+  while (df && column >= 0 && column < df->ncols) {
+    const rill__column_t* c = df->cols[column];
+    if (c->kind != RILL__COL_PARENT) return c;
+    df = df->parent;
+  }
+  return NULL;
+}
+
+void* rill__df_column_ctx(const rill_df_t* df, int column) {
+  const rill__column_t* c = stage_column(df, column);
+  return c ? c->ctx : NULL;
+}
+
+const void* rill__df_column_fn(const rill_df_t* df, int column) {
+  const rill__column_t* c = stage_column(df, column);
+  if (!c) return NULL;
+  if (c->kind == RILL__COL_SOURCE) return c->group ? (const void*)c->group->fn : (const void*)c->source;
+  if (c->kind == RILL__COL_MAP) return (const void*)c->map;
+  return NULL;
+}
+
+int rill__df_set_lend(rill_df_t* df, int column, rill__lend_fn lend, rill_error_t* err) {
+  const char* who = "rill__df_set_lend";
+  if (!df) return rill__fail(err, RILL_EINVAL, "%s: the dataframe is NULL", who);
+  if (column < 0 || column >= df->ncols) return rill__bad_column(err, who, df, column);
+  rill__column_t* c = df->cols[column];
+  if (c->kind != RILL__COL_SOURCE)
+    return rill__fail(err, RILL_EINVAL, "%s: column '%s' is not a source of the dataframe", who, c->field.name);
+  c->lend = lend;
+  return RILL_OK;
 }
 
 int rill_df_map(rill_df_t* df, const char* name, rill_type_t type, const int* inputs, int ninputs,

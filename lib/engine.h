@@ -16,7 +16,7 @@
 
 #include <pthread.h>
 
-#include "internal.h"
+#include "addon.h"
 
 /* ---------------------------------------------------------------- worker pool (pool.c) */
 
@@ -72,10 +72,16 @@ typedef enum {
 
 #define RILL__MAX_INPUTS 64
 
-/* A source's zero-copy path: a new reference to an array holding the cells of rows
- * [start, start+n) (fixed-shape, host memory, no nulls, the column's type), which the engine
- * never writes into; RILL_ENOTSUP when the source cannot lend them (it is then called). */
-typedef int (*rill__lend_fn)(void* ctx, int64_t start, int64_t n, rill_array_t** out);
+/* Columns filled together by one rill__source_group_fn (rill__df_add_source_group): each
+ * member column points to it; the last member freed frees it (and its ctx). */
+typedef struct rill__srcgroup {
+  rill__source_group_fn fn;
+  void* ctx;
+  void (*ctx_free)(void*);
+  int first, n;           /* the columns first..first+n-1 of the dataframe */
+  int live;               /* member columns not freed yet */
+  pthread_mutex_t serial; /* RILL_STAGE_CPU_SERIAL: one call at a time */
+} rill__srcgroup_t;
 
 typedef struct rill__column {
   rill_field_t field; /* field.name is owned */
@@ -91,6 +97,8 @@ typedef struct rill__column {
   int pcol;
   int transpose; /* batch column: 3-D HWC cells become CHW */
   rill__lend_fn lend; /* source: consecutive rows without a call (NULL: none) */
+  rill__srcgroup_t* group; /* source filled with other columns by one call (NULL: none) */
+  int gi;                  /* index of the column in its group (outs[gi]) */
   pthread_mutex_t serial;
 } rill__column_t;
 
@@ -112,7 +120,7 @@ struct rill_df {
 
 /* Row `x` of view `df` (shuffle/shard/filter) as a row of its parent, for `epoch`. */
 int64_t rill__view_row(const rill_df_t* df, int64_t epoch, int64_t x);
-void rill__df_retain(rill_df_t* df);
+/* Adds `delta` to df's count of children and iterators (columns can be added at 0). */
 void rill__df_freeze(rill_df_t* df, int delta);
 
 /* ---------------------------------------------------------------- iterators and evaluation */

@@ -225,19 +225,32 @@ static int compact_level(rill__chunk_t* ch, int level, const uint8_t* keep) {
 
 /* ---------------------------------------------------------------- running one stage */
 
+/* One output of a stage run: the stage's own column, or one requested column of a source
+ * group (all filled by the same calls). */
+typedef struct member {
+  rill__column_t* c;
+  int col;            /* index in the frame's dataframe */
+  int gi;             /* a group's column: its index in the group (outs[gi]) */
+  rill__node_t* node;
+  int fixed;
+  rill_array_t* out;  /* a split variable-length run's part: its own array; else the output */
+} member_t;
+
 typedef struct run {
   rill__chunk_t* ch;
   rill__frame_t* fr;
-  rill__column_t* c;
+  rill__column_t* c; /* the stage's column (a group: the first requested one): opts, name */
   rill__node_t* node;
   int col;
   int rowmode; /* a RAISE drops the row and records its error (row mode, top level) */
   int64_t n;
   int nin;
   const rill_array_t* child; /* reduce input */
-  rill_array_t* out;
-  int fixed;
-  int out_direct; /* var output: `out` is still the first call's own array */
+  rill__srcgroup_t* group;   /* a source group's run */
+  int nm;                    /* outputs: m[0..nm) */
+  member_t* m;
+  int fixed;      /* every output has fixed-shape cells */
+  int out_direct; /* var outputs: `out` are still the first call's own arrays */
   pthread_mutex_t mu;
   uint8_t* fate;
   int64_t nulled, nfate;
@@ -245,9 +258,10 @@ typedef struct run {
   int64_t fail_cell;
   _Atomic int64_t ns;
   /* a task's part of a split variable-length stage: cells [base, base+n) of `top`, whose
-   * fate, counters, errors and mutex are shared; `out` is the part's own array */
+   * fate, counters, errors and mutex are shared; its var outputs are the part's own arrays */
   int64_t base;
   struct run* top;
+  member_t m1; /* the one output of a stage that is not a group */
   /* not cleared by run_stage (the large members last): in[i] is read for i < nin only, and
    * fail_err only once fail_rc < 0 */
   const rill_array_t* in[RILL__MAX_INPUTS];
@@ -310,11 +324,10 @@ static void inview_free(inview_t* v) {
 }
 
 /* The message of a failed cell, naming row and column. */
-static void format_cell_error(run_t* R, int64_t idx, const rill_error_t* e, rill_error_t* out) {
+static void format_cell_error(run_t* R, int64_t idx, const char* stage, const rill_error_t* e, rill_error_t* out) {
   rill__chunk_t* ch = R->ch;
   rill_df_t* top = ch->it->df;
   const char* req = col_name(top, ch->reqcol);
-  const char* stage = R->c->field.name;
   int64_t row = R->rowmode ? R->fr->rows[idx] : ch->start;
   char where[160];
   if (ch->it->batched)
@@ -330,31 +343,43 @@ static void format_cell_error(run_t* R, int64_t idx, const rill_error_t* e, rill
     rill_error_set(out, e->code, "%s, column '%s' (stage '%s'): %s", where, req, stage, e->message);
 }
 
-/* Applies the stage's on_error to cell idx. Var outputs get an empty cell first. */
-static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e) {
+
+/* Applies the stage's on_error to cell idx of the run's outputs. An output whose cell the
+ * call did not write (filled NULL, or filled[j] == 0) gets an empty cell (variable cells) or
+ * zeros, and under RILL_ON_ERROR_NULL becomes null. */
+static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e, const uint8_t* filled) {
   rill__chunk_t* ch = R->ch;
   int policy = R->c->opts.on_error;
   run_t* T = R->top;
-  int64_t g = R->base + idx; /* index in the top run's cells */
-  if (!R->fixed) {
-    int64_t zeros[RILL_MAX_NDIM] = {0};
-    if (rill_array_set_var(R->out, idx, NULL, 0, zeros) != RILL_OK) {
-      chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+  int64_t g = R->base + idx; /* index in the top run's cells (and in shared fixed outputs) */
+  int64_t nnull = 0;
+  for (int j = 0; j < R->nm; j++) {
+    if (filled && filled[j]) continue;
+    member_t* mb = &R->m[j];
+    if (!mb->fixed) {
+      int64_t zeros[RILL_MAX_NDIM] = {0};
+      if (rill_array_set_var(mb->out, idx, NULL, 0, zeros) != RILL_OK) {
+        chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", mb->c->field.name);
+        return;
+      }
+    } else if (rill__device_is_host(mb->out->device)) {
+      int64_t cb = rill_type_cell_bytes(&mb->out->type);
+      if (cb > 0) memset((uint8_t*)mb->out->data + g * cb, 0, (size_t)cb);
+    }
+    if (policy != RILL_ON_ERROR_NULL) continue;
+    pthread_mutex_lock(&T->mu);
+    int r = rill_array_set_null(mb->out, mb->fixed ? g : idx);
+    pthread_mutex_unlock(&T->mu);
+    if (r != RILL_OK) {
+      chunk_fail(ch, RILL_ENOMEM, "column '%s': cannot make cell null (out of memory or device memory)",
+                 mb->c->field.name);
       return;
     }
-  } else if (rill__device_is_host(R->out->device)) {
-    int64_t cb = rill_type_cell_bytes(&R->out->type);
-    if (cb > 0) memset((uint8_t*)R->out->data + idx * cb, 0, (size_t)cb);
+    nnull++;
   }
   pthread_mutex_lock(&T->mu);
   if (policy == RILL_ON_ERROR_NULL) {
-    if (rill_array_set_null(R->out, idx) != RILL_OK) {
-      pthread_mutex_unlock(&T->mu);
-      chunk_fail(ch, RILL_ENOMEM, "column '%s': cannot make cell null (out of memory or device memory)",
-                 R->c->field.name);
-      return;
-    }
-    T->nulled++;
+    T->nulled += nnull;
     pthread_mutex_unlock(&T->mu);
     return;
   }
@@ -369,6 +394,9 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e) {
   T->fate[g] = policy == RILL_ON_ERROR_SKIP ? FATE_SKIP : FATE_RAISE;
   T->nfate++;
   if (policy == RILL_ON_ERROR_RAISE) {
+    const char* stage = R->c->field.name;
+    if (R->group && e->column >= 0 && e->column < R->group->n)
+      stage = R->fr->df->cols[R->group->first + e->column]->field.name;
     if (T->rowmode) {
       pthread_mutex_lock(&ch->mu);
       if (ch->nrerr == ch->rerr_cap) {
@@ -384,25 +412,26 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e) {
         ch->rerr_cap = ncap;
       }
       rill__rowerr_t* re = &ch->rerr[ch->nrerr++];
-      format_cell_error(T, g, e, &re->err);
+      format_cell_error(T, g, stage, e, &re->err);
       re->row = re->err.row;
       pthread_mutex_unlock(&ch->mu);
     } else if (T->fail_cell < 0 || g < T->fail_cell) {
       T->fail_cell = g;
       T->fail_rc = e->code;
-      format_cell_error(T, g, e, &T->fail_err);
+      format_cell_error(T, g, stage, e, &T->fail_err);
     }
   }
   pthread_mutex_unlock(&T->mu);
 }
 
-/* Moves cells [0, k) of `piece` (a window over out, or a var array) into out at `a`. */
-static int commit(run_t* R, rill_array_t* piece, int64_t a, int64_t k) {
-  if (R->fixed) {
+/* Moves cells [s, s+k) of `piece` (a window over a fixed output, or a var array) into the
+ * member's output at a+s. */
+static int commit(run_t* R, member_t* mb, rill_array_t* piece, int64_t a, int64_t s, int64_t k) {
+  if (mb->fixed) {
     if (piece->validity) {
       pthread_mutex_lock(&R->top->mu);
-      for (int64_t j = 0; j < k; j++)
-        if (!rill__bit_get(piece->validity, j) && rill_array_set_null(R->out, a + j) != RILL_OK) {
+      for (int64_t j = s; j < s + k; j++)
+        if (!rill__bit_get(piece->validity, j) && rill_array_set_null(mb->out, R->base + a + j) != RILL_OK) {
           pthread_mutex_unlock(&R->top->mu);
           return RILL_ENOMEM;
         }
@@ -410,25 +439,23 @@ static int commit(run_t* R, rill_array_t* piece, int64_t a, int64_t k) {
     }
     return RILL_OK;
   }
-  for (int64_t j = 0; j < k; j++) {
-    int64_t nb;
-    const void* p = rill_array_cell(piece, j, &nb);
-    int64_t shape[RILL_MAX_NDIM] = {0};
-    if (piece->shapes) rill_array_cell_shape(piece, j, shape);
-    if (rill_array_set_var(R->out, a + j, p, nb, shape) != RILL_OK) return RILL_ENOMEM;
-    if (!rill_array_is_valid(piece, j) && rill_array_set_null(R->out, a + j) != RILL_OK) return RILL_ENOMEM;
+  for (int64_t j = s; j < s + k; j++) {
+    rill__cell_t cv;
+    rill__cell_view(piece, j, &cv);
+    if (rill_array_set_var(mb->out, a + j, cv.data, cv.nbytes, cv.shape) != RILL_OK) return RILL_ENOMEM;
+    if (!cv.valid && rill_array_set_null(mb->out, a + j) != RILL_OK) return RILL_ENOMEM;
   }
   return RILL_OK;
 }
 
-static int piece_ok(run_t* R, const rill_array_t* piece, int64_t k) {
-  return piece->length == k && rill_type_equal(&piece->type, &R->c->field.type) &&
-         (R->fixed || (piece->offsets && piece->priv->var_cells >= 0));
+static int piece_ok(const member_t* mb, const rill_array_t* piece, int64_t k) {
+  return piece->length == k && rill_type_equal(&piece->type, &mb->c->field.type) &&
+         (mb->fixed || (piece->offsets && piece->priv->var_cells >= 0));
 }
 
-/* Data bytes that k cells of the stage's output are expected to take. */
-static int64_t expect_bytes(const run_t* R, int64_t k) {
-  int64_t per = R->fixed ? rill_type_cell_bytes(&R->c->field.type) : atomic_load(&R->node->bytes_per_row);
+/* Data bytes that k cells of the output are expected to take. */
+static int64_t expect_bytes(const member_t* mb, int64_t k) {
+  int64_t per = mb->fixed ? rill_type_cell_bytes(&mb->c->field.type) : atomic_load(&mb->node->bytes_per_row);
   int64_t b;
   if (per < 0 || __builtin_mul_overflow(per, k, &b)) return 0;
   return b;
@@ -444,11 +471,8 @@ static int node_acquire(rill__node_t* node, int64_t bytes, rill_array_t** out, r
   if (rill__pool_acquire_fit(node->pool, bytes, out) != RILL_OK) return rill_error_set(e, RILL_ENOMEM, "out of memory");
   rill_array_t* a = *out;
   if (!a->event || a->device.type == 0 || a->device.type == RILL_DEVICE_CPU) return RILL_OK;
-  int r;
-  if (node->stream && node->device.type == RILL_DEVICE_CUDA)
-    r = rill__cuda_stream_wait_event(rill_stream_cuda_handle(node->stream), a->event, e);
-  else
-    r = rill__cuda_event_sync(a->event, e);
+  void* stream = node->stream && node->device.type == RILL_DEVICE_CUDA ? rill_stream_cuda_handle(node->stream) : NULL;
+  int r = rill__event_wait(a->event, stream, e);
   if (r != RILL_OK) {
     rill_array_release(a);
     *out = NULL;
@@ -456,19 +480,40 @@ static int node_acquire(rill__node_t* node, int64_t bytes, rill_array_t** out, r
   return r;
 }
 
-/* Var outputs: after the first call failed, `out` becomes a fresh array of n cells and
- * the first call's array becomes a piece. */
-static int var_detach(run_t* R, rill_array_t** piece) {
-  if (!R->out_direct) return RILL_OK;
-  rill_array_t* fresh;
-  rill_error_t e;
-  if (node_acquire(R->node, expect_bytes(R, R->n), &fresh, &e) != RILL_OK) return RILL_ENOMEM;
-  if (rill__array_prepare(fresh, R->c->field.type, R->n, false) != RILL_OK) {
-    rill_array_release(fresh);
-    return RILL_ENOMEM;
+/* The arrays one call fills: a window over each fixed output, the output itself or an
+ * array of the pool for each variable one. */
+typedef struct piece {
+  rill_array_t win;
+  rill_array_priv_t wpriv;
+  rill_array_t* a;
+} piece_t;
+
+/* Releases pieces[0..n): windows, and var arrays that are not the member's output. */
+static void pieces_release(run_t* R, piece_t* p, int n) {
+  for (int j = 0; j < n; j++) {
+    if (R->m[j].fixed)
+      rill__array_window_release(&p[j].win);
+    else if (p[j].a != R->m[j].out)
+      rill_array_release(p[j].a);
   }
-  *piece = R->out;
-  R->out = fresh;
+}
+
+/* Var outputs: after the first call failed, each `out` becomes a fresh array of n cells and
+ * the first call's array becomes its piece. */
+static int var_detach(run_t* R, piece_t* p) {
+  for (int j = 0; j < R->nm; j++) {
+    member_t* mb = &R->m[j];
+    if (mb->fixed) continue;
+    rill_array_t* fresh;
+    rill_error_t e;
+    if (node_acquire(mb->node, expect_bytes(mb, R->n), &fresh, &e) != RILL_OK) return RILL_ENOMEM;
+    if (rill__array_prepare(fresh, mb->c->field.type, R->n, false) != RILL_OK) {
+      rill_array_release(fresh);
+      return RILL_ENOMEM;
+    }
+    p[j].a = mb->out;
+    mb->out = fresh;
+  }
   R->out_direct = 0;
   return RILL_OK;
 }
@@ -476,7 +521,7 @@ static int var_detach(run_t* R, rill_array_t** piece) {
 static void call_range(run_t* R, int64_t a, int64_t b);
 
 /* One call of the stage function for cells [a, b); returns the status and fills e. */
-static int invoke(run_t* R, int64_t a, int64_t b, rill_array_t* piece, rill_error_t* e) {
+static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e) {
   rill__chunk_t* ch = R->ch;
   int64_t k = b - a;
   rill_exec_t ex = {.rows = R->fr->rows + R->base + a, .n = k, .first = a, .epoch = ch->epoch,
@@ -507,17 +552,25 @@ static int invoke(run_t* R, int64_t a, int64_t b, rill_array_t* piece, rill_erro
   if (rc != RILL_OK) {
     rill_error_set(e, rc, "out of memory preparing the inputs");
   } else {
-    int serial = R->c->opts.where == RILL_STAGE_CPU_SERIAL;
-    if (serial) pthread_mutex_lock(&R->c->serial);
+    pthread_mutex_t* serial = NULL;
+    if (R->c->opts.where == RILL_STAGE_CPU_SERIAL) serial = R->group ? &R->group->serial : &R->c->serial;
+    if (serial) pthread_mutex_lock(serial);
     int64_t t0 = rill__now_ns();
-    if (R->c->kind == RILL__COL_SOURCE)
-      rc = R->c->source(ex.rows, k, piece, &ex, R->c->ctx, e);
-    else if (R->c->kind == RILL__COL_MAP)
-      rc = R->c->map(ins, R->nin, piece, &ex, R->c->ctx, e);
-    else
-      rc = R->c->reduce(group, piece, &ex, R->c->ctx, e);
+    if (R->group) {
+      int nouts = R->group->n;
+      rill_array_t* outs[nouts];
+      memset(outs, 0, sizeof outs);
+      for (int j = 0; j < R->nm; j++) outs[R->m[j].gi] = p[j].a;
+      rc = R->group->fn(ex.rows, k, outs, nouts, &ex, R->group->ctx, e);
+    } else if (R->c->kind == RILL__COL_SOURCE) {
+      rc = R->c->source(ex.rows, k, p[0].a, &ex, R->c->ctx, e);
+    } else if (R->c->kind == RILL__COL_MAP) {
+      rc = R->c->map(ins, R->nin, p[0].a, &ex, R->c->ctx, e);
+    } else {
+      rc = R->c->reduce(group, p[0].a, &ex, R->c->ctx, e);
+    }
     int64_t dt = rill__now_ns() - t0;
-    if (serial) pthread_mutex_unlock(&R->c->serial);
+    if (serial) pthread_mutex_unlock(serial);
     atomic_fetch_add(&R->top->ns, dt);
     atomic_fetch_add(&ch->it->st_compute, dt);
     atomic_fetch_add(&ch->it->st_calls, 1);
@@ -529,76 +582,104 @@ static int invoke(run_t* R, int64_t a, int64_t b, rill_array_t* piece, rill_erro
       snprintf(e->message, sizeof e->message, "%s", rill_strerror(rc));
     }
     if (rc < 0) e->code = rc;
-    if (rc == RILL_OK && !piece_ok(R, piece, k)) {
+    for (int j = 0; rc == RILL_OK && j < R->nm; j++) {
+      if (piece_ok(&R->m[j], p[j].a, k)) continue;
       char t1[96], t2[96];
       rill_error_set(e, RILL_ESTAGE, "the stage function produced %lld cells of %s for %lld rows of %s",
-                     (long long)piece->length, rill_type_format(&piece->type, t1, sizeof t1), (long long)k,
-                     rill_type_format(&R->c->field.type, t2, sizeof t2));
+                     (long long)p[j].a->length, rill_type_format(&p[j].a->type, t1, sizeof t1), (long long)k,
+                     rill_type_format(&R->m[j].c->field.type, t2, sizeof t2));
       e->row = -1;
+      e->column = R->group ? R->m[j].gi : -1;
       rc = RILL_ESTAGE;
     }
   }
+  if (!R->group) e->column = -1;
   for (int i = 0; i < nv; i++) inview_free(&views[i]);
   rill_array_release(group);
   return rc;
 }
 
 static void call_range(run_t* R, int64_t a, int64_t b) {
+  int nm = R->nm;
+  piece_t one;
+  piece_t* p = nm == 1 ? &one : rill__alloc(sizeof *p * (size_t)nm);
+  uint8_t* filled = nm == 1 ? NULL : rill__alloc((size_t)nm);
+  if (!p || (nm > 1 && !filled)) {
+    if (p != &one) rill__free(p);
+    rill__free(filled);
+    chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+    return;
+  }
   while (a < b && !chunk_failed(R->ch)) {
     int64_t k = b - a;
-    rill_array_t win;
-    rill_array_priv_t wpriv;
-    rill_array_t* piece = NULL;
-    if (R->fixed) {
-      rill__array_window(&win, &wpriv, R->out, a, k);
-      piece = &win;
-    } else if (R->out_direct && a == 0 && b == R->n) {
-      piece = R->out;
-    } else {
-      rill_error_t ae;
-      int ar = node_acquire(R->node, expect_bytes(R, k), &piece, &ae);
-      if (ar != RILL_OK) {
-        chunk_fail(R->ch, ar, "column '%s': %s", R->c->field.name, ae.message);
-        return;
+    int direct = R->out_direct && a == 0 && b == R->n;
+    int made = 0;
+    for (; made < nm; made++) {
+      member_t* mb = &R->m[made];
+      if (mb->fixed) {
+        rill__array_window(&p[made].win, &p[made].wpriv, mb->out, R->base + a, k);
+        p[made].a = &p[made].win;
+      } else if (direct) {
+        p[made].a = mb->out;
+      } else {
+        rill_error_t ae;
+        int ar = node_acquire(mb->node, expect_bytes(mb, k), &p[made].a, &ae);
+        if (ar != RILL_OK) {
+          pieces_release(R, p, made);
+          chunk_fail(R->ch, ar, "column '%s': %s", mb->c->field.name, ae.message);
+          goto out;
+        }
       }
     }
     rill_error_t e;
-    int rc = invoke(R, a, b, piece, &e);
+    int rc = invoke(R, a, b, p, &e);
     if (rc == RILL_OK) {
       int cr = RILL_OK;
-      if (piece != R->out) cr = commit(R, piece, a, k);
-      if (R->fixed)
-        rill__array_window_release(&win);
-      else if (piece != R->out)
-        rill_array_release(piece);
+      for (int j = 0; j < nm && cr == RILL_OK; j++)
+        if (p[j].a != R->m[j].out) cr = commit(R, &R->m[j], p[j].a, a, 0, k);
+      pieces_release(R, p, nm);
       if (cr != RILL_OK) chunk_fail(R->ch, cr, "column '%s': out of memory", R->c->field.name);
-      return;
+      goto out;
     }
     int64_t i = (e.row >= 0 && e.row < k) ? e.row : -1;
-    if (!R->fixed && piece == R->out && var_detach(R, &piece) != RILL_OK) {
-      rill_array_release(piece == R->out ? NULL : piece);
+    if (!R->fixed && direct && var_detach(R, p) != RILL_OK) {
+      pieces_release(R, p, nm);
       chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
-      return;
+      goto out;
     }
+    int usable = 1;
+    for (int j = 0; j < nm; j++)
+      usable &= piece_ok(&R->m[j], p[j].a, k) && (R->m[j].fixed || p[j].a->priv->var_cells >= i);
     if (i > 0) {
-      if (piece_ok(R, piece, k) && (R->fixed || piece->priv->var_cells >= i)) {
-        if (commit(R, piece, a, i) != RILL_OK)
-          chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+      if (usable) {
+        for (int j = 0; j < nm; j++)
+          if (commit(R, &R->m[j], p[j].a, a, 0, i) != RILL_OK) {
+            chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
+            break;
+          }
       } else {
         call_range(R, a, a + i); /* the function gave nothing usable: recompute the cells before */
       }
     }
-    if (R->fixed)
-      rill__array_window_release(&win);
-    else
-      rill_array_release(piece);
-    if (i < 0) {
-      for (int64_t j = a; j < b; j++) cell_fail(R, j, &e);
-      return;
+    /* a group's NULL policy with the faulty column named: the other columns keep the cell */
+    int keep = filled && i >= 0 && usable && R->c->opts.on_error == RILL_ON_ERROR_NULL && e.column >= 0 &&
+               !chunk_failed(R->ch);
+    for (int j = 0; filled && j < nm; j++) {
+      member_t* mb = &R->m[j];
+      filled[j] = keep && mb->gi != e.column && (mb->fixed || p[j].a->priv->var_cells > i) &&
+                  commit(R, mb, p[j].a, a, i, 1) == RILL_OK;
     }
-    cell_fail(R, a + i, &e);
+    pieces_release(R, p, nm);
+    if (i < 0) {
+      for (int64_t j = a; j < b; j++) cell_fail(R, j, &e, NULL);
+      goto out;
+    }
+    cell_fail(R, a + i, &e, filled);
     a += i + 1;
   }
+out:
+  if (p != &one) rill__free(p);
+  rill__free(filled);
 }
 
 typedef struct split {
@@ -622,17 +703,23 @@ static void vsplit_main(void* arg) {
   call_range(&v->sub, 0, v->sub.n);
 }
 
-/* A variable-length stage split across threads: each task fills its own array, then the
- * parts are appended in order to the stage's output. */
+/* A stage with variable-length outputs split across threads: each task fills its own arrays
+ * (fixed outputs are shared: tasks write disjoint cells), then the parts are appended in
+ * order to the stage's outputs. */
 static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
   rill_iter_t* it = R->ch->it;
+  int nm = R->nm;
   vsplit_t* vs = rill__calloc((size_t)ntasks, sizeof *vs);
-  if (!vs) {
+  member_t* ms = rill__calloc((size_t)ntasks * (size_t)nm, sizeof *ms);
+  if (!vs || !ms) {
+    rill__free(vs);
+    rill__free(ms);
     call_range(R, 0, R->n);
     return;
   }
   int64_t made = 0;
-  for (; made < ntasks; made++) {
+  int ok = 1;
+  for (; made < ntasks && ok; made++) {
     run_t* s = &vs[made].sub;
     s->ch = R->ch;
     s->fr = R->fr;
@@ -641,18 +728,29 @@ static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
     s->col = R->col;
     s->rowmode = R->rowmode;
     s->nin = R->nin;
+    s->group = R->group;
     for (int i = 0; i < R->nin; i++) s->in[i] = R->in[i];
     s->fail_cell = -1;
     s->top = R;
     s->base = made * grain;
     s->n = (made + 1 == ntasks ? R->n : (made + 1) * grain) - s->base;
     s->out_direct = 1;
-    rill_error_t ae;
-    if (node_acquire(R->node, expect_bytes(R, s->n), &s->out, &ae) != RILL_OK) break;
+    s->nm = nm;
+    s->m = ms + made * nm;
+    for (int j = 0; j < nm; j++) {
+      s->m[j] = R->m[j];
+      if (s->m[j].fixed) continue;
+      rill_error_t ae;
+      if (node_acquire(R->m[j].node, expect_bytes(&R->m[j], s->n), &s->m[j].out, &ae) != RILL_OK) {
+        s->m[j].out = NULL;
+        ok = 0;
+        break;
+      }
+    }
     vs[made].task.fn = vsplit_main;
     vs[made].task.arg = &vs[made];
   }
-  if (made < ntasks) {
+  if (!ok) {
     chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
   } else {
     rill__group_t g = {.pending = 0, .prio = R->ch->prio};
@@ -662,24 +760,29 @@ static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
     }
     vsplit_main(&vs[0]);
     rill__workers_wait(it->workers, &g);
-    if (!chunk_failed(R->ch)) {
-      if (rill__array_prepare(R->out, R->c->field.type, R->n, false) != RILL_OK) {
-        chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
-      } else {
-        R->out_direct = 0;
-        int64_t total = 0;
-        for (int64_t t = 0; t < ntasks; t++) total += vs[t].sub.out->data_size;
-        if (rill_array_reserve(R->out, total) != RILL_OK)
-          chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
-        for (int64_t t = 0; t < ntasks && !chunk_failed(R->ch); t++)
-          if (commit(R, vs[t].sub.out, vs[t].sub.base, vs[t].sub.n) != RILL_OK) {
-            chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
-            break;
-          }
+    R->out_direct = 0;
+    for (int j = 0; j < nm && !chunk_failed(R->ch); j++) {
+      member_t* mb = &R->m[j];
+      if (mb->fixed) continue;
+      if (rill__array_prepare(mb->out, mb->c->field.type, R->n, false) != RILL_OK) {
+        chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", mb->c->field.name);
+        break;
       }
+      int64_t total = 0;
+      for (int64_t t = 0; t < ntasks; t++) total += vs[t].sub.m[j].out->data_size;
+      if (rill_array_reserve(mb->out, total) != RILL_OK)
+        chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", mb->c->field.name);
+      for (int64_t t = 0; t < ntasks && !chunk_failed(R->ch); t++)
+        if (commit(R, mb, vs[t].sub.m[j].out, vs[t].sub.base, 0, vs[t].sub.n) != RILL_OK) {
+          chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", mb->c->field.name);
+          break;
+        }
     }
   }
-  for (int64_t t = 0; t < made; t++) rill_array_release(vs[t].sub.out);
+  for (int64_t t = 0; t < made; t++)
+    for (int j = 0; j < nm; j++)
+      if (!vs[t].sub.m[j].fixed) rill_array_release(vs[t].sub.m[j].out);
+  rill__free(ms);
   rill__free(vs);
 }
 
@@ -736,13 +839,10 @@ static void run_cells(run_t* R) {
 }
 
 static int wait_inputs(run_t* R, const rill_array_t* const* in, int nin, rill_error_t* e) {
+  void* stream = R->c->opts.where == RILL_STAGE_CUDA ? rill_stream_cuda_handle(R->node->stream) : NULL;
   for (int i = 0; i < nin; i++) {
-    if (!in[i] || !in[i]->event) continue;
-    int r;
-    if (R->c->opts.where == RILL_STAGE_CUDA)
-      r = rill__cuda_stream_wait_event(rill_stream_cuda_handle(R->node->stream), in[i]->event, e);
-    else
-      r = rill__cuda_event_sync(in[i]->event, e);
+    if (!in[i]) continue;
+    int r = rill__event_wait(in[i]->event, stream, e);
     if (r != RILL_OK) return r;
   }
   return RILL_OK;
@@ -777,7 +877,34 @@ static const rill_array_t* lend_cells(rill__chunk_t* ch, int d, int c, int64_t n
   return a;
 }
 
-/* Computes SOURCE/MAP/REDUCE column c of frame d; stores it in the frame. */
+/* The outputs of the stage of column c of frame d: the column itself, or for a source group
+ * every column of the group that the iterator needs and that is not computed yet. */
+static int run_members(run_t* R, rill__chunk_t* ch, int d, int c) {
+  rill__frame_t* fr = &ch->frames[d];
+  rill__srcgroup_t* g = fr->df->cols[c]->group;
+  R->fixed = 1;
+  if (!g) {
+    R->m = &R->m1;
+    R->nm = 1;
+    R->m1 = (member_t){.c = fr->df->cols[c], .col = c, .node = R->node};
+  } else {
+    R->m = rill__alloc(sizeof *R->m * (size_t)g->n);
+    if (!R->m) return RILL_ENOMEM;
+    R->group = g;
+    R->m[R->nm++] = (member_t){.c = fr->df->cols[c], .col = c, .gi = c - g->first, .node = R->node};
+    for (int k = g->first; k < g->first + g->n; k++)
+      if (k != c && ch->it->nodemap[d][k] && !fr->vals[k])
+        R->m[R->nm++] = (member_t){.c = fr->df->cols[k], .col = k, .gi = k - g->first, .node = ch->it->nodemap[d][k]};
+  }
+  for (int j = 0; j < R->nm; j++) {
+    R->m[j].fixed = rill_type_is_fixed(&R->m[j].c->field.type);
+    R->fixed &= R->m[j].fixed;
+  }
+  return RILL_OK;
+}
+
+/* Computes SOURCE/MAP/REDUCE column c of frame d (a source group: with the other columns
+ * of the group that the iterator needs); stores it in the frame. */
 static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
   rill__frame_t* fr = &ch->frames[d];
   rill__column_t* col = fr->df->cols[c];
@@ -799,48 +926,59 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
   }
   R.n = ch->level_n[fr->level];
   R.rowmode = !ch->it->batched && fr->level == 0;
-  R.fixed = rill_type_is_fixed(&col->field.type);
   const rill_array_t* lent = lend_cells(ch, d, c, R.n);
   if (lent) return lent;
-  if (frame_rows(ch, fr) != RILL_OK) {
+  if (frame_rows(ch, fr) != RILL_OK || run_members(&R, ch, d, c) != RILL_OK) {
     chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", col->field.name);
     return NULL;
   }
   rill_error_t e;
   const rill_array_t* child1[1] = {R.child};
-  if (wait_inputs(&R, R.child ? child1 : R.in, R.child ? 1 : R.nin, &e) != RILL_OK) {
-    chunk_fail(ch, e.code, "column '%s': %s", col->field.name, e.message);
-    return NULL;
-  }
-  int ar = node_acquire(R.node, expect_bytes(&R, R.n), &R.out, &e);
-  if (ar != RILL_OK) {
-    chunk_fail(ch, ar, "column '%s': %s", col->field.name, e.message);
-    return NULL;
-  }
-  if (R.fixed || R.n == 0) {
-    int r = rill__array_prepare(R.out, col->field.type, R.n, false);
-    if (r != RILL_OK) {
-      rill_array_release(R.out);
-      chunk_fail(ch, r, "column '%s': cannot allocate %lld cells (%s)", col->field.name, (long long)R.n,
-                 rill_strerror(r));
-      return NULL;
+  int ok = wait_inputs(&R, R.child ? child1 : R.in, R.child ? 1 : R.nin, &e) == RILL_OK;
+  if (!ok) chunk_fail(ch, e.code, "column '%s': %s", col->field.name, e.message);
+  int nout = 0; /* outputs acquired */
+  for (; ok && nout < R.nm; nout++) {
+    member_t* mb = &R.m[nout];
+    int ar = node_acquire(mb->node, expect_bytes(mb, R.n), &mb->out, &e);
+    if (ar != RILL_OK) {
+      chunk_fail(ch, ar, "column '%s': %s", mb->c->field.name, e.message);
+      ok = 0;
+      break;
     }
-  } else {
-    R.out_direct = 1;
+    if (mb->fixed || R.n == 0) {
+      int r = rill__array_prepare(mb->out, mb->c->field.type, R.n, false);
+      if (r != RILL_OK) {
+        rill_array_release(mb->out);
+        chunk_fail(ch, r, "column '%s': cannot allocate %lld cells (%s)", mb->c->field.name, (long long)R.n,
+                   rill_strerror(r));
+        ok = 0;
+        break;
+      }
+    }
   }
-  if (pthread_mutex_init(&R.mu, NULL) != 0) {
-    rill_array_release(R.out);
+  if (ok && pthread_mutex_init(&R.mu, NULL) != 0) {
     chunk_fail(ch, RILL_ENOMEM, "column '%s': cannot create a mutex", col->field.name);
+    ok = 0;
+  }
+  if (!ok) {
+    for (int j = 0; j < nout; j++) rill_array_release(R.m[j].out);
+    if (R.m != &R.m1) rill__free(R.m);
     return NULL;
   }
+  R.out_direct = !R.fixed && R.n > 0;
   if (R.n > 0) run_cells(&R);
   pthread_mutex_destroy(&R.mu);
-  if (R.n > 0) {
-    int64_t nspr = atomic_load(&R.ns) / R.n;
-    atomic_store(&R.node->ns_per_row, nspr > 0 ? nspr : 1);
-    if (!R.fixed && R.out->offsets) atomic_store(&R.node->bytes_per_row, (R.out->data_size + R.n - 1) / R.n);
+  for (int j = 0; j < R.nm; j++) {
+    member_t* mb = &R.m[j];
+    if (R.n > 0) {
+      int64_t nspr = atomic_load(&R.ns) / R.n;
+      atomic_store(&mb->node->ns_per_row, nspr > 0 ? nspr : 1);
+      if (!mb->fixed && mb->out->offsets) atomic_store(&mb->node->bytes_per_row, (mb->out->data_size + R.n - 1) / R.n);
+    }
+    fr->vals[mb->col] = mb->out;
   }
-  fr->vals[c] = R.out;
+  rill_array_t* out = R.m[0].out;
+  if (R.m != &R.m1) rill__free(R.m);
   ch->nulled += R.nulled;
   if (ch->rc == RILL_OK && R.fail_rc < 0) {
     pthread_mutex_lock(&ch->mu);
@@ -852,8 +990,8 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
   }
   if (ch->rc == RILL_OK && col->opts.where == RILL_STAGE_CUDA && R.n > 0) {
     int r = RILL_OK;
-    if (!R.out->event) r = rill__cuda_event_new(R.node->device.id, &R.out->event, &e);
-    if (r == RILL_OK) r = rill__cuda_event_record(R.out->event, rill_stream_cuda_handle(R.node->stream), &e);
+    if (!out->event) r = rill__cuda_event_new(R.node->device.id, &out->event, &e);
+    if (r == RILL_OK) r = rill__cuda_event_record(out->event, rill_stream_cuda_handle(R.node->stream), &e);
     if (r != RILL_OK) chunk_fail(ch, r, "column '%s': %s", col->field.name, e.message);
   }
   if (ch->rc == RILL_OK && R.nfate > 0) {
@@ -867,7 +1005,7 @@ static const rill_array_t* run_stage(rill__chunk_t* ch, int d, int c) {
       chunk_fail(ch, RILL_ENOTSUP, "column '%s': rows cannot be dropped from device arrays", col->field.name);
   }
   rill__free(R.fate);
-  return ch->rc == RILL_OK ? R.out : NULL;
+  return ch->rc == RILL_OK ? out : NULL;
 }
 
 /* Batch column with NCHW layout: transposes each [H,W,C] cell to [C,H,W]. */
@@ -879,7 +1017,7 @@ static const rill_array_t* transpose_col(rill__chunk_t* ch, int c, const rill_ar
     return NULL;
   }
   rill_error_t e;
-  if (a->event && rill__cuda_event_sync(a->event, &e) != RILL_OK) {
+  if (rill__event_wait(a->event, NULL, &e) != RILL_OK) {
     chunk_fail(ch, e.code, "column '%s': %s", col->field.name, e.message);
     return NULL;
   }

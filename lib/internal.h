@@ -120,8 +120,6 @@ void* rill__cuda_alloc(rill_device_t dev, size_t size);  /* CUDA device or pinne
 void rill__cuda_free(rill_device_t dev, void* p);
 int rill__cuda_event_new(int device, void** event, rill_error_t* err);
 int rill__cuda_event_record(void* event, void* stream, rill_error_t* err);
-int rill__cuda_stream_wait_event(void* stream, void* event, rill_error_t* err);
-int rill__cuda_event_sync(void* event, rill_error_t* err);
 int rill__cuda_event_query(void* event);                 /* 1 done, 0 pending, < 0 error */
 void rill__cuda_event_free(void* event);
 void rill__cuda_pool_stats(int64_t* allocs, int64_t* reuses, int64_t* cached_bytes);

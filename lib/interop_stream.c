@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine.h"
-#include "internal.h"
+#include "addon.h"
 #include "rill_interop.h"
 
 #define DEFAULT_BATCH_ROWS 65536
@@ -114,21 +113,6 @@ static void stream_release(struct ArrowArrayStream* s) {
   s->release = NULL;
 }
 
-/* Whether the rows of `df` are batches: made by rill_df_batch, or a view (shuffle, shard,
- * filter) of such a dataframe. */
-static int df_is_batched(const rill_df_t* df) {
-  while (df != NULL) {
-    switch (df->kind) {
-    case RILL__DF_BATCH: return 1;
-    case RILL__DF_SHUFFLE:
-    case RILL__DF_SHARD:
-    case RILL__DF_FILTER: df = df->parent; break;
-    default: return 0;
-    }
-  }
-  return 0;
-}
-
 int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts,
                              const rill_arrow_stream_opts_t* sopts, struct ArrowArrayStream* out,
                              rill_error_t* err) {
@@ -162,7 +146,7 @@ int rill_df_export_stream_ex(rill_df_t* df, const rill_iter_opts_t* opts,
   xs->keep = df;
   int rc;
   xs->opts = *opts;
-  if (df_is_batched(df)) {
+  if (rill__df_batch_rows(df) > 0) {
     xs->iterated = xs->keep;
   } else {
     rc = rill_df_batch(xs->keep, cols, ncol, xs->batch_rows, NULL, &xs->batched, err);

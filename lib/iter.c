@@ -307,13 +307,8 @@ fail:
 static int sync_columns(rill_iter_t* it, rill__chunk_t* ch, rill_error_t* err) {
   for (int q = 0; q < it->nreq; q++) {
     const rill_array_t* a = ch->cols[q];
-    if (!a || !a->event) continue;
-    int r;
-    void* cs = it->stream ? rill_stream_cuda_handle(it->stream) : NULL;
-    if (cs)
-      r = rill__cuda_stream_wait_event(cs, a->event, err);
-    else
-      r = rill__cuda_event_sync(a->event, err);
+    if (!a) continue;
+    int r = rill__event_wait(a->event, it->stream ? rill_stream_cuda_handle(it->stream) : NULL, err);
     if (r != RILL_OK) return r;
   }
   return RILL_OK;

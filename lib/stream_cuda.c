@@ -81,12 +81,12 @@ int rill__cuda_event_record(void* event, void* stream, rill_error_t* err) {
   return rill__fail(err, RILL_ENODEV, NO_CUDA);
 }
 
-int rill__cuda_stream_wait_event(void* stream, void* event, rill_error_t* err) {
+static int stream_wait_event(void* stream, void* event, rill_error_t* err) {
   if (event == NULL) return RILL_OK;
   return rill__fail(err, RILL_ENODEV, NO_CUDA);
 }
 
-int rill__cuda_event_sync(void* event, rill_error_t* err) {
+static int event_sync(void* event, rill_error_t* err) {
   if (event == NULL) return RILL_OK;
   return rill__fail(err, RILL_ENODEV, NO_CUDA);
 }
@@ -253,13 +253,13 @@ int rill__cuda_event_record(void* event, void* stream, rill_error_t* err) {
   return e == cudaSuccess ? RILL_OK : cuda_fail(err, e, "cudaEventRecord");
 }
 
-int rill__cuda_stream_wait_event(void* stream, void* event, rill_error_t* err) {
+static int stream_wait_event(void* stream, void* event, rill_error_t* err) {
   if (event == NULL) return RILL_OK;
   cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
   return e == cudaSuccess ? RILL_OK : cuda_fail(err, e, "cudaStreamWaitEvent");
 }
 
-int rill__cuda_event_sync(void* event, rill_error_t* err) {
+static int event_sync(void* event, rill_error_t* err) {
   if (event == NULL) return RILL_OK;
   cudaError_t e = cudaEventSynchronize((cudaEvent_t)event);
   return e == cudaSuccess ? RILL_OK : cuda_fail(err, e, "cudaEventSynchronize");
@@ -548,4 +548,11 @@ int64_t rill__cuda_pool_trim(void) {
 #else
   return 0;
 #endif
+}
+
+/* ---------------------------------------------------------------- waiting on events */
+
+int rill__event_wait(void* event, void* stream, rill_error_t* err) {
+  if (event == NULL) return RILL_OK;
+  return stream != NULL ? stream_wait_event(stream, event, err) : event_sync(event, err);
 }

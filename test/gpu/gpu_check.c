@@ -21,7 +21,7 @@ static void check_streams_events(void) {
   CHECK(rill_gpu_spin(rill_stream_cuda_handle(s), (long long)(g_cyc_ms * 50)) == 0, "spin");
   CHECK_OK(rill__cuda_event_record(ev, rill_stream_cuda_handle(s), &err), err, (void)0);
   CHECK(rill__cuda_event_query(ev) == 0, "event of a 50 ms kernel completed at once");
-  CHECK_OK(rill__cuda_event_sync(ev, &err), err, (void)0);
+  CHECK_OK(rill__event_wait(ev, NULL, &err), err, (void)0);
   CHECK(rill__cuda_event_query(ev) == 1, "event not completed after sync");
   CHECK_OK(rill_stream_synchronize(s, &err), err, (void)0);
   rill__cuda_event_free(ev);
@@ -123,7 +123,7 @@ static void check_event_ordering(void) {
   CHECK(rill_gpu_spin(sa, (long long)(g_cyc_ms * 200)) == 0, "spin");
   CHECK_OK(rill__cuda_memcpy(dbuf, dev, hsrc, pin, n, sa, &err), err, (void)0);
   CHECK_OK(rill__cuda_event_record(ev, sa, &err), err, (void)0);
-  CHECK_OK(rill__cuda_stream_wait_event(sb, ev, &err), err, (void)0);
+  CHECK_OK(rill__event_wait(ev, sb, &err), err, (void)0);
   CHECK_OK(rill__cuda_memcpy(hdst, pin, dbuf, dev, n, sb, &err), err, (void)0);
   CHECK_OK(rill_stream_synchronize(b, &err), err, (void)0);
   CHECK(rill__cuda_event_query(ev) == 1, "B finished before A's event");

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "addon.h"
 #include "rill.h"
 #include "rill_addons.h"
 #include "rill_interop.h"
