@@ -10,8 +10,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "addon.h"
 #include "image_internal.h"
-#include "internal.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #define RILL_IMG_X86 1

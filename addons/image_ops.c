@@ -7,60 +7,18 @@
  * its per-image kernel (image_kernels.c does the pixel work). One map function runs them all:
  * it fetches each cell's image (decoded or not), calls the class and stores the result. */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "addon.h"
 #include "image_internal.h"
-#include "internal.h"
 #include "rill_addons.h"
 
 /* ---------------------------------------------------------------- per-thread scratch */
 
-typedef struct scratch_node {
-  rill__img_scratch_t s;
-  struct scratch_node* prev;
-  struct scratch_node* next;
-} scratch_node_t;
+static void scratch_destroy(void* state) { rill__img_scratch_free(state); }
 
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static pthread_key_t g_key;
-static int g_key_ok;
-static pthread_mutex_t g_list_lock = PTHREAD_MUTEX_INITIALIZER;
-static scratch_node_t* g_list; /* every live thread's scratch (kept reachable) */
-
-static void scratch_destroy(void* p) {
-  scratch_node_t* n = p;
-  if (!n) return;
-  pthread_mutex_lock(&g_list_lock);
-  if (n->prev) n->prev->next = n->next;
-  else g_list = n->next;
-  if (n->next) n->next->prev = n->prev;
-  pthread_mutex_unlock(&g_list_lock);
-  rill__img_scratch_free(&n->s);
-  rill__free(n);
-}
-
-static void key_init(void) { g_key_ok = pthread_key_create(&g_key, scratch_destroy) == 0; }
-
-static rill__img_scratch_t* scratch_get(void) {
-  pthread_once(&g_once, key_init);
-  if (!g_key_ok) return NULL;
-  scratch_node_t* n = pthread_getspecific(g_key);
-  if (n) return &n->s;
-  n = rill__calloc(1, sizeof *n);
-  if (!n) return NULL;
-  if (pthread_setspecific(g_key, n) != 0) {
-    rill__free(n);
-    return NULL;
-  }
-  pthread_mutex_lock(&g_list_lock);
-  n->next = g_list;
-  if (g_list) g_list->prev = n;
-  g_list = n;
-  pthread_mutex_unlock(&g_list_lock);
-  return &n->s;
-}
+static const rill__scratch_kind_t scratch_kind = {sizeof(rill__img_scratch_t), scratch_destroy};
 
 /* ---------------------------------------------------------------- operators */
 
@@ -111,10 +69,10 @@ struct op {
 
 static void path_of(const rill_array_t* paths, int64_t i, char* buf, size_t size) {
   buf[0] = 0;
-  if (!paths || !rill_array_is_valid(paths, i)) return;
-  int64_t n = 0;
-  const char* s = rill_array_cell(paths, i, &n);
-  if (s) snprintf(buf, size, "%.*s", (int)(n < 300 ? n : 300), s);
+  if (!paths) return;
+  rill__cell_t c;
+  rill__cell_view(paths, i, &c);
+  if (c.valid && c.data) snprintf(buf, size, "%.*s", (int)(c.nbytes < 300 ? c.nbytes : 300), (const char*)c.data);
 }
 
 /* Reports a failure of cell i: adds the operator and the file name to the message. */
@@ -131,10 +89,12 @@ static int cell_fail(rill_error_t* err, int64_t i, const op_t* op, const rill_ar
 
 /* The uint8 image in cell i of a uint8 HWC array. */
 static int cell_image(const op_t* op, const rill_array_t* a, int64_t i, img_t* im, rill_error_t* err) {
-  int64_t nb = 0, shape[RILL_MAX_NDIM];
-  const uint8_t* p = rill_array_cell(a, i, &nb);
-  int nd = rill_array_cell_shape(a, i, shape);
-  if (nd != 3 || shape[2] != op->C || shape[0] < 0 || shape[1] < 0 || shape[0] > INT32_MAX ||
+  rill__cell_t c;
+  rill__cell_view(a, i, &c);
+  const uint8_t* p = c.data;
+  const int64_t* shape = c.shape;
+  int64_t nb = c.nbytes;
+  if (c.ndim != 3 || shape[2] != op->C || shape[0] < 0 || shape[1] < 0 || shape[0] > INT32_MAX ||
       shape[1] > INT32_MAX || nb != shape[0] * shape[1] * shape[2] || (!p && nb))
     return cell_fail(err, i, op, NULL, RILL_EFORMAT, "cell is not a uint8 HWC image of its column's channels");
   im->px = p;
@@ -158,8 +118,10 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
                        rill__img_scratch_t* s, img_t* im, rill_error_t* err) {
   rill_error_t local;
   rill_error_t* e = err ? err : &local;
-  int64_t nb = 0;
-  const void* buf = rill_array_cell(a, i, &nb);
+  rill__cell_t c;
+  rill__cell_view(a, i, &c);
+  const void* buf = c.data;
+  int64_t nb = c.nbytes;
   rill__img_info_t info;
   int rc;
   if (nb <= 0 || !buf) return cell_fail(err, i, op, paths, RILL_EFORMAT, "empty file (0 bytes)");
@@ -544,7 +506,7 @@ static int op_map(const rill_array_t* const* in, int nin, rill_array_t* out, ril
   int64_t n = a->length;
   int rc = rill_exec_alloc(exec, out, op->out_type, n);
   if (rc < 0) return rill_error_set(err, rc, "%s: cannot allocate the output of %lld cells", what, (long long)n);
-  rill__img_scratch_t* s = scratch_get();
+  rill__img_scratch_t* s = rill__scratch(&scratch_kind);
   if (!s) return rill_error_set(err, RILL_ENOMEM, "%s: out of memory", what);
   int64_t cell = op->fixed_out ? rill_type_cell_bytes(&op->out_type) : 0;
   for (int64_t i = 0; i < n; i++) {

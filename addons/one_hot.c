@@ -2,7 +2,7 @@
  * column; null labels give null cells, labels outside [0, classes) are RILL_ERANGE). */
 #include <string.h>
 
-#include "internal.h"
+#include "addon.h"
 #include "rill_addons.h"
 
 typedef struct onehot {

@@ -171,6 +171,13 @@ static const uint8_t* view_bytes(const struct ArrowArray* a, int64_t i, int null
   return (const uint8_t*)a->buffers[2 + buf] + off;
 }
 
+/* Declares cells [0, n) of a variable-length column written (offsets, shapes, data). */
+static int commit_cells(column_t* c, int64_t n, rill_error_t* err) {
+  if (rill__array_var_commit(c->out, n) != RILL_OK)
+    return rill__fail(err, RILL_EINVAL, "rill_df_from_arrow: column '%s': cannot commit %" PRId64 " cells", c->name, n);
+  return RILL_OK;
+}
+
 /* arrow.variable_shape_tensor rows into variable cells (offsets, shapes, data). */
 static int copy_vartensor(column_t* c, const struct ArrowArray* a, int64_t start, int64_t n,
                           int64_t dst, rill_error_t* err) {
@@ -236,8 +243,7 @@ static int copy_vartensor(column_t* c, const struct ArrowArray* a, int64_t start
       for (int d = 0; d < ndim; d++) o->shapes[row * ndim + d] = valid ? shape[d] : 0;
   }
   o->data_size = pos;
-  o->priv->var_cells = dst + n;
-  return RILL_OK;
+  return commit_cells(c, dst + n, err);
 }
 
 /* Copies rows [0, n) of child `a` (starting at logical index `start` of the child, i.e.
@@ -311,8 +317,7 @@ static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, i
       memcpy((uint8_t*)o->data + base, (const uint8_t*)a->buffers[2] + first, (size_t)(last - first));
     }
     o->data_size = base + (last - first);
-    o->priv->var_cells = dst + n;
-    return RILL_OK;
+    return commit_cells(c, dst + n, err);
   }
   case RILL__ARROW_VIEW: {
     int64_t pos = o->offsets[dst];
@@ -329,8 +334,7 @@ static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, i
       o->offsets[dst + i + 1] = pos;
       o->data_size = pos;
     }
-    o->priv->var_cells = dst + n;
-    return RILL_OK;
+    return commit_cells(c, dst + n, err);
   }
   case RILL__ARROW_VAR_TENSOR: return copy_vartensor(c, a, start, n, dst, err);
   case RILL__ARROW_FIXED_LIST: {

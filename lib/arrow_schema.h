@@ -14,7 +14,7 @@
 #ifndef RILL_ARROW_SCHEMA_H
 #define RILL_ARROW_SCHEMA_H
 
-#include "internal.h"
+#include "addon.h"
 #include "rill_interop.h"
 
 /* ---- format strings */
