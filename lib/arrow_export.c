@@ -8,7 +8,6 @@
  * release callbacks, so a consumer may move a child out (the parent then skips it) as the
  * specification allows. */
 #include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "arrow_schema.h"

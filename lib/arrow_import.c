@@ -9,7 +9,6 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "arrow_schema.h"
