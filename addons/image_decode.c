@@ -2,8 +2,8 @@
  * geometry (region, DCT scale, pixel limit) and the rill_image_decode map. */
 #include <string.h>
 
+#include "addon.h"
 #include "image_internal.h"
-#include "internal.h"
 #include "rill_addons.h"
 
 static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
@@ -126,20 +126,10 @@ typedef struct decode_ctx {
 /* Turns the decoder's error for cell i into the stage's error, naming the cell's file. */
 static int cell_error(rill_error_t* err, int64_t i, const rill_array_t* paths, const rill_error_t* e) {
   if (err) err->row = i;
-  if (paths && rill_array_is_valid(paths, i)) {
-    int64_t len = 0;
-    const char* p = rill_array_cell(paths, i, &len);
-    return rill_error_set(err, e->code, "%.*s: %s", (int)len, p, e->message);
-  }
+  rill__cell_t path;
+  if (paths) rill__cell_view(paths, i, &path);
+  if (paths && path.valid) return rill_error_set(err, e->code, "%.*s: %s", (int)path.nbytes, (const char*)path.data, e->message);
   return rill_error_set(err, e->code, "image: %s", e->message);
-}
-
-/* Takes back cell i, the last one set, so that the engine can set it (empty or null). */
-static void unset_cell(rill_array_t* out, int64_t i) {
-  out->offsets[i + 1] = out->offsets[i];
-  out->data_size = out->offsets[i];
-  for (int d = 0; d < 3; d++) out->shapes[i * 3 + d] = 0;
-  out->priv->var_cells = i;
 }
 
 static int decode_map(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* exec,
@@ -164,11 +154,11 @@ static int decode_map(const rill_array_t* const* in, int nin, rill_array_t* out,
         return rill_error_set(err, rc, "out of memory");
       continue;
     }
-    int64_t nb = 0;
-    const void* cell = rill_array_cell(bytes, i, &nb);
+    rill__cell_t cell;
+    rill__cell_view(bytes, i, &cell);
     rill__img_info_t info;
     rill__img_out_t plan, got;
-    if ((rc = rill__img_probe(cell, (size_t)nb, &info, &e)) < 0 ||
+    if ((rc = rill__img_probe(cell.data, (size_t)cell.nbytes, &info, &e)) < 0 ||
         (rc = rill__img_plan(&info, &req, &plan, &e)) < 0)
       return cell_error(err, i, paths, &e);
     sh[0] = plan.h;
@@ -179,9 +169,9 @@ static int decode_map(const rill_array_t* const* in, int nin, rill_array_t* out,
       return rill_error_set(err, rc, "cannot allocate %lld bytes for a %lldx%lld image", (long long)size,
                             (long long)sh[1], (long long)sh[0]);
     }
-    if ((rc = rill__img_decode(cell, (size_t)nb, &req, (uint8_t*)out->data + out->offsets[i], (size_t)size,
+    if ((rc = rill__img_decode(cell.data, (size_t)cell.nbytes, &req, (uint8_t*)out->data + out->offsets[i], (size_t)size,
                                &got, &e)) < 0) {
-      unset_cell(out, i);
+      rill__array_var_commit(out, i); /* takes cell i back: the engine sets it (empty or null) */
       return cell_error(err, i, paths, &e);
     }
   }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "rill.h"
+#include "rill_addons.h"
 
 #define RILL__DEFAULT_MAX_PIXELS 100000000LL /* 100 MP */
 
@@ -93,5 +94,66 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
 int rill__png_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err);
 int rill__png_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
                      size_t dst_size, rill__img_out_t* out, rill_error_t* err);
+
+/* ---- pixel kernels of the image operators (image_kernels.c). Images are HWC uint8 with a
+ * row stride in bytes; outputs are packed. */
+
+/* Per-thread working memory of the operators: grown on demand, never shrunk. */
+typedef struct rill__img_scratch {
+  uint8_t* img;    /* decoded region */
+  size_t img_cap;
+  float* tmp;      /* horizontal pass output / jitter working copy */
+  size_t tmp_cap;
+  uint8_t* out;    /* a cell produced before being appended to a variable array */
+  size_t out_cap;
+  int32_t* idx;    /* coefficient start indices (x then y) */
+  size_t idx_cap;
+  float* w;        /* coefficient weights (x then y) */
+  size_t w_cap;
+  const float** rows;
+  size_t rows_cap;
+  int32_t* hidx;   /* horizontal pass, per output value: source index of tap 0 */
+  size_t hidx_cap;
+  float* hw;       /* horizontal pass, per output value: weights of taps 0 and 1 */
+  size_t hw_cap;
+  float* rowf;     /* one source row as floats */
+  size_t rowf_cap;
+} rill__img_scratch_t;
+
+/* Makes *pp (a pointer to a buffer pointer) hold at least `need` bytes; contents are not
+ * kept. Returns the buffer, or NULL when out of memory. */
+void* rill__img_grow(void* pp, size_t* cap, size_t need);
+/* Frees the buffers of `s` (not `s`). */
+void rill__img_scratch_free(rill__img_scratch_t* s);
+
+/* Resamples the sub-region (fx, fy, fw, fh) (fractional, relative to the window) of the
+ * window (x0, y0, w, h) of a C-channel image into dst (out_h x out_w x C). Pixels outside the
+ * window are never read. RILL_ENOMEM when the scratch cannot grow. */
+int rill__img_resize(rill__img_scratch_t* s, const uint8_t* src, int64_t stride, int C, int x0, int y0, int w,
+                     int h, double fx, double fy, double fw, double fh, uint8_t* dst, int out_w, int out_h,
+                     rill_interp_t interp);
+
+/* value * scale[c] + bias[c] per channel */
+typedef struct rill__img_norm {
+  float scale[4], bias[4];
+} rill__img_norm_t;
+/* A packed H x W x C image to float32 (or float16 when f16), CHW when chw else HWC, mirrored
+ * when flip. */
+void rill__img_normalize(const uint8_t* src, int H, int W, int C, int flip, const rill__img_norm_t* k, int f16,
+                         int chw, void* dst);
+/* The mirror image (left <-> right). */
+void rill__img_flip(const uint8_t* src, int H, int W, int C, int64_t stride, uint8_t* dst);
+/* The centred oh x ow crop (zero-padded where the image is smaller), as torchvision. */
+void rill__img_center_crop(const uint8_t* px, int w, int h, int64_t stride, int C, int oh, int ow, uint8_t* dst);
+/* Brightness, contrast and saturation factors drawn from `rng` within jit[0..2] and applied in
+ * a random order, as torchvision's ColorJitter; f: w*h*C floats of working memory. */
+void rill__img_jitter(const double jit[3], rill_rng_t* rng, const uint8_t* px, int w, int h, int64_t stride, int C,
+                      float* f, uint8_t* dst);
+/* RandomResizedCrop.get_params: the crop (x, y, w, h) of a W x H image. */
+void rill__rrc_params(rill_rng_t* rng, int W, int H, const double scale[2], const double ratio[2], int* ox,
+                      int* oy, int* ow, int* oh);
+/* Tests and benchmarks: 0 forces the portable loops, 1 selects the vector loops when the CPU
+ * has them. Returns 1 when vector loops are in use afterwards. */
+int rill__image_set_simd(int on);
 
 #endif /* RILL_IMAGE_INTERNAL_H */

@@ -5,12 +5,11 @@
  * whatever the crop; each thread keeps one decompressor and its row buffers. */
 #include <string.h>
 
+#include "addon.h"
 #include "image_internal.h"
-#include "internal.h"
 
 #if RILL_HAVE_JPEG
 
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
 
@@ -26,23 +25,17 @@ typedef struct jpeg_state {
   char message[JMSG_LENGTH_MAX];
   uint8_t* rows;                 /* MAX_ROWS scratch scanlines */
   size_t rows_cap;
+  int ready;                     /* cinfo was created */
 } jpeg_state_t;
-
-static pthread_key_t state_key;
-static pthread_once_t state_once = PTHREAD_ONCE_INIT;
-static int state_key_ok;
-static _Thread_local jpeg_state_t* tls_state;
 
 static void state_destroy(void* p) {
   jpeg_state_t* st = p;
-  if (!st) return;
-  jpeg_destroy_decompress(&st->cinfo);
+  if (st->ready) jpeg_destroy_decompress(&st->cinfo);
   rill__free(st->rows);
-  rill__free(st);
-  tls_state = NULL;
 }
 
-static void state_key_init(void) { state_key_ok = pthread_key_create(&state_key, state_destroy) == 0; }
+/* one decompressor per thread, from the library's scratch registry */
+static const rill__scratch_kind_t state_kind = {sizeof(jpeg_state_t), state_destroy};
 
 static void on_error_exit(j_common_ptr cinfo) {
   jpeg_state_t* st = (jpeg_state_t*)cinfo->client_data;
@@ -84,26 +77,24 @@ static void on_output_message(j_common_ptr cinfo) { (void)cinfo; }
 __attribute__((noinline))
 #endif
 static jpeg_state_t* state_get(rill_error_t* err) {
-  if (tls_state) return tls_state;
-  pthread_once(&state_once, state_key_init);
-  jpeg_state_t* st = rill__calloc(1, sizeof *st);
+  jpeg_state_t* st = rill__scratch(&state_kind);
+  if (st && st->ready) return st;
   if (!st) {
     rill_error_set(err, RILL_ENOMEM, "out of memory (JPEG decoder state)");
     return NULL;
   }
+  memset(&st->cinfo, 0, sizeof st->cinfo);
   st->cinfo.err = jpeg_std_error(&st->mgr);
   st->mgr.error_exit = on_error_exit;
   st->mgr.emit_message = on_emit_message;
   st->mgr.output_message = on_output_message;
   st->cinfo.client_data = st;
   if (setjmp(st->jump)) { /* jpeg_create_decompress fails only when out of memory */
-    rill__free(st);
     rill_error_set(err, RILL_ENOMEM, "out of memory (JPEG decoder state)");
     return NULL;
   }
   jpeg_create_decompress(&st->cinfo);
-  if (state_key_ok) pthread_setspecific(state_key, st);
-  tls_state = st;
+  st->ready = 1;
   return st;
 }
 

@@ -6,12 +6,11 @@
  * after each image, so the steady state does not call malloc. */
 #include <string.h>
 
+#include "addon.h"
 #include "image_internal.h"
-#include "internal.h"
 
 #if RILL_HAVE_PNG
 
-#include <pthread.h>
 #include <png.h>
 #include <stdio.h>
 
@@ -57,37 +56,22 @@ typedef struct png_state {
   size_t src_size, src_pos;
 } png_state_t;
 
-static pthread_key_t state_key;
-static pthread_once_t state_once = PTHREAD_ONCE_INIT;
-static int state_key_ok;
-static _Thread_local png_state_t* tls_state;
-
 static void state_destroy(void* p) {
   png_state_t* st = p;
-  if (!st) return;
   rill__free(st->arena);
   rill__free(st->scratch);
-  rill__free(st);
-  tls_state = NULL;
 }
 
-static void state_key_init(void) { state_key_ok = pthread_key_create(&state_key, state_destroy) == 0; }
+/* one arena and scratch buffer per thread, from the library's scratch registry */
+static const rill__scratch_kind_t state_kind = {sizeof(png_state_t), state_destroy};
 
-#if defined(__GNUC__)
-__attribute__((noinline))
-#endif
 static png_state_t* state_get(rill_error_t* err) {
-  if (tls_state) return tls_state;
-  pthread_once(&state_once, state_key_init);
-  png_state_t* st = rill__calloc(1, sizeof *st);
-  if (st) st->arena = rill__alloc(ARENA_SIZE);
+  png_state_t* st = rill__scratch(&state_kind);
+  if (st && !st->arena) st->arena = rill__alloc(ARENA_SIZE);
   if (!st || !st->arena) {
-    rill__free(st);
     rill_error_set(err, RILL_ENOMEM, "out of memory (PNG decoder state)");
     return NULL;
   }
-  if (state_key_ok) pthread_setspecific(state_key, st);
-  tls_state = st;
   return st;
 }
 

@@ -9,7 +9,7 @@
  * are non-nullable. */
 #include <string.h>
 
-#include "internal.h"
+#include "arrow_schema.h"
 
 static rill_interchange_dtype_t dt(rill_interchange_kind_t kind, int bits, const char* format,
                                    char endianness) {
@@ -17,25 +17,23 @@ static rill_interchange_dtype_t dt(rill_interchange_kind_t kind, int bits, const
   return d;
 }
 
+/* The protocol's dtype of a column of dtype d (format strings from the schema module); 0 when
+ * the protocol has no kind for it. */
 static int column_dtype(rill_dtype_t d, rill_interchange_dtype_t* out) {
+  rill_interchange_kind_t kind;
   switch (d) {
-  case RILL_BOOL: *out = dt(RILL_KIND_BOOL, 8, "b", '|'); return 1;
-  case RILL_INT8: *out = dt(RILL_KIND_INT, 8, "c", '|'); return 1;
-  case RILL_INT16: *out = dt(RILL_KIND_INT, 16, "s", '='); return 1;
-  case RILL_INT32: *out = dt(RILL_KIND_INT, 32, "i", '='); return 1;
-  case RILL_INT64: *out = dt(RILL_KIND_INT, 64, "l", '='); return 1;
-  case RILL_UINT8: *out = dt(RILL_KIND_UINT, 8, "C", '|'); return 1;
-  case RILL_UINT16: *out = dt(RILL_KIND_UINT, 16, "S", '='); return 1;
-  case RILL_UINT32: *out = dt(RILL_KIND_UINT, 32, "I", '='); return 1;
-  case RILL_UINT64: *out = dt(RILL_KIND_UINT, 64, "L", '='); return 1;
-  case RILL_FLOAT16: *out = dt(RILL_KIND_FLOAT, 16, "e", '='); return 1;
-  case RILL_FLOAT32: *out = dt(RILL_KIND_FLOAT, 32, "f", '='); return 1;
-  case RILL_FLOAT64: *out = dt(RILL_KIND_FLOAT, 64, "g", '='); return 1;
-  case RILL_STRING: *out = dt(RILL_KIND_STRING, 8, "U", '='); return 1;
-  case RILL_TIMESTAMP_US: *out = dt(RILL_KIND_DATETIME, 64, "tsu:UTC", '='); return 1;
-  case RILL_BFLOAT16: case RILL_BINARY: return 0;
+  case RILL_BOOL: kind = RILL_KIND_BOOL; break;
+  case RILL_INT8: case RILL_INT16: case RILL_INT32: case RILL_INT64: kind = RILL_KIND_INT; break;
+  case RILL_UINT8: case RILL_UINT16: case RILL_UINT32: case RILL_UINT64: kind = RILL_KIND_UINT; break;
+  case RILL_FLOAT16: case RILL_FLOAT32: case RILL_FLOAT64: kind = RILL_KIND_FLOAT; break;
+  case RILL_STRING: kind = RILL_KIND_STRING; break;
+  case RILL_TIMESTAMP_US: kind = RILL_KIND_DATETIME; break;
+  default: return 0; /* BFLOAT16, BINARY */
   }
-  return 0;
+  int bits = d == RILL_STRING ? 8 : (int)rill_dtype_size(d) * 8;
+  char endianness = (d != RILL_STRING && bits == 8) ? '|' : '=';
+  *out = dt(kind, bits, rill__arrow_format(d), endianness);
+  return 1;
 }
 
 int rill_array_interchange(const rill_array_t* a, rill_interchange_column_t* out) {
@@ -56,7 +54,7 @@ int rill_array_interchange(const rill_array_t* a, rill_interchange_column_t* out
     out->validity.ptr = a->validity;
     out->validity.bufsize = (a->length + 7) / 8;
     out->validity.device = dev;
-    out->validity.dtype = dt(RILL_KIND_BOOL, 1, "b", '=');
+    out->validity.dtype = dt(RILL_KIND_BOOL, 1, rill__arrow_format(RILL_BOOL), '=');
   } else {
     out->null_kind = RILL_NULL_NON_NULLABLE;
     out->null_value = 0;
@@ -66,14 +64,14 @@ int rill_array_interchange(const rill_array_t* a, rill_interchange_column_t* out
   if (a->type.dtype == RILL_STRING) {
     int host = dev.type != RILL_DEVICE_CUDA;
     out->data.bufsize = (host && a->offsets != NULL) ? a->offsets[a->length] : a->data_size;
-    out->data.dtype = dt(RILL_KIND_UINT, 8, "C", '=');
+    out->data.dtype = dt(RILL_KIND_UINT, 8, rill__arrow_format(RILL_UINT8), '=');
     out->offsets.ptr = a->offsets;
     out->offsets.bufsize = a->offsets != NULL ? (a->length + 1) * (int64_t)sizeof(int64_t) : 0;
     out->offsets.device = dev;
-    out->offsets.dtype = dt(RILL_KIND_INT, 64, "l", '=');
+    out->offsets.dtype = dt(RILL_KIND_INT, 64, rill__arrow_format(RILL_INT64), '=');
   } else {
     out->data.bufsize = a->length * (int64_t)rill_dtype_size(a->type.dtype);
-    out->data.dtype = a->type.dtype == RILL_TIMESTAMP_US ? dt(RILL_KIND_INT, 64, "l", '=') : d;
+    out->data.dtype = a->type.dtype == RILL_TIMESTAMP_US ? dt(RILL_KIND_INT, 64, rill__arrow_format(RILL_INT64), '=') : d;
   }
   return RILL_OK;
 }

@@ -8,11 +8,7 @@
 #include <sys/wait.h>
 
 #include "image_common.h"
-
-/* internal entry points of the image operators */
-int rill__image_set_simd(int on);
-void rill__rrc_params(rill_rng_t* rng, int W, int H, const double scale[2], const double ratio[2], int* x,
-                      int* y, int* w, int* h);
+#include "image_internal.h" /* rill__image_set_simd, rill__rrc_params */
 
 /* ---------------------------------------------------------------- helpers */
 

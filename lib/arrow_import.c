@@ -9,34 +9,16 @@
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "arrow_schema.h"
 #include "rill_addons.h"
-#include "rill_interop.h"
-
-typedef enum conv {
-  CONV_COPY,      /* fixed-width values: memcpy */
-  CONV_BOOL,      /* bits -> bytes */
-  CONV_TS,        /* int64 scaled to microseconds */
-  CONV_VAR32,     /* utf8 / binary with int32 offsets */
-  CONV_VAR64,     /* large_utf8 / large_binary */
-  CONV_VIEW,      /* utf8_view / binary_view (16-byte views + data buffers) */
-  CONV_FSL,       /* fixed_size_list of fixed-width (or bool) elements */
-  CONV_VARTENSOR  /* arrow.variable_shape_tensor: struct<data: list<T>, shape: fsl<int32>> */
-} conv_t;
 
 typedef struct column {
   const char* name;     /* borrowed from the schema (kept until the end) */
   char format[64];      /* for messages */
-  rill_type_t type;
-  conv_t conv;
-  int elem_bool;        /* CONV_FSL of booleans */
-  int64_t list_size;    /* CONV_FSL: elements per cell */
-  int large_list;       /* CONV_VARTENSOR: data is a large list ("+L") */
-  int64_t var_cap;      /* CONV_VARTENSOR: bytes reserved in out */
-  int64_t ts_mul, ts_div;
+  rill__arrow_field_t f; /* rill type and Arrow layout */
+  int64_t var_cap;      /* RILL__ARROW_VAR_TENSOR: bytes reserved in out */
   rill_array_t* out;
 } column_t;
 
@@ -58,196 +40,17 @@ typedef struct import {
 
 /* ---------------------------------------------------------------- schema */
 
-/* Looks up `key` in binary C Data Interface metadata; copies its value (NUL-terminated,
- * truncated to size-1) into `val`. Returns 1 when found. */
-static int metadata_get(const char* md, const char* key, char* val, size_t size) {
-  if (md == NULL) return 0;
-  int32_t n;
-  memcpy(&n, md, 4);
-  const char* p = md + 4;
-  size_t klen = strlen(key);
-  for (int32_t i = 0; i < n; i++) {
-    int32_t kl, vl;
-    memcpy(&kl, p, 4);
-    p += 4;
-    const char* k = p;
-    p += kl;
-    memcpy(&vl, p, 4);
-    p += 4;
-    const char* v = p;
-    p += vl;
-    if ((size_t)kl == klen && memcmp(k, key, klen) == 0) {
-      size_t m = (size_t)vl < size - 1 ? (size_t)vl : size - 1;
-      memcpy(val, v, m);
-      val[m] = '\0';
-      return 1;
-    }
-  }
-  return 0;
-}
-
-/* Element formats of fixed width. */
-static int fixed_dtype(const char* f, rill_dtype_t* d) {
-  if (strlen(f) != 1) return 0;
-  switch (f[0]) {
-  case 'c': *d = RILL_INT8; return 1;
-  case 's': *d = RILL_INT16; return 1;
-  case 'i': *d = RILL_INT32; return 1;
-  case 'l': *d = RILL_INT64; return 1;
-  case 'C': *d = RILL_UINT8; return 1;
-  case 'S': *d = RILL_UINT16; return 1;
-  case 'I': *d = RILL_UINT32; return 1;
-  case 'L': *d = RILL_UINT64; return 1;
-  case 'e': *d = RILL_FLOAT16; return 1;
-  case 'f': *d = RILL_FLOAT32; return 1;
-  case 'g': *d = RILL_FLOAT64; return 1;
-  case 'b': *d = RILL_BOOL; return 1;
-  }
-  return 0;
-}
-
-static int is_bf16(const struct ArrowSchema* s) {
-  char v[32];
-  return strcmp(s->format, "S") == 0 && metadata_get(s->metadata, "rill.dtype", v, sizeof v) &&
-         strcmp(v, "bfloat16") == 0;
-}
-
-/* Reads {"<key>":[a,b,...]} from extension metadata ("null" reads as -1); returns the count
- * or -1. */
-static int parse_shape(const char* json, const char* key, int64_t* shape) {
-  const char* p = strstr(json, key);
-  if (p == NULL) return -1;
-  p = strchr(p, '[');
-  if (p == NULL) return -1;
-  p++;
-  int n = 0;
-  for (;;) {
-    while (*p == ' ') p++;
-    if (*p == ']') return n;
-    if (n == RILL_MAX_NDIM) return -1;
-    if (strncmp(p, "null", 4) == 0) {
-      shape[n++] = -1;
-      p += 4;
-      while (*p == ' ') p++;
-      if (*p == ',') p++;
-      else if (*p != ']') return -1;
-      continue;
-    }
-    char* end;
-    long long v = strtoll(p, &end, 10);
-    if (end == p || v < 0) return -1;
-    shape[n++] = v;
-    p = end;
-    while (*p == ' ') p++;
-    if (*p == ',') p++;
-    else if (*p != ']') return -1;
-  }
-}
-
 static int unsupported(const char* name, const char* format, const char* why, rill_error_t* err) {
   return rill__fail(err, RILL_ENOTSUP, "rill_df_from_arrow: column '%s' has Arrow format \"%s\"%s",
                     name, format, why);
 }
 
 static int column_type(const struct ArrowSchema* s, column_t* c, rill_error_t* err) {
-  const char* f = s->format;
   c->name = s->name != NULL ? s->name : "";
-  snprintf(c->format, sizeof c->format, "%s", f);
-  c->ts_mul = c->ts_div = 1;
-  if (s->dictionary != NULL) return unsupported(c->name, f, " (dictionary-encoded)", err);
-  rill_dtype_t d;
-  if (fixed_dtype(f, &d)) {
-    c->type = rill_type_scalar(is_bf16(s) ? RILL_BFLOAT16 : d);
-    c->conv = d == RILL_BOOL ? CONV_BOOL : CONV_COPY;
-    return RILL_OK;
-  }
-  if (strcmp(f, "u") == 0 || strcmp(f, "z") == 0 || strcmp(f, "U") == 0 || strcmp(f, "Z") == 0) {
-    c->type = rill_type_scalar(f[0] == 'u' || f[0] == 'U' ? RILL_STRING : RILL_BINARY);
-    c->conv = (f[0] == 'u' || f[0] == 'z') ? CONV_VAR32 : CONV_VAR64;
-    return RILL_OK;
-  }
-  if (strcmp(f, "vu") == 0 || strcmp(f, "vz") == 0) {
-    c->type = rill_type_scalar(f[1] == 'u' ? RILL_STRING : RILL_BINARY);
-    c->conv = CONV_VIEW;
-    return RILL_OK;
-  }
-  if (strncmp(f, "ts", 2) == 0 && strlen(f) >= 4 && f[3] == ':') {
-    switch (f[2]) {
-    case 's': c->ts_mul = 1000000; break;
-    case 'm': c->ts_mul = 1000; break;
-    case 'u': break;
-    case 'n': c->ts_div = 1000; break;
-    default: return unsupported(c->name, f, "", err);
-    }
-    c->type = rill_type_scalar(RILL_TIMESTAMP_US);
-    c->conv = CONV_TS;
-    return RILL_OK;
-  }
-  char ext[64];
-  if (strcmp(f, "+s") == 0 && metadata_get(s->metadata, "ARROW:extension:name", ext, sizeof ext) &&
-      strcmp(ext, "arrow.variable_shape_tensor") == 0) {
-    const struct ArrowSchema* data = s->n_children == 2 ? s->children[0] : NULL;
-    const struct ArrowSchema* shp = s->n_children == 2 ? s->children[1] : NULL;
-    if (data == NULL || shp == NULL || data->n_children != 1 || shp->n_children != 1 ||
-        (strcmp(data->format, "+l") != 0 && strcmp(data->format, "+L") != 0) ||
-        strncmp(shp->format, "+w:", 3) != 0 || strcmp(shp->children[0]->format, "i") != 0)
-      return unsupported(c->name, f, " (malformed arrow.variable_shape_tensor)", err);
-    if (!fixed_dtype(data->children[0]->format, &d) || d == RILL_BOOL)
-      return unsupported(c->name, f, " (variable_shape_tensor of an unsupported element type)", err);
-    if (is_bf16(data->children[0])) d = RILL_BFLOAT16;
-    long nd = strtol(shp->format + 3, NULL, 10);
-    if (nd < 1 || nd > RILL_MAX_NDIM)
-      return unsupported(c->name, f, " (variable_shape_tensor rank out of range)", err);
-    int64_t shape[RILL_MAX_NDIM];
-    for (int i = 0; i < nd; i++) shape[i] = -1;
-    char json[512];
-    if (metadata_get(s->metadata, "ARROW:extension:metadata", json, sizeof json) &&
-        strstr(json, "\"uniform_shape\"") != NULL) {
-      int64_t u[RILL_MAX_NDIM];
-      if (parse_shape(json, "\"uniform_shape\"", u) != nd)
-        return unsupported(c->name, f, " (uniform_shape does not match the rank)", err);
-      int fixed = 1;
-      for (int i = 0; i < nd; i++) fixed &= u[i] >= 0;
-      /* rill stores cells with one or more unknown dimensions as variable cells */
-      if (!fixed) memcpy(shape, u, sizeof(int64_t) * (size_t)nd);
-    }
-    c->type = rill_type_tensor(d, (int)nd, shape);
-    c->conv = CONV_VARTENSOR;
-    c->large_list = data->format[1] == 'L';
-    return RILL_OK;
-  }
-  if (strncmp(f, "+w:", 3) == 0) {
-    char* end;
-    long long n = strtoll(f + 3, &end, 10);
-    if (*end != '\0' || n < 0 || s->n_children != 1 || s->children == NULL)
-      return unsupported(c->name, f, " (malformed fixed_size_list)", err);
-    const struct ArrowSchema* item = s->children[0];
-    if (!fixed_dtype(item->format, &d))
-      return unsupported(c->name, f, " (fixed_size_list of a non-numeric element type)", err);
-    if (is_bf16(item)) d = RILL_BFLOAT16;
-    int64_t shape[RILL_MAX_NDIM] = {n};
-    int ndim = 1;
-    char json[512];
-    if (metadata_get(s->metadata, "ARROW:extension:name", ext, sizeof ext) &&
-        strcmp(ext, "arrow.fixed_shape_tensor") == 0 &&
-        metadata_get(s->metadata, "ARROW:extension:metadata", json, sizeof json)) {
-      int64_t sh[RILL_MAX_NDIM];
-      int nd = parse_shape(json, "\"shape\"", sh);
-      int64_t prod = 1;
-      for (int i = 0; i < nd; i++) prod *= sh[i];
-      if (nd < 1 || prod != n)
-        return unsupported(c->name, f, " (arrow.fixed_shape_tensor metadata does not match the list size)",
-                           err);
-      ndim = nd;
-      memcpy(shape, sh, sizeof(int64_t) * (size_t)nd);
-    }
-    c->type = rill_type_tensor(d, ndim, shape);
-    c->conv = CONV_FSL;
-    c->elem_bool = d == RILL_BOOL;
-    c->list_size = n;
-    return RILL_OK;
-  }
-  return unsupported(c->name, f, "", err);
+  snprintf(c->format, sizeof c->format, "%s", s->format);
+  const char* why;
+  if (rill__arrow_field_type(s, &c->f, &why) != RILL_OK) return unsupported(c->name, s->format, why, err);
+  return RILL_OK;
 }
 
 /* ---------------------------------------------------------------- batches */
@@ -367,12 +170,19 @@ static const uint8_t* view_bytes(const struct ArrowArray* a, int64_t i, int null
   return (const uint8_t*)a->buffers[2 + buf] + off;
 }
 
+/* Declares cells [0, n) of a variable-length column written (offsets, shapes, data). */
+static int commit_cells(column_t* c, int64_t n, rill_error_t* err) {
+  if (rill__array_var_commit(c->out, n) != RILL_OK)
+    return rill__fail(err, RILL_EINVAL, "rill_df_from_arrow: column '%s': cannot commit %" PRId64 " cells", c->name, n);
+  return RILL_OK;
+}
+
 /* arrow.variable_shape_tensor rows into variable cells (offsets, shapes, data). */
 static int copy_vartensor(column_t* c, const struct ArrowArray* a, int64_t start, int64_t n,
                           int64_t dst, rill_error_t* err) {
   rill_array_t* o = c->out;
-  int ndim = c->type.ndim;
-  int64_t es = (int64_t)rill_dtype_size(c->type.dtype);
+  int ndim = c->f.type.ndim;
+  int64_t es = (int64_t)rill_dtype_size(c->f.type.dtype);
   if (a->n_children != 2 || a->children[0]->n_children != 1 || a->children[1]->n_children != 1)
     return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s': malformed "
                       "arrow.variable_shape_tensor array", c->name);
@@ -395,13 +205,13 @@ static int copy_vartensor(column_t* c, const struct ArrowArray* a, int64_t start
       for (int d = 0; d < ndim; d++) {
         shape[d] = sv[d];
         count *= shape[d];
-        if (shape[d] < 0 || (c->type.shape[d] >= 0 && shape[d] != c->type.shape[d]))
+        if (shape[d] < 0 || (c->f.type.shape[d] >= 0 && shape[d] != c->f.type.shape[d]))
           return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s', row %" PRId64
                             ": dimension %d is %" PRId64 ", the type says %" PRId64, c->name, row,
-                            d, shape[d], c->type.shape[d]);
+                            d, shape[d], c->f.type.shape[d]);
       }
       int64_t q = data->offset + p;
-      if (c->large_list) {
+      if (c->f.large_list) {
         b = ((const int64_t*)data->buffers[1])[q];
         e = ((const int64_t*)data->buffers[1])[q + 1];
       } else {
@@ -432,8 +242,7 @@ static int copy_vartensor(column_t* c, const struct ArrowArray* a, int64_t start
       for (int d = 0; d < ndim; d++) o->shapes[row * ndim + d] = valid ? shape[d] : 0;
   }
   o->data_size = pos;
-  o->priv->var_cells = dst + n;
-  return RILL_OK;
+  return commit_cells(c, dst + n, err);
 }
 
 /* Copies rows [0, n) of child `a` (starting at logical index `start` of the child, i.e.
@@ -452,31 +261,31 @@ static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, i
   }
   if (n == 0) return RILL_OK;
   if (a->n_buffers < 2 || a->buffers[1] == NULL) {
-    if (c->conv != CONV_FSL && c->conv != CONV_VARTENSOR) return fail_buffer(c, batch, err);
+    if (c->f.layout != RILL__ARROW_FIXED_LIST && c->f.layout != RILL__ARROW_VAR_TENSOR) return fail_buffer(c, batch, err);
   }
-  switch (c->conv) {
-  case CONV_COPY: {
-    size_t es = rill_dtype_size(c->type.dtype);
+  switch (c->f.layout) {
+  case RILL__ARROW_FIXED: {
+    size_t es = rill_dtype_size(c->f.type.dtype);
     memcpy((uint8_t*)o->data + dst * (int64_t)es, (const uint8_t*)a->buffers[1] + start * (int64_t)es,
            (size_t)n * es);
     return RILL_OK;
   }
-  case CONV_BOOL: {
+  case RILL__ARROW_BITS: {
     uint8_t* d = (uint8_t*)o->data + dst;
     for (int64_t i = 0; i < n; i++) d[i] = (uint8_t)bit(a->buffers[1], start + i);
     return RILL_OK;
   }
-  case CONV_TS: {
+  case RILL__ARROW_TIMESTAMP: {
     const uint8_t* s = (const uint8_t*)a->buffers[1] + start * 8; /* may be unaligned */
     int64_t* d = (int64_t*)o->data + dst;
     for (int64_t i = 0; i < n; i++) {
       int64_t v;
       memcpy(&v, s + 8 * i, 8);
-      if (c->ts_div > 1) {
-        int64_t q = v / c->ts_div;
-        if ((v % c->ts_div) < 0) q--; /* floor */
+      if (c->f.ts_div > 1) {
+        int64_t q = v / c->f.ts_div;
+        if ((v % c->f.ts_div) < 0) q--; /* floor */
         d[i] = q;
-      } else if (__builtin_mul_overflow(v, c->ts_mul, &d[i])) {
+      } else if (__builtin_mul_overflow(v, c->f.ts_mul, &d[i])) {
         if (rill_array_is_valid(o, dst + i))
           return rill__fail(err, RILL_ERANGE,
                             "rill_df_from_arrow: column '%s', row %" PRId64
@@ -487,11 +296,11 @@ static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, i
     }
     return RILL_OK;
   }
-  case CONV_VAR32:
-  case CONV_VAR64: {
+  case RILL__ARROW_VAR32:
+  case RILL__ARROW_VAR64: {
     int64_t base = o->offsets[dst];
     const void* off = a->buffers[1];
-    int wide = c->conv == CONV_VAR64;
+    int wide = c->f.layout == RILL__ARROW_VAR64;
     int64_t first = offset_at(off, wide, start), last = offset_at(off, wide, start + n);
     int64_t prev = first;
     for (int64_t i = 1; i <= n; i++) {
@@ -507,10 +316,9 @@ static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, i
       memcpy((uint8_t*)o->data + base, (const uint8_t*)a->buffers[2] + first, (size_t)(last - first));
     }
     o->data_size = base + (last - first);
-    o->priv->var_cells = dst + n;
-    return RILL_OK;
+    return commit_cells(c, dst + n, err);
   }
-  case CONV_VIEW: {
+  case RILL__ARROW_VIEW: {
     int64_t pos = o->offsets[dst];
     for (int64_t i = 0; i < n; i++) {
       int32_t len;
@@ -525,13 +333,12 @@ static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, i
       o->offsets[dst + i + 1] = pos;
       o->data_size = pos;
     }
-    o->priv->var_cells = dst + n;
-    return RILL_OK;
+    return commit_cells(c, dst + n, err);
   }
-  case CONV_VARTENSOR: return copy_vartensor(c, a, start, n, dst, err);
-  case CONV_FSL: {
+  case RILL__ARROW_VAR_TENSOR: return copy_vartensor(c, a, start, n, dst, err);
+  case RILL__ARROW_FIXED_LIST: {
     const struct ArrowArray* item = a->children[0];
-    int64_t k = c->list_size;
+    int64_t k = c->f.list_size;
     int64_t istart = item->offset + start * k;
     int64_t count = n * k;
     if (item->length < istart - item->offset + count)
@@ -547,11 +354,11 @@ static int copy_column(column_t* c, const struct ArrowArray* a, int64_t start, i
                             c->name, dst + i / k, c->format);
     }
     if (item->n_buffers < 2 || item->buffers[1] == NULL) return fail_buffer(c, batch, err);
-    if (c->elem_bool) {
+    if (c->f.elem_bits) {
       uint8_t* d = (uint8_t*)o->data + dst * k;
       for (int64_t i = 0; i < count; i++) d[i] = (uint8_t)bit(item->buffers[1], istart + i);
     } else {
-      size_t es = rill_dtype_size(c->type.dtype);
+      size_t es = rill_dtype_size(c->f.type.dtype);
       memcpy((uint8_t*)o->data + dst * k * (int64_t)es,
              (const uint8_t*)item->buffers[1] + istart * (int64_t)es, (size_t)count * es);
     }
@@ -569,7 +376,7 @@ static int64_t var_bytes(const import_t* im, int64_t col) {
     const struct ArrowArray* a = p->children[col];
     if (p->length == 0 || a->n_buffers < 2 || a->buffers[1] == NULL) continue;
     int64_t start = p->offset + a->offset;
-    if (im->cols[col].conv == CONV_VIEW) {
+    if (im->cols[col].f.layout == RILL__ARROW_VIEW) {
       for (int64_t i = 0; i < p->length; i++) {
         int32_t len;
         int64_t k = start + i;
@@ -578,7 +385,7 @@ static int64_t var_bytes(const import_t* im, int64_t col) {
         if (len > 0) total += len;
       }
     } else {
-      int wide = im->cols[col].conv == CONV_VAR64;
+      int wide = im->cols[col].f.layout == RILL__ARROW_VAR64;
       total += offset_at(a->buffers[1], wide, start + p->length) - offset_at(a->buffers[1], wide, start);
     }
   }
@@ -605,16 +412,16 @@ static int try_wrap(import_t* im, int64_t col, rill_error_t* err) {
   const uint8_t* data = NULL;
   int64_t* offsets = NULL;
   int64_t size = 0;
-  size_t es = rill_dtype_size(c->type.dtype);
-  switch (c->conv) {
-  case CONV_TS:   /* microseconds only: rill's unit */
-  case CONV_COPY:
-    if (c->ts_mul != 1 || c->ts_div != 1) return RILL_OK;
+  size_t es = rill_dtype_size(c->f.type.dtype);
+  switch (c->f.layout) {
+  case RILL__ARROW_TIMESTAMP:   /* microseconds only: rill's unit */
+  case RILL__ARROW_FIXED:
+    if (c->f.ts_mul != 1 || c->f.ts_div != 1) return RILL_OK;
     if (a->n_buffers < 2 || a->buffers[1] == NULL) return RILL_OK;
     data = (const uint8_t*)a->buffers[1] + s * (int64_t)es;
     size = n * (int64_t)es;
     break;
-  case CONV_VAR64: {
+  case RILL__ARROW_VAR64: {
     if (a->n_buffers < 3 || a->buffers[1] == NULL) return RILL_OK;
     const int64_t* off = (const int64_t*)a->buffers[1] + s;
     if (!aligned(off, sizeof(int64_t)) || off[0] != 0) return RILL_OK;
@@ -626,11 +433,11 @@ static int try_wrap(import_t* im, int64_t col, rill_error_t* err) {
     es = 1;
     break;
   }
-  case CONV_FSL: {
-    if (c->elem_bool || a->n_children != 1 || a->children == NULL || a->children[0] == NULL)
+  case RILL__ARROW_FIXED_LIST: {
+    if (c->f.elem_bits || a->n_children != 1 || a->children == NULL || a->children[0] == NULL)
       return RILL_OK;
     const struct ArrowArray* item = a->children[0];
-    int64_t k = c->list_size;
+    int64_t k = c->f.list_size;
     if (item->null_count != 0 && item->n_buffers > 0 && item->buffers[0] != NULL) return RILL_OK;
     if (item->n_buffers < 2 || item->buffers[1] == NULL || item->offset < 0 ||
         item->length < (s + n) * k)
@@ -644,7 +451,7 @@ static int try_wrap(import_t* im, int64_t col, rill_error_t* err) {
   if (data != NULL && !aligned(data, es)) return RILL_OK;
   holder_t* h = im->holder;
   atomic_fetch_add(&h->refs, 1);
-  int rc = rill_array_wrap(c->type, n, (void*)(uintptr_t)data, size, validity, -1, offsets, NULL,
+  int rc = rill_array_wrap(c->f.type, n, (void*)(uintptr_t)data, size, validity, -1, offsets, NULL,
                            holder_release, h, &c->out, err);
   if (rc != RILL_OK) {
     atomic_fetch_sub(&h->refs, 1); /* never the last: the import holds one */
@@ -676,9 +483,9 @@ static int build(import_t* im, rill_df_t** out, rill_error_t* err) {
       if ((rc = try_wrap(im, i, err)) != RILL_OK) return rc;
       if (c->out != NULL) continue;
     }
-    rc = rill_array_new(c->type, im->rows, &c->out, err);
+    rc = rill_array_new(c->f.type, im->rows, &c->out, err);
     if (rc != RILL_OK) return rc;
-    if (c->conv == CONV_VAR32 || c->conv == CONV_VAR64 || c->conv == CONV_VIEW) {
+    if (c->f.layout == RILL__ARROW_VAR32 || c->f.layout == RILL__ARROW_VAR64 || c->f.layout == RILL__ARROW_VIEW) {
       int64_t bytes = var_bytes(im, i);
       if (bytes < 0)
         return rill__fail(err, RILL_EFORMAT, "rill_df_from_arrow: column '%s': negative offsets",
