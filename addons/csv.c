@@ -458,24 +458,31 @@ static int csv_open(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, r
     return rc;
   rill_type_t* types = rill__alloc((size_t)c->ncols * sizeof *types);
   if (!types) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
-  int nullable = o->on_error == RILL_ON_ERROR_NULL || o->on_bad_row == RILL_ON_ERROR_NULL;
+  int* nullable = rill__alloc((size_t)c->ncols * sizeof *nullable);
+  if (!nullable) {
+    rill__free(types);
+    return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+  }
   for (int k = 0; k < c->ncols; k++) {
     types[k] = rill_type_scalar(c->types[k]);
-    nullable |= c->types[k] != RILL_STRING; /* an empty field is a null number */
+    /* an empty field is a null number; a missing field of a short row is null everywhere */
+    nullable[k] = c->types[k] != RILL_STRING || o->on_bad_row == RILL_ON_ERROR_NULL;
   }
   /* tasks of up to 1024 rows (fewer for wide rows) */
   int64_t grain = ((int64_t)1 << 20) / c->ncols;
-  rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error, .nullable = nullable,
+  rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error,
                           .grain = grain > 1024 ? 1024 : grain < 1 ? 1 : grain};
   rill_df_t* df = NULL;
   if ((rc = rill_df_new(c->nrows, &df, err)) != RILL_OK) {
     rill__free(types);
+    rill__free(nullable);
     return rc;
   }
   atomic_fetch_add(&c->refs, 1);
-  rc = rill__df_add_source_group(df, (const char* const*)c->names, types, c->ncols, csv_fill, c, csv_unref_ctx,
-                                 &so, err);
+  rc = rill__df_add_source_group(df, (const char* const*)c->names, types, nullable, c->ncols, csv_fill, c,
+                                 csv_unref_ctx, &so, err);
   rill__free(types);
+  rill__free(nullable);
   if (rc < 0) {
     rill_df_free(df);
     return rc;

@@ -721,8 +721,8 @@ static int sq_open(sq_t* s, sqlite3* db, const rill_sql_param_t* params, int npa
     return rc;
   }
   atomic_fetch_add(&s->refs, 1);
-  rc = rill__df_add_source_group(df, (const char* const*)s->names, types, s->ncols, sq_fill, s, sq_unref_ctx, &so,
-                                 err);
+  rc = rill__df_add_source_group(df, (const char* const*)s->names, types, NULL, s->ncols, sq_fill, s, sq_unref_ctx,
+                                 &so, err);
   rill__free(types);
   if (rc < 0) {
     rill_df_free(df);

@@ -53,11 +53,13 @@ int rill__array_var_commit(rill_array_t* a, int64_t n);
  * column's cell when err->column is -1) and calls fn again for the rows after it. */
 typedef int (*rill__source_group_fn)(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts,
                                      rill_exec_t* exec, void* ctx, rill_error_t* err);
-/* Adds `ncolumns` source columns named names[i] of types[i], filled together by fn. ctx
- * (freed once with ctx_free, also on failure) is shared by the group. opts->where must be a
- * CPU placement. Returns the index of the first column (the others follow), or < 0 with a
- * message in err. */
-int rill__df_add_source_group(rill_df_t* df, const char* const* names, const rill_type_t* types, int ncolumns,
+/* Adds `ncolumns` source columns named names[i] of types[i], filled together by fn.
+ * nullable[i] says whether column i may hold nulls (NULL: opts->nullable for every column;
+ * on_error NULL makes every column nullable). ctx (freed once with ctx_free, also on failure)
+ * is shared by the group. opts->where must be a CPU placement. Returns the index of the first
+ * column (the others follow), or < 0 with a message in err. */
+int rill__df_add_source_group(rill_df_t* df, const char* const* names, const rill_type_t* types,
+                              const int* nullable, int ncolumns,
                               rill__source_group_fn fn, void* ctx, void (*ctx_free)(void*),
                               const rill_stage_opts_t* opts, rill_error_t* err);
 

@@ -191,7 +191,8 @@ int rill_df_add_source(rill_df_t* df, const char* name, rill_type_t type, rill_s
   return df->ncols - 1;
 }
 
-int rill__df_add_source_group(rill_df_t* df, const char* const* names, const rill_type_t* types, int ncolumns,
+int rill__df_add_source_group(rill_df_t* df, const char* const* names, const rill_type_t* types,
+                              const int* nullable, int ncolumns,
                               rill__source_group_fn fn, void* ctx, void (*ctx_free)(void*),
                               const rill_stage_opts_t* opts, rill_error_t* err) {
   const char* who = "rill__df_add_source_group";
@@ -221,6 +222,7 @@ int rill__df_add_source_group(rill_df_t* df, const char* const* names, const ril
     c->gi = i;
     g->live++;
     stage_setup(c, opts, ctx, NULL);
+    if (nullable) c->field.nullable = nullable[i] || c->opts.on_error == RILL_ON_ERROR_NULL;
   }
   if (r != RILL_OK) {
     if (g && g->live > 0) { /* take the columns added so far back (the last one frees g) */

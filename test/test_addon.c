@@ -60,7 +60,7 @@ static rill_df_t* grp_df(grp_t* g, int64_t rows, rill_on_error_t policy, int64_t
   const char* names[3] = {"a", "s", "f"};
   rill_type_t types[3] = {rill_type_scalar(RILL_INT64), rill_type_scalar(RILL_STRING), rill_type_scalar(RILL_FLOAT64)};
   rill_stage_opts_t o = {.on_error = policy, .grain = grain};
-  int first = rill__df_add_source_group(df, names, types, 3, grp_fn, g, grp_free, &o, &err);
+  int first = rill__df_add_source_group(df, names, types, NULL, 3, grp_fn, g, grp_free, &o, &err);
   cr_assert_eq(first, 0, "%s", err.message);
   cr_assert_eq(rill_df_ncolumns(df), 3);
   return df;
@@ -237,21 +237,21 @@ Test(addon, group_argument_errors) {
   grp_t g = {0};
   const char* names[2] = {"x", "x"};
   rill_type_t types[2] = {rill_type_scalar(RILL_INT64), rill_type_scalar(RILL_INT64)};
-  RT_FAILS(rill__df_add_source_group(df, names, types, 2, grp_fn, &g, grp_free, NULL, &err), RILL_EINVAL,
+  RT_FAILS(rill__df_add_source_group(df, names, types, NULL, 2, grp_fn, &g, grp_free, NULL, &err), RILL_EINVAL,
            "appears twice", err);
   cr_assert_eq(g.freed, 1);
-  RT_FAILS(rill__df_add_source_group(df, names, types, 1, grp_fn, &g, grp_free,
+  RT_FAILS(rill__df_add_source_group(df, names, types, NULL, 1, grp_fn, &g, grp_free,
                                      &(rill_stage_opts_t){.where = RILL_STAGE_CUDA}, &err),
            RILL_EINVAL, "runs on the CPU", err);
   cr_assert_eq(g.freed, 2);
-  RT_FAILS(rill__df_add_source_group(df, names, types, 0, grp_fn, &g, grp_free, NULL, &err), RILL_EINVAL,
+  RT_FAILS(rill__df_add_source_group(df, names, types, NULL, 0, grp_fn, &g, grp_free, NULL, &err), RILL_EINVAL,
            "0 columns", err);
   cr_assert_eq(g.freed, 3);
   /* a name taken by an existing column: the columns added so far are taken back */
-  RT_OK(rill__df_add_source_group(df, (const char*[]){"y"}, types, 1, grp_fn, &g, NULL, NULL, &err) == 0 ? RILL_OK
+  RT_OK(rill__df_add_source_group(df, (const char*[]){"y"}, types, NULL, 1, grp_fn, &g, NULL, NULL, &err) == 0 ? RILL_OK
                                                                                                        : -1,
         err);
-  RT_FAILS(rill__df_add_source_group(df, (const char*[]){"z", "y"}, types, 2, grp_fn, &g, grp_free, NULL, &err),
+  RT_FAILS(rill__df_add_source_group(df, (const char*[]){"z", "y"}, types, NULL, 2, grp_fn, &g, grp_free, NULL, &err),
            RILL_EINVAL, "already exists", err);
   cr_assert_eq(g.freed, 4);
   cr_assert_eq(rill_df_ncolumns(df), 1);

@@ -136,6 +136,7 @@ Test(csv, inference_and_nulls) {
   cr_assert_eq(coltype(df, 4), RILL_STRING);
   cr_assert_eq(coltype(df, 5), RILL_STRING, "an all-empty column is a string column");
   cr_assert(rill_df_field(df, 0)->nullable);
+  cr_assert(!rill_df_field(df, 4)->nullable, "an empty string field is the empty string, never null");
   table_t t = collected(df, 0);
   EXPECT_CELLS(&t, {0, 0, "1"}, {1, 0, "NULL"}, {2, 0, "-7"}, {2, 1, "-1000"}, {1, 2, "false"}, {2, 2, "NULL"},
                    {0, 3, "1704153600000000"}, {1, 3, "1704164645250000"}, {2, 3, "1704161045000000"}, {1, 4, ""},
