@@ -73,11 +73,36 @@ static void inview_free(inview_t* v) {
   rill_array_release(v->slice);
 }
 
+/* Whether column `col` of `df` is `target` or passes its cells on unchanged (a view's or a
+ * batch's column over it). */
+static int column_reaches(const rill_df_t* df, int col, const rill__column_t* target) {
+  while (df && col >= 0 && col < df->ncols) {
+    const rill__column_t* c = df->cols[col];
+    if (c == target) return 1;
+    if (c->kind == RILL__COL_BATCH) col = c->pcol;
+    else if (c->kind != RILL__COL_PARENT) return 0;
+    df = df->parent;
+  }
+  return 0;
+}
+
+/* The requested column to blame for a failed cell: for a source group whose function named
+ * the column at fault, the requested column that carries it; else the column being computed. */
+static int blamed_column(run_t* R, const rill_error_t* e) {
+  rill__chunk_t* ch = R->ch;
+  if (!R->group || e->column < 0 || e->column >= R->group->n) return ch->reqcol;
+  const rill__column_t* target = R->fr->df->cols[R->group->first + e->column];
+  for (int q = 0; q < ch->it->nreq; q++)
+    if (column_reaches(ch->it->df, ch->it->req[q], target)) return ch->it->req[q];
+  return ch->reqcol;
+}
+
 /* The message of a failed cell, naming row and column. */
 static void format_cell_error(run_t* R, int64_t idx, const char* stage, const rill_error_t* e, rill_error_t* out) {
   rill__chunk_t* ch = R->ch;
   rill_df_t* top = ch->it->df;
-  const char* req = col_name(top, ch->reqcol);
+  int reqcol = blamed_column(R, e);
+  const char* req = col_name(top, reqcol);
   int64_t row = R->rowmode ? R->fr->rows[idx] : ch->start;
   char where[160];
   if (ch->it->batched)
@@ -86,7 +111,7 @@ static void format_cell_error(run_t* R, int64_t idx, const char* stage, const ri
     snprintf(where, sizeof where, "row %lld", (long long)row);
   out->code = e->code;
   out->row = row;
-  out->column = ch->reqcol;
+  out->column = reqcol;
   if (strcmp(req, stage) == 0 && R->fr == &ch->frames[0])
     rill_error_set(out, e->code, "%s, column '%s': %s", where, stage, e->message);
   else

@@ -193,6 +193,7 @@ Test(csv, type_error_raise_names_file_line_column) {
   RT_OK(rill_iter_next(it, &row, &err), err);
   RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "data.csv:5: column 'x': cannot parse 'abc' as int64", err);
   cr_assert_eq(err.row, 2);
+  cr_assert_eq(err.column, 1, "the column at fault, not the first column read with it");
   RT_OK(rill_iter_next(it, &row, &err), err);
   cr_assert_eq(row.index, 3, "the iterator continues after the failing row");
   rill_iter_free(it);
