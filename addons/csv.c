@@ -400,17 +400,8 @@ static int read_header(rill__csv_t* c, int64_t pos, int no_header, int64_t* data
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       break;
     }
-    char base[64];
-    if (no_header || n == 0) {
-      snprintf(base, sizeof base, "column_%d", k);
-      s = base;
-      n = strlen(base);
-    }
-    char* name = rill__alloc(n + 1);
-    if (!name) { rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name); break; }
-    memcpy(name, s, n);
-    name[n] = 0;
-    c->names[k] = name;
+    c->names[k] = rill__column_name(s, n, k);
+    if (!c->names[k]) rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
   }
   rill__free(scratch);
   rill__free(sp);
@@ -423,19 +414,8 @@ static int read_header(rill__csv_t* c, int64_t pos, int no_header, int64_t* data
 static int apply_overrides(rill__csv_t* c, const rill_csv_opts_t* o, rill_error_t* err) {
   for (int i = 0; i < o->ncolumns; i++) {
     const rill_csv_column_t* ov = &o->columns[i];
-    int k = -1;
-    if (ov->name) {
-      for (int j = 0; j < c->ncols && k < 0; j++)
-        if (strcmp(c->names[j], ov->name) == 0) k = j;
-      if (k < 0)
-        return rill__fail(err, RILL_EINVAL, "%s: type override for unknown column '%s'", c->name,
-                          ov->name);
-    } else {
-      if (ov->index < 0 || ov->index >= c->ncols)
-        return rill__fail(err, RILL_EINVAL, "%s: type override for column index %d (the file has %d columns)",
-                          c->name, ov->index, c->ncols);
-      k = ov->index;
-    }
+    int k = rill__override_column(ov, c->names, c->ncols, c->name, "file", err);
+    if (k < 0) return k;
     if (!rill__text_dtype_supported(ov->dtype))
       return rill__fail(err, RILL_ENOTSUP, "%s: column '%s': dtype %s is not supported for CSV",
                         c->name, c->names[k], rill_dtype_name(ov->dtype));

@@ -550,13 +550,8 @@ static int read_columns(sq_t* s, sqlite3_stmt* st, rill_error_t* err) {
   if (!s->names || !s->types) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
   for (int k = 0; k < s->ncols; k++) {
     const char* nm = sqlite3_column_name(st, k);
-    char buf[64];
-    if (!nm || !*nm) { snprintf(buf, sizeof buf, "column_%d", k); nm = buf; }
-    size_t n = strlen(nm);
-    char* name = rill__alloc(n + 1);
-    if (!name) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
-    memcpy(name, nm, n + 1);
-    s->names[k] = name;
+    s->names[k] = rill__column_name(nm, nm ? strlen(nm) : 0, k);
+    if (!s->names[k]) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
     s->types[k] = decl_dtype(sqlite3_column_decltype(st, k));
   }
   if (rill__unique_names(s->names, s->ncols, ':') != RILL_OK) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
@@ -566,17 +561,8 @@ static int read_columns(sq_t* s, sqlite3_stmt* st, rill_error_t* err) {
 static int apply_overrides(sq_t* s, const rill_sqlite_opts_t* o, rill_error_t* err) {
   for (int i = 0; i < o->ncolumns; i++) {
     const rill_csv_column_t* ov = &o->columns[i];
-    int k = -1;
-    if (ov->name) {
-      for (int j = 0; j < s->ncols && k < 0; j++)
-        if (strcmp(s->names[j], ov->name) == 0) k = j;
-      if (k < 0) return rill__fail(err, RILL_EINVAL, "sqlite: type override for unknown column '%s'", ov->name);
-    } else {
-      if (ov->index < 0 || ov->index >= s->ncols)
-        return rill__fail(err, RILL_EINVAL, "sqlite: type override for column index %d (the result has %d columns)",
-                          ov->index, s->ncols);
-      k = ov->index;
-    }
+    int k = rill__override_column(ov, s->names, s->ncols, "sqlite", "result", err);
+    if (k < 0) return k;
     if (!rill__text_dtype_supported(ov->dtype) && ov->dtype != RILL_BINARY)
       return rill__fail(err, RILL_ENOTSUP, "sqlite: column '%s': dtype %s is not supported", s->names[k],
                         rill_dtype_name(ov->dtype));

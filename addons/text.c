@@ -350,3 +350,30 @@ int rill__unique_names(char** names, int n, char sep) {
   rill__free(t);
   return rc;
 }
+
+char* rill__column_name(const char* s, size_t n, int k) {
+  char base[64];
+  if (n == 0) {
+    snprintf(base, sizeof base, "column_%d", k);
+    s = base;
+    n = strlen(base);
+  }
+  char* name = rill__alloc(n + 1);
+  if (!name) return NULL;
+  memcpy(name, s, n);
+  name[n] = 0;
+  return name;
+}
+
+int rill__override_column(const rill_csv_column_t* ov, char* const* names, int n, const char* who,
+                          const char* what, rill_error_t* err) {
+  if (ov->name) {
+    for (int j = 0; j < n; j++)
+      if (strcmp(names[j], ov->name) == 0) return j;
+    return rill__fail(err, RILL_EINVAL, "%s: type override for unknown column '%s'", who, ov->name);
+  }
+  if (ov->index < 0 || ov->index >= n)
+    return rill__fail(err, RILL_EINVAL, "%s: type override for column index %d (the %s has %d columns)", who,
+                      ov->index, what, n);
+  return ov->index;
+}

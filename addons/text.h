@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "rill.h"
+#include "rill_addons.h"
 
 /* Each returns RILL_OK, RILL_EFORMAT (not a value of the type) or RILL_ERANGE (too large);
  * rill__parse_double also RILL_ENOMEM (a long text copied to terminate it). */
@@ -27,6 +28,14 @@ int rill__text_dtype_supported(rill_dtype_t dt);
 /* Renames repeated names in place ("a", "a" -> "a", "a<sep>1"); names are rill__alloc'ed
  * strings. RILL_OK or RILL_ENOMEM. Linear time. */
 int rill__unique_names(char** names, int n, char sep);
+/* A rill__alloc'ed copy of the column name `s[0..n)`, or "column_<k>" when it is empty
+ * (s may then be NULL); NULL when out of memory. */
+char* rill__column_name(const char* s, size_t n, int k);
+/* The column that type override `ov` names among `names[0..n)`: its index, or RILL_EINVAL with
+ * "<who>: type override for unknown column 'x'" or "... column index i (the <what> has n
+ * columns)". */
+int rill__override_column(const rill_csv_column_t* ov, char* const* names, int n, const char* who,
+                          const char* what, rill_error_t* err);
 
 /* ---- the plain-decimal path, inline for loops over many cells */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
