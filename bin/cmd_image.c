@@ -134,6 +134,19 @@ static int check_dir(const char* cmd, const char* dir, int is_default) {
   return 1;
 }
 
+/* parse() for a command that needs DIR (and -o FILE when with_out), then check_dir(): 0 to go
+ * on, < 0 after --help, else the exit status. */
+static int parse_dir_command(const char* cmd, int argc, char** argv, opts_t* o, int with_out, int allow_runs,
+                             const char* usage) {
+  int rc = parse(cmd, argc, argv, o, with_out, allow_runs, usage);
+  if (rc) return rc;
+  if (!o->dir || (with_out && !o->out)) {
+    fprintf(stderr, "rill %s: %s\n%s", cmd, !o->dir ? "missing DIR" : "missing -o FILE", usage);
+    return 2;
+  }
+  return check_dir(cmd, o->dir, 0);
+}
+
 /* ImageFolder -> shuffle -> random resized crop (fused decode) -> normalize + flip -> batch. */
 static int pipeline_new(const char* cmd, const opts_t* o, pipeline_t* p) {
   rill_error_t err = {0};
@@ -429,13 +442,8 @@ static const char* PREVIEW_USAGE =
 
 int rill_cmd_preview(int argc, char** argv) {
   opts_t o = {.size = 224, .batch = 16, .seed = 42, .epochs = 1};
-  int rc = parse("preview", argc, argv, &o, 1, 0, PREVIEW_USAGE);
+  int rc = parse_dir_command("preview", argc, argv, &o, 1, 0, PREVIEW_USAGE);
   if (rc) return rc < 0 ? 0 : rc;
-  if (!o.dir || !o.out) {
-    fprintf(stderr, "rill preview: %s\n%s", !o.dir ? "missing DIR" : "missing -o FILE", PREVIEW_USAGE);
-    return 2;
-  }
-  if (check_dir("preview", o.dir, 0)) return 1;
   pipeline_t p;
   if (pipeline_new("preview", &o, &p)) return 1;
   rill_error_t err = {0};
@@ -463,13 +471,8 @@ static const char* BENCH_USAGE =
 
 int rill_cmd_bench_images(int argc, char** argv) {
   opts_t o = {.size = 224, .batch = 256, .seed = 1, .epochs = 3};
-  int rc = parse("bench images", argc, argv, &o, 0, 1, BENCH_USAGE);
+  int rc = parse_dir_command("bench images", argc, argv, &o, 0, 1, BENCH_USAGE);
   if (rc) return rc < 0 ? 0 : rc;
-  if (!o.dir) {
-    fprintf(stderr, "rill bench images: missing DIR\n%s", BENCH_USAGE);
-    return 2;
-  }
-  if (check_dir("bench images", o.dir, 0)) return 1;
   pipeline_t p;
   double t0 = now_s();
   if (pipeline_new("bench images", &o, &p)) return 1;
