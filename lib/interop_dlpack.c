@@ -48,9 +48,9 @@ static int dl_dtype(rill_dtype_t d, DLDataType* out) {
   return 0;
 }
 
-/* Checks `a` and fills the holder's tensor description. */
-static int make_holder(const rill_array_t* a, const char* fn, dl_holder_t** out, DLTensor* t,
-                       rill_error_t* err) {
+/* Checks `a` and makes a holder with both managed forms (versioned and legacy) filled in; an
+ * export hands out one of them. */
+static int make_holder(const rill_array_t* a, const char* fn, dl_holder_t** out, rill_error_t* err) {
   if (a == NULL || out == NULL)
     return rill__fail(err, RILL_EINVAL, "%s: NULL argument", fn);
   DLDataType dt;
@@ -77,7 +77,7 @@ static int make_holder(const rill_array_t* a, const char* fn, dl_holder_t** out,
     h->strides[i] = stride;
     stride *= h->shape[i] > 0 ? h->shape[i] : 1;
   }
-  memset(t, 0, sizeof(*t));
+  DLTensor* t = &h->versioned.dl_tensor;
   static _Alignas(64) const int64_t empty[8];
   t->data = a->data != NULL ? a->data : (void*)empty;
   switch (a->device.type) {
@@ -90,6 +90,14 @@ static int make_holder(const rill_array_t* a, const char* fn, dl_holder_t** out,
   t->shape = h->shape;
   t->strides = h->strides;
   t->byte_offset = 0;
+  h->versioned.version.major = DLPACK_MAJOR_VERSION;
+  h->versioned.version.minor = DLPACK_MINOR_VERSION;
+  h->versioned.manager_ctx = h;
+  h->versioned.deleter = delete_versioned;
+  h->versioned.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+  h->legacy.dl_tensor = *t;
+  h->legacy.manager_ctx = h;
+  h->legacy.deleter = delete_legacy;
   h->ref = rill_array_retain(a);
   *out = h;
   return RILL_OK;
@@ -99,29 +107,16 @@ int rill_array_export_dlpack(const rill_array_t* a, DLManagedTensorVersioned** o
                              rill_error_t* err) {
   if (out != NULL) *out = NULL;
   dl_holder_t* h = NULL;
-  DLTensor t;
-  int rc = make_holder(a, "rill_array_export_dlpack", out != NULL ? &h : NULL, &t, err);
-  if (rc != RILL_OK) return rc;
-  h->versioned.version.major = DLPACK_MAJOR_VERSION;
-  h->versioned.version.minor = DLPACK_MINOR_VERSION;
-  h->versioned.manager_ctx = h;
-  h->versioned.deleter = delete_versioned;
-  h->versioned.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
-  h->versioned.dl_tensor = t;
-  *out = &h->versioned;
-  return RILL_OK;
+  int rc = make_holder(a, "rill_array_export_dlpack", out != NULL ? &h : NULL, err);
+  if (rc == RILL_OK) *out = &h->versioned;
+  return rc;
 }
 
 int rill_array_export_dlpack_legacy(const rill_array_t* a, DLManagedTensor** out,
                                     rill_error_t* err) {
   if (out != NULL) *out = NULL;
   dl_holder_t* h = NULL;
-  DLTensor t;
-  int rc = make_holder(a, "rill_array_export_dlpack_legacy", out != NULL ? &h : NULL, &t, err);
-  if (rc != RILL_OK) return rc;
-  h->legacy.dl_tensor = t;
-  h->legacy.manager_ctx = h;
-  h->legacy.deleter = delete_legacy;
-  *out = &h->legacy;
-  return RILL_OK;
+  int rc = make_holder(a, "rill_array_export_dlpack_legacy", out != NULL ? &h : NULL, err);
+  if (rc == RILL_OK) *out = &h->legacy;
+  return rc;
 }
