@@ -452,23 +452,12 @@ static int csv_open(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, r
   int64_t grain = ((int64_t)1 << 20) / c->ncols;
   rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error,
                           .grain = grain > 1024 ? 1024 : grain < 1 ? 1 : grain};
-  rill_df_t* df = NULL;
-  if ((rc = rill_df_new(c->nrows, &df, err)) != RILL_OK) {
-    rill__free(types);
-    rill__free(nullable);
-    return rc;
-  }
   atomic_fetch_add(&c->refs, 1);
-  rc = rill__df_add_source_group(df, (const char* const*)c->names, types, nullable, c->ncols, csv_fill, c,
-                                 csv_unref_ctx, &so, err);
+  rc = rill__df_new_source_group(c->nrows, (const char* const*)c->names, types, nullable, c->ncols, csv_fill, c,
+                                 csv_unref_ctx, &so, out, err);
   rill__free(types);
   rill__free(nullable);
-  if (rc < 0) {
-    rill_df_free(df);
-    return rc;
-  }
-  *out = df;
-  return RILL_OK;
+  return rc;
 }
 
 static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out, rill_error_t* err) {

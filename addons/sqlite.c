@@ -701,21 +701,11 @@ static int sq_open(sq_t* s, sqlite3* db, const rill_sql_param_t* params, int npa
   /* table mode fetches whole rows per task (one read transaction each) */
   rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = o->on_error, .nullable = 1,
                           .grain = s->table ? 256 : 4096};
-  rill_df_t* df = NULL;
-  if ((rc = rill_df_new(s->nrows, &df, err)) != RILL_OK) {
-    rill__free(types);
-    return rc;
-  }
   atomic_fetch_add(&s->refs, 1);
-  rc = rill__df_add_source_group(df, (const char* const*)s->names, types, NULL, s->ncols, sq_fill, s, sq_unref_ctx,
-                                 &so, err);
+  rc = rill__df_new_source_group(s->nrows, (const char* const*)s->names, types, NULL, s->ncols, sq_fill, s,
+                                 sq_unref_ctx, &so, out, err);
   rill__free(types);
-  if (rc < 0) {
-    rill_df_free(df);
-    return rc;
-  }
-  *out = df;
-  return RILL_OK;
+  return rc;
 }
 
 static int sq_new(const char* sql, const rill_sqlite_opts_t* o, sq_t** out, rill_error_t* err) {

@@ -62,6 +62,13 @@ int rill__df_add_source_group(rill_df_t* df, const char* const* names, const ril
                               const int* nullable, int ncolumns,
                               rill__source_group_fn fn, void* ctx, void (*ctx_free)(void*),
                               const rill_stage_opts_t* opts, rill_error_t* err);
+/* A new dataframe of `rows` rows holding one such group (arguments as above): RILL_OK with the
+ * dataframe in *out (the caller frees it), or < 0 with a message in err; ctx is freed once
+ * with ctx_free either way, as above. */
+int rill__df_new_source_group(int64_t rows, const char* const* names, const rill_type_t* types,
+                              const int* nullable, int ncolumns,
+                              rill__source_group_fn fn, void* ctx, void (*ctx_free)(void*),
+                              const rill_stage_opts_t* opts, rill_df_t** out, rill_error_t* err);
 
 /* ---- per-worker scratch memory (one registry for the whole library)
  * State of one kind per thread, created zeroed on first use and destroyed when the thread

@@ -242,6 +242,25 @@ int rill__df_add_source_group(rill_df_t* df, const char* const* names, const ril
   return first;
 }
 
+int rill__df_new_source_group(int64_t rows, const char* const* names, const rill_type_t* types,
+                              const int* nullable, int ncolumns,
+                              rill__source_group_fn fn, void* ctx, void (*ctx_free)(void*),
+                              const rill_stage_opts_t* opts, rill_df_t** out, rill_error_t* err) {
+  rill_df_t* df = NULL;
+  int r = rill_df_new(rows, &df, err);
+  if (r != RILL_OK) {
+    if (ctx_free) ctx_free(ctx);
+    return r;
+  }
+  r = rill__df_add_source_group(df, names, types, nullable, ncolumns, fn, ctx, ctx_free, opts, err);
+  if (r < 0) {
+    rill_df_free(df);
+    return r;
+  }
+  *out = df;
+  return RILL_OK;
+}
+
 /* The column that holds the stage of `column` (a view's column: its parent's, recursively). */
 static const rill__column_t* stage_column(const rill_df_t* df, int column) {
   while (df && column >= 0 && column < df->ncols) {
