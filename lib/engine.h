@@ -215,7 +215,7 @@ struct rill_iter {
   rill_array_t** held;      /* slices handed out in row mode */
   const rill_array_t** rowcols;
   /* statistics */
-  int64_t st_rows, st_cells, st_skipped, st_nulled, st_errors, st_wait;
+  rill_iter_stats_t st; /* rows, cells, skipped, nulled, errors, wait_ns (the rest: when read) */
   _Atomic int64_t st_compute, st_calls;
 };
 

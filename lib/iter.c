@@ -381,7 +381,7 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
       if (ch->rc != RILL_OK) {
         int rc = ch->rc;
         if (err) *err = ch->err;
-        it->st_errors++;
+        it->st.errors++;
         it->cursor = ch->end;
         slot_finish(s, it);
         it->head = (it->head + 1) % it->nslots;
@@ -395,14 +395,14 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
       if (te < tr) {
         if (err) *err = ch->rerr[it->pos_e].err;
         it->pos_e++;
-        it->st_errors++;
+        it->st.errors++;
         it->cursor = te + 1;
         return ch->rerr[it->pos_e - 1].err.code;
       }
       if (tr != INT64_MAX) {
         if (it->batched || it->chunk_rows == 1) {
           for (int q = 0; q < it->nreq; q++) it->rowcols[q] = ch->cols[q];
-          it->st_cells += it->batched ? (it->nreq > 0 ? ch->cols[0]->length : 0) : 1;
+          it->st.cells += it->batched ? (it->nreq > 0 ? ch->cols[0]->length : 0) : 1;
         } else {
           for (int q = 0; q < it->nreq; q++) {
             if (it->held[q] && rill_array_refcount(it->held[q]) == 1 &&
@@ -418,10 +418,10 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
             }
             it->rowcols[q] = it->held[q];
           }
-          it->st_cells++;
+          it->st.cells++;
         }
         it->pos_r++;
-        it->st_rows++;
+        it->st.rows++;
         it->cursor = tr + 1;
         row->index = tr;
         row->ncolumns = it->nreq;
@@ -439,11 +439,11 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
     rill__slot_t* s = &it->slots[it->head];
     int64_t t0 = rill__now_ns();
     wait_slot(it, s);
-    it->st_wait += rill__now_ns() - t0;
+    it->st.wait_ns += rill__now_ns() - t0;
     it->cur_active = 1;
     it->pos_r = it->pos_e = 0;
-    it->st_skipped += s->chunk.skipped;
-    it->st_nulled += s->chunk.nulled;
+    it->st.skipped += s->chunk.skipped;
+    it->st.nulled += s->chunk.nulled;
     if (s->chunk.rc == RILL_OK) {
       rill_error_t e;
       int r = sync_columns(it, &s->chunk, &e);
@@ -538,12 +538,8 @@ void rill_iter_stats(const rill_iter_t* it, rill_iter_stats_t* st) {
   if (!st) return;
   memset(st, 0, sizeof *st);
   if (!it) return;
-  st->rows = it->st_rows;
-  st->cells = it->st_cells;
-  st->skipped = it->st_skipped;
-  st->nulled = it->st_nulled;
-  st->errors = it->st_errors;
-  st->wait_ns = it->st_wait;
+  *st = it->st;
+  st->allocs = st->reuses = 0;
   st->compute_ns = atomic_load(&((rill_iter_t*)it)->st_compute);
   st->stage_calls = atomic_load(&((rill_iter_t*)it)->st_calls);
   for (int i = 0; i < it->nnodes; i++) {
