@@ -546,9 +546,15 @@ void rill__img_flip(const uint8_t* src, int H, int W, int C, int64_t stride, uin
   }
 }
 
+/* torchvision's offset of a centre crop: int(round((size - crop) / 2)), Python's round taking
+ * halves to even (rint in the default rounding mode); a smaller image is padded first by
+ * (crop - size) // 2 before it, so it starts that far into the crop. */
+static int center_offset(int size, int crop) {
+  return size >= crop ? (int)rint((size - crop) / 2.0) : -((crop - size) / 2);
+}
+
 void rill__img_center_crop(const uint8_t* px, int w, int h, int64_t stride, int C, int oh, int ow, uint8_t* dst) {
-  /* torchvision: offsets int(round((size - crop) / 2)); smaller images are padded first */
-  int sx = (int)lround((w - ow) / 2.0), sy = (int)lround((h - oh) / 2.0);
+  int sx = center_offset(w, ow), sy = center_offset(h, oh);
   memset(dst, 0, (size_t)oh * ow * C);
   for (int y = 0; y < oh; y++) {
     int iy = sy + y;

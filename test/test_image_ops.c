@@ -314,6 +314,34 @@ Test(image_ops, center_crop_and_pad) {
   rill_array_release(a);
 }
 
+/* torchvision's offsets: int(round(margin / 2)) with halves to even, and a smaller image
+ * padded first by (crop - size) // 2 */
+Test(image_ops, center_crop_odd_margins_match_torchvision) {
+  rill_error_t err = {0};
+  rill_array_t* a = random_images(1, 11, 9, 3, 37); /* 11 high, 9 wide */
+  rill_df_t* df = df_of("img", a);
+  int crop = rill_image_center_crop(df, "c", 0, 4, 4, &err); /* margins 7 (3.5 -> 4), 5 (2.5 -> 2) */
+  int pad = rill_image_center_crop(df, "p", 0, 14, 12, &err); /* pads 3 // 2 = 1 above, 3 // 2 = 1 left */
+  cr_assert_geq(pad, 0, "%s", err.message);
+  rill_array_t** c = collect(df, crop, 1, 2);
+  rill_array_t** p = collect(df, pad, 1, 2);
+  const uint8_t* src = a->data;
+  for (int y = 0; y < 4; y++)
+    cr_assert(memcmp((uint8_t*)c[0]->data + y * 4 * 3, src + ((4 + y) * 9 + 2) * 3, 12) == 0, "row %d", y);
+  const uint8_t* pp = p[0]->data;
+  for (int y = 0; y < 14; y++)
+    for (int x = 0; x < 12; x++)
+      for (int k = 0; k < 3; k++) {
+        int iy = y - 1, ix = x - 1;
+        int want = iy >= 0 && iy < 11 && ix >= 0 && ix < 9 ? src[(iy * 9 + ix) * 3 + k] : 0;
+        cr_assert_eq(pp[(y * 12 + x) * 3 + k], want, "pixel (%d, %d)", y, x);
+      }
+  release_all(c, 1);
+  release_all(p, 1);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
 /* ---------------------------------------------------------------- vector == portable */
 
 Test(image_ops, simd_equals_portable) {
