@@ -59,16 +59,13 @@ void rill__chunk_fail(rill__chunk_t* ch, int code, const char* fmt, ...) {
     ch->err.row = ch->start;
     ch->err.column = ch->reqcol;
     ch->rc = code;
+    atomic_store_explicit(&ch->failed, 1, memory_order_release);
   }
   pthread_mutex_unlock(&ch->mu);
 }
 
-int rill__chunk_failed(rill__chunk_t* ch) {
-  pthread_mutex_lock(&ch->mu);
-  int failed = ch->rc != RILL_OK;
-  pthread_mutex_unlock(&ch->mu);
-  return failed;
-}
+/* Called before every call of a stage function: one load, no lock. */
+int rill__chunk_failed(rill__chunk_t* ch) { return atomic_load_explicit(&ch->failed, memory_order_acquire); }
 
 const rill_array_t* rill__chunk_column(rill__chunk_t* ch, int d, int c) {
   rill__frame_t* fr = &ch->frames[d];
@@ -114,6 +111,7 @@ void rill__chunk_release(rill__chunk_t* ch) {
   ch->m = 0;
   ch->nrerr = 0;
   ch->rc = RILL_OK;
+  atomic_store(&ch->failed, 0);
 }
 
 void rill__chunk_destroy(rill__chunk_t* ch) {
@@ -197,6 +195,7 @@ static int cmp_rowerr(const void* a, const void* b) {
 void rill__chunk_eval(rill__chunk_t* ch) {
   rill_iter_t* it = ch->it;
   ch->rc = RILL_OK;
+  atomic_store(&ch->failed, 0);
   ch->nrerr = 0;
   ch->skipped = ch->nulled = 0;
   ch->m = 0;

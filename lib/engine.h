@@ -170,6 +170,7 @@ typedef struct rill__chunk {
   rill__rowerr_t* rerr;
   int64_t nrerr, rerr_cap;
   pthread_mutex_t mu;  /* guards rerr while stage tasks run */
+  _Atomic int failed;  /* rc < 0: read by stage tasks without the mutex */
   int rc;
   rill_error_t err;
   int64_t skipped, nulled;

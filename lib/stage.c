@@ -344,9 +344,8 @@ static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e) {
     }
     int64_t dt = rill__now_ns() - t0;
     if (serial) pthread_mutex_unlock(serial);
-    atomic_fetch_add(&R->top->ns, dt);
-    atomic_fetch_add(&ch->it->st_compute, dt);
-    atomic_fetch_add(&ch->it->st_calls, 1);
+    atomic_fetch_add_explicit(&R->top->ns, dt, memory_order_relaxed);
+    atomic_fetch_add_explicit(&R->top->calls, 1, memory_order_relaxed);
     if (rc > 0) {
       rill_error_set(e, RILL_ESTAGE, "the stage function returned status %d", rc);
       rc = RILL_ESTAGE;
@@ -583,6 +582,9 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   R.out_direct = !R.fixed && R.n > 0;
   if (R.n > 0) rill__run_cells(&R);
   pthread_mutex_destroy(&R.mu);
+  /* the iterator's counters are shared by every chunk in flight: added once per stage run */
+  atomic_fetch_add_explicit(&ch->it->st_compute, atomic_load(&R.ns), memory_order_relaxed);
+  atomic_fetch_add_explicit(&ch->it->st_calls, atomic_load(&R.calls), memory_order_relaxed);
   for (int j = 0; j < R.nm; j++) {
     member_t* mb = &R.m[j];
     if (R.n > 0) {
@@ -600,6 +602,7 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
     if (ch->rc == RILL_OK) {
       ch->rc = R.fail_rc;
       ch->err = R.fail_err;
+      atomic_store_explicit(&ch->failed, 1, memory_order_release);
     }
     pthread_mutex_unlock(&ch->mu);
   }
