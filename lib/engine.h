@@ -218,6 +218,7 @@ struct rill_iter {
   /* statistics */
   rill_iter_stats_t st; /* rows, cells, skipped, nulled, errors, wait_ns (the rest: when read) */
   _Atomic int64_t st_compute, st_calls;
+  _Atomic int64_t chunk_ns; /* the last chunk's evaluation time (0: none yet) */
 };
 
 /* ---------------------------------------------------------------- chunks (chunk.c) */

@@ -12,6 +12,11 @@
 #include "engine.h"
 
 #define ROW_CHUNK 256
+/* Handing a chunk to a worker thread costs a queue round trip and usually a wake-up on each
+ * side (microseconds, more on a busy machine); a chunk whose last evaluation took less than
+ * this is computed on the consumer thread when it is needed instead, so that threads never
+ * cost more than they bring. The same budget as a task of a split stage (tasks.c). */
+#define HANDOFF_NS 20000
 
 /* ---------------------------------------------------------------- plan */
 
@@ -110,9 +115,21 @@ static uint64_t fingerprint(const rill_iter_t* it) {
 
 /* ---------------------------------------------------------------- slots */
 
-static void slot_main(void* arg) {
-  rill__slot_t* s = arg;
+/* Evaluates a slot's chunk and records how long it took (the hand-off decision). */
+static void slot_eval(rill__slot_t* s) {
+  int64_t t0 = rill__now_ns();
   rill__chunk_eval(&s->chunk);
+  atomic_store_explicit(&s->chunk.it->chunk_ns, rill__now_ns() - t0, memory_order_relaxed);
+}
+
+static void slot_main(void* arg) { slot_eval(arg); }
+
+/* Whether the next chunk goes to a worker thread: there are threads, and the last chunk took
+ * longer than a hand-off (or none has been measured yet). */
+static int worth_a_thread(const rill_iter_t* it) {
+  if (it->ahead == 0 || it->nthreads == 0) return 0;
+  int64_t ns = atomic_load_explicit(&((rill_iter_t*)it)->chunk_ns, memory_order_relaxed);
+  return ns <= 0 || ns >= HANDOFF_NS;
 }
 
 static void schedule_upto(rill_iter_t* it, int64_t max);
@@ -139,7 +156,7 @@ static void schedule_upto(rill_iter_t* it, int64_t max) {
     s->chunk.prio = it->seq++;
     it->next_start = s->chunk.end;
     it->inflight++;
-    if (it->ahead > 0) {
+    if (worth_a_thread(it)) {
       s->queued = 1;
       s->group.pending = 0;
       s->group.prio = s->chunk.prio;
@@ -197,7 +214,7 @@ static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
     rill__workers_wait(it->workers, &s->group);
     s->queued = 0;
   } else if (!s->done) {
-    rill__chunk_eval(&s->chunk);
+    slot_eval(s);
   }
   s->done = 1;
 }
