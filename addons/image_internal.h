@@ -35,6 +35,11 @@ typedef struct rill__img_request {
   int scales;                    /* JPEG: the allowed factors M/8 as a bit mask (bit M set: M/8
                                     allowed, M = 1..8; 1/1 is always allowed); 0: the default
                                     RILL__IMG_SCALES_FAST */
+  int tail_verified;             /* JPEG: these exact bytes were decoded once to their end
+                                    without error (see rill__img_memo_t): the rows below the
+                                    region are not read. 0: they are entropy-decoded and the
+                                    file is read to its end marker, so that damaged data is
+                                    RILL_EFORMAT whatever the region */
 } rill__img_request_t;
 
 /* Scale factor sets for rill__img_request_t.scales. libjpeg-turbo has SIMD IDCTs only for the
@@ -51,6 +56,25 @@ typedef struct rill__img_out {
   int scale_num;                 /* the reduced fraction of M/8 (1/1, 1/2, 3/8, 3/4, 7/8, ...);
                                     1 for every power-of-two scale (0 from older callers: 1) */
 } rill__img_out_t;
+
+/* Files whose bytes were verified to their end: a set of 64-bit fingerprints of the bytes
+ * (a hash of every byte and the size; never 0), open addressing, lock-free (any thread may
+ * look up and add). A file is added only after a decode that read it to its end marker
+ * without error, so a damaged file is never in the set and fails in every epoch whatever the
+ * region; an intact one skips the rows below later regions. When the table is full a file
+ * is simply not remembered (it is verified again): the results never depend on the table. */
+typedef struct rill__img_memo {
+  _Atomic uint64_t* keys;
+  uint64_t mask;                 /* capacity - 1 (a power of two) */
+} rill__img_memo_t;
+/* The fingerprint of n bytes (never 0). */
+uint64_t rill__img_fingerprint(const void* buf, size_t n);
+/* A table for about `files` files (capacity the next power of two >= 1.5 files, at most
+ * 2^22 entries). RILL_ENOMEM when it cannot be allocated. */
+int rill__img_memo_init(rill__img_memo_t* m, int64_t files);
+void rill__img_memo_free(rill__img_memo_t* m);
+int rill__img_memo_has(const rill__img_memo_t* m, uint64_t key);
+void rill__img_memo_add(rill__img_memo_t* m, uint64_t key);
 
 /* Reads the header only: format, size, channels. RILL_EFORMAT for data that is no image or a
  * corrupt header, RILL_ENOTSUP for other formats or decoders not built in. */

@@ -278,7 +278,13 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
   /* The rows below a crop are checked too, so that a damaged file fails whatever the crop
    * (the same file in every epoch): they are entropy-decoded without the inverse DCT
    * (jpeg_skip_scanlines), the last one is decoded, and finishing reads to the end marker.
-   * Progressive files were read whole by jpeg_start_decompress. */
+   * Progressive files were read whole by jpeg_start_decompress. Bytes already verified to
+   * their end (req->tail_verified) cannot fail there: the decoder stops after the region. */
+  if (req->tail_verified && c->output_scanline < c->output_height) {
+    jpeg_abort_decompress(c);
+    if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom, g.num};
+    return RILL_OK;
+  }
   if (c->output_scanline < c->output_height) {
     JDIMENSION left = c->output_height - c->output_scanline;
     if (left > 1 && jpeg_skip_scanlines(c, left - 1) != left - 1) {

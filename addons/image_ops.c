@@ -65,6 +65,7 @@ struct op {
   rill_on_error_t on_error;
   rill_type_t out_type;
   int fixed_out;
+  rill__img_memo_t verified; /* fused decode: files verified to their end (see decode_cell) */
 };
 
 static void path_of(const rill_array_t* paths, int64_t i, char* buf, size_t size) {
@@ -134,6 +135,13 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
     return cell_fail(err, i, op, paths, RILL_ERANGE, msg);
   }
   op->cls->pick(op, rng, info.width, info.height, &req);
+  /* A JPEG region above the last row leaves rows that only the damage check reads: once
+   * these bytes have been read to their end without error, later regions skip them. */
+  uint64_t key = 0;
+  if (info.format == RILL__IMG_JPEG && req.w && req.h && req.y + req.h < info.height && op->verified.keys) {
+    key = rill__img_fingerprint(buf, (size_t)nb);
+    req.tail_verified = rill__img_memo_has(&op->verified, key);
+  }
   rill__img_out_t plan;
   if ((rc = rill__img_plan(&info, &req, &plan, e)) < 0) return cell_fail(err, i, op, paths, rc, e->message);
   size_t need = (size_t)plan.w * plan.h * plan.channels;
@@ -141,6 +149,7 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
   rill__img_out_t got;
   if ((rc = rill__img_decode(buf, (size_t)nb, &req, s->img, s->img_cap, &got, e)) < 0)
     return cell_fail(err, i, op, paths, rc, e->message);
+  if (key && !req.tail_verified) rill__img_memo_add((rill__img_memo_t*)&op->verified, key);
   if (got.channels != op->C || got.w <= 0 || got.h <= 0 || (size_t)got.w * got.h * got.channels > s->img_cap)
     return cell_fail(err, i, op, paths, RILL_EFORMAT, "decoder returned an unexpected size");
   /* the decoded pixels start at floor(rx * num / d); the wanted region is rx * num / d on */
@@ -570,6 +579,12 @@ static int check_image_input(op_t* op, const rill_field_t* f, int allow_binary, 
   return RILL_OK;
 }
 
+static void op_free(void* p) {
+  op_t* op = p;
+  rill__img_memo_free(&op->verified);
+  rill__free(op);
+}
+
 /* Adds the map column of operator class `cls` with its options `opts` over `column`. */
 static int op_add(rill_df_t* df, const char* name, int column, const op_class_t* cls, const void* opts,
                   rill_error_t* err) {
@@ -595,8 +610,13 @@ static int op_add(rill_df_t* df, const char* name, int column, const op_class_t*
     }
   }
   op->fixed_out = rill_type_is_fixed(&op->out_type);
+  /* files verified to their end, for operators that decode a region of them */
+  if (op->binary && cls->pick == rrc_pick && rill__img_memo_init(&op->verified, rill_df_rows(df)) < 0) {
+    rill__free(op);
+    return rill__fail(err, RILL_ENOMEM, "%s: out of memory", cls->what);
+  }
   rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = op->on_error, .nullable = f->nullable};
-  return rill_df_map(df, name, op->out_type, inputs, nin, op_map, op, rill__free, &so, err);
+  return rill_df_map(df, name, op->out_type, inputs, nin, op_map, op, op_free, &so, err);
 }
 
 int rill_image_random_resized_crop(rill_df_t* df, const char* name, int column, const rill_rrc_opts_t* opts,

@@ -210,9 +210,14 @@ typedef struct rill_decode_opts {
  * row's file (see path_column). A JPEG whose compressed data is damaged (libjpeg's "Corrupt
  * JPEG data: ..." warnings, a premature end) is RILL_EFORMAT even though libjpeg could
  * still produce pixels. This holds for the fused-decode operators too, whatever the crop:
- * rows below a crop region are still entropy-decoded (without the inverse DCT) and the file
- * read to its end marker, so a damaged file fails in every epoch, not only in those whose
- * random crop reaches the damage. Returns the new column index, or < 0. */
+ * rows below a crop region are entropy-decoded (without the inverse DCT) and the file read to
+ * its end marker, so a damaged file fails in every epoch, not only in those whose random crop
+ * reaches the damage. A fused-decode operator remembers (a 64-bit hash of every byte, and the
+ * size) the files it has read to their end without error, and for those bytes stops after
+ * the crop: a file is remembered only once fully verified, so a damaged file is checked, and
+ * fails, every time; changed bytes are a different file. The memory is 8 bytes per slot, 1.5
+ * slots per row of the operator's dataframe (at most 32 MiB); files beyond it are verified
+ * every time. Returns the new column index, or < 0. */
 RILL_API int rill_image_decode(rill_df_t* df, const char* name, int bytes_column,
                                const rill_decode_opts_t* opts, rill_error_t* err);
 

@@ -3,7 +3,11 @@
  * full-size tjDecompress2 loop over the same JPEG files (the ceiling of a plain decode).
  * Also time to the first batch and resident memory over several epochs.
  *
- * usage: bench_pipeline CORPUS_DIR [epochs_for_rss]
+ * usage: bench_pipeline CORPUS_DIR [epochs_for_rss] [rounds]
+ * Each of `rounds` (default 1; environment BATCHES: batch sizes, default "256") measures the
+ * direct decode, then the pipeline at 1 and 2 threads for each batch size, so that every
+ * ratio compares runs made a few seconds apart (the machine may be shared); the best of the
+ * rounds is printed. CPU time per image (user + sys of the whole process) is printed too.
  * Prints "key value" lines that run_pipeline.sh turns into ratios. */
 #include <dirent.h>
 #include <stdio.h>
@@ -190,42 +194,82 @@ int main(int argc, char** argv) {
     fprintf(stderr, "bench_pipeline: no JPEG under '%s'\n", dir);
     return 1;
   }
-  double direct_cpu = 0;
+  int rounds = argc > 3 ? atoi(argv[3]) : 1;
+  if (rounds < 1) rounds = 1;
+  int batches[8], nb = 0;
+  const char* bl = getenv("BATCHES");
+  for (const char* q = bl && *bl ? bl : "256"; *q && nb < 8;) {
+    int b = atoi(q);
+    if (b > 0) batches[nb++] = b;
+    while (*q && *q != ',') q++;
+    if (*q == ',') q++;
+  }
+  double direct_cpu = 0, direct = 0;
   direct_decode_rate(files, nf < 64 ? nf : 64, &direct_cpu); /* warm up */
-  double direct = direct_decode_rate(files, nf, &direct_cpu);
   printf("jpeg_files %d\n", nf);
+  /* best over rounds, [threads-1][batch] */
+  double best[2][8] = {{0}}, best_cpu[2][8] = {{0}}, ratio[2][8] = {{0}}, ratio_cpu[2][8] = {{0}};
+  double first_ms[2] = {0}, setup_ms[2] = {0};
+  int64_t images[2] = {0};
+  for (int r = 0; r < rounds; r++) {
+    double dcpu = 0, d = direct_decode_rate(files, nf, &dcpu);
+    if (d > direct) direct = d;
+    if (dcpu > direct_cpu) direct_cpu = dcpu;
+    for (int k = 0; k < nb; k++)
+      for (int threads = 1; threads <= 2; threads++) { /* "1t": the calling thread; "2t": two workers */
+        pipe_t p;
+        double t0 = now_s();
+        if (pipe_new(dir, threads == 1 ? RILL_THREADS_NONE : 2, batches[k], 1, &p, &err) < 0) {
+          fprintf(stderr, "bench_pipeline: %s\n", err.message);
+          return 1;
+        }
+        double setup = now_s() - t0;
+        int64_t n;
+        double secs, first, cpu, rate = 0, rate_cpu = 0;
+        for (int e = 0; e < 2; e++) { /* epoch 0 also warms the page cache and verifies the files */
+          if (e) rill_iter_set_epoch(p.it, e);
+          if (epoch(&p, &n, &secs, &first, &cpu, &err) < 0) {
+            fprintf(stderr, "bench_pipeline: %s\n", err.message);
+            return 1;
+          }
+          if (e == 0 && batches[k] == 256 && r == 0) first_ms[threads - 1] = first * 1e3, setup_ms[threads - 1] = setup * 1e3;
+          if (e == 1) rate = n / secs, rate_cpu = cpu > 0 ? n / cpu : 0;
+        }
+        images[threads - 1] = n;
+        pipe_free(&p);
+        double q = d > 0 ? rate / (threads * d) : 0, qc = dcpu > 0 ? rate_cpu / dcpu : 0;
+        printf("round %d batch %d threads %d: %.1f img/s (%.1f per CPU s), direct %.1f (%.1f per CPU s): %.2fx (per CPU s %.2fx)\n",
+               r, batches[k], threads, rate, rate_cpu, d, dcpu, q, qc);
+        fflush(stdout);
+        if (rate > best[threads - 1][k]) best[threads - 1][k] = rate;
+        if (rate_cpu > best_cpu[threads - 1][k]) best_cpu[threads - 1][k] = rate_cpu;
+        if (q > ratio[threads - 1][k]) ratio[threads - 1][k] = q;
+        if (qc > ratio_cpu[threads - 1][k]) ratio_cpu[threads - 1][k] = qc;
+      }
+  }
   printf("direct_full_decode_1t %.1f\ndirect_full_decode_per_cpu_s %.1f\n", direct, direct_cpu);
+  printf("direct_cpu_us_per_image %.0f\n", direct_cpu > 0 ? 1e6 / direct_cpu : 0);
+  for (int threads = 1; threads <= 2; threads++) {
+    printf("first_batch_ms_%dt %.1f\nsetup_ms_%dt %.1f\n", threads, first_ms[threads - 1], threads, setup_ms[threads - 1]);
+    printf("pipeline_images_%dt %lld\n", threads, (long long)images[threads - 1]);
+    for (int k = 0; k < nb; k++) {
+      const char* sfx = "";
+      char b[32];
+      if (batches[k] != 256) {
+        snprintf(b, sizeof b, "_b%d", batches[k]);
+        sfx = b;
+      }
+      int t = threads - 1;
+      printf("rill_pipeline_%dt%s %.1f\n", threads, sfx, best[t][k]);
+      printf("rill_pipeline_per_cpu_s_%dt%s %.1f\n", threads, sfx, best_cpu[t][k]);
+      printf("rill_cpu_us_per_image_%dt%s %.0f\n", threads, sfx, best_cpu[t][k] > 0 ? 1e6 / best_cpu[t][k] : 0);
+      printf("ratio_vs_direct_%dt%s %.2f\n", threads, sfx, ratio[t][k]);
+      printf("ratio_vs_direct_per_cpu_s_%dt%s %.2f\n", threads, sfx, ratio_cpu[t][k]);
+      if (batches[k] == 256) printf("one_batch_work_ms_%dt %.1f\n", threads, best[t][k] > 0 ? 256.0 / best[t][k] * 1e3 : 0);
+    }
+  }
   for (int i = 0; i < nf; i++) free(files[i].buf);
   free(files);
-
-  /* "1t": everything on the calling thread; "2t": two worker threads (the caller waits) */
-  for (int threads = 1; threads <= 2; threads++) {
-    pipe_t p;
-    double t0 = now_s();
-    if (pipe_new(dir, threads == 1 ? RILL_THREADS_NONE : 2, 256, 1, &p, &err) < 0) {
-      fprintf(stderr, "bench_pipeline: %s\n", err.message);
-      return 1;
-    }
-    double setup = now_s() - t0;
-    int64_t n;
-    double secs, first, cpu, best = 0, best_cpu = 0;
-    for (int e = 0; e < 2; e++) { /* epoch 0 also warms the page cache */
-      if (e) rill_iter_set_epoch(p.it, e);
-      if (epoch(&p, &n, &secs, &first, &cpu, &err) < 0) {
-        fprintf(stderr, "bench_pipeline: %s\n", err.message);
-        return 1;
-      }
-      if (e == 0) printf("first_batch_ms_%dt %.1f\nsetup_ms_%dt %.1f\n", threads, first * 1e3, threads, setup * 1e3);
-      if (n / secs > best) best = n / secs;
-      if (cpu > 0 && n / cpu > best_cpu) best_cpu = n / cpu;
-    }
-    printf("pipeline_images_%dt %lld\n", threads, (long long)n);
-    printf("rill_pipeline_%dt %.1f\n", threads, best);
-    printf("rill_pipeline_per_cpu_s_%dt %.1f\n", threads, best_cpu);
-    printf("ratio_vs_direct_%dt %.2f\n", threads, direct > 0 ? best / (threads * direct) : 0);
-    printf("one_batch_work_ms_%dt %.1f\n", threads, best > 0 ? 256.0 / best * 1e3 : 0);
-    pipe_free(&p);
-  }
 
   /* resident memory over epochs (a quarter of the corpus per epoch keeps this short) */
   pipe_t p;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Full pipeline and batching benchmarks: rill against a direct libjpeg-turbo decode loop,
 # memcpy, and torch DataLoader + torchvision + PIL, measured in the same run; prints ratios.
-# Env (set by `make bench`): ROOT, BUILD. CORPUS overrides the image folder.
+# Env (set by `make bench`): ROOT, BUILD. CORPUS overrides the image folder (build/data/corpus;
+# build/data/imagenet_like is the ImageNet-like one); BATCHES (32,64,256) and ROUNDS (1)
+# are passed to bench_pipeline.
 set -euo pipefail
 ROOT=${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 BUILD=${BUILD:-$ROOT/build}
@@ -20,7 +22,7 @@ if [ ! -d "$CORPUS" ]; then
 fi
 
 echo "-- full pipeline over $CORPUS"
-out=$("$BUILD/bench/bench_pipeline" "$CORPUS" "$RSS_EPOCHS")
+out=$(BATCHES=${BATCHES:-32,64,256} "$BUILD/bench/bench_pipeline" "$CORPUS" "$RSS_EPOCHS" "${ROUNDS:-1}")
 echo "$out"
 val() { echo "$out" | awk -v k="$1" '$1 == k { print $2 }'; }
 
@@ -42,5 +44,6 @@ awk -v d="$(val direct_full_decode_1t)" -v dc="$(val direct_full_decode_per_cpu_
     -v p="$peer" -v pc="$peer_cpu" 'function q(a, b) { return b > 0 ? a / b : 0 } BEGIN {
   printf "rill 1 thread / direct full decode:              %.2fx (per CPU s: %.2fx)\n", q(r1, d), q(c1, dc)
   printf "rill 2 threads / (2 x direct full decode):       %.2fx (per CPU s: %.2fx)\n", q(r2, 2 * d), q(c2, dc)
+  printf "(batches 32 and 64: the ratio_vs_direct_*_b32 / _b64 lines above)\n"
   if (p != "") printf "rill 2 threads / DataLoader(num_workers=2):      %.2fx (per CPU s: %.2fx)\n", q(r2, p), q(c2, pc)
 }'

@@ -4,10 +4,13 @@
 # OUT/cache/     the downloaded packages (apt-get download) and their extracted files
 # OUT/corpus/    an ImageFolder corpus: 10 classes x PER_CLASS JPEGs (max side 500 px, quality
 #                75-95), cut deterministically from the photos by test/data/mkcorpus.c
+# OUT/imagenet_like/  an ImageFolder corpus like ImageNet's training images: 10 classes x 200
+#                JPEGs, mostly 500x375 / 375x500 / 500x333, some smaller and larger, quality
+#                75-95, ~110 KB mean (mkcorpus --imagenet), from the same photos
 # OUT/variants/  odd files for tests: JPEG subsampling / progressive / CMYK / gray / truncated
 #                variants and the PngSuite (from Go's image test data), real PNG photos
 # Needs apt-get (Debian), a C compiler, libjpeg and libpng headers. Runs once: later calls
-# return at once while OUT/corpus/.done exists. PER_CLASS (environment) defaults to 150.
+# return at once while OUT/corpus/.done, OUT/imagenet_like/.done and OUT/variants/.done exist. PER_CLASS (environment) defaults to 150.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +21,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cache=$out/cache
 
-if [ -f "$out/corpus/.done" ] && [ -f "$out/variants/.done" ]; then
+if [ -f "$out/corpus/.done" ] && [ -f "$out/imagenet_like/.done" ] && [ -f "$out/variants/.done" ]; then
   echo "images ready in $out"
   exit 0
 fi
@@ -53,11 +56,24 @@ classes=(
   "fruits=$cv/fruits.jpg" "painting=$cv/starry_night.jpg" "squirrel=$cv/squirrel_cls.jpg"
   "plant=$cv/../alphamat/input_images/plant.jpg"
 )
-rm -rf "$out/corpus.tmp"
-echo "building the corpus: ${#classes[@]} classes x $per images"
-"$out/mkcorpus" "$out/corpus.tmp" "$per" "${classes[@]}"
-touch "$out/corpus.tmp/.done"
-rm -rf "$out/corpus" && mv "$out/corpus.tmp" "$out/corpus"
+if [ ! -f "$out/corpus/.done" ]; then
+  rm -rf "$out/corpus.tmp"
+  echo "building the corpus: ${#classes[@]} classes x $per images"
+  "$out/mkcorpus" "$out/corpus.tmp" "$per" "${classes[@]}"
+  touch "$out/corpus.tmp/.done"
+  rm -rf "$out/corpus" && mv "$out/corpus.tmp" "$out/corpus"
+fi
+if [ ! -f "$out/imagenet_like/.done" ]; then
+  rm -rf "$out/imagenet_like.tmp"
+  echo "building the ImageNet-like corpus: ${#classes[@]} classes x 200 images"
+  # two halves of the classes at once: the files do not depend on how the work is split
+  "$out/mkcorpus" --imagenet "$out/imagenet_like.tmp" 200 "${classes[@]:0:5}" &
+  first=$!
+  "$out/mkcorpus" --imagenet "$out/imagenet_like.tmp" 200 "${classes[@]:5}" || { wait "$first"; exit 1; }
+  wait "$first"
+  touch "$out/imagenet_like.tmp/.done"
+  rm -rf "$out/imagenet_like" && mv "$out/imagenet_like.tmp" "$out/imagenet_like"
+fi
 
 # ---- variants for the tests
 v=$out/variants
