@@ -194,6 +194,15 @@ int rill__csv_vec_grow(rill__csv_vec_t* a) {
   return RILL_OK;
 }
 
+int rill__csv_rows_grow(rill__csv_rows_t* a) {
+  int64_t nc = a->cap ? a->cap * 2 : 1024;
+  uint32_t* nv = rill__realloc(a->v, (size_t)a->n * sizeof *nv, (size_t)nc * sizeof *nv);
+  if (!nv) return RILL_ENOMEM;
+  a->v = nv;
+  a->cap = nc;
+  return RILL_OK;
+}
+
 /* Scanner states: between records, at a field start, in an unquoted field, in a quoted
  * field, just after a quote inside a quoted field. */
 enum { S_START, S_FIELD, S_UNQ, S_Q, S_QQ };
@@ -205,6 +214,7 @@ void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quot
   int st = in_quotes ? S_Q : S_START;
   int64_t i = begin, rec = -1, nf = 0, j = 0;
   s->rc = RILL_OK;
+  s->starts.base = begin;
   s->head_done = 0;
   s->head_nf = 0;
   s->tail_start = -1;
@@ -215,10 +225,10 @@ void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quot
     case S_START:
       if (is_nl(c)) { i++; break; }
       if (ref) {
-        while (j < ref->starts.n && ref->starts.v[j] < i) j++;
-        if (j < ref->starts.n && ref->starts.v[j] == i) {
+        while (j < ref->starts.n && rill__csv_rows_at(&ref->starts, j) < i) j++;
+        if (j < ref->starts.n && rill__csv_rows_at(&ref->starts, j) == i) {
           for (int64_t k = j; k < ref->starts.n && s->rc == RILL_OK; k++)
-            s->rc = rill__csv_vec_push(&s->starts, ref->starts.v[k]);
+            s->rc = rill__csv_rows_push(&s->starts, rill__csv_rows_at(&ref->starts, k));
           for (int64_t k = 0; k < ref->bad.n && s->rc == RILL_OK; k += 2)
             if (ref->bad.v[k] >= i) {
               s->rc = rill__csv_vec_push(&s->bad, ref->bad.v[k]);
@@ -232,7 +242,7 @@ void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quot
       }
       rec = i;
       nf = 1;
-      if (rill__csv_vec_push(&s->starts, i) != RILL_OK) { s->rc = RILL_ENOMEM; return; }
+      if (rill__csv_rows_push(&s->starts, i) != RILL_OK) { s->rc = RILL_ENOMEM; return; }
       st = S_FIELD;
       break;
     case S_FIELD:
