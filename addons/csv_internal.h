@@ -131,6 +131,17 @@ typedef struct rill__csv_spec {
  * when a record starts where one of ref's does and takes ref's results from there. */
 void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
                           int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref);
+/* The state machine alone (rill__csv_scan_chunk uses it from inside quotes, with `ref`, and
+ * where the bitmask scan gives up). */
+void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
+                                  int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref);
+/* The bitmask scan from a record start at SIMD `level` (0 portable, 1 SSE2, 2 AVX2; a level
+ * above the machine's is lowered): 1 with the results in *s (s->rc), 0 when it gave up
+ * (*s then holds partial results). Every level gives the same results. */
+int rill__csv_scan_chunk_masks(const char* d, int64_t begin, int64_t end, char dl, char q, int64_t expected,
+                               rill__csv_spec_t* s, int level);
+/* The highest SIMD level this machine runs (see above). */
+int rill__csv_scan_simd_level(void);
 
 /* ---- the row index (csv_index.c) */
 
