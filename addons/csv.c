@@ -275,7 +275,7 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
     }
     /* a pass moving forward drops the pages well behind it */
     if (c->map) {
-      const int64_t keep = 16 << 20, step = 64 << 20;
+      const int64_t keep = 8 << 20, step = 16 << 20;
       int64_t lo = rill__csv_start(c, rows[b0]), mark = atomic_load(&c->drop_mark);
       if (lo - keep > mark + step && atomic_compare_exchange_strong(&c->drop_mark, &mark, lo - keep))
         rill__csv_drop(c, mark, lo - keep);
