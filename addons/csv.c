@@ -34,7 +34,9 @@ static void csv_unref(rill__csv_t* c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
   rill__free_vec((void**)c->names, c->ncols);
   rill__free(c->types);
-  rill__free(c->starts);
+  rill__free(c->base);
+  rill__free(c->off);
+  rill__free(c->far);
   rill__free(c->lines);
   if (c->map) munmap(c->map, (size_t)c->size);
   if (c->fd >= 0) close(c->fd);
@@ -168,7 +170,7 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
       if (vrc == RILL_ENOMEM) return rill__fail(err, vrc, "%s: out of memory", c->name);
       if (vrc != RILL_OK) {
         if (c->on_error != RILL_ON_ERROR_NULL) {
-          int64_t line = rill__csv_line(c, c->starts[b->rows[i]]);
+          int64_t line = rill__csv_line(c, rill__csv_start(c, b->rows[i]));
           rill_error_set(err, vrc, "%s:%lld: column '%s': %s '%.*s'%s %s %s", c->name, (long long)line,
                          c->names[k], vrc == RILL_ERANGE ? "value" : "cannot parse", (int)(len > 40 ? 40 : len),
                          txt, len > 40 ? "..." : "",
@@ -268,13 +270,13 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
     }
     for (int64_t j = 0; j < bn; j++) {
       int64_t next;
-      s->nfields[j] = rill__csv_split(c->data, c->size, c->starts[rows[b0 + j]], c->delim, c->quote,
+      s->nfields[j] = rill__csv_split(c->data, c->size, rill__csv_start(c, rows[b0 + j]), c->delim, c->quote,
                                       s->spans + j * stride, c->ncols, &next);
     }
     /* a pass moving forward drops the pages well behind it */
     if (c->map) {
-      const int64_t keep = 16 << 20, step = 64 << 20;
-      int64_t lo = c->starts[rows[b0]], mark = atomic_load(&c->drop_mark);
+      const int64_t keep = 8 << 20, step = 16 << 20;
+      int64_t lo = rill__csv_start(c, rows[b0]), mark = atomic_load(&c->drop_mark);
       if (lo - keep > mark + step && atomic_compare_exchange_strong(&c->drop_mark, &mark, lo - keep))
         rill__csv_drop(c, mark, lo - keep);
     }
@@ -327,7 +329,7 @@ static int infer_types(rill__csv_t* c, int64_t limit, rill_error_t* err) {
   int64_t rows = limit < 0 || limit > c->nrows ? c->nrows : limit;
   for (int64_t r = 0; r < rows; r++) {
     int64_t next;
-    int64_t nf = rill__csv_split(c->data, c->size, c->starts[r], c->delim, c->quote, sp, c->ncols, &next);
+    int64_t nf = rill__csv_split(c->data, c->size, rill__csv_start(c, r), c->delim, c->quote, sp, c->ncols, &next);
     if (nf > c->ncols) continue;
     for (int k = 0; k < nf; k++) {
       if (!mask[k] || c->types[k]) continue;

@@ -73,7 +73,7 @@ static void* index_worker(void* arg) {
     int64_t b = job->bounds[k], e = job->bounds[k + 1];
     /* room for the rows the sample predicts (plus 1/16), at most half the chunk's bytes: the
      * list then rarely grows by copying; small guesses are left to the usual growth */
-    rill__csv_vec_t* st = &job->out[k].starts;
+    rill__csv_rows_t* st = &job->out[k].starts;
     if (job->sample > 0 && job->sample_lines > 0) {
       int64_t est = (int64_t)((double)(e - b) * (double)job->sample_lines / (double)job->sample);
       est += est / 16;
@@ -179,7 +179,7 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
   if (inq) {
     int64_t last = -1;
     for (int64_t k = nch - 1; k >= 0 && last < 0; k--)
-      if (pick[k]->starts.n) last = pick[k]->starts.v[pick[k]->starts.n - 1];
+      if (pick[k]->starts.n) last = rill__csv_rows_at(&pick[k]->starts, pick[k]->starts.n - 1);
     rill__free(pick);
     rill__free(xbad.v);
     rc = rill__fail(err, RILL_EFORMAT, "%s:%lld: unterminated quoted field", c->name,
@@ -202,40 +202,54 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
   }
   int skip = o->on_bad_row == RILL_ON_ERROR_SKIP;
   int64_t keep = skip ? total - nbad : total;
-  c->starts = rill__alloc((size_t)(keep ? keep : 1) * sizeof *c->starts);
-  if (!c->starts) {
+  c->base = rill__alloc((size_t)((keep >> RILL__CSV_BLOCK_SHIFT) + 1) * sizeof *c->base);
+  c->off = rill__alloc((size_t)(keep ? keep : 1) * sizeof *c->off);
+  if (!c->base || !c->off) {
     rill__free(pick);
     rill__free(xbad.v);
     rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index (%lld rows)", c->name,
                     (long long)keep);
     goto done;
   }
+  rill__csv_vec_t far = {0};
   int64_t w = 0, x = 0;
-  for (int64_t k = 0; k < nch; k++) {
+  for (int64_t k = 0; k < nch && rc == RILL_OK; k++) {
     rill__csv_spec_t* s = pick[k];
-    if (!skip || (!s->bad.n && (x >= xbad.n || (s->starts.n && xbad.v[x] > s->starts.v[s->starts.n - 1])))) {
-      if (s->starts.n) memcpy(c->starts + w, s->starts.v, (size_t)s->starts.n * sizeof *c->starts);
-      w += s->starts.n;
-    } else {
-      int64_t b = 0;
-      for (int64_t r = 0; r < s->starts.n; r++) {
-        if (b < s->bad.n && s->bad.v[b] == s->starts.v[r]) { b += 2; continue; }
-        while (x < xbad.n && xbad.v[x] < s->starts.v[r]) x += 2;
-        if (x < xbad.n && xbad.v[x] == s->starts.v[r]) { x += 2; continue; }
-        c->starts[w++] = s->starts.v[r];
+    int all = !skip || (!s->bad.n && (x >= xbad.n || (s->starts.n && xbad.v[x] > rill__csv_rows_at(&s->starts, s->starts.n - 1))));
+    int64_t b = 0;
+    for (int64_t r = 0; r < s->starts.n; r++) {
+      int64_t pos = rill__csv_rows_at(&s->starts, r);
+      if (!all) {
+        if (b < s->bad.n && s->bad.v[b] == pos) { b += 2; continue; }
+        while (x < xbad.n && xbad.v[x] < pos) x += 2;
+        if (x < xbad.n && xbad.v[x] == pos) { x += 2; continue; }
       }
+      if ((w & ((1 << RILL__CSV_BLOCK_SHIFT) - 1)) == 0) c->base[w >> RILL__CSV_BLOCK_SHIFT] = pos;
+      uint64_t d = (uint64_t)(pos - c->base[w >> RILL__CSV_BLOCK_SHIFT]);
+      if (d >= RILL__CSV_FAR_AT) {
+        if (rill__csv_vec_push(&far, w) != RILL_OK || rill__csv_vec_push(&far, pos) != RILL_OK) {
+          rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
+          break;
+        }
+        d = RILL__CSV_FAR;
+      }
+      c->off[w++] = (uint32_t)d;
     }
     rill__free(s->starts.v);
     s->starts.v = NULL;
   }
+  c->far = far.v;
+  c->nfar = far.n / 2;
   c->nrows = w;
   rill__free(pick);
   rill__free(xbad.v);
 done:
   for (int64_t k = 0; out && in && k < nch; k++) {
     rill__free(out[k].starts.v);
+    rill__free(out[k].starts.far.v);
     rill__free(out[k].bad.v);
     rill__free(in[k].starts.v);
+    rill__free(in[k].starts.far.v);
     rill__free(in[k].bad.v);
   }
   rill__free(out);

@@ -26,7 +26,13 @@ typedef struct rill__csv {
   char** names;
   rill_dtype_t* types;
   int64_t nrows;
-  int64_t* starts;            /* byte offset of each row's record */
+  /* The byte offset of each row's record, 4 bytes a row: row r starts at
+   * base[r >> RILL__CSV_BLOCK_SHIFT] + off[r]; an offset that does not fit (a block of rows
+   * spanning 4 GiB) reads RILL__CSV_FAR and is kept in `far` as (row, offset) pairs. */
+  int64_t* base;
+  uint32_t* off;
+  int64_t* far;
+  int64_t nfar;
   rill_on_error_t on_error;
   pthread_mutex_t mu;         /* guards lines */
   int64_t* lines;             /* lines[k]: physical line at byte k << RILL__CSV_LINE_STEP_SHIFT */
@@ -35,6 +41,28 @@ typedef struct rill__csv {
 } rill__csv_t;
 
 #define RILL__CSV_LINE_STEP_SHIFT 16 /* line-number checkpoints every 64 KiB */
+#define RILL__CSV_BLOCK_SHIFT 10     /* rows per base offset of the row index: 1024 */
+#define RILL__CSV_FAR UINT32_MAX     /* an offset kept aside (see rill__csv_t.far) */
+#ifndef RILL__CSV_FAR_AT             /* offsets from here on are kept aside (lowered to test that path) */
+#define RILL__CSV_FAR_AT RILL__CSV_FAR
+#endif
+
+/* Looks up `key` among the (key, value) pairs p[0..2n), sorted by key (it is there). */
+static inline int64_t rill__csv_far(const int64_t* p, int64_t n, int64_t key) {
+  int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (p[2 * mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return p[2 * lo + 1];
+}
+
+/* The byte offset of row r's record. */
+static inline int64_t rill__csv_start(const rill__csv_t* c, int64_t r) {
+  uint32_t o = c->off[r];
+  return o != RILL__CSV_FAR ? c->base[r >> RILL__CSV_BLOCK_SHIFT] + o : rill__csv_far(c->far, c->nfar, r);
+}
 
 /* Hands the mapped pages inside [a, b) back to the kernel (csv.c); no-op for buffers. */
 void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b);
@@ -65,9 +93,31 @@ static inline int rill__csv_vec_push(rill__csv_vec_t* a, int64_t x) {
   return RILL_OK;
 }
 
+/* Record starts found in a chunk, 4 bytes each: offsets from the chunk's start (`base`);
+ * one that does not fit reads RILL__CSV_FAR and is kept in `far` as (index, offset). */
+typedef struct rill__csv_rows {
+  uint32_t* v;
+  int64_t n, cap, base;
+  rill__csv_vec_t far;
+} rill__csv_rows_t;
+int rill__csv_rows_grow(rill__csv_rows_t* a); /* RILL_OK or RILL_ENOMEM */
+static inline int rill__csv_rows_push(rill__csv_rows_t* a, int64_t pos) {
+  if (a->n == a->cap && rill__csv_rows_grow(a) != RILL_OK) return RILL_ENOMEM;
+  uint64_t r = (uint64_t)(pos - a->base);
+  if (r >= RILL__CSV_FAR_AT) {
+    if (rill__csv_vec_push(&a->far, a->n) != RILL_OK || rill__csv_vec_push(&a->far, pos) != RILL_OK) return RILL_ENOMEM;
+    r = RILL__CSV_FAR;
+  }
+  a->v[a->n++] = (uint32_t)r;
+  return RILL_OK;
+}
+static inline int64_t rill__csv_rows_at(const rill__csv_rows_t* a, int64_t k) {
+  return a->v[k] != RILL__CSV_FAR ? a->base + a->v[k] : rill__csv_far(a->far.v, a->far.n / 2, k);
+}
+
 /* What a scan of one chunk of the input found. */
 typedef struct rill__csv_spec {
-  rill__csv_vec_t starts;      /* record start offsets */
+  rill__csv_rows_t starts;     /* record starts (starts.base: the chunk's first byte) */
   rill__csv_vec_t bad;         /* pairs: record start, field count (count != expected) */
   int end_in_quotes;           /* chunk ended inside a quoted field */
   int64_t tail_start, tail_nf; /* when it did: the open record's start (-1: before the chunk) and fields */
@@ -81,6 +131,17 @@ typedef struct rill__csv_spec {
  * when a record starts where one of ref's does and takes ref's results from there. */
 void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
                           int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref);
+/* The state machine alone (rill__csv_scan_chunk uses it from inside quotes, with `ref`, and
+ * where the bitmask scan gives up). */
+void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
+                                  int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref);
+/* The bitmask scan from a record start at SIMD `level` (0 portable, 1 SSE2, 2 AVX2; a level
+ * above the machine's is lowered): 1 with the results in *s (s->rc), 0 when it gave up
+ * (*s then holds partial results). Every level gives the same results. */
+int rill__csv_scan_chunk_masks(const char* d, int64_t begin, int64_t end, char dl, char q, int64_t expected,
+                               rill__csv_spec_t* s, int level);
+/* The highest SIMD level this machine runs (see above). */
+int rill__csv_scan_simd_level(void);
 
 /* ---- the row index (csv_index.c) */
 

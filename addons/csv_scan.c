@@ -194,17 +194,27 @@ int rill__csv_vec_grow(rill__csv_vec_t* a) {
   return RILL_OK;
 }
 
+int rill__csv_rows_grow(rill__csv_rows_t* a) {
+  int64_t nc = a->cap ? a->cap * 2 : 1024;
+  uint32_t* nv = rill__realloc(a->v, (size_t)a->n * sizeof *nv, (size_t)nc * sizeof *nv);
+  if (!nv) return RILL_ENOMEM;
+  a->v = nv;
+  a->cap = nc;
+  return RILL_OK;
+}
+
 /* Scanner states: between records, at a field start, in an unquoted field, in a quoted
  * field, just after a quote inside a quoted field. */
 enum { S_START, S_FIELD, S_UNQ, S_Q, S_QQ };
 
 static int is_nl(char c) { return c == '\n' || c == '\r'; }
 
-void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
-                          int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref) {
+void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
+                                  int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref) {
   int st = in_quotes ? S_Q : S_START;
   int64_t i = begin, rec = -1, nf = 0, j = 0;
   s->rc = RILL_OK;
+  s->starts.base = begin;
   s->head_done = 0;
   s->head_nf = 0;
   s->tail_start = -1;
@@ -215,10 +225,10 @@ void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quot
     case S_START:
       if (is_nl(c)) { i++; break; }
       if (ref) {
-        while (j < ref->starts.n && ref->starts.v[j] < i) j++;
-        if (j < ref->starts.n && ref->starts.v[j] == i) {
+        while (j < ref->starts.n && rill__csv_rows_at(&ref->starts, j) < i) j++;
+        if (j < ref->starts.n && rill__csv_rows_at(&ref->starts, j) == i) {
           for (int64_t k = j; k < ref->starts.n && s->rc == RILL_OK; k++)
-            s->rc = rill__csv_vec_push(&s->starts, ref->starts.v[k]);
+            s->rc = rill__csv_rows_push(&s->starts, rill__csv_rows_at(&ref->starts, k));
           for (int64_t k = 0; k < ref->bad.n && s->rc == RILL_OK; k += 2)
             if (ref->bad.v[k] >= i) {
               s->rc = rill__csv_vec_push(&s->bad, ref->bad.v[k]);
@@ -232,7 +242,7 @@ void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quot
       }
       rec = i;
       nf = 1;
-      if (rill__csv_vec_push(&s->starts, i) != RILL_OK) { s->rc = RILL_ENOMEM; return; }
+      if (rill__csv_rows_push(&s->starts, i) != RILL_OK) { s->rc = RILL_ENOMEM; return; }
       st = S_FIELD;
       break;
     case S_FIELD:
@@ -305,4 +315,200 @@ void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quot
       if (rill__csv_vec_push(&s->bad, rec) != RILL_OK || rill__csv_vec_push(&s->bad, nf) != RILL_OK) s->rc = RILL_ENOMEM;
     }
   }
+}
+
+/* ------------------------------------------------------------------ bitmask chunk scans */
+
+/* A chunk scanned from a record start, 64 bytes a step: bit b of each mask stands for byte
+ * i + b. Quotes toggle an "inside quotes" mask (a prefix XOR); delimiters and line breaks
+ * outside it end fields and records. That model holds while every quote sits where the
+ * state machine would also treat it as one: an opening quote at the start of a field (or
+ * right after a closing one: a doubled quote), a closing quote followed by a delimiter, a
+ * line break, a quote or the end. Anything else (a quote inside an unquoted field, text after
+ * a closing quote) makes the scan give up (returns 0) and the state machine scans the chunk.
+ * The results are the state machine's: same starts, bad records and tail. */
+
+typedef struct scan_masks {
+  uint64_t q, dl, nl;
+} scan_masks_t;
+
+static inline uint64_t prefix_xor(uint64_t x) {
+  x ^= x << 1;
+  x ^= x << 2;
+  x ^= x << 4;
+  x ^= x << 8;
+  x ^= x << 16;
+  x ^= x << 32;
+  return x;
+}
+
+#define SCAN_BODY(MASKS, POPCNT)                                                                       \
+  uint64_t inq = 0;     /* all ones: inside quotes at the end of the previous block */                 \
+  uint64_t prev_nl = 1; /* bit 0: the byte before is a line break outside quotes (or none) */          \
+  uint64_t prev_fb = 1; /* bit 0: a quote may open at the next byte */                                 \
+  uint64_t prev_cq = 0; /* bit 0: the byte before closed a quote */                                    \
+  int64_t dcount = 0, rec = -1, rec_d = 0;                                                             \
+  s->rc = RILL_OK;                                                                                     \
+  s->starts.base = begin;                                                                              \
+  s->head_done = 0;                                                                                    \
+  s->head_nf = 0;                                                                                      \
+  s->tail_start = -1;                                                                                  \
+  s->tail_nf = 0;                                                                                      \
+  s->end_in_quotes = 0;                                                                                \
+  for (int64_t i = begin; i < end; i += 64) {                                                          \
+    scan_masks_t m;                                                                                    \
+    uint64_t valid = ~(uint64_t)0;                                                                     \
+    if (end - i >= 64) {                                                                               \
+      MASKS(d + i, dl, q, &m);                                                                         \
+    } else {                                                                                           \
+      char tail[64];                                                                                   \
+      memset(tail, 0, sizeof tail);                                                                    \
+      memcpy(tail, d + i, (size_t)(end - i));                                                          \
+      MASKS(tail, dl, q, &m);                                                                          \
+      valid = ((uint64_t)1 << (end - i)) - 1;                                                          \
+      m.q &= valid;                                                                                    \
+      m.dl &= valid;                                                                                   \
+      m.nl &= valid;                                                                                   \
+    }                                                                                                  \
+    uint64_t in = inq, cq = 0;                                                                         \
+    if (m.q | inq) {                                                                                   \
+      in = prefix_xor(m.q) ^ inq;                                                                      \
+      uint64_t open = m.q & in;                                                                        \
+      cq = m.q & ~in;                                                                                  \
+      uint64_t fb = ((m.dl | m.nl) & ~in) | cq;                                                        \
+      if (open & ~((fb << 1) | prev_fb)) return 0;                                                     \
+      if (((cq << 1) | prev_cq) & ~(m.dl | m.nl | m.q) & valid) return 0;                              \
+      prev_fb = fb >> 63;                                                                              \
+      inq = (uint64_t)0 - (in >> 63);                                                                  \
+    } else {                                                                                           \
+      prev_fb = (m.dl | m.nl) >> 63;                                                                   \
+    }                                                                                                  \
+    prev_cq = cq >> 63;                                                                                \
+    uint64_t dout = m.dl & ~in, nout = m.nl & ~in;                                                     \
+    uint64_t pn = (nout << 1) | prev_nl;                                                               \
+    uint64_t st = pn & ~m.nl & valid, en = nout & ~pn;                                                 \
+    prev_nl = nout >> 63;                                                                              \
+    for (uint64_t ev = st | en; ev; ev &= ev - 1) {                                                    \
+      int b = __builtin_ctzll(ev);                                                                     \
+      uint64_t bit = (uint64_t)1 << b;                                                                 \
+      int64_t dpos = dcount + POPCNT(dout & (bit - 1));                                                \
+      if (st & bit) {                                                                                  \
+        rec = i + b;                                                                                   \
+        rec_d = dpos;                                                                                  \
+        if (rill__csv_rows_push(&s->starts, rec) != RILL_OK) { s->rc = RILL_ENOMEM; return 1; }         \
+      } else {                                                                                         \
+        int64_t nf = dpos - rec_d + 1;                                                                 \
+        if (nf != expected && (rill__csv_vec_push(&s->bad, rec) != RILL_OK ||                          \
+                               rill__csv_vec_push(&s->bad, nf) != RILL_OK)) {                          \
+          s->rc = RILL_ENOMEM;                                                                         \
+          return 1;                                                                                    \
+        }                                                                                              \
+        rec = -1;                                                                                      \
+      }                                                                                                \
+    }                                                                                                  \
+    dcount += POPCNT(dout);                                                                            \
+  }                                                                                                    \
+  if (inq) {                                                                                           \
+    s->end_in_quotes = 1;                                                                              \
+    s->tail_start = rec;                                                                               \
+    s->tail_nf = dcount - rec_d + 1;                                                                   \
+  } else if (rec >= 0 && dcount - rec_d + 1 != expected) {                                             \
+    if (rill__csv_vec_push(&s->bad, rec) != RILL_OK || rill__csv_vec_push(&s->bad, dcount - rec_d + 1) != RILL_OK) \
+      s->rc = RILL_ENOMEM;                                                                             \
+  }                                                                                                    \
+  return 1;
+
+#if CSV_SIMD
+static inline void masks_sse2(const char* p, char dl, char q, scan_masks_t* m) {
+  __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q), vn = _mm_set1_epi8('\n'), vr = _mm_set1_epi8('\r');
+  uint64_t mq = 0, md = 0, mn = 0;
+  for (int k = 0; k < 4; k++) {
+    __m128i v = _mm_loadu_si128((const __m128i*)(p + 16 * k));
+    mq |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, vq)) << (16 * k);
+    md |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, vdl)) << (16 * k);
+    mn |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, vn), _mm_cmpeq_epi8(v, vr))) << (16 * k);
+  }
+  m->q = mq;
+  m->dl = md;
+  m->nl = mn;
+}
+#define MASKS_PORTABLE masks_sse2
+#else
+static inline void masks_bytes(const char* p, char dl, char q, scan_masks_t* m) {
+  uint64_t mq = 0, md = 0, mn = 0;
+  for (int k = 0; k < 64; k++) {
+    mq |= (uint64_t)(p[k] == q) << k;
+    md |= (uint64_t)(p[k] == dl) << k;
+    mn |= (uint64_t)(p[k] == '\n' || p[k] == '\r') << k;
+  }
+  m->q = mq;
+  m->dl = md;
+  m->nl = mn;
+}
+#define MASKS_PORTABLE masks_bytes
+#endif
+
+static int scan_chunk_masks(const char* d, int64_t begin, int64_t end, char dl, char q, int64_t expected,
+                            rill__csv_spec_t* s) {
+  SCAN_BODY(MASKS_PORTABLE, __builtin_popcountll)
+}
+
+#if defined(__GNUC__) && defined(__x86_64__) && CSV_SIMD
+#include <immintrin.h>
+#define CSV_AVX2 1
+__attribute__((target("avx2,popcnt,bmi"))) static inline void masks_avx2(const char* p, char dl, char q,
+                                                                        scan_masks_t* m) {
+  __m256i vdl = _mm256_set1_epi8(dl), vq = _mm256_set1_epi8(q), vn = _mm256_set1_epi8('\n'),
+          vr = _mm256_set1_epi8('\r');
+  __m256i a = _mm256_loadu_si256((const __m256i*)p), b = _mm256_loadu_si256((const __m256i*)(p + 32));
+#define M2(x, y) ((uint64_t)(uint32_t)_mm256_movemask_epi8(x) | ((uint64_t)(uint32_t)_mm256_movemask_epi8(y) << 32))
+  m->q = M2(_mm256_cmpeq_epi8(a, vq), _mm256_cmpeq_epi8(b, vq));
+  m->dl = M2(_mm256_cmpeq_epi8(a, vdl), _mm256_cmpeq_epi8(b, vdl));
+  m->nl = M2(_mm256_or_si256(_mm256_cmpeq_epi8(a, vn), _mm256_cmpeq_epi8(a, vr)),
+             _mm256_or_si256(_mm256_cmpeq_epi8(b, vn), _mm256_cmpeq_epi8(b, vr)));
+#undef M2
+}
+
+__attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(const char* d, int64_t begin,
+                                                                           int64_t end, char dl, char q,
+                                                                           int64_t expected, rill__csv_spec_t* s) {
+  SCAN_BODY(masks_avx2, _mm_popcnt_u64)
+}
+#else
+#define CSV_AVX2 0
+#endif
+
+int rill__csv_scan_simd_level(void) {
+#if CSV_AVX2
+  static _Atomic int level = -1;
+  int l = atomic_load_explicit(&level, memory_order_relaxed);
+  if (l < 0) {
+    __builtin_cpu_init();
+    l = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi") ? 2 : 1;
+    atomic_store_explicit(&level, l, memory_order_relaxed);
+  }
+  return l;
+#else
+  return 0;
+#endif
+}
+
+int rill__csv_scan_chunk_masks(const char* d, int64_t begin, int64_t end, char dl, char q, int64_t expected,
+                               rill__csv_spec_t* s, int level) {
+#if CSV_AVX2
+  if (level >= 2) return scan_chunk_masks_avx2(d, begin, end, dl, q, expected, s);
+#endif
+  (void)level;
+  return scan_chunk_masks(d, begin, end, dl, q, expected, s);
+}
+
+void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
+                          int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref) {
+  if (!in_quotes && !ref) {
+    if (rill__csv_scan_chunk_masks(d, begin, end, dl, q, expected, s, rill__csv_scan_simd_level())) return;
+    s->starts.n = 0; /* a quote the masks do not model: the state machine decides */
+    s->starts.far.n = 0;
+    s->bad.n = 0;
+  }
+  rill__csv_scan_chunk_generic(d, begin, end, in_quotes, dl, q, expected, s, ref);
 }

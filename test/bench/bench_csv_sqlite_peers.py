@@ -3,10 +3,12 @@ peak memory is its own).
 
   gen-csv PATH MB        write a synthetic CSV of mixed columns (ints, floats, quoted strings)
   gen-sqlite PATH ROWS   write a SQLite table t(id INTEGER PRIMARY KEY, a INTEGER, b REAL, s TEXT)
-  pandas-csv PATH | pyarrow-csv PATH THREADS
+  pandas-csv PATH | pyarrow-csv PATH THREADS | polars-csv PATH THREADS | duckdb-csv PATH THREADS
   sqlite-loop PATH | pandas-sql PATH       read every row of t in shuffled order
-Each measurement prints: NAME seconds=S rows=N rss_mb=M
+Each measurement prints: NAME seconds=S rows=N rss_mb=M (or NAME skipped: WHY when the peer is
+not installed).
 """
+import os
 import random
 import resource
 import sqlite3
@@ -68,6 +70,27 @@ def main():
         t0 = time.perf_counter()
         table = pacsv.read_csv(path)
         report("pyarrow.csv.read_csv", t0, table.num_rows)
+    elif cmd == "polars-csv":
+        os.environ["POLARS_MAX_THREADS"] = sys.argv[3]  # read when polars is imported
+        try:
+            import polars as pl
+        except ImportError as e:
+            print(f"polars.read_csv skipped: {e}")
+            return
+        t0 = time.perf_counter()
+        df = pl.read_csv(path)
+        report("polars.read_csv", t0, df.height)
+    elif cmd == "duckdb-csv":
+        try:
+            import duckdb
+        except ImportError as e:
+            print(f"duckdb.read_csv skipped: {e}")
+            return
+        t0 = time.perf_counter()
+        con = duckdb.connect()
+        con.execute(f"SET threads TO {int(sys.argv[3])}")
+        table = con.read_csv(path).fetch_arrow_table()  # every cell parsed into columns
+        report("duckdb.read_csv", t0, table.num_rows)
     elif cmd == "sqlite-loop":
         t0 = time.perf_counter()
         db = sqlite3.connect(path)

@@ -1,11 +1,13 @@
-/* libFuzzer target: the CSV source must never crash on any input, and the parallel index must
- * agree with the sequential one. The first byte picks the options. */
+/* libFuzzer target: the CSV source must never crash on any input, the parallel index must
+ * agree with the sequential one, and the bitmask chunk scan (every SIMD level) with the state
+ * machine. The first byte picks the options. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rill.h"
 #include "rill_addons.h"
+#include "csv_internal.h"
 
 static void touch_all(rill_df_t* df) {
   rill_error_t err = {0};
@@ -32,6 +34,31 @@ static void touch_all(rill_df_t* df) {
   rill_iter_free(it);
 }
 
+static void free_spec(rill__csv_spec_t* s) {
+  rill__free(s->starts.v);
+  rill__free(s->starts.far.v);
+  rill__free(s->bad.v);
+}
+
+static void same_scan(const char* d, int64_t n, char dl) {
+  rill__csv_spec_t ref = {0};
+  rill__csv_scan_chunk_generic(d, 0, n, 0, dl, '"', 3, &ref, NULL);
+  for (int level = 0; level <= 2; level++) {
+    rill__csv_spec_t s = {0};
+    if (rill__csv_scan_chunk_masks(d, 0, n, dl, '"', 3, &s, level)) {
+      if (s.rc != ref.rc || s.starts.n != ref.starts.n || s.bad.n != ref.bad.n || s.end_in_quotes != ref.end_in_quotes ||
+          s.tail_start != ref.tail_start || s.tail_nf != ref.tail_nf)
+        abort();
+      for (int64_t k = 0; k < s.starts.n; k++)
+        if (rill__csv_rows_at(&s.starts, k) != rill__csv_rows_at(&ref.starts, k)) abort();
+      for (int64_t k = 0; k < s.bad.n; k++)
+        if (s.bad.v[k] != ref.bad.v[k]) abort();
+    }
+    free_spec(&s);
+  }
+  free_spec(&ref);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   uint8_t f = data[0];
@@ -44,6 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.infer_rows = (f & 0x80) ? 2 : 0;
   o.threads = 1;
   o.chunk_bytes = 1 << 30;
+  same_scan((const char*)data + 1, (int64_t)size - 1, o.delimiter);
   rill_error_t err = {0};
   rill_df_t* seq = NULL;
   int rc1 = rill_df_from_csv_buffer(data + 1, size - 1, &o, &seq, &err);
