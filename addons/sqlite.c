@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "addon.h"
@@ -22,6 +23,9 @@
 
 #define SQ_DEFAULT_CHUNK 65536
 #define SQ_DEFAULT_INFER 1000
+/* Page cache of a connection doing point lookups (KiB): a page missing from it costs a
+ * read() call (no memory map, see open_db); SQLite's default is 2 MiB. */
+#define SQ_POINT_CACHE_MAX_KIB (256 * 1024)
 
 typedef struct sqval {
   int type;                   /* SQLITE_INTEGER, _FLOAT, _TEXT, _BLOB, _NULL */
@@ -42,8 +46,13 @@ typedef struct conn {
   sqlite3* db;
   sqlite3_stmt* point;        /* table mode: one row by rowid */
   sqlite3_stmt* range;        /* table mode: rows with rowid in [?1, ?2] */
+  sqlite3_stmt* begin;        /* BEGIN / COMMIT around the point lookups of one call */
+  sqlite3_stmt* commit;
   int busy;
+  int big_cache;              /* page cache enlarged for point lookups */
   rowset_t rs;                /* the rows of the call using it (buffers reused) */
+  int64_t* order;             /* point lookups: (rowid, row) pairs sorted by rowid, then the */
+  int64_t order_cap;          /* position in rs of each requested row */
 } conn_t;
 
 typedef struct sq {
@@ -64,6 +73,7 @@ typedef struct sq {
   char* table;                /* quoted name, NULL in query mode */
   int64_t rowid_base;
   int64_t* rowids;            /* NULL when rowid = rowid_base + row */
+  int64_t cache_kib;          /* page cache of a connection doing point lookups */
   /* query mode */
   rowset_t* chunks;
   int64_t nchunks, chunk_rows;
@@ -74,6 +84,34 @@ static void rowset_free(rowset_t* r) {
   rill__free(r->v);
   rill__free(r->bytes);
   memset(r, 0, sizeof *r);
+}
+
+/* Value k of the current row of `st` into *v; returns the bytes of a TEXT or BLOB value (valid
+ * until the statement moves), v->len their count. One sqlite3_column_value per value: the
+ * sqlite3_value_* accessors skip the per-call statement checks of sqlite3_column_*, and only
+ * the accessor of the stored type is called, so nothing is converted or allocated. The
+ * statement is used by one thread at a time. */
+static const void* read_value(sqlite3_stmt* st, int k, sqval_t* v) {
+  sqlite3_value* x = sqlite3_column_value(st, k);
+  v->type = sqlite3_value_type(x);
+  v->i = 0;
+  v->d = 0;
+  v->len = 0;
+  switch (v->type) {
+  case SQLITE_INTEGER: v->i = sqlite3_value_int64(x); return NULL;
+  case SQLITE_FLOAT: v->d = sqlite3_value_double(x); return NULL;
+  case SQLITE_TEXT: {
+    const void* p = sqlite3_value_text(x);
+    v->len = sqlite3_value_bytes(x);
+    return p;
+  }
+  case SQLITE_BLOB: {
+    const void* p = sqlite3_value_blob(x);
+    v->len = sqlite3_value_bytes(x);
+    return p;
+  }
+  default: return NULL;
+  }
 }
 
 /* Appends the current row of `st` (ncols values). */
@@ -89,18 +127,9 @@ static int rowset_add(rowset_t* r, sqlite3_stmt* st, int ncols) {
   sqval_t* row = r->v + r->n * ncols;
   for (int k = 0; k < ncols; k++) {
     sqval_t* v = &row[k];
-    v->type = sqlite3_column_type(st, k);
-    v->i = 0;
-    v->d = 0;
-    v->len = 0;
-    if (v->type == SQLITE_INTEGER) {
-      v->i = sqlite3_column_int64(st, k);
-    } else if (v->type == SQLITE_FLOAT) {
-      v->d = sqlite3_column_double(st, k);
-    } else if (v->type == SQLITE_TEXT || v->type == SQLITE_BLOB) {
-      const void* p = v->type == SQLITE_TEXT ? (const void*)sqlite3_column_text(st, k)
-                                             : sqlite3_column_blob(st, k);
-      int64_t n = sqlite3_column_bytes(st, k);
+    const void* p = read_value(st, k, v);
+    if (v->type == SQLITE_TEXT || v->type == SQLITE_BLOB) {
+      int64_t n = v->len;
       if (!p && n > 0) return RILL_ENOMEM;
       if (r->nbytes + n > r->bytes_cap) {
         int64_t nc = r->bytes_cap ? r->bytes_cap : 4096;
@@ -123,6 +152,9 @@ static int rowset_add(rowset_t* r, sqlite3_stmt* st, int ncols) {
 static void conn_free(conn_t* c, int close_db) {
   sqlite3_finalize(c->point);
   sqlite3_finalize(c->range);
+  sqlite3_finalize(c->begin);
+  sqlite3_finalize(c->commit);
+  rill__free(c->order);
   if (close_db) sqlite3_close(c->db);
   rowset_free(&c->rs);
   rill__free(c);
@@ -223,58 +255,6 @@ static int64_t rowid_of(const sq_t* s, int64_t row) {
   return s->rowids ? s->rowids[row] : s->rowid_base + row;
 }
 
-/* Table mode: reads rows[0..n) into c->rs. */
-static int fetch_rows(sq_t* s, conn_t* c, const int64_t* rows, int64_t n, rill_error_t* err) {
-  char sql[600];
-  c->rs.n = 0;
-  c->rs.nbytes = 0;
-  int consecutive = n > 1;
-  for (int64_t i = 1; i < n && consecutive; i++) consecutive = rows[i] == rows[i - 1] + 1;
-  sqlite3_stmt** stp = consecutive ? &c->range : &c->point;
-  if (!*stp) {
-    snprintf(sql, sizeof sql, consecutive ? "SELECT * FROM %s WHERE rowid BETWEEN ?1 AND ?2 ORDER BY rowid"
-                                          : "SELECT * FROM %s WHERE rowid = ?1", s->table);
-    if (sqlite3_prepare_v2(c->db, sql, -1, stp, NULL) != SQLITE_OK) {
-      int rc = sq_fail(err, RILL_ESQL, c->db, sql);
-      sqlite3_finalize(*stp);
-      *stp = NULL;
-      return rc;
-    }
-  }
-  sqlite3_stmt* st = *stp;
-  int rc = RILL_OK;
-  int64_t i = 0;
-  /* one read transaction per chunk: the shared lock is taken once, not once per row */
-  int txn = sqlite3_get_autocommit(c->db) && sqlite3_exec(c->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK;
-  while (i < n && rc == RILL_OK) {
-    sqlite3_reset(st);
-    sqlite3_bind_int64(st, 1, rowid_of(s, rows[i]));
-    if (consecutive) sqlite3_bind_int64(st, 2, rowid_of(s, rows[n - 1]));
-    int got = 0;
-    int step;
-    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-      if (rowset_add(&c->rs, st, s->ncols) != RILL_OK) { rc = rill__fail(err, RILL_ENOMEM, "sqlite: out of memory"); break; }
-      got++;
-      if (!consecutive) break;
-    }
-    if (rc != RILL_OK) break;
-    if (step != SQLITE_ROW && step != SQLITE_DONE) {
-      rc = rill__fail(err, RILL_ESQL, "sqlite: %s (reading table %s)", sqlite3_errmsg(c->db), s->table);
-      break;
-    }
-    int64_t want = consecutive ? n : 1;
-    if (got != want) {
-      rc = rill__fail(err, RILL_ESQL, "sqlite: table %s changed while read: rowid %lld is missing",
-                      s->table, (long long)rowid_of(s, rows[i + got < n ? i + got : i]));
-      break;
-    }
-    i += want;
-  }
-  sqlite3_reset(st);
-  if (txn) sqlite3_exec(c->db, "COMMIT", NULL, NULL, NULL);
-  return rc;
-}
-
 static const char* sqtype_name(int t) {
   switch (t) {
   case SQLITE_INTEGER: return "INTEGER";
@@ -321,9 +301,9 @@ static int store_double(rill_array_t* out, int64_t i, rill_dtype_t dt, double d)
 
 #define SQ_NUM_TEXT 40 /* bytes reserved for a number written as text */
 
-/* Converts value v (bytes in `bytes`) to cell i of out. Variable-length cells are written
+/* Converts value v (a TEXT or BLOB value's bytes at p) to cell i of out. Variable-length cells are written
  * at *pos of out->data, reserved beforehand. */
-static int store_value(rill_array_t* out, int64_t i, rill_dtype_t dt, const sqval_t* v, const char* bytes,
+static int store_value(rill_array_t* out, int64_t i, rill_dtype_t dt, const sqval_t* v, const char* p,
                        int64_t* pos) {
   if (dt == RILL_STRING || dt == RILL_BINARY) {
     char* dst = (char*)out->data + *pos;
@@ -333,7 +313,7 @@ static int store_value(rill_array_t* out, int64_t i, rill_dtype_t dt, const sqva
     } else if (v->type == SQLITE_FLOAT) {
       n = snprintf(dst, SQ_NUM_TEXT, "%.17g", v->d);
     } else if (v->type != SQLITE_NULL) {
-      if (v->len) memcpy(dst, bytes + v->i, (size_t)v->len);
+      if (v->len) memcpy(dst, p, (size_t)v->len);
       n = (int)v->len;
     }
     *pos += n;
@@ -344,17 +324,220 @@ static int store_value(rill_array_t* out, int64_t i, rill_dtype_t dt, const sqva
   switch (v->type) {
   case SQLITE_INTEGER: return store_int(out, i, dt, v->i);
   case SQLITE_FLOAT: return store_double(out, i, dt, v->d);
-  case SQLITE_TEXT: return rill__store_text(out, i, dt, bytes + v->i, (size_t)v->len);
+  case SQLITE_TEXT: return rill__store_text(out, i, dt, p, (size_t)v->len);
   default: return RILL_EFORMAT;
   }
 }
 
 static void sq_unref_ctx(void* p) { sq_unref(p); }
 
+/* The state of one call of sq_fill: where converted rows go. */
+typedef struct fill {
+  sq_t* s;
+  rill_array_t* const* outs;
+  int nouts;
+  const int64_t* rows;
+  int64_t* vcap;              /* per variable-length column: bytes reserved in out->data */
+  int64_t nulled;
+} fill_t;
+
+/* Converts one row of values (row[k], with the bytes of TEXT/BLOB values at ptrs[k]) into
+ * cell i of every requested column. A value that does not convert fails the call at that
+ * cell (unless on_error is NULL: the cell becomes null). */
+static int put_row(fill_t* f, int64_t i, const sqval_t* row, const char* const* ptrs, rill_error_t* err) {
+  sq_t* s = f->s;
+  for (int k = 0; k < f->nouts; k++) {
+    rill_array_t* out = f->outs[k];
+    if (!out) continue;
+    rill_dtype_t dt = s->types[k];
+    const sqval_t* v = &row[k];
+    if (dt == RILL_STRING || dt == RILL_BINARY) {
+      int64_t need = out->data_size + ((v->type == SQLITE_TEXT || v->type == SQLITE_BLOB) ? v->len : SQ_NUM_TEXT);
+      if (need > f->vcap[k]) {
+        int64_t cap = f->vcap[k] * 2 > need ? f->vcap[k] * 2 : need;
+        int rc = rill_array_reserve(out, cap);
+        if (rc != RILL_OK)
+          return rill_error_set(err, rc, "sqlite: column '%s': cannot reserve %lld bytes", s->names[k], (long long)cap);
+        f->vcap[k] = cap;
+      }
+    }
+    int vrc = store_value(out, i, dt, v, ptrs[k], &out->data_size);
+    if (vrc == RILL_OK) continue;
+    if (vrc == RILL_ENOMEM) return rill__fail(err, vrc, "sqlite: out of memory");
+    if (s->on_error == RILL_ON_ERROR_NULL) {
+      if ((vrc = rill_array_set_null(out, i)) != RILL_OK) return rill__fail(err, vrc, "sqlite: out of memory");
+      f->nulled++;
+      continue;
+    }
+    int rc;
+    if (v->type == SQLITE_TEXT)
+      rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert TEXT '%.*s'%s to %s (SQL: %.200s)",
+                          (long long)f->rows[i], s->names[k], (int)(v->len > 40 ? 40 : v->len), ptrs[k],
+                          v->len > 40 ? "..." : "", rill_dtype_name(dt), s->sql);
+    else
+      rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert %s value to %s (SQL: %.200s)",
+                          (long long)f->rows[i], s->names[k], sqtype_name(v->type), rill_dtype_name(dt), s->sql);
+    if (err) {
+      err->row = i;
+      err->column = k;
+    }
+    return rc;
+  }
+  return RILL_OK;
+}
+
+/* Converts row `r` of a held rowset into cell i. */
+static int put_held_row(fill_t* f, int64_t i, const rowset_t* rs, int64_t r, const char** ptrs, rill_error_t* err) {
+  int ncols = f->s->ncols;
+  const sqval_t* row = &rs->v[r * ncols];
+  for (int k = 0; k < ncols; k++)
+    ptrs[k] = (row[k].type == SQLITE_TEXT || row[k].type == SQLITE_BLOB) && rs->bytes ? rs->bytes + row[k].i : NULL;
+  return put_row(f, i, row, ptrs, err);
+}
+
+static int prepare_once(conn_t* c, sqlite3_stmt** stp, const char* sql, rill_error_t* err) {
+  if (*stp) return RILL_OK;
+  if (sqlite3_prepare_v2(c->db, sql, -1, stp, NULL) == SQLITE_OK) return RILL_OK;
+  int rc = sq_fail(err, RILL_ESQL, c->db, sql);
+  sqlite3_finalize(*stp);
+  *stp = NULL;
+  return rc;
+}
+
+/* Table mode, consecutive rows: one range statement, each row converted straight from the
+ * statement into the outputs (no copy of the values in between). */
+static int read_range(fill_t* f, conn_t* c, sqval_t* row, const char** ptrs, int64_t n, rill_error_t* err) {
+  sq_t* s = f->s;
+  char sql[600];
+  snprintf(sql, sizeof sql, "SELECT * FROM %s WHERE rowid BETWEEN ?1 AND ?2 ORDER BY rowid", s->table);
+  int rc = prepare_once(c, &c->range, sql, err);
+  if (rc != RILL_OK) return rc;
+  sqlite3_stmt* st = c->range;
+  sqlite3_bind_int64(st, 1, rowid_of(s, f->rows[0]));
+  sqlite3_bind_int64(st, 2, rowid_of(s, f->rows[n - 1]));
+  int64_t got = 0;
+  int step = SQLITE_DONE;
+  while (rc == RILL_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+    if (got == n) {
+      rc = rill__fail(err, RILL_ESQL, "sqlite: table %s changed while read: rows were added", s->table);
+      break;
+    }
+    for (int k = 0; k < s->ncols; k++) {
+      ptrs[k] = read_value(st, k, &row[k]);
+      if (!ptrs[k] && row[k].len > 0) rc = rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+    }
+    if (rc == RILL_OK) rc = put_row(f, got++, row, ptrs, err);
+  }
+  if (rc == RILL_OK && step != SQLITE_DONE)
+    rc = rill__fail(err, RILL_ESQL, "sqlite: %s (reading table %s)", sqlite3_errmsg(c->db), s->table);
+  else if (rc == RILL_OK && got != n)
+    rc = rill__fail(err, RILL_ESQL, "sqlite: table %s changed while read: rowid %lld is missing", s->table,
+                    (long long)rowid_of(s, f->rows[got]));
+  sqlite3_reset(st);
+  return rc;
+}
+
+static int cmp_pair(const void* a, const void* b) {
+  const int64_t* x = a;
+  const int64_t* y = b;
+  if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+  return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/* Table mode, scattered rows: point lookups in rowid order (neighbouring rows share pages and
+ * the B-tree's upper levels stay hot) into c->rs, inside one read transaction; c->order[2n + i]
+ * receives the position in c->rs of row i. The connection's page cache is enlarged on its
+ * first point lookup: without a memory map a page missing from it costs a read() call. */
+static int fetch_points(sq_t* s, conn_t* c, const int64_t* rows, int64_t n, rill_error_t* err) {
+  char sql[600];
+  snprintf(sql, sizeof sql, "SELECT * FROM %s WHERE rowid = ?1", s->table);
+  int rc = prepare_once(c, &c->point, sql, err);
+  if (rc == RILL_OK) rc = prepare_once(c, &c->begin, "BEGIN", err);
+  if (rc == RILL_OK) rc = prepare_once(c, &c->commit, "COMMIT", err);
+  if (rc != RILL_OK) return rc;
+  if (!c->big_cache && s->cache_kib > 0) {
+    snprintf(sql, sizeof sql, "PRAGMA cache_size=-%lld", (long long)s->cache_kib);
+    sqlite3_exec(c->db, sql, NULL, NULL, NULL);
+    c->big_cache = 1;
+  }
+  if (c->order_cap < 3 * n) {
+    int64_t* o = rill__realloc(c->order, (size_t)c->order_cap * sizeof *o, (size_t)(3 * n) * sizeof *o);
+    if (!o) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+    c->order = o;
+    c->order_cap = 3 * n;
+  }
+  int64_t* pairs = c->order;
+  int64_t* pos = c->order + 2 * n;
+  for (int64_t i = 0; i < n; i++) {
+    pairs[2 * i] = rowid_of(s, rows[i]);
+    pairs[2 * i + 1] = i;
+  }
+  if (n > 1) qsort(pairs, (size_t)n, 2 * sizeof *pairs, cmp_pair);
+  c->rs.n = 0;
+  c->rs.nbytes = 0;
+  sqlite3_stmt* st = c->point;
+  /* one read transaction per call: the shared lock is taken once, not once per row */
+  int txn = sqlite3_get_autocommit(c->db) && sqlite3_step(c->begin) == SQLITE_DONE;
+  sqlite3_reset(c->begin);
+  for (int64_t p = 0; p < n && rc == RILL_OK; p++) {
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, pairs[2 * p]);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+      if (rowset_add(&c->rs, st, s->ncols) != RILL_OK) rc = rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+      pos[pairs[2 * p + 1]] = c->rs.n - 1;
+    } else if (step == SQLITE_DONE) {
+      rc = rill__fail(err, RILL_ESQL, "sqlite: table %s changed while read: rowid %lld is missing", s->table,
+                      (long long)pairs[2 * p]);
+    } else {
+      rc = rill__fail(err, RILL_ESQL, "sqlite: %s (reading table %s)", sqlite3_errmsg(c->db), s->table);
+    }
+  }
+  sqlite3_reset(st);
+  if (txn) {
+    sqlite3_step(c->commit);
+    sqlite3_reset(c->commit);
+  }
+  return rc;
+}
+
+/* Reserves the bytes of the variable-length columns: their bound when the values are held
+ * (`held`: rows idx[0..n) of rs, or the query's chunks when rs is NULL), otherwise a first
+ * guess that put_row grows. */
+static int reserve_var(fill_t* f, int held, const rowset_t* rs, const int64_t* idx, int64_t n, rill_error_t* err) {
+  sq_t* s = f->s;
+  for (int k = 0; k < f->nouts; k++) {
+    rill_array_t* out = f->outs[k];
+    f->vcap[k] = 0;
+    if (!out || (s->types[k] != RILL_STRING && s->types[k] != RILL_BINARY)) continue;
+    int64_t bound = 0;
+    if (held) {
+      for (int64_t i = 0; i < n; i++) {
+        const sqval_t* v;
+        if (rs) v = &rs->v[idx[i] * s->ncols + k];
+        else v = &s->chunks[f->rows[i] / s->chunk_rows].v[(f->rows[i] % s->chunk_rows) * s->ncols + k];
+        bound += (v->type == SQLITE_TEXT || v->type == SQLITE_BLOB) ? v->len : SQ_NUM_TEXT;
+      }
+    } else {
+      bound = n * 16;
+    }
+    if (bound < 1) bound = 1;
+    out->data_size = 0;
+    int rc = rill_array_reserve(out, bound);
+    if (rc != RILL_OK || !out->offsets)
+      return rill_error_set(err, rc ? rc : RILL_EINVAL, "sqlite: column '%s': cannot reserve %lld bytes", s->names[k],
+                            (long long)bound);
+    out->offsets[0] = 0;
+    f->vcap[k] = bound;
+  }
+  return RILL_OK;
+}
+
 /* The group's function: reads rows[0..n) once (table mode: on a connection of this call's
- * own) and converts the values of every requested column, row by row. A value that does not
- * convert fails the call at that cell (unless on_error is NULL: the cell becomes null); the
- * cells of the rows before it are filled. */
+ * own; consecutive rows with one range statement converted as they are stepped, scattered
+ * rows by point lookups in rowid order) and converts the values of every requested column,
+ * row by row. A value that does not convert fails the call at that cell (unless on_error is
+ * NULL: the cell becomes null); the cells of the rows before it are filled. */
 static int sq_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts, rill_exec_t* exec,
                    void* ctx, rill_error_t* err) {
   sq_t* s = ctx;
@@ -368,82 +551,45 @@ static int sq_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, in
   for (int k = 0; k < nouts; k++)
     if (outs[k] && (rc = rill_exec_alloc(exec, outs[k], rill_type_scalar(s->types[k]), n)) != RILL_OK)
       return rill_error_set(err, rc, "sqlite: column '%s': cannot allocate %lld cells", s->names[k], (long long)n);
+  if (n == 0) return RILL_OK;
+  /* per-column scratch: a row of values, their bytes, reserved sizes */
+  enum { SMALL = 32 };
+  sqval_t row_small[SMALL];
+  const char* ptrs_small[SMALL];
+  int64_t vcap_small[SMALL];
+  sqval_t* row = row_small;
+  const char** ptrs = ptrs_small;
+  int64_t* vcap = vcap_small;
+  void* scratch = NULL;
+  if (s->ncols > SMALL) {
+    size_t each = sizeof *row + sizeof *ptrs + sizeof *vcap;
+    if (!(scratch = rill__alloc((size_t)s->ncols * each))) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+    row = scratch;
+    vcap = (int64_t*)(row + s->ncols);
+    ptrs = (const char**)(vcap + s->ncols);
+  }
+  fill_t f = {.s = s, .outs = outs, .nouts = nouts, .rows = rows, .vcap = vcap};
   conn_t* c = NULL;
-  if (s->table) {
-    if (!(c = conn_get(s, err))) return err ? err->code : RILL_ESQL;
-    if ((rc = fetch_rows(s, c, rows, n, err)) != RILL_OK) {
-      conn_put(s, c);
-      return rc;
-    }
-  }
-  /* variable-length columns: the values bound the bytes, reserved once, then direct writes
-   * at out->data_size */
-  for (int k = 0; k < nouts; k++) {
-    rill_array_t* out = outs[k];
-    if (!out || (s->types[k] != RILL_STRING && s->types[k] != RILL_BINARY)) continue;
-    int64_t bound = 0;
-    for (int64_t i = 0; i < n; i++) {
-      const sqval_t* v = c ? &c->rs.v[i * s->ncols + k]
-                           : &s->chunks[rows[i] / s->chunk_rows].v[(rows[i] % s->chunk_rows) * s->ncols + k];
-      bound += (v->type == SQLITE_TEXT || v->type == SQLITE_BLOB) ? v->len : SQ_NUM_TEXT;
-    }
-    if ((rc = rill_array_reserve(out, bound > 0 ? bound : 1)) != RILL_OK || !out->offsets) {
-      if (c) conn_put(s, c);
-      return rill_error_set(err, rc ? rc : RILL_EINVAL, "sqlite: column '%s': cannot reserve %lld bytes", s->names[k],
-                            (long long)bound);
-    }
-    out->offsets[0] = 0;
-    out->data_size = 0;
-  }
-  rc = RILL_OK;
-  int64_t nulled = 0;
-  for (int64_t i = 0; i < n && rc == RILL_OK; i++) {
-    const sqval_t* row;
-    const char* bytes;
-    if (c) {
-      row = &c->rs.v[i * s->ncols];
-      bytes = c->rs.bytes;
-    } else {
-      const rowset_t* ch = &s->chunks[rows[i] / s->chunk_rows];
-      row = &ch->v[(rows[i] % s->chunk_rows) * s->ncols];
-      bytes = ch->bytes;
-    }
-    for (int k = 0; k < nouts; k++) {
-      rill_array_t* out = outs[k];
-      if (!out) continue;
-      rill_dtype_t dt = s->types[k];
-      const sqval_t* v = &row[k];
-      int vrc = store_value(out, i, dt, v, bytes, &out->data_size);
-      if (vrc == RILL_OK) continue;
-      if (vrc == RILL_ENOMEM) {
-        rc = rill__fail(err, vrc, "sqlite: out of memory");
-        break;
-      }
-      if (s->on_error == RILL_ON_ERROR_NULL) {
-        if ((rc = rill_array_set_null(out, i)) != RILL_OK) {
-          rc = rill__fail(err, rc, "sqlite: out of memory");
-          break;
-        }
-        nulled++;
-        continue;
-      }
-      if (v->type == SQLITE_TEXT)
-        rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert TEXT '%.*s'%s to %s (SQL: %.200s)",
-                            (long long)rows[i], s->names[k], (int)(v->len > 40 ? 40 : v->len), bytes + v->i,
-                            v->len > 40 ? "..." : "", rill_dtype_name(dt), s->sql);
-      else
-        rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert %s value to %s (SQL: %.200s)",
-                            (long long)rows[i], s->names[k], sqtype_name(v->type), rill_dtype_name(dt), s->sql);
-      if (err) {
-        err->row = i;
-        err->column = k;
-      }
-      break;
-    }
+  int consecutive = 1;
+  for (int64_t i = 1; i < n && consecutive; i++) consecutive = rows[i] == rows[i - 1] + 1;
+  if (!s->table) {
+    rc = reserve_var(&f, 1, NULL, NULL, n, err);
+    for (int64_t i = 0; i < n && rc == RILL_OK; i++)
+      rc = put_held_row(&f, i, &s->chunks[rows[i] / s->chunk_rows], rows[i] % s->chunk_rows, ptrs, err);
+  } else if (!(c = conn_get(s, err))) {
+    rc = err ? err->code : RILL_ESQL;
+  } else if (consecutive) {
+    rc = reserve_var(&f, 0, NULL, NULL, n, err);
+    if (rc == RILL_OK) rc = read_range(&f, c, row, ptrs, n, err);
+  } else {
+    rc = fetch_points(s, c, rows, n, err);
+    const int64_t* pos = c->order + 2 * n;
+    if (rc == RILL_OK) rc = reserve_var(&f, 1, &c->rs, pos, n, err);
+    for (int64_t i = 0; i < n && rc == RILL_OK; i++) rc = put_held_row(&f, i, &c->rs, pos[i], ptrs, err);
   }
   for (int k = 0; k < nouts; k++) {
     rill_array_t* out = outs[k];
-    if (!out || (s->types[k] != RILL_STRING && s->types[k] != RILL_BINARY)) continue;
+    if (!out || (s->types[k] != RILL_STRING && s->types[k] != RILL_BINARY) || !out->offsets) continue;
     for (int64_t i = 0; i < n; i++)
       if (out->offsets[i + 1] < out->offsets[i]) out->offsets[i + 1] = out->offsets[i]; /* after an error */
     out->data_size = out->offsets[n];
@@ -451,7 +597,8 @@ static int sq_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, in
       rc = rill__fail(err, RILL_EINVAL, "sqlite: column '%s': cannot commit %lld cells", s->names[k], (long long)n);
   }
   if (c) conn_put(s, c);
-  rill__exec_count_nulled(exec, nulled);
+  rill__free(scratch);
+  rill__exec_count_nulled(exec, f.nulled);
   return rc;
 }
 
@@ -597,11 +744,23 @@ static int materialise(sq_t* s, sqlite3* db, sqlite3_stmt* st, rill_error_t* err
   return RILL_OK;
 }
 
+static int64_t pragma_int(sqlite3* db, const char* sql) {
+  sqlite3_stmt* st = NULL;
+  int64_t v = -1;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+    v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return v;
+}
+
 /* Table mode: row count and rowid layout. Returns 1 when the table has no rowid. */
 static int table_layout(sq_t* s, sqlite3* db, rill_error_t* err) {
-  char sql[600];
+  char sql[1200];
   sqlite3_stmt* st = NULL;
-  snprintf(sql, sizeof sql, "SELECT count(*), min(rowid), max(rowid) FROM %s", s->table);
+  /* three subqueries, not one aggregate: alone, count(*) counts the cells of each page and
+   * min/max(rowid) seek one end of the B-tree; together they would step through every row */
+  snprintf(sql, sizeof sql, "SELECT (SELECT count(*) FROM %s), (SELECT min(rowid) FROM %s), (SELECT max(rowid) FROM %s)",
+           s->table, s->table, s->table);
   if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
     sqlite3_finalize(st);
     return 1; /* WITHOUT ROWID table (or a view): read it as a query */
@@ -616,6 +775,12 @@ static int table_layout(sq_t* s, sqlite3* db, rill_error_t* err) {
   int64_t lo = sqlite3_column_int64(st, 1), hi = sqlite3_column_int64(st, 2);
   sqlite3_finalize(st);
   s->rowid_base = lo;
+  /* point lookups keep up to the whole database in their connection's page cache, capped */
+  int64_t pages = pragma_int(db, "PRAGMA page_count"), page_size = pragma_int(db, "PRAGMA page_size");
+  if (pages > 0 && page_size > 0) {
+    int64_t kib = pages * (page_size / 1024 + 1) + 1024;
+    s->cache_kib = kib < SQ_POINT_CACHE_MAX_KIB ? kib : SQ_POINT_CACHE_MAX_KIB;
+  }
   if (s->nrows == 0 || (hi - lo >= 0 && hi - lo + 1 == s->nrows)) return RILL_OK;
   s->rowids = rill__alloc((size_t)s->nrows * sizeof *s->rowids);
   if (!s->rowids) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory for %lld rowids", (long long)s->nrows);

@@ -227,6 +227,89 @@ Test(sqlite, file_table_by_rowid_shuffled_threads) {
   check_table_read(path, 3000, RILL_THREADS_NONE);
 }
 
+/* Cell r of column x of table w: text of (r * 37) % 300 bytes, NULL, an integer or a real. */
+static int w_cell(int64_t r, char* buf) {
+  if (r % 11 == 0) return -1;
+  if (r % 13 == 0) return snprintf(buf, 64, "%lld", (long long)r * 1000);
+  if (r % 17 == 0) return snprintf(buf, 64, "%.17g", (double)r + 0.5);
+  int n = (int)((r * 37) % 300);
+  memset(buf, 'a' + (int)(r % 26), (size_t)n);
+  return n;
+}
+
+static void check_w_batches(const char* path, int64_t rows, int shuffled, int threads) {
+  rill_error_t err = {0};
+  rill_df_t *df = NULL, *sh = NULL, *b = NULL;
+  RT_OK(rill_df_from_sqlite(path, "w", NULL, 0, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_field(df, 2)->type.dtype, RILL_STRING);
+  if (shuffled) RT_OK(rill_df_shuffle(df, 5, &sh, &err), err);
+  RT_OK(rill_df_batch(shuffled ? sh : df, (int[]){0, 1, 2}, 3, 100, NULL, &b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = threads, .prefetch = 4}, &it, &err), err);
+  rill_row_t row;
+  int64_t seen = 0, sum = 0;
+  char want[400];
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    const rill_array_t *id = rill_row_get(&row, 0), *v = rill_row_get(&row, 1), *x = rill_row_get(&row, 2);
+    for (int64_t i = 0; i < id->length; i++) {
+      int64_t r = ((const int64_t*)id->data)[i] - 1, nb;
+      if (!shuffled) cr_assert_eq(r, seen, "sequential order");
+      cr_assert_eq(((const int64_t*)v->data)[i], r * 7);
+      int wn = w_cell(r, want);
+      const char* got = rill_array_cell(x, i, &nb);
+      if (wn < 0) {
+        cr_assert_not(rill_array_is_valid(x, i), "row %lld is null", (long long)r);
+        cr_assert_eq(nb, 0);
+      } else {
+        cr_assert(rill_array_is_valid(x, i));
+        cr_assert(nb == wn && memcmp(got, want, (size_t)wn) == 0, "row %lld: %lld bytes, want %d", (long long)r,
+                  (long long)nb, wn);
+      }
+      sum += r;
+      seen++;
+    }
+  }
+  cr_assert_eq(err.code, RILL_OK, "%s", err.message);
+  cr_assert_eq(seen, rows);
+  cr_assert_eq(sum, rows * (rows - 1) / 2);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(sh);
+  rill_df_free(df);
+}
+
+Test(sqlite, table_batches_long_mixed_strings) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/w.db", rt_tmpdir());
+  sqlite3* db = NULL;
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+  exec_sql(db, "CREATE TABLE w(id INTEGER PRIMARY KEY, v INTEGER, x); BEGIN;");
+  sqlite3_stmt* st;
+  cr_assert_eq(sqlite3_prepare_v2(db, "INSERT INTO w VALUES (?, ?, ?)", -1, &st, NULL), SQLITE_OK);
+  const int64_t rows = 3000;
+  char buf[400];
+  for (int64_t r = 0; r < rows; r++) {
+    sqlite3_bind_int64(st, 1, r + 1);
+    sqlite3_bind_int64(st, 2, r * 7);
+    int n = w_cell(r, buf);
+    if (n < 0) sqlite3_bind_null(st, 3);
+    else if (r % 13 == 0) sqlite3_bind_int64(st, 3, r * 1000);
+    else if (r % 17 == 0) sqlite3_bind_double(st, 3, (double)r + 0.5);
+    else sqlite3_bind_text(st, 3, buf, n, SQLITE_TRANSIENT);
+    cr_assert_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_reset(st);
+  }
+  sqlite3_finalize(st);
+  exec_sql(db, "COMMIT;");
+  sqlite3_close(db);
+  /* consecutive rows: one range read converted as it is stepped (strings grow the buffer);
+   * shuffled: point lookups in rowid order scattered back into row order */
+  check_w_batches(path, rows, 0, RILL_THREADS_NONE);
+  check_w_batches(path, rows, 0, 2);
+  check_w_batches(path, rows, 1, RILL_THREADS_NONE);
+  check_w_batches(path, rows, 1, 2);
+}
+
 Test(sqlite, query_materialised_in_chunks) {
   char path[512];
   snprintf(path, sizeof path, "%s/q.db", rt_tmpdir());

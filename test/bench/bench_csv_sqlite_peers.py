@@ -5,8 +5,10 @@ peak memory is its own).
   gen-sqlite PATH ROWS   write a SQLite table t(id INTEGER PRIMARY KEY, a INTEGER, b REAL, s TEXT)
   pandas-csv PATH | pyarrow-csv PATH THREADS | polars-csv PATH THREADS | duckdb-csv PATH THREADS
   sqlite-loop PATH | pandas-sql PATH       read every row of t in shuffled order
-Each measurement prints: NAME seconds=S rows=N rss_mb=M (or NAME skipped: WHY when the peer is
-not installed).
+  duckdb-sqlite PATH THREADS BATCH         read every row of t in order with DuckDB's sqlite_scan,
+                                           streamed as Arrow record batches of BATCH rows
+Each measurement prints: NAME seconds=S rows=N rss_mb=M (SQLite peers add cpu_s=C), or NAME
+skipped: WHY when the peer is not installed.
 """
 import os
 import random
@@ -39,6 +41,62 @@ def gen_csv(path, mb):
                 f.write("".join(buf))
                 buf.clear()
         f.write("".join(buf))
+
+
+# ---------------------------------------------------------------- SQLite peers
+
+def report_sqlite(name, t0, c0, rows):
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = ru.ru_utime + ru.ru_stime - c0
+    print(f"{name} seconds={time.perf_counter() - t0:.3f} cpu_s={cpu:.3f} rows={rows} "
+          f"rss_mb={ru.ru_maxrss / 1024.0:.1f}")
+
+
+def cpu_now():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def duckdb_connect(threads):
+    """A DuckDB connection with the sqlite extension loaded, or None (with the reason printed)
+    when duckdb or its extension is not available."""
+    try:
+        import duckdb
+    except ImportError as e:
+        print(f"duckdb_sqlite_scan skipped: cannot import duckdb ({e})")
+        return None
+    config = {"threads": int(threads)}
+    try:  # the extension as a Python package (duckdb-ext-sqlite), when installed
+        import os
+        import duckdb_ext
+        config["extension_directory"] = os.path.join(list(duckdb_ext.__path__)[0], "extensions")
+    except ImportError:
+        pass
+    con = duckdb.connect(config=config)
+    try:
+        con.execute("LOAD sqlite")
+    except Exception:
+        try:
+            con.execute("INSTALL sqlite")
+            con.execute("LOAD sqlite")
+        except Exception as e:
+            print(f"duckdb_sqlite_scan skipped: no sqlite extension for duckdb {duckdb.__version__} "
+                  f"({str(e).splitlines()[0]})")
+            return None
+    return con
+
+
+def duckdb_sqlite(path, threads, batch):
+    con = duckdb_connect(threads)
+    if con is None:
+        return
+    t0, c0 = time.perf_counter(), cpu_now()
+    reader = con.execute("SELECT * FROM sqlite_scan(?, 't')", [path]).fetch_record_batch(int(batch))
+    rows = total = 0
+    for rb in reader:
+        rows += rb.num_rows
+        total += rb.column(0).to_numpy(zero_copy_only=False).sum()
+    report_sqlite("duckdb_sqlite_scan", t0, c0, rows)
 
 
 def gen_sqlite(path, rows):
@@ -91,8 +149,10 @@ def main():
         con.execute(f"SET threads TO {int(sys.argv[3])}")
         table = con.read_csv(path).fetch_arrow_table()  # every cell parsed into columns
         report("duckdb.read_csv", t0, table.num_rows)
+    elif cmd == "duckdb-sqlite":
+        duckdb_sqlite(path, sys.argv[3], sys.argv[4])
     elif cmd == "sqlite-loop":
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_now()
         db = sqlite3.connect(path)
         n = db.execute("SELECT count(*) FROM t").fetchone()[0]
         order = list(range(1, n + 1))
@@ -102,18 +162,18 @@ def main():
         for rid in order:
             row = cur.execute("SELECT * FROM t WHERE rowid = ?", (rid,)).fetchone()
             total += row[1]
-        report("python_sqlite3_loop", t0, n)
+        report_sqlite("python_sqlite3_loop", t0, c0, n)
     elif cmd == "pandas-sql":
         import numpy as np
         import pandas as pd
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_now()
         db = sqlite3.connect(path)
         df = pd.read_sql("SELECT * FROM t", db)
         perm = np.random.default_rng(1).permutation(len(df))
         rows = 0
         for start in range(0, len(df), 1024):
             rows += len(df.iloc[perm[start:start + 1024]])
-        report("pandas.read_sql", t0, rows)
+        report_sqlite("pandas.read_sql", t0, c0, rows)
     else:
         sys.exit(f"unknown command {cmd}")
 
