@@ -32,8 +32,7 @@ void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b) {
 
 static void csv_unref(rill__csv_t* c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
-  rill__free_vec((void**)c->names, c->ncols);
-  rill__free(c->types);
+  rill__free_columns(c->names, c->types, c->ncols);
   rill__free(c->base);
   rill__free(c->off);
   rill__free(c->far);

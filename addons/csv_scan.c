@@ -185,22 +185,23 @@ int rill__csv_quote_closed(const char* d, int64_t s, int64_t e, char q) {
 
 /* ------------------------------------------------------------------ chunk scans */
 
+/* `v`, an array of n elements of `size` bytes, moved to twice *cap elements (1024 at first),
+ * with *cap updated; NULL (and v unchanged) when out of memory. */
+static void* grow(void* v, int64_t n, int64_t* cap, size_t size) {
+  int64_t nc = *cap ? *cap * 2 : 1024;
+  void* nv = rill__realloc(v, (size_t)n * size, (size_t)nc * size);
+  if (nv) *cap = nc;
+  return nv;
+}
+
 int rill__csv_vec_grow(rill__csv_vec_t* a) {
-  int64_t nc = a->cap ? a->cap * 2 : 1024;
-  int64_t* nv = rill__realloc(a->v, (size_t)a->n * sizeof *nv, (size_t)nc * sizeof *nv);
-  if (!nv) return RILL_ENOMEM;
-  a->v = nv;
-  a->cap = nc;
-  return RILL_OK;
+  int64_t* v = grow(a->v, a->n, &a->cap, sizeof *v);
+  return v ? (a->v = v, RILL_OK) : RILL_ENOMEM;
 }
 
 int rill__csv_rows_grow(rill__csv_rows_t* a) {
-  int64_t nc = a->cap ? a->cap * 2 : 1024;
-  uint32_t* nv = rill__realloc(a->v, (size_t)a->n * sizeof *nv, (size_t)nc * sizeof *nv);
-  if (!nv) return RILL_ENOMEM;
-  a->v = nv;
-  a->cap = nc;
-  return RILL_OK;
+  uint32_t* v = grow(a->v, a->n, &a->cap, sizeof *v);
+  return v ? (a->v = v, RILL_OK) : RILL_ENOMEM;
 }
 
 /* Scanner states: between records, at a field start, in an unquoted field, in a quoted

@@ -29,14 +29,54 @@ static int unknown_format(const uint8_t* p, size_t n, rill_error_t* err) {
   return rill_error_set(err, RILL_ENOTSUP, "unsupported image format (neither JPEG nor PNG)");
 }
 
-int rill__img_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err) {
+/* The decoder of each format; NULL functions where the library is not built in. */
+typedef struct decoder {
+  const char* format;
+  const char* library;
+  int (*probe)(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err);
+  int (*decode)(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst, size_t dst_size,
+                rill__img_out_t* out, rill_error_t* err);
+} decoder_t;
+
+static const decoder_t decoders[] = {
+#if RILL_HAVE_JPEG
+    [RILL__IMG_JPEG] = {"JPEG", "libjpeg", rill__jpeg_probe, rill__jpeg_decode},
+#else
+    [RILL__IMG_JPEG] = {"JPEG", "libjpeg", NULL, NULL},
+#endif
+#if RILL_HAVE_PNG
+    [RILL__IMG_PNG] = {"PNG", "libpng", rill__png_probe, rill__png_decode},
+#else
+    [RILL__IMG_PNG] = {"PNG", "libpng", NULL, NULL},
+#endif
+};
+
+/* The decoder of the data in buf, or NULL with err set (no data, an unknown format or a
+ * decoder not built in) and *rc the code. */
+static const decoder_t* decoder_of(const void* buf, size_t n, int* rc, rill_error_t* err) {
   const char* other;
-  if (!buf && n) return rill_error_set(err, RILL_EINVAL, "image data is NULL");
-  switch (sniff(buf, n, &other)) {
-    case RILL__IMG_JPEG: return rill__jpeg_probe(buf, n, info, err);
-    case RILL__IMG_PNG: return rill__png_probe(buf, n, info, err);
-    default: return unknown_format(buf, n, err);
+  if (!buf && n) {
+    *rc = rill_error_set(err, RILL_EINVAL, "image data is NULL");
+    return NULL;
   }
+  rill__img_format_t f = sniff(buf, n, &other);
+  if (f == RILL__IMG_UNKNOWN) {
+    *rc = unknown_format(buf, n, err);
+    return NULL;
+  }
+  const decoder_t* d = &decoders[f];
+  if (!d->decode) {
+    *rc = rill_error_set(err, RILL_ENOTSUP, "%s decoding is not available: built without %s", d->format,
+                         d->library);
+    return NULL;
+  }
+  return d;
+}
+
+int rill__img_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err) {
+  int rc;
+  const decoder_t* d = decoder_of(buf, n, &rc, err);
+  return d ? d->probe(buf, n, info, err) : rc;
 }
 
 /* ceil(v * num / den) for v >= 0, in 64 bits (v * num can pass INT_MAX) */
@@ -108,13 +148,9 @@ int rill__img_plan(const rill__img_info_t* info, const rill__img_request_t* req,
 
 int rill__img_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
                      size_t dst_size, rill__img_out_t* out, rill_error_t* err) {
-  const char* other;
-  if (!buf && n) return rill_error_set(err, RILL_EINVAL, "image data is NULL");
-  switch (sniff(buf, n, &other)) {
-    case RILL__IMG_JPEG: return rill__jpeg_decode(buf, n, req, dst, dst_size, out, err);
-    case RILL__IMG_PNG: return rill__png_decode(buf, n, req, dst, dst_size, out, err);
-    default: return unknown_format(buf, n, err);
-  }
+  int rc;
+  const decoder_t* d = decoder_of(buf, n, &rc, err);
+  return d ? d->decode(buf, n, req, dst, dst_size, out, err) : rc;
 }
 
 /* ---------------------------------------------------------------- verified files */

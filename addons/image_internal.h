@@ -111,7 +111,8 @@ static inline uint8_t rill__img_luma(int r, int g, int b) {
 }
 
 /* Per-format decoders (image_jpeg.c, image_png.c); same contracts as rill__img_probe and
- * rill__img_decode for data already known to carry the format's signature. */
+ * rill__img_decode for data already known to carry the format's signature. Defined only when
+ * built with the library (RILL_HAVE_JPEG, RILL_HAVE_PNG). */
 int rill__jpeg_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err);
 int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
                       size_t dst_size, rill__img_out_t* out, rill_error_t* err);

@@ -306,17 +306,4 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
   return RILL_OK;
 }
 
-#else /* !RILL_HAVE_JPEG */
-
-int rill__jpeg_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err) {
-  (void)buf, (void)n, (void)info;
-  return rill_error_set(err, RILL_ENOTSUP, "JPEG decoding is not available: built without libjpeg");
-}
-
-int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
-                      size_t dst_size, rill__img_out_t* out, rill_error_t* err) {
-  (void)buf, (void)n, (void)req, (void)dst, (void)dst_size, (void)out;
-  return rill_error_set(err, RILL_ENOTSUP, "JPEG decoding is not available: built without libjpeg");
-}
-
 #endif

@@ -68,6 +68,10 @@ struct op {
   rill__img_memo_t verified; /* fused decode: files verified to their end (see decode_cell) */
 };
 
+/* Adds the map column of operator class `cls` with its options `opts` over `column` (below). */
+static int op_add(rill_df_t* df, const char* name, int column, const op_class_t* cls, const void* opts,
+                  rill_error_t* err);
+
 static void path_of(const rill_array_t* paths, int64_t i, char* buf, size_t size) {
   buf[0] = 0;
   if (!paths) return;
@@ -264,11 +268,17 @@ static void resample_size(const op_t* op, const img_t* im, int* oh, int* ow) {
   if (r->short_side) short_side_size(im->full_w, im->full_h, r->out_h, ow, oh);
 }
 
-static void rrc_pick(const op_t* op, rill_rng_t* rng, int W, int H, rill__img_request_t* req) {
-  const resample_t* r = (const resample_t*)op;
-  rill__rrc_params(rng, W, H, r->scale, r->ratio, &req->x, &req->y, &req->w, &req->h);
-  req->min_w = r->out_w;
-  req->min_h = r->out_h;
+static int resample_kernel(const op_t* op, const img_t* im, rill_rng_t* rng, rill__img_scratch_t* s, uint8_t* dst,
+                           int oh, int ow, const char** why) {
+  (void)rng;
+  if (im->rw <= 0 || im->rh <= 0) {
+    *why = "empty image (0 pixels)";
+    return RILL_EFORMAT;
+  }
+  int rc = rill__img_resize(s, im->px, im->stride, op->C, im->x0, im->y0, im->rw, im->rh, im->fx, im->fy, im->fw,
+                            im->fh, dst, ow, oh, ((const resample_t*)op)->interp);
+  if (rc < 0) *why = "out of memory";
+  return rc;
 }
 
 static void resize_pick(const op_t* op, rill_rng_t* rng, int W, int H, rill__img_request_t* req) {
@@ -278,6 +288,22 @@ static void resize_pick(const op_t* op, rill_rng_t* rng, int W, int H, rill__img
   resample_size(op, &full, &oh, &ow);
   req->min_w = ow;
   req->min_h = oh;
+}
+
+static const op_class_t RESIZE = {.what = "resize", .size = sizeof(resample_t), .validate = resize_validate,
+                                  .output = resample_output, .pick = resize_pick, .out_size = resample_size,
+                                  .kernel = resample_kernel};
+
+int rill_image_resize(rill_df_t* df, const char* name, int column, const rill_resize_opts_t* opts,
+                      rill_error_t* err) {
+  return op_add(df, name, column, &RESIZE, opts, err);
+}
+
+static void rrc_pick(const op_t* op, rill_rng_t* rng, int W, int H, rill__img_request_t* req) {
+  const resample_t* r = (const resample_t*)op;
+  rill__rrc_params(rng, W, H, r->scale, r->ratio, &req->x, &req->y, &req->w, &req->h);
+  req->min_w = r->out_w;
+  req->min_h = r->out_h;
 }
 
 static int rrc_window(const op_t* op, rill_rng_t* rng, img_t* im, const char** why) {
@@ -292,17 +318,13 @@ static int rrc_window(const op_t* op, rill_rng_t* rng, img_t* im, const char** w
   return RILL_OK;
 }
 
-static int resample_kernel(const op_t* op, const img_t* im, rill_rng_t* rng, rill__img_scratch_t* s, uint8_t* dst,
-                           int oh, int ow, const char** why) {
-  (void)rng;
-  if (im->rw <= 0 || im->rh <= 0) {
-    *why = "empty image (0 pixels)";
-    return RILL_EFORMAT;
-  }
-  int rc = rill__img_resize(s, im->px, im->stride, op->C, im->x0, im->y0, im->rw, im->rh, im->fx, im->fy, im->fw,
-                            im->fh, dst, ow, oh, ((const resample_t*)op)->interp);
-  if (rc < 0) *why = "out of memory";
-  return rc;
+static const op_class_t RRC = {.what = "random_resized_crop", .size = sizeof(resample_t), .validate = rrc_validate,
+                               .output = resample_output, .pick = rrc_pick, .window = rrc_window,
+                               .out_size = resample_size, .kernel = resample_kernel};
+
+int rill_image_random_resized_crop(rill_df_t* df, const char* name, int column, const rill_rrc_opts_t* opts,
+                                   rill_error_t* err) {
+  return op_add(df, name, column, &RRC, opts, err);
 }
 
 /* ---------------------------------------------------------------- centre crop */
@@ -342,6 +364,14 @@ static int ccrop_kernel(const op_t* op, const img_t* im, rill_rng_t* rng, rill__
   return RILL_OK;
 }
 
+static const op_class_t CENTER_CROP = {.what = "center_crop", .size = sizeof(ccrop_t), .validate = ccrop_validate,
+                                       .output = ccrop_output, .out_size = ccrop_size, .kernel = ccrop_kernel};
+
+int rill_image_center_crop(rill_df_t* df, const char* name, int column, int height, int width, rill_error_t* err) {
+  ccrop_args_t args = {height, width};
+  return op_add(df, name, column, &CENTER_CROP, &args, err);
+}
+
 /* ---------------------------------------------------------------- same-size operators */
 
 /* the output type of flip and jitter: the input's */
@@ -379,6 +409,13 @@ static int flip_kernel(const op_t* op, const img_t* im, rill_rng_t* rng, rill__i
   return RILL_OK;
 }
 
+static const op_class_t FLIP = {.what = "flip", .size = sizeof(flip_t), .validate = flip_validate,
+                                .output = same_output, .out_size = same_size, .kernel = flip_kernel};
+
+int rill_image_flip(rill_df_t* df, const char* name, int column, double p, rill_error_t* err) {
+  return op_add(df, name, column, &FLIP, &p, err);
+}
+
 typedef struct jitter {
   op_t op;
   double jit[3];         /* brightness, contrast, saturation */
@@ -405,6 +442,14 @@ static int jitter_kernel(const op_t* op, const img_t* im, rill_rng_t* rng, rill_
   }
   rill__img_jitter(((const jitter_t*)op)->jit, rng, im->px, im->w, im->h, im->stride, op->C, s->tmp, dst);
   return RILL_OK;
+}
+
+static const op_class_t JITTER = {.what = "jitter", .size = sizeof(jitter_t), .validate = jitter_validate,
+                                  .output = same_output, .out_size = same_size, .kernel = jitter_kernel};
+
+int rill_image_jitter(rill_df_t* df, const char* name, int column, const rill_jitter_opts_t* opts,
+                      rill_error_t* err) {
+  return op_add(df, name, column, &JITTER, opts, err);
 }
 
 typedef struct normalize {
@@ -455,20 +500,13 @@ static int normalize_kernel(const op_t* op, const img_t* im, rill_rng_t* rng, ri
   return RILL_OK;
 }
 
-/* ---------------------------------------------------------------- the table */
+static const op_class_t NORMALIZE = {.what = "normalize", .size = sizeof(normalize_t), .validate = normalize_validate,
+                                     .output = normalize_output, .out_size = same_size, .kernel = normalize_kernel};
 
-static const op_class_t RRC = {"random_resized_crop", sizeof(resample_t), rrc_validate, resample_output,
-                               rrc_pick, rrc_window, resample_size, resample_kernel};
-static const op_class_t RESIZE = {"resize", sizeof(resample_t), resize_validate, resample_output,
-                                  resize_pick, NULL, resample_size, resample_kernel};
-static const op_class_t CENTER_CROP = {"center_crop", sizeof(ccrop_t), ccrop_validate, ccrop_output,
-                                       NULL, NULL, ccrop_size, ccrop_kernel};
-static const op_class_t FLIP = {"flip", sizeof(flip_t), flip_validate, same_output,
-                                NULL, NULL, same_size, flip_kernel};
-static const op_class_t JITTER = {"jitter", sizeof(jitter_t), jitter_validate, same_output,
-                                  NULL, NULL, same_size, jitter_kernel};
-static const op_class_t NORMALIZE = {"normalize", sizeof(normalize_t), normalize_validate, normalize_output,
-                                     NULL, NULL, same_size, normalize_kernel};
+int rill_image_normalize(rill_df_t* df, const char* name, int column, const rill_normalize_opts_t* opts,
+                         rill_error_t* err) {
+  return op_add(df, name, column, &NORMALIZE, opts, err);
+}
 
 /* ---------------------------------------------------------------- the map */
 
@@ -617,33 +655,4 @@ static int op_add(rill_df_t* df, const char* name, int column, const op_class_t*
   }
   rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = op->on_error, .nullable = f->nullable};
   return rill_df_map(df, name, op->out_type, inputs, nin, op_map, op, op_free, &so, err);
-}
-
-int rill_image_random_resized_crop(rill_df_t* df, const char* name, int column, const rill_rrc_opts_t* opts,
-                                   rill_error_t* err) {
-  return op_add(df, name, column, &RRC, opts, err);
-}
-
-int rill_image_resize(rill_df_t* df, const char* name, int column, const rill_resize_opts_t* opts,
-                      rill_error_t* err) {
-  return op_add(df, name, column, &RESIZE, opts, err);
-}
-
-int rill_image_center_crop(rill_df_t* df, const char* name, int column, int height, int width, rill_error_t* err) {
-  ccrop_args_t args = {height, width};
-  return op_add(df, name, column, &CENTER_CROP, &args, err);
-}
-
-int rill_image_flip(rill_df_t* df, const char* name, int column, double p, rill_error_t* err) {
-  return op_add(df, name, column, &FLIP, &p, err);
-}
-
-int rill_image_jitter(rill_df_t* df, const char* name, int column, const rill_jitter_opts_t* opts,
-                      rill_error_t* err) {
-  return op_add(df, name, column, &JITTER, opts, err);
-}
-
-int rill_image_normalize(rill_df_t* df, const char* name, int column, const rill_normalize_opts_t* opts,
-                         rill_error_t* err) {
-  return op_add(df, name, column, &NORMALIZE, opts, err);
 }

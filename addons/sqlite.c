@@ -170,8 +170,7 @@ static void sq_unref(sq_t* s) {
   if (s->own_shared) sqlite3_close(s->shared_db);
   for (int64_t k = 0; k < s->nchunks; k++) rowset_free(&s->chunks[k]);
   rill__free(s->chunks);
-  rill__free_vec((void**)s->names, s->ncols);
-  rill__free(s->types);
+  rill__free_columns(s->names, s->types, s->ncols);
   rill__free(s->rowids);
   rill__free(s->table);
   rill__free(s->sql);

@@ -324,6 +324,11 @@ static name_slot_t* name_find(name_slot_t* t, size_t mask, const char* s) {
     if (!t[i].s || strcmp(t[i].s, s) == 0) return &t[i];
 }
 
+void rill__free_columns(char** names, rill_dtype_t* types, int n) {
+  rill__free_vec((void**)names, n);
+  rill__free(types);
+}
+
 int rill__unique_names(char** names, int n, char sep) {
   size_t cap = 16;
   while (cap < (size_t)n * 4 + 4) cap *= 2;

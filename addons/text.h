@@ -28,6 +28,9 @@ int rill__text_dtype_supported(rill_dtype_t dt);
 /* Renames repeated names in place ("a", "a" -> "a", "a<sep>1"); names are rill__alloc'ed
  * strings. RILL_OK or RILL_ENOMEM. Linear time. */
 int rill__unique_names(char** names, int n, char sep);
+/* Frees the column names `names[0..n)` (and the vector) and the dtypes of a source's columns;
+ * either may be NULL. */
+void rill__free_columns(char** names, rill_dtype_t* types, int n);
 /* A rill__alloc'ed copy of the column name `s[0..n)`, or "column_<k>" when it is empty
  * (s may then be NULL); NULL when out of memory. */
 char* rill__column_name(const char* s, size_t n, int k);

@@ -181,6 +181,19 @@ fail:
   return 1;
 }
 
+/* Parses a command over an ImageFolder tree and builds its pipeline into p (*setup_s: the
+ * seconds the pipeline took to build, when not NULL). Returns -1 when p is ready, else the exit
+ * status (0 after --help). */
+static int dir_pipeline(const char* cmd, int argc, char** argv, opts_t* o, int with_out, int allow_runs,
+                        const char* usage, pipeline_t* p, double* setup_s) {
+  int rc = parse_dir_command(cmd, argc, argv, o, with_out, allow_runs, usage);
+  if (rc) return rc < 0 ? 0 : rc;
+  double t0 = now_s();
+  if (pipeline_new(cmd, o, p)) return 1;
+  if (setup_s) *setup_s = now_s() - t0;
+  return -1;
+}
+
 /* ---------------------------------------------------------------- progress bar */
 
 typedef struct progress {
@@ -442,10 +455,9 @@ static const char* PREVIEW_USAGE =
 
 int rill_cmd_preview(int argc, char** argv) {
   opts_t o = {.size = 224, .batch = 16, .seed = 42, .epochs = 1};
-  int rc = parse_dir_command("preview", argc, argv, &o, 1, 0, PREVIEW_USAGE);
-  if (rc) return rc < 0 ? 0 : rc;
   pipeline_t p;
-  if (pipeline_new("preview", &o, &p)) return 1;
+  int rc = dir_pipeline("preview", argc, argv, &o, 1, 0, PREVIEW_USAGE, &p, NULL);
+  if (rc >= 0) return rc;
   rill_error_t err = {0};
   rill_row_t row;
   rc = rill_iter_next(p.it, &row, &err);
@@ -471,12 +483,11 @@ static const char* BENCH_USAGE =
 
 int rill_cmd_bench_images(int argc, char** argv) {
   opts_t o = {.size = 224, .batch = 256, .seed = 1, .epochs = 3};
-  int rc = parse_dir_command("bench images", argc, argv, &o, 0, 1, BENCH_USAGE);
-  if (rc) return rc < 0 ? 0 : rc;
   pipeline_t p;
-  double t0 = now_s();
-  if (pipeline_new("bench images", &o, &p)) return 1;
-  double setup = now_s() - t0;
+  double setup;
+  int rc = dir_pipeline("bench images", argc, argv, &o, 0, 1, BENCH_USAGE, &p, &setup);
+  if (rc >= 0) return rc;
+  rc = 0;
   printf("rill bench images: %lld images, batch %d, size %d, threads %d (0 = per core)\n", (long long)p.images, o.batch,
          o.size, o.threads);
   double best = 0;

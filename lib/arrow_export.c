@@ -26,21 +26,27 @@ typedef struct anode {
   int64_t n_children;
 } anode_t;
 
+static void anode_free(anode_t* node);
+
 static void array_release(struct ArrowArray* a) {
   if (a == NULL || a->release == NULL) return;
-  anode_t* node = a->private_data;
-  if (node != NULL) {
-    for (int64_t i = 0; i < node->n_children; i++)
-      if (node->children[i].release != NULL) node->children[i].release(&node->children[i]);
-    rill__free(node->owned[0]);
-    rill__free(node->owned[1]);
-    rill__free(node->child_ptrs);
-    rill__free(node->children);
-    rill_array_release(node->ref);
-    rill__free(node);
-  }
+  anode_free(a->private_data);
   a->private_data = NULL;
   a->release = NULL;
+}
+
+/* Frees `node` (NULL: nothing) with its converted buffers, releasing the children set up so far
+ * and the reference. */
+static void anode_free(anode_t* node) {
+  if (node == NULL) return;
+  for (int64_t i = 0; i < node->n_children; i++)
+    if (node->children[i].release != NULL) node->children[i].release(&node->children[i]);
+  rill__free(node->owned[0]);
+  rill__free(node->owned[1]);
+  rill__free(node->child_ptrs);
+  rill__free(node->children);
+  rill_array_release(node->ref);
+  rill__free(node);
 }
 
 static int array_init(struct ArrowArray* a, const rill_array_t* ref, int64_t length,
@@ -52,9 +58,7 @@ static int array_init(struct ArrowArray* a, const rill_array_t* ref, int64_t len
     node->child_ptrs = rill__calloc((size_t)n_children, sizeof(*node->child_ptrs));
     node->children = rill__calloc((size_t)n_children, sizeof(*node->children));
     if (node->child_ptrs == NULL || node->children == NULL) {
-      rill__free(node->child_ptrs);
-      rill__free(node->children);
-      rill__free(node);
+      anode_free(node);
       return RILL_ENOMEM;
     }
   }

@@ -176,15 +176,19 @@ static void stage_setup(rill__column_t* c, const rill_stage_opts_t* o, void* ctx
   if (c->opts.where == RILL_STAGE_CUDA) c->field.device = (rill_device_t){RILL_DEVICE_CUDA, c->opts.device};
 }
 
+/* Frees the context of a stage that was not added and returns r, the error: a failed add frees
+ * its context exactly once. */
+static int drop_ctx(int r, void* ctx, void (*ctx_free)(void*)) {
+  if (ctx_free) ctx_free(ctx);
+  return r;
+}
+
 int rill_df_add_source(rill_df_t* df, const char* name, rill_type_t type, rill_source_fn fn, void* ctx,
                        void (*ctx_free)(void*), const rill_stage_opts_t* opts, rill_error_t* err) {
   rill__column_t* c;
   int r = check_stage(df, "rill_df_add_source", fn != NULL, opts, err);
   if (r == RILL_OK) r = column_append(df, "rill_df_add_source", name, type, &c, err);
-  if (r != RILL_OK) {
-    if (ctx_free) ctx_free(ctx);
-    return r;
-  }
+  if (r != RILL_OK) return drop_ctx(r, ctx, ctx_free);
   c->kind = RILL__COL_SOURCE;
   c->source = fn;
   stage_setup(c, opts, ctx, ctx_free);
@@ -231,8 +235,7 @@ int rill__df_add_source_group(rill_df_t* df, const char* const* names, const ril
       pthread_mutex_destroy(&g->serial);
       rill__free(g);
     }
-    if (ctx_free) ctx_free(ctx);
-    return r;
+    return drop_ctx(r, ctx, ctx_free);
   }
   g->fn = fn;
   g->ctx = ctx;
@@ -248,10 +251,7 @@ int rill__df_new_source_group(int64_t rows, const char* const* names, const rill
                               const rill_stage_opts_t* opts, rill_df_t** out, rill_error_t* err) {
   rill_df_t* df = NULL;
   int r = rill_df_new(rows, &df, err);
-  if (r != RILL_OK) {
-    if (ctx_free) ctx_free(ctx);
-    return r;
-  }
+  if (r != RILL_OK) return drop_ctx(r, ctx, ctx_free);
   r = rill__df_add_source_group(df, names, types, nullable, ncolumns, fn, ctx, ctx_free, opts, err);
   if (r < 0) {
     rill_df_free(df);
@@ -315,8 +315,7 @@ int rill_df_map(rill_df_t* df, const char* name, rill_type_t type, const int* in
   if (r == RILL_OK) r = column_append(df, who, name, type, &c, err);
   if (r != RILL_OK) {
     rill__free(in);
-    if (ctx_free) ctx_free(ctx);
-    return r;
+    return drop_ctx(r, ctx, ctx_free);
   }
   if (ninputs > 0) memcpy(in, inputs, sizeof *in * (size_t)ninputs);
   c->kind = RILL__COL_MAP;
@@ -515,10 +514,7 @@ int rill_df_reduce(rill_df_t* df, int column, int64_t k, rill_type_t type, rill_
     r = column_append(d, who, df->cols[column]->field.name, type, &c, err);
     if (r != RILL_OK) df_destroy(d);
   }
-  if (r != RILL_OK) {
-    if (ctx_free) ctx_free(ctx);
-    return r;
-  }
+  if (r != RILL_OK) return drop_ctx(r, ctx, ctx_free);
   d->k = k;
   c->kind = RILL__COL_REDUCE;
   c->reduce = fn;

@@ -48,10 +48,15 @@ static int dl_dtype(rill_dtype_t d, DLDataType* out) {
   return 0;
 }
 
-/* Checks `a` and makes a holder with both managed forms (versioned and legacy) filled in; an
- * export hands out one of them. */
-static int make_holder(const rill_array_t* a, const char* fn, dl_holder_t** out, rill_error_t* err) {
-  if (a == NULL || out == NULL)
+/* Checks `a` and makes a holder with both managed forms (versioned and legacy) filled in, then
+ * hands out the one asked for: exactly one of `versioned` and `legacy` is non-NULL for a
+ * well-formed call (both NULL: the caller passed out = NULL). The pointer handed out is NULL on
+ * failure. */
+static int export_holder(const rill_array_t* a, const char* fn, DLManagedTensorVersioned** versioned,
+                         DLManagedTensor** legacy, rill_error_t* err) {
+  if (versioned != NULL) *versioned = NULL;
+  if (legacy != NULL) *legacy = NULL;
+  if (a == NULL || (versioned == NULL && legacy == NULL))
     return rill__fail(err, RILL_EINVAL, "%s: NULL argument", fn);
   DLDataType dt;
   if (!dl_dtype(a->type.dtype, &dt))
@@ -99,24 +104,17 @@ static int make_holder(const rill_array_t* a, const char* fn, dl_holder_t** out,
   h->legacy.manager_ctx = h;
   h->legacy.deleter = delete_legacy;
   h->ref = rill_array_retain(a);
-  *out = h;
+  if (versioned != NULL) *versioned = &h->versioned;
+  else *legacy = &h->legacy;
   return RILL_OK;
 }
 
 int rill_array_export_dlpack(const rill_array_t* a, DLManagedTensorVersioned** out,
                              rill_error_t* err) {
-  if (out != NULL) *out = NULL;
-  dl_holder_t* h = NULL;
-  int rc = make_holder(a, "rill_array_export_dlpack", out != NULL ? &h : NULL, err);
-  if (rc == RILL_OK) *out = &h->versioned;
-  return rc;
+  return export_holder(a, "rill_array_export_dlpack", out, NULL, err);
 }
 
 int rill_array_export_dlpack_legacy(const rill_array_t* a, DLManagedTensor** out,
                                     rill_error_t* err) {
-  if (out != NULL) *out = NULL;
-  dl_holder_t* h = NULL;
-  int rc = make_holder(a, "rill_array_export_dlpack_legacy", out != NULL ? &h : NULL, err);
-  if (rc == RILL_OK) *out = &h->legacy;
-  return rc;
+  return export_holder(a, "rill_array_export_dlpack_legacy", NULL, out, err);
 }

@@ -156,11 +156,11 @@ int rill_df_export_stream(rill_df_t* df, const rill_iter_opts_t* opts, struct Ar
     xs->opts.ncolumns = 0;
   }
   if (xs->opts.columns != NULL) xs->opts.columns = xs->columns;
-  out->get_schema = stream_get_schema;
-  out->get_next = stream_get_next;
-  out->get_last_error = stream_get_last_error;
-  out->release = stream_release;
-  out->private_data = xs;
+  *out = (struct ArrowArrayStream){.get_schema = stream_get_schema,
+                                   .get_next = stream_get_next,
+                                   .get_last_error = stream_get_last_error,
+                                   .release = stream_release,
+                                   .private_data = xs};
   return RILL_OK;
 fail:
   xstream_free(xs);
