@@ -125,16 +125,18 @@ static void slot_eval(rill__slot_t* s) {
 static void slot_main(void* arg) { slot_eval(arg); }
 
 /* Whether the next chunk goes to a worker thread: there are threads, and the last chunk took
- * longer than a hand-off (or none has been measured yet). */
-static int worth_a_thread(const rill_iter_t* it) {
+ * longer than a hand-off (or none has been measured yet, or the caller asked for it with
+ * rill_iter_prefetch). */
+static int worth_a_thread(const rill_iter_t* it, int asked) {
   if (it->ahead == 0 || it->nthreads == 0) return 0;
+  if (asked) return 1;
   int64_t ns = atomic_load_explicit(&((rill_iter_t*)it)->chunk_ns, memory_order_relaxed);
   return ns <= 0 || ns >= HANDOFF_NS;
 }
 
-static void schedule_upto(rill_iter_t* it, int64_t max);
+static void schedule_upto(rill_iter_t* it, int64_t max, int asked);
 /* Starts every chunk the prefetch depth allows. */
-static void schedule(rill_iter_t* it) { schedule_upto(it, INT64_MAX); }
+static void schedule(rill_iter_t* it) { schedule_upto(it, INT64_MAX, 0); }
 
 static void release_held(rill_iter_t* it) {
   for (int q = 0; q < it->nreq; q++) {
@@ -143,8 +145,9 @@ static void release_held(rill_iter_t* it) {
   }
 }
 
-/* Starts up to `max` more chunks, as many as free slots and remaining rows allow. */
-static void schedule_upto(rill_iter_t* it, int64_t max) {
+/* Starts up to `max` more chunks, as many as free slots and remaining rows allow; `asked`:
+ * the caller wants them computed now (rill_iter_prefetch), on the workers even when cheap. */
+static void schedule_upto(rill_iter_t* it, int64_t max, int asked) {
   for (int64_t started = 0; started < max && it->inflight < it->nslots && it->next_start < it->df->rows; started++) {
     rill__slot_t* s = &it->slots[(it->head + it->inflight) % it->nslots];
     s->busy = 1;
@@ -156,7 +159,7 @@ static void schedule_upto(rill_iter_t* it, int64_t max) {
     s->chunk.prio = it->seq++;
     it->next_start = s->chunk.end;
     it->inflight++;
-    if (worth_a_thread(it)) {
+    if (worth_a_thread(it, asked)) {
       s->queued = 1;
       s->group.pending = 0;
       s->group.prio = s->chunk.prio;
@@ -498,7 +501,7 @@ const rill_error_t* rill_iter_error(const rill_iter_t* it) { return it ? &it->la
 int rill_iter_prefetch(rill_iter_t* it, int n) {
   if (!it) return RILL_EINVAL;
   if (n < 0) return iter_fail(it, RILL_EINVAL, "rill_iter_prefetch: negative row count %d", n);
-  schedule_upto(it, (n + it->chunk_rows - 1) / it->chunk_rows);
+  schedule_upto(it, (n + it->chunk_rows - 1) / it->chunk_rows, 1);
   return RILL_OK;
 }
 

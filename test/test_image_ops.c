@@ -1043,6 +1043,7 @@ Test(image_ops, cli_demo_preview_bench) {
 #endif
 }
 
+#if RILL_HAVE_JPEG
 /* Crop of a random resized crop in every epoch: a file with damaged scan data fails in every
  * epoch (the damage is below every crop), while the intact file, verified once, then has
  * the rows below its crops skipped and gives the same pixels as a fresh pipeline. */
@@ -1059,6 +1060,7 @@ static rill_df_t* damaged_df(rill_array_t** keep, buf_t* good, buf_t* bad, rill_
   cr_assert_geq(*col, 0, "%s", err->message);
   return df;
 }
+#endif
 
 Test(image_ops, damaged_scan_data_fails_in_every_epoch_after_verified_files) {
 #if !RILL_HAVE_JPEG
