@@ -99,37 +99,12 @@ static jpeg_state_t* state_get(rill_error_t* err) {
 }
 
 static int rows_reserve(jpeg_state_t* st, size_t bytes, rill_error_t* err) {
-  if (st->rows_cap >= bytes) return RILL_OK;
-  size_t cap = st->rows_cap ? st->rows_cap : 4096;
-  while (cap < bytes) cap *= 2;
-  uint8_t* p = rill__alloc(cap);
-  if (!p) return rill_error_set(err, RILL_ENOMEM, "out of memory (%zu bytes of JPEG scanlines)", cap);
-  rill__free(st->rows);
-  st->rows = p;
-  st->rows_cap = cap;
-  return RILL_OK;
+  if (rill__img_grow(&st->rows, &st->rows_cap, bytes)) return RILL_OK;
+  return rill_error_set(err, RILL_ENOMEM, "out of memory (%zu bytes of JPEG scanlines)", bytes);
 }
 
 /* Stored channels of a JPEG by its color space. */
 static int stored_channels(const struct jpeg_decompress_struct* c) { return c->num_components; }
-
-int rill__jpeg_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err) {
-  jpeg_state_t* st = state_get(err);
-  if (!st) return RILL_ENOMEM;
-  j_decompress_ptr c = &st->cinfo;
-  if (setjmp(st->jump)) {
-    jpeg_abort_decompress(c);
-    return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG header (%s)", st->message);
-  }
-  jpeg_mem_src(c, (const unsigned char*)buf, (unsigned long)n);
-  jpeg_read_header(c, TRUE);
-  info->format = RILL__IMG_JPEG;
-  info->width = (int)c->image_width;
-  info->height = (int)c->image_height;
-  info->channels = stored_channels(c);
-  jpeg_abort_decompress(c);
-  return RILL_OK;
-}
 
 /* CMYK scanline -> RGB / gray / RGBA. Adobe files store inverted CMYK (255 = no ink). */
 static void convert_cmyk(const uint8_t* src, uint8_t* dst, int w, int channels, int inverted) {
@@ -154,20 +129,28 @@ static void convert_cmyk(const uint8_t* src, uint8_t* dst, int w, int channels, 
   }
 }
 
-int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
-                      size_t dst_size, rill__img_out_t* out, rill_error_t* err) {
+/* Reads the header of the JPEG in buf and, unless `probe` is set (then it receives the
+ * header's facts and nothing is decoded), decodes the requested region into dst. libjpeg's
+ * errors come back through setjmp, which must stay in this function. */
+static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst, size_t dst_size,
+                    rill__img_out_t* out, rill__img_info_t* probe, rill_error_t* err) {
   jpeg_state_t* st = state_get(err);
   if (!st) return RILL_ENOMEM;
   j_decompress_ptr c = &st->cinfo;
   if (setjmp(st->jump)) {
     jpeg_abort_decompress(c);
-    return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (%s)", st->message);
+    return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG %s (%s)", probe ? "header" : "data", st->message);
   }
   jpeg_mem_src(c, (const unsigned char*)buf, (unsigned long)n);
   jpeg_read_header(c, TRUE);
 
   rill__img_info_t info = {RILL__IMG_JPEG, (int)c->image_width, (int)c->image_height,
                            stored_channels(c)};
+  if (probe) {
+    *probe = info;
+    jpeg_abort_decompress(c);
+    return RILL_OK;
+  }
   rill__img_geom_t g;
   int rc = rill__img_geometry(&info, req, &g, err);
   if (rc < 0) {
@@ -304,6 +287,15 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
   jpeg_finish_decompress(c); /* reads to the end marker: a truncated tail is an error */
   if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom, g.num};
   return RILL_OK;
+}
+
+int rill__jpeg_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err) {
+  return jpeg_run(buf, n, NULL, NULL, 0, NULL, info, err);
+}
+
+int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
+                      size_t dst_size, rill__img_out_t* out, rill_error_t* err) {
+  return jpeg_run(buf, n, req, dst, dst_size, out, NULL, err);
 }
 
 #endif

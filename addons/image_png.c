@@ -108,15 +108,8 @@ static void on_read(png_structp png, png_bytep data, png_size_t length) {
 }
 
 static int scratch_reserve(png_state_t* st, size_t bytes, rill_error_t* err) {
-  if (st->scratch_cap >= bytes) return RILL_OK;
-  size_t cap = st->scratch_cap ? st->scratch_cap : 4096;
-  while (cap < bytes) cap *= 2;
-  uint8_t* p = rill__alloc(cap);
-  if (!p) return rill_error_set(err, RILL_ENOMEM, "out of memory (%zu bytes of PNG scratch)", cap);
-  rill__free(st->scratch);
-  st->scratch = p;
-  st->scratch_cap = cap;
-  return RILL_OK;
+  if (rill__img_grow(&st->scratch, &st->scratch_cap, bytes)) return RILL_OK;
+  return rill_error_set(err, RILL_ENOMEM, "out of memory (%zu bytes of PNG scratch)", bytes);
 }
 
 /* One row of `w` pixels from `sc` channels (1 G, 2 GA, 3 RGB, 4 RGBA) to `dc` (1, 3, 4). */
