@@ -140,34 +140,38 @@ static int read_cell(rill_array_t* out, int64_t i, const char* path, rill_error_
   return RILL_OK;
 }
 
+/* Prepares `out` for n cells of dtype; a failure names what the cells are. */
+static int alloc_cells(rill_exec_t* exec, rill_array_t* out, rill_dtype_t dtype, int64_t n, const char* what,
+                       rill_error_t* err) {
+  int rc = rill_exec_alloc(exec, out, rill_type_scalar(dtype), n);
+  return rc < 0 ? rill_error_set(err, rc, "cannot allocate %lld %s", (long long)n, what) : RILL_OK;
+}
+
 static int path_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
                        rill_error_t* err) {
   const files_ctx_t* c = ctx;
-  int rc = rill_exec_alloc(exec, out, rill_type_scalar(RILL_STRING), n);
-  if (rc < 0) return rill_error_set(err, rc, "cannot allocate %lld paths", (long long)n);
-  for (int64_t i = 0; i < n; i++)
+  int rc = alloc_cells(exec, out, RILL_STRING, n, "paths", err);
+  for (int64_t i = 0; rc == RILL_OK && i < n; i++)
     if ((rc = rill_array_set_var(out, i, c->paths[rows[i]], c->lens[rows[i]], NULL)) < 0)
-      return rill_error_set(err, rc, "cannot allocate path cells");
-  return RILL_OK;
+      rc = rill_error_set(err, rc, "cannot allocate path cells");
+  return rc;
 }
 
 static int bytes_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
                         rill_error_t* err) {
   const files_ctx_t* c = ctx;
-  int rc = rill_exec_alloc(exec, out, rill_type_scalar(RILL_BINARY), n);
-  if (rc < 0) return rill_error_set(err, rc, "cannot allocate %lld file cells", (long long)n);
-  for (int64_t i = 0; i < n; i++)
-    if ((rc = read_cell(out, i, c->paths[rows[i]], err)) < 0) return rc;
-  return RILL_OK;
+  int rc = alloc_cells(exec, out, RILL_BINARY, n, "file cells", err);
+  for (int64_t i = 0; rc == RILL_OK && i < n; i++) rc = read_cell(out, i, c->paths[rows[i]], err);
+  return rc;
 }
 
 static int label_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
                         rill_error_t* err) {
-  const files_ctx_t* c = ctx;
-  int rc = rill_exec_alloc(exec, out, rill_type_scalar(RILL_INT64), n);
-  if (rc < 0) return rill_error_set(err, rc, "cannot allocate %lld labels", (long long)n);
+  const int64_t* labels = ((const files_ctx_t*)ctx)->labels;
+  int rc = alloc_cells(exec, out, RILL_INT64, n, "labels", err);
+  if (rc < 0) return rc;
   int64_t* d = out->data;
-  for (int64_t i = 0; i < n; i++) d[i] = c->labels[rows[i]];
+  for (int64_t i = 0; i < n; i++) d[i] = labels[rows[i]];
   return RILL_OK;
 }
 
