@@ -242,7 +242,7 @@ bench-pyinstall: all venv
 
 bench: all data $(BENCH_BIN) venv bench-deps bench-pyinstall
 	@for s in test/bench/run_*.sh; do echo "== $$s"; \
-	  ROOT=$(ROOT) BUILD=$(ROOT)/$(BUILD) RILL_LIB=$(ROOT)/$(LIB_SO) RILL_BIN=$(ROOT)/$(RILL) \
+	  ROOT=$(ROOT) BUILD=$(ROOT)/$(BUILD) RILL_BIN=$(ROOT)/$(RILL) \
 	  VENV=$(VENV) bash $$s || exit 1; done
 
 # Real photos from Debian packages, turned into an ImageFolder corpus (build/data/corpus) and

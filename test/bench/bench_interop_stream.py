@@ -33,7 +33,7 @@ def main():
         "e": pa.array(rng.integers(0, 255, ROWS, dtype=np.uint8)),
     })
     nbytes = sum(c.nbytes for c in src.columns)
-    df = rill.DataFrame.from_arrow(src)
+    df = rill.from_arrow(src)
 
     def stream_keep():
         table = pa.RecordBatchReader.from_stream(df).read_all()

@@ -7,5 +7,5 @@ VENV=${VENV:-$ROOT/.venv}
 echo "-- export cost (zero-copy types should not depend on rows)"
 "$BUILD/bench/bench_interop"
 echo "-- Arrow stream into pyarrow vs memcpy"
-RILL_LIB=${RILL_LIB:-$ROOT/lib/librill.so} PYTHONPATH="$ROOT/python" \
-  "$VENV/bin/python" "$ROOT/test/bench/bench_interop_stream.py"
+# the rill package installed into the virtual environment (make bench-pyinstall)
+"$VENV/bin/python" "$ROOT/test/bench/bench_interop_stream.py"
