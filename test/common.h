@@ -31,6 +31,20 @@
               (err).message, (needle));                                                      \
   } while (0)
 
+/* Batches of 2 rows of columns 0 and 1 of df (*b), iterated on the calling thread without
+ * prefetch and advanced to the second batch (*row), whose buffers are the first batch's,
+ * reused. Returns the iterator. */
+static inline rill_iter_t* rt_second_batch_of_two(rill_df_t* df, rill_df_t** b, rill_row_t* row) {
+  rill_error_t err = {0};
+  RT_OK(rill_df_batch(df, (int[]){0, 1}, 2, 2, NULL, b, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(*b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err),
+        err);
+  RT_OK(rill_iter_next(it, row, &err), err);
+  RT_OK(rill_iter_next(it, row, &err), err);
+  return it;
+}
+
 /* The repository root (tests read test/data from there). */
 static inline const char* rt_root(void) {
   const char* r = getenv("RILL_TEST_ROOT");

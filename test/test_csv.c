@@ -818,15 +818,9 @@ Test(csv, null_cells_are_zero_and_runs_identical) {
   /* batch 0 = rows 0-1 (values), batch 1 = rows 2-3 (row 3 null): batch 1 reuses batch 0's
    * buffers, which hold 2 and 2.5 where the null cells go */
   rill_df_t* df = load("v,w\n1,1.5\n2,2.5\n3,3.5\n,\n", NULL);
-  rill_error_t err = {0};
   rill_df_t* b;
-  RT_OK(rill_df_batch(df, (int[]){0, 1}, 2, 2, NULL, &b, &err), err);
-  rill_iter_t* it;
-  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err),
-        err);
   rill_row_t row;
-  RT_OK(rill_iter_next(it, &row, &err), err);
-  RT_OK(rill_iter_next(it, &row, &err), err);
+  rill_iter_t* it = rt_second_batch_of_two(df, &b, &row);
   for (int c = 0; c < 2; c++) {
     const rill_array_t* a = rill_row_get(&row, c);
     cr_assert_eq(a->null_count, 1);

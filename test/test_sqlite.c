@@ -393,13 +393,8 @@ Test(sqlite, null_cells_are_zero_and_counted) {
   RT_OK(rill_df_from_sqlite_db(db, "SELECT v, w FROM n ORDER BY rowid", NULL, 0,
                                &(rill_sqlite_opts_t){.on_error = RILL_ON_ERROR_NULL}, &df, &err),
         err);
-  RT_OK(rill_df_batch(df, (int[]){0, 1}, 2, 2, NULL, &b, &err), err);
-  rill_iter_t* it;
-  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err),
-        err);
   rill_row_t row;
-  RT_OK(rill_iter_next(it, &row, &err), err);
-  RT_OK(rill_iter_next(it, &row, &err), err); /* reuses the first batch's buffers */
+  rill_iter_t* it = rt_second_batch_of_two(df, &b, &row); /* reuses the first batch's buffers */
   for (int c = 0; c < 2; c++) {
     const rill_array_t* a = rill_row_get(&row, c);
     cr_assert(!rill_array_is_valid(a, 1));

@@ -40,3 +40,18 @@ def corpus():
     if not path.is_dir():
         pytest.skip(f"no image corpus at {path} (run `make data`)")
     return path
+
+
+@pytest.fixture
+def variable_shape_table():
+    """A one-column table of arrow.variable_shape_tensor uint8 cells with uniform shape
+    [None, 3]: [[1, 2, 3], [4, 5, 6]], null, [[7, 8, 9]]."""
+    import pyarrow as pa
+    storage = pa.StructArray.from_arrays(
+        [pa.array([[1, 2, 3, 4, 5, 6], None, [7, 8, 9]], pa.list_(pa.uint8())),
+         pa.array([[2, 3], None, [1, 3]], pa.list_(pa.int32(), 2))],
+        names=["data", "shape"], mask=pa.array([False, True, False]))
+    field = pa.field("img", storage.type, metadata={
+        b"ARROW:extension:name": b"arrow.variable_shape_tensor",
+        b"ARROW:extension:metadata": b'{"uniform_shape":[null,3]}'})
+    return pa.Table.from_arrays([storage], schema=pa.schema([field]))

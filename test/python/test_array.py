@@ -155,15 +155,8 @@ def test_tensor_cells_with_nulls():
         a.__dlpack__()
 
 
-def test_variable_shape_cells():
-    storage = pa.StructArray.from_arrays(
-        [pa.array([[1, 2, 3, 4, 5, 6], None, [7, 8, 9]], pa.list_(pa.uint8())),
-         pa.array([[2, 3], None, [1, 3]], pa.list_(pa.int32(), 2))],
-        names=["data", "shape"], mask=pa.array([False, True, False]))
-    field = pa.field("img", storage.type, metadata={
-        b"ARROW:extension:name": b"arrow.variable_shape_tensor",
-        b"ARROW:extension:metadata": b'{"uniform_shape":[null,3]}'})
-    a = batch_of(pa.Table.from_arrays([storage], schema=pa.schema([field])))["img"]
+def test_variable_shape_cells(variable_shape_table):
+    a = batch_of(variable_shape_table)["img"]
     assert a.shape == (3, -1, 3) and a.cell_shape == (-1, 3)
     assert a[0].tolist() == [[1, 2, 3], [4, 5, 6]]
     assert a[1] is None

@@ -282,15 +282,8 @@ def test_import_from_polars_multiple_chunks():
     assert back["u"].to_list() == [1, 2, 3] and back["s"].to_list() == ["x", None, "z"]
 
 
-def test_variable_shape_tensor_round_trip():
-    storage = pa.StructArray.from_arrays(
-        [pa.array([[1, 2, 3, 4, 5, 6], None, [7, 8, 9]], pa.list_(pa.uint8())),
-         pa.array([[2, 3], None, [1, 3]], pa.list_(pa.int32(), 2))],
-        names=["data", "shape"], mask=pa.array([False, True, False]))
-    field = pa.field("img", storage.type, metadata={
-        b"ARROW:extension:name": b"arrow.variable_shape_tensor",
-        b"ARROW:extension:metadata": b'{"uniform_shape":[null,3]}'})
-    src = pa.Table.from_arrays([storage], schema=pa.schema([field]))
+def test_variable_shape_tensor_round_trip(variable_shape_table):
+    src = variable_shape_table
     df = rill.from_arrow(src)
     assert df.field(0).shape == (-1, 3) and df.field(0).dtype == "uint8"
     for variant in (df, df.batch(2)):
