@@ -542,7 +542,8 @@ int rill_iter_restore(rill_iter_t* it, const rill_iter_state_t* st) {
   if (!st) return iter_fail(it, RILL_EINVAL, "rill_iter_restore: the state is NULL");
   if (st->fingerprint != it->fingerprint)
     return iter_fail(it, RILL_EINVAL,
-                     "rill_iter_restore: the state was saved from another dataframe or column selection");
+                     "rill_iter_restore: the state was saved by another pipeline (another dataframe or column "
+                     "selection)");
   if (st->cursor < 0 || st->cursor > it->df->rows)
     return iter_fail(it, RILL_EINVAL, "rill_iter_restore: cursor %lld is outside 0..%lld", (long long)st->cursor,
                      (long long)it->df->rows);

@@ -126,6 +126,15 @@ static PyObject* iter_dataframe(RillIterator* self, void* c) { return Py_NewRef(
 
 static PyObject* iter_closed(RillIterator* self, void* c) { return PyBool_FromLong(self->it == NULL); }
 
+/* Raises the error of the iterator's last failed call (rill_iter_error) as the exception of
+ * `rc`, its message prefixed with the Python call `what`. */
+static PyObject* raise_iter_error(RillIterator* self, int rc, const char* what) {
+  const rill_error_t* last = rill_iter_error(self->it);
+  rill_error_t e = *last;
+  rill_error_set(&e, rc, "%s: %s", what, last->message);
+  return rillpy_raise(rc, &e);
+}
+
 static PyObject* iter_set_epoch(RillIterator* self, PyObject* arg) {
   long long e = PyLong_AsLongLong(arg);
   if (e == -1 && PyErr_Occurred()) return NULL;
@@ -135,7 +144,11 @@ static PyObject* iter_set_epoch(RillIterator* self, PyObject* arg) {
   rc = rill_iter_set_epoch(self->it, (int64_t)e);
   Py_END_ALLOW_THREADS
   self->busy = 0;
-  if (rc < 0) return rillpy_invalid("set_epoch(%lld): %s", e, rill_strerror(rc));
+  if (rc < 0) {
+    char what[48];
+    snprintf(what, sizeof what, "set_epoch(%lld)", e);
+    return raise_iter_error(self, rc, what);
+  }
   Py_RETURN_NONE;
 }
 
@@ -148,9 +161,11 @@ static PyObject* iter_seek(RillIterator* self, PyObject* arg) {
   rc = rill_iter_seek(self->it, (int64_t)row);
   Py_END_ALLOW_THREADS
   self->busy = 0;
-  if (rc < 0)
-    return rillpy_invalid("seek(%lld): %s (rows are 0..%lld)", row, rill_strerror(rc),
-                          (long long)rill_df_rows(self->df->df));
+  if (rc < 0) {
+    char what[48];
+    snprintf(what, sizeof what, "seek(%lld)", row);
+    return raise_iter_error(self, rc, what);
+  }
   Py_RETURN_NONE;
 }
 
@@ -164,7 +179,11 @@ static PyObject* iter_prefetch(RillIterator* self, PyObject* arg) {
   rc = rill_iter_prefetch(self->it, (int)n);
   Py_END_ALLOW_THREADS
   self->busy = 0;
-  if (rc < 0) return rillpy_invalid("prefetch(%ld): %s", n, rill_strerror(rc));
+  if (rc < 0) {
+    char what[48];
+    snprintf(what, sizeof what, "prefetch(%ld)", n);
+    return raise_iter_error(self, rc, what);
+  }
   Py_RETURN_NONE;
 }
 
@@ -203,7 +222,7 @@ static PyObject* iter_state_dict(RillIterator* self, PyObject* unused) {
   if (!self->it) return rillpy_invalid("the iterator is closed");
   rill_iter_state_t st;
   int rc = rill_iter_save(self->it, &st);
-  if (rc < 0) return rillpy_invalid("state_dict: %s", rill_strerror(rc));
+  if (rc < 0) return raise_iter_error(self, rc, "state_dict");
   PyObject* d = PyDict_New();
   if (!d) return NULL;
   if (dict_set_u64(d, "seed", st.seed) < 0 || dict_set_i64(d, "epoch", st.epoch) < 0 ||
@@ -245,21 +264,12 @@ static PyObject* iter_load_state_dict(RillIterator* self, PyObject* d) {
   st.cursor = cursor;
   st.fingerprint = fp;
   if (enter(self) < 0) return NULL;
-  rill_iter_state_t mine;
-  rill_iter_save(self->it, &mine);
   int rc;
   Py_BEGIN_ALLOW_THREADS
   rc = rill_iter_restore(self->it, &st);
   Py_END_ALLOW_THREADS
   self->busy = 0;
-  if (rc < 0) {
-    if (st.fingerprint != mine.fingerprint)
-      return rillpy_invalid("load_state_dict: %s: the state was saved by another pipeline (fingerprint %016llx; "
-                            "this iterator's is %016llx)", rill_strerror(rc), fp,
-                            (unsigned long long)mine.fingerprint);
-    return rillpy_invalid("load_state_dict: %s: cursor %lld is outside 0..%lld", rill_strerror(rc), cursor,
-                          (long long)rill_df_rows(self->df->df));
-  }
+  if (rc < 0) return raise_iter_error(self, rc, "load_state_dict");
   Py_RETURN_NONE;
 }
 
