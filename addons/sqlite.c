@@ -26,6 +26,10 @@
 /* Page cache of a connection doing point lookups (KiB): a page missing from it costs a
  * read() call (no memory map, see open_db); SQLite's default is 2 MiB. */
 #define SQ_POINT_CACHE_MAX_KIB (256 * 1024)
+/* Table mode: the held copy's default limit (bytes), and the share of the rows that
+ * out-of-order reads fetch by point lookups before the table is held (see held_for). */
+#define SQ_DEFAULT_HOLD_MAX ((int64_t)1 << 30)
+#define SQ_HOLD_AFTER 256
 
 typedef struct sqval {
   int type;                   /* SQLITE_INTEGER, _FLOAT, _TEXT, _BLOB, _NULL */
@@ -33,6 +37,25 @@ typedef struct sqval {
   double d;
   int64_t len;
 } sqval_t;
+
+/* A table held in memory (table mode, see maybe_hold): per column, the storage class and the
+ * value of every row, 9 bytes a cell, plus offsets and bytes for TEXT and BLOB values. */
+typedef struct hcol {
+  uint8_t* type;              /* SQLITE_INTEGER, _FLOAT, _TEXT, _BLOB, _NULL per row */
+  int64_t* val;               /* INTEGER value or REAL bits */
+  int64_t* off;               /* NULL until the column holds a TEXT or BLOB value; then the */
+  char* bytes;                /* bytes of row r are bytes[off[r] .. off[r + 1]) */
+  int64_t nbytes, bytes_cap;
+  int uniform;                /* the storage class of every row, 0 when they differ */
+} hcol_t;
+
+typedef struct held {
+  int64_t n;
+  hcol_t* cols;
+  int64_t mem;                /* bytes allocated */
+} held_t;
+
+enum { HOLD_NONE, HOLD_LOADING, HOLD_READY, HOLD_NEVER };
 
 typedef struct rowset {
   int64_t n, cap;             /* rows */
@@ -74,6 +97,11 @@ typedef struct sq {
   int64_t rowid_base;
   int64_t* rowids;            /* NULL when rowid = rowid_base + row */
   int64_t cache_kib;          /* page cache of a connection doing point lookups */
+  int64_t file_bytes;         /* page_count * page_size at open */
+  int64_t hold_max;           /* bytes the held copy may take; < 0: never held */
+  int hold_state;             /* HOLD_* (under mu) */
+  int64_t scattered;          /* rows read by point lookups so far (under mu) */
+  struct held* held;          /* the table in memory once hold_state is HOLD_READY */
   /* query mode */
   rowset_t* chunks;
   int64_t nchunks, chunk_rows;
@@ -160,6 +188,18 @@ static void conn_free(conn_t* c, int close_db) {
   rill__free(c);
 }
 
+static void held_free(held_t* h, int ncols) {
+  if (!h) return;
+  for (int k = 0; k < ncols && h->cols; k++) {
+    rill__free(h->cols[k].type);
+    rill__free(h->cols[k].val);
+    rill__free(h->cols[k].off);
+    rill__free(h->cols[k].bytes);
+  }
+  rill__free(h->cols);
+  rill__free(h);
+}
+
 static void sq_unref(sq_t* s) {
   if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
   while (s->conns) {
@@ -172,6 +212,7 @@ static void sq_unref(sq_t* s) {
   rill__free(s->chunks);
   rill__free_columns(s->names, s->types, s->ncols);
   rill__free(s->rowids);
+  held_free(s->held, s->ncols);
   rill__free(s->table);
   rill__free(s->sql);
   rill__free(s->path);
@@ -244,10 +285,29 @@ static conn_t* conn_get(sq_t* s, rill_error_t* err) {
 }
 
 static void conn_put(sq_t* s, conn_t* c) {
+  conn_t* drop = NULL;
   pthread_mutex_lock(&s->mu);
   c->busy = 0;
+  if (s->hold_state == HOLD_READY && s->path) {
+    /* the held copy serves every read: idle connections and their page caches go */
+    for (conn_t** pp = &s->conns; *pp;) {
+      conn_t* x = *pp;
+      if (x->busy) {
+        pp = &x->next;
+        continue;
+      }
+      *pp = x->next;
+      x->next = drop;
+      drop = x;
+    }
+  }
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
+  while (drop) {
+    conn_t* x = drop;
+    drop = x->next;
+    conn_free(x, 1);
+  }
 }
 
 static int64_t rowid_of(const sq_t* s, int64_t row) {
@@ -500,10 +560,184 @@ static int fetch_points(sq_t* s, conn_t* c, const int64_t* rows, int64_t n, rill
   return rc;
 }
 
+/* Value k of row r of a held table into *v; returns the bytes of a TEXT or BLOB value. */
+static const char* held_value(const held_t* h, int k, int64_t r, sqval_t* v) {
+  const hcol_t* c = &h->cols[k];
+  v->type = c->type[r];
+  v->i = 0;
+  v->d = 0;
+  v->len = 0;
+  switch (v->type) {
+  case SQLITE_INTEGER: v->i = c->val[r]; return NULL;
+  case SQLITE_FLOAT: memcpy(&v->d, &c->val[r], sizeof v->d); return NULL;
+  case SQLITE_TEXT:
+  case SQLITE_BLOB:
+    v->len = c->off[r + 1] - c->off[r];
+    return c->bytes ? c->bytes + c->off[r] : "";
+  default: return NULL;
+  }
+}
+
+/* Appends a TEXT or BLOB value of row r to held column `col` (allocating its offsets on the
+ * column's first such value); 0 when the copy would pass s->hold_max or memory runs out. */
+static int held_add_bytes(const sq_t* s, held_t* h, hcol_t* col, const void* p, int64_t len) {
+  if (!col->off) {
+    h->mem += (s->nrows + 1) * (int64_t)sizeof *col->off;
+    if (h->mem > s->hold_max || !(col->off = rill__calloc((size_t)s->nrows + 1, sizeof *col->off))) return 0;
+  }
+  int64_t need = col->nbytes + len;
+  if (need > col->bytes_cap) {
+    int64_t nc = col->bytes_cap ? col->bytes_cap * 2 : 65536;
+    if (nc < need) nc = need;
+    if (h->mem + nc - col->bytes_cap > s->hold_max) nc = need; /* exact fit near the limit */
+    if (h->mem + nc - col->bytes_cap > s->hold_max) return 0;
+    char* nb = rill__realloc(col->bytes, (size_t)col->nbytes, (size_t)nc);
+    if (!nb) return 0;
+    h->mem += nc - col->bytes_cap;
+    col->bytes = nb;
+    col->bytes_cap = nc;
+  }
+  if (len) memcpy(col->bytes + col->nbytes, p, (size_t)len);
+  col->nbytes = need;
+  return 1;
+}
+
+/* Table mode: reads the whole table in rowid order, in one statement on connection c, into a
+ * new held copy. NULL when the copy would pass s->hold_max, memory runs out, or anything goes
+ * wrong (an SQL error, rows that no longer match the rowids found at open): the caller then
+ * keeps to point lookups, which report such errors with their row. */
+static held_t* load_held(sq_t* s, conn_t* c) {
+  int ncols = s->ncols;
+  int64_t n = s->nrows;
+  char sql[600];
+  snprintf(sql, sizeof sql, "SELECT rowid, * FROM %s ORDER BY rowid", s->table);
+  sqlite3_stmt* st = NULL;
+  held_t* h = NULL;
+  int ok = sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) == SQLITE_OK && st && sqlite3_column_count(st) == ncols + 1;
+  if (ok) ok = (h = rill__calloc(1, sizeof *h)) && (h->cols = rill__calloc((size_t)ncols, sizeof *h->cols));
+  if (ok) {
+    h->n = n;
+    h->mem = (int64_t)ncols * (n * 9 + (int64_t)sizeof *h->cols);
+    ok = h->mem <= s->hold_max;
+  }
+  for (int k = 0; k < ncols && ok; k++)
+    ok = (h->cols[k].type = rill__alloc((size_t)n)) && (h->cols[k].val = rill__alloc((size_t)n * sizeof(int64_t)));
+  int64_t r = 0;
+  int step = SQLITE_DONE;
+  while (ok && (step = sqlite3_step(st)) == SQLITE_ROW) {
+    if (r == n || sqlite3_column_int64(st, 0) != rowid_of(s, r)) {
+      ok = 0;
+      break;
+    }
+    for (int k = 0; k < ncols && ok; k++) {
+      hcol_t* col = &h->cols[k];
+      sqval_t v;
+      const void* p = read_value(st, k + 1, &v);
+      col->type[r] = (uint8_t)v.type;
+      col->val[r] = 0;
+      if (v.type == SQLITE_INTEGER) col->val[r] = v.i;
+      else if (v.type == SQLITE_FLOAT) memcpy(&col->val[r], &v.d, sizeof v.d);
+      else if (v.type == SQLITE_TEXT || v.type == SQLITE_BLOB)
+        ok = (p || v.len == 0) && held_add_bytes(s, h, col, p, v.len);
+      if (col->off) col->off[r + 1] = col->nbytes;
+    }
+    r++;
+  }
+  if (ok && (step != SQLITE_DONE || r != n)) ok = 0;
+  sqlite3_finalize(st);
+  for (int k = 0; k < ncols && ok && n > 0; k++) {
+    hcol_t* col = &h->cols[k];
+    col->uniform = col->type[0];
+    for (int64_t i = 1; i < n && col->uniform; i++)
+      if (col->type[i] != col->uniform) col->uniform = 0;
+  }
+  if (!ok) {
+    held_free(h, ncols);
+    return NULL;
+  }
+  return h;
+}
+
+/* Column k of the requested rows straight from a held column when no cell can fail or be
+ * null: every row holds an INTEGER read as int64, a REAL read as float64, or a TEXT or BLOB
+ * read as string or binary. Returns 0 (nothing done) for any other column. */
+static int held_gather(const sq_t* s, const held_t* h, int k, const int64_t* rows, int64_t n, rill_array_t* out,
+                       int* rc, rill_error_t* err) {
+  const hcol_t* col = &h->cols[k];
+  rill_dtype_t dt = s->types[k];
+  if (col->uniform == SQLITE_INTEGER && dt == RILL_INT64) {
+    int64_t* d = out->data;
+    for (int64_t i = 0; i < n; i++) d[i] = col->val[rows[i]];
+  } else if (col->uniform == SQLITE_FLOAT && dt == RILL_FLOAT64) {
+    double* d = out->data;
+    for (int64_t i = 0; i < n; i++) memcpy(&d[i], &col->val[rows[i]], sizeof *d);
+  } else if ((col->uniform == SQLITE_TEXT || col->uniform == SQLITE_BLOB) && (dt == RILL_STRING || dt == RILL_BINARY)) {
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; i++) total += col->off[rows[i] + 1] - col->off[rows[i]];
+    out->data_size = 0;
+    *rc = rill_array_reserve(out, total > 0 ? total : 1);
+    if (*rc != RILL_OK || !out->offsets) {
+      *rc = rill_error_set(err, *rc ? *rc : RILL_EINVAL, "sqlite: column '%s': cannot reserve %lld bytes",
+                           s->names[k], (long long)total);
+      return 1;
+    }
+    char* d = out->data;
+    int64_t pos = 0;
+    out->offsets[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t a = col->off[rows[i]], len = col->off[rows[i] + 1] - a;
+      if (len) memcpy(d + pos, col->bytes + a, (size_t)len);
+      pos += len;
+      out->offsets[i + 1] = pos;
+    }
+    out->data_size = pos;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+/* Table mode: the held copy to read rows from, or NULL for the database. Once out-of-order
+ * reads have fetched SQ_HOLD_AFTER-th of the rows (a shuffled pass is under way), the call
+ * that crosses it reads the table once, sequentially, into memory (other calls go on with
+ * point lookups meanwhile); every later call reads from memory. A table that does not fit
+ * s->hold_max, or whose load fails, is never tried again. */
+static const held_t* held_for(sq_t* s, int64_t n, int scattered) {
+  pthread_mutex_lock(&s->mu);
+  const held_t* ready = s->hold_state == HOLD_READY ? s->held : NULL;
+  int load = 0;
+  if (!ready && scattered && s->hold_state == HOLD_NONE) {
+    s->scattered += n;
+    if (s->scattered >= s->nrows / SQ_HOLD_AFTER) {
+      s->hold_state = HOLD_LOADING;
+      load = 1;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!load) return ready;
+  rill_error_t ignored = {0};
+  conn_t* c = conn_get(s, &ignored);
+  held_t* h = NULL;
+  if (c) {
+    if (c->big_cache) { /* a sequential read gains nothing from a big page cache */
+      sqlite3_exec(c->db, "PRAGMA cache_size=-2000", NULL, NULL, NULL);
+      c->big_cache = 0;
+    }
+    h = load_held(s, c);
+  }
+  pthread_mutex_lock(&s->mu);
+  s->held = h;
+  s->hold_state = h ? HOLD_READY : HOLD_NEVER;
+  pthread_mutex_unlock(&s->mu);
+  if (c) conn_put(s, c);
+  return h;
+}
+
 /* Reserves the bytes of the variable-length columns: their bound when the values are held
- * (`held`: rows idx[0..n) of rs, or the query's chunks when rs is NULL), otherwise a first
- * guess that put_row grows. */
-static int reserve_var(fill_t* f, int held, const rowset_t* rs, const int64_t* idx, int64_t n, rill_error_t* err) {
+ * (`held`: the requested rows of the held table h, rows idx[0..n) of rs, or the query's
+ * chunks when both are NULL), otherwise a first guess that put_row grows. */
+static int reserve_var(fill_t* f, int held, const rowset_t* rs, const held_t* h, const int64_t* idx, int64_t n,
+                       rill_error_t* err) {
   sq_t* s = f->s;
   for (int k = 0; k < f->nouts; k++) {
     rill_array_t* out = f->outs[k];
@@ -513,7 +747,11 @@ static int reserve_var(fill_t* f, int held, const rowset_t* rs, const int64_t* i
     if (held) {
       for (int64_t i = 0; i < n; i++) {
         const sqval_t* v;
-        if (rs) v = &rs->v[idx[i] * s->ncols + k];
+        sqval_t hv;
+        if (h) {
+          held_value(h, k, f->rows[i], &hv);
+          v = &hv;
+        } else if (rs) v = &rs->v[idx[i] * s->ncols + k];
         else v = &s->chunks[f->rows[i] / s->chunk_rows].v[(f->rows[i] % s->chunk_rows) * s->ncols + k];
         bound += (v->type == SQLITE_TEXT || v->type == SQLITE_BLOB) ? v->len : SQ_NUM_TEXT;
       }
@@ -556,34 +794,51 @@ static int sq_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, in
   sqval_t row_small[SMALL];
   const char* ptrs_small[SMALL];
   int64_t vcap_small[SMALL];
+  rill_array_t* rest_small[SMALL];
   sqval_t* row = row_small;
   const char** ptrs = ptrs_small;
   int64_t* vcap = vcap_small;
+  rill_array_t** rest = rest_small;
   void* scratch = NULL;
   if (s->ncols > SMALL) {
-    size_t each = sizeof *row + sizeof *ptrs + sizeof *vcap;
+    size_t each = sizeof *row + sizeof *ptrs + sizeof *vcap + sizeof *rest;
     if (!(scratch = rill__alloc((size_t)s->ncols * each))) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
     row = scratch;
     vcap = (int64_t*)(row + s->ncols);
     ptrs = (const char**)(vcap + s->ncols);
+    rest = (rill_array_t**)(ptrs + s->ncols);
   }
   fill_t f = {.s = s, .outs = outs, .nouts = nouts, .rows = rows, .vcap = vcap};
   conn_t* c = NULL;
   int consecutive = 1;
   for (int64_t i = 1; i < n && consecutive; i++) consecutive = rows[i] == rows[i - 1] + 1;
+  const held_t* h = s->table ? held_for(s, n, !consecutive) : NULL;
   if (!s->table) {
-    rc = reserve_var(&f, 1, NULL, NULL, n, err);
+    rc = reserve_var(&f, 1, NULL, NULL, NULL, n, err);
     for (int64_t i = 0; i < n && rc == RILL_OK; i++)
       rc = put_held_row(&f, i, &s->chunks[rows[i] / s->chunk_rows], rows[i] % s->chunk_rows, ptrs, err);
+  } else if (h) {
+    /* columns that cannot fail are gathered whole; the others go row by row below */
+    rc = RILL_OK;
+    for (int k = 0; k < nouts && rc == RILL_OK; k++) {
+      rest[k] = outs[k];
+      if (outs[k] && held_gather(s, h, k, rows, n, outs[k], &rc, err)) rest[k] = NULL;
+    }
+    f.outs = rest;
+    if (rc == RILL_OK) rc = reserve_var(&f, 1, NULL, h, NULL, n, err);
+    for (int64_t i = 0; i < n && rc == RILL_OK; i++) {
+      for (int k = 0; k < s->ncols; k++) ptrs[k] = held_value(h, k, rows[i], &row[k]);
+      rc = put_row(&f, i, row, ptrs, err);
+    }
   } else if (!(c = conn_get(s, err))) {
     rc = err ? err->code : RILL_ESQL;
   } else if (consecutive) {
-    rc = reserve_var(&f, 0, NULL, NULL, n, err);
+    rc = reserve_var(&f, 0, NULL, NULL, NULL, n, err);
     if (rc == RILL_OK) rc = read_range(&f, c, row, ptrs, n, err);
   } else {
     rc = fetch_points(s, c, rows, n, err);
     const int64_t* pos = c->order + 2 * n;
-    if (rc == RILL_OK) rc = reserve_var(&f, 1, &c->rs, pos, n, err);
+    if (rc == RILL_OK) rc = reserve_var(&f, 1, &c->rs, NULL, pos, n, err);
     for (int64_t i = 0; i < n && rc == RILL_OK; i++) rc = put_held_row(&f, i, &c->rs, pos[i], ptrs, err);
   }
   for (int k = 0; k < nouts; k++) {
@@ -887,6 +1142,8 @@ static int sq_new(const char* sql, const rill_sqlite_opts_t* o, sq_t** out, rill
   s->on_error = o->on_error;
   s->busy_ms = o->busy_timeout_ms;
   s->chunk_rows = o->chunk_rows > 0 ? o->chunk_rows : SQ_DEFAULT_CHUNK;
+  s->hold_max = o->table_hold_bytes ? o->table_hold_bytes : SQ_DEFAULT_HOLD_MAX;
+  if (s->hold_max < 0) s->hold_state = HOLD_NEVER;
   *out = s;
   return RILL_OK;
 }

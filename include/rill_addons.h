@@ -113,6 +113,8 @@ typedef struct rill_sqlite_opts {
   int64_t infer_rows;         /* rows sampled for columns without a declared type; 0 = 1000 */
   int64_t chunk_rows;         /* rows per materialised chunk; 0 = 65536 */
   int busy_timeout_ms;        /* wait on a locked database; 0 = fail at once */
+  int64_t table_hold_bytes;   /* table mode: most bytes the table may take held in memory for
+                                 out-of-order reads (see below); 0 = 1 GiB; < 0 = never held */
 } rill_sqlite_opts_t;
 
 /* A dataframe over the result of `sql` (with `nparams` bound parameters) on the SQLite
