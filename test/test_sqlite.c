@@ -237,10 +237,10 @@ static int w_cell(int64_t r, char* buf) {
   return n;
 }
 
-static void check_w_batches(const char* path, int64_t rows, int shuffled, int threads) {
+static void check_w_batches(const char* path, int64_t rows, int shuffled, int threads, int64_t hold) {
   rill_error_t err = {0};
   rill_df_t *df = NULL, *sh = NULL, *b = NULL;
-  RT_OK(rill_df_from_sqlite(path, "w", NULL, 0, NULL, &df, &err), err);
+  RT_OK(rill_df_from_sqlite(path, "w", NULL, 0, &(rill_sqlite_opts_t){.table_hold_bytes = hold}, &df, &err), err);
   cr_assert_eq(rill_df_field(df, 2)->type.dtype, RILL_STRING);
   if (shuffled) RT_OK(rill_df_shuffle(df, 5, &sh, &err), err);
   RT_OK(rill_df_batch(shuffled ? sh : df, (int[]){0, 1, 2}, 3, 100, NULL, &b, &err), err);
@@ -303,11 +303,152 @@ Test(sqlite, table_batches_long_mixed_strings) {
   exec_sql(db, "COMMIT;");
   sqlite3_close(db);
   /* consecutive rows: one range read converted as it is stepped (strings grow the buffer);
-   * shuffled: point lookups in rowid order scattered back into row order */
-  check_w_batches(path, rows, 0, RILL_THREADS_NONE);
-  check_w_batches(path, rows, 0, 2);
-  check_w_batches(path, rows, 1, RILL_THREADS_NONE);
-  check_w_batches(path, rows, 1, 2);
+   * shuffled: the table held in memory (the default), point lookups in rowid order
+   * scattered back into row order (never held), and a limit that the cells fit but the
+   * strings pass (the load stops half-way and point lookups go on) */
+  check_w_batches(path, rows, 0, RILL_THREADS_NONE, 0);
+  check_w_batches(path, rows, 0, 2, 0);
+  for (int threads = RILL_THREADS_NONE; threads <= 2; threads += 2 - RILL_THREADS_NONE) {
+    check_w_batches(path, rows, 1, threads, 0);
+    check_w_batches(path, rows, 1, threads, -1);
+    check_w_batches(path, rows, 1, threads, 200000);
+  }
+}
+
+/* One shuffled pass over table `big`, then (rows deleted by another connection in between)
+ * a second pass over the same dataframe: served from the held copy it still sees every row;
+ * read from the database it fails at a missing rowid. */
+static void two_passes(const char* path, int64_t hold, int threads, int second_ok) {
+  make_file_db(path, 2000, 1);
+  rill_error_t err = {0};
+  rill_df_t *df = NULL, *sh = NULL;
+  RT_OK(rill_df_from_sqlite(path, "big", NULL, 0, &(rill_sqlite_opts_t){.table_hold_bytes = hold}, &df, &err), err);
+  RT_OK(rill_df_shuffle(df, 9, &sh, &err), err);
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) {
+      sqlite3* w = NULL;
+      cr_assert_eq(sqlite3_open(path, &w), SQLITE_OK);
+      exec_sql(w, "DELETE FROM big WHERE id % 2 = 0;");
+      sqlite3_close(w);
+    }
+    rill_iter_t* it;
+    RT_OK(rill_iter_new(sh, &(rill_iter_opts_t){.threads = threads, .prefetch = 4}, &it, &err), err);
+    rill_row_t row;
+    int64_t n = 0, sum = 0, nb;
+    int rc;
+    while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+      int64_t v = *(const int64_t*)rill_array_cell(rill_row_get(&row, 1), 0, &nb);
+      const char* name = rill_array_cell(rill_row_get(&row, 2), 0, &nb);
+      char want[32];
+      int wn = snprintf(want, sizeof want, "n%lld", (long long)(v / 7));
+      cr_assert(nb == wn && memcmp(name, want, (size_t)wn) == 0, "row %lld", (long long)row.index);
+      sum += v / 7;
+      n++;
+    }
+    if (pass == 0 || second_ok) {
+      cr_assert_eq(rc, RILL_END, "pass %d: %s", pass, err.message);
+      cr_assert_eq(n, 2000);
+      cr_assert_eq(sum, 2000 * 1999 / 2);
+    } else {
+      cr_assert_eq(rc, RILL_ESQL, "pass %d: %d %s", pass, rc, err.message);
+      cr_assert(strstr(err.message, "changed while read: rowid") != NULL, "%s", err.message);
+    }
+    rill_iter_free(it);
+  }
+  rill_df_free(sh);
+  rill_df_free(df);
+}
+
+Test(sqlite, table_held_for_shuffled_reads_within_its_limit) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/held.db", rt_tmpdir());
+  two_passes(path, 0, 2, 1);                 /* default limit: held */
+  two_passes(path, 0, RILL_THREADS_NONE, 1);
+  two_passes(path, 1 << 20, 2, 1);           /* fits 1 MiB */
+  two_passes(path, -1, 2, 0);                /* never held */
+  two_passes(path, 1000, RILL_THREADS_NONE, 0); /* the cells alone pass the limit */
+  two_passes(path, 70000, 2, 0);             /* the cells fit, the names do not */
+}
+
+/* Rows deleted between opening and the first out-of-order read: the load finds rowids that
+ * no longer match, and the point lookups that follow report the first missing one. */
+Test(sqlite, table_changed_before_held_reports_missing_rowid) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/changed.db", rt_tmpdir());
+  make_file_db(path, 1000, 0);
+  rill_error_t err = {0};
+  rill_df_t *df = NULL, *sh = NULL;
+  RT_OK(rill_df_from_sqlite(path, "big", NULL, 0, NULL, &df, &err), err);
+  sqlite3* w = NULL;
+  cr_assert_eq(sqlite3_open(path, &w), SQLITE_OK);
+  exec_sql(w, "DELETE FROM big WHERE id > 500;");
+  sqlite3_close(w);
+  RT_OK(rill_df_shuffle(df, 2, &sh, &err), err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(sh, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err), err);
+  rill_row_t row;
+  int rc;
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {}
+  cr_assert_eq(rc, RILL_ESQL, "%d %s", rc, err.message);
+  cr_assert(strstr(err.message, "changed while read: rowid") != NULL, "%s", err.message);
+  rill_iter_free(it);
+  rill_df_free(sh);
+  rill_df_free(df);
+}
+
+/* Held or not, a value that does not convert fails at its own row (or becomes null); mixed
+ * columns convert cell by cell from the held copy, uniform ones are gathered whole. */
+Test(sqlite, held_table_conversion_errors_keep_their_row) {
+  sqlite3* db = NULL;
+  cr_assert_eq(sqlite3_open(":memory:", &db), SQLITE_OK);
+  exec_sql(db, "CREATE TABLE v(n INTEGER, r REAL, s TEXT, b BLOB);"
+               "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 999) "
+               "INSERT INTO v SELECT x, x * 0.5, 's' || x, x'00ff' FROM c;"
+               "UPDATE v SET n = 'abc' WHERE rowid = 701;"); /* row 700 */
+  for (int64_t hold = -1; hold <= 0; hold++) {
+    for (int policy = 0; policy < 2; policy++) {
+      rill_error_t err = {0};
+      rill_df_t *df = NULL, *sh = NULL;
+      rill_sqlite_opts_t o = {.table_hold_bytes = hold, .on_error = policy ? RILL_ON_ERROR_NULL : RILL_ON_ERROR_RAISE};
+      RT_OK(rill_df_from_sqlite_db(db, "v", NULL, 0, &o, &df, &err), err);
+      RT_OK(rill_df_shuffle(df, 4, &sh, &err), err);
+      rill_iter_t* it;
+      RT_OK(rill_iter_new(sh, &(rill_iter_opts_t){.threads = 2}, &it, &err), err);
+      rill_row_t row;
+      int rc;
+      int64_t n = 0, nulls = 0, nb;
+      while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+        const rill_array_t* a = rill_row_get(&row, 0);
+        int64_t x = (int64_t)(*(const double*)rill_array_cell(rill_row_get(&row, 1), 0, &nb) * 2);
+        const char* s = rill_array_cell(rill_row_get(&row, 2), 0, &nb);
+        char want[16];
+        int wn = snprintf(want, sizeof want, "s%lld", (long long)x);
+        cr_assert(nb == wn && memcmp(s, want, (size_t)wn) == 0);
+        const uint8_t* b = rill_array_cell(rill_row_get(&row, 3), 0, &nb);
+        cr_assert(nb == 2 && b[0] == 0 && b[1] == 0xff);
+        if (!rill_array_is_valid(a, 0)) {
+          nulls++;
+          cr_assert_eq(x, 700);
+        } else {
+          cr_assert_eq(*(const int64_t*)rill_array_cell(a, 0, &nb), x);
+        }
+        n++;
+      }
+      if (policy) {
+        cr_assert_eq(rc, RILL_END, "%s", err.message);
+        cr_assert_eq(n, 1000);
+        cr_assert_eq(nulls, 1);
+      } else {
+        cr_assert_eq(rc, RILL_EFORMAT, "hold %lld: %d %s", (long long)hold, rc, err.message);
+        cr_assert(strstr(err.message, "row 700, column 'n': cannot convert TEXT 'abc' to int64") != NULL, "%s",
+                  err.message);
+      }
+      rill_iter_free(it);
+      rill_df_free(sh);
+      rill_df_free(df);
+    }
+  }
+  sqlite3_close(db);
 }
 
 Test(sqlite, query_materialised_in_chunks) {
