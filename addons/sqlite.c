@@ -38,21 +38,33 @@ typedef struct sqval {
   int64_t len;
 } sqval_t;
 
-/* A table held in memory (table mode, see maybe_hold): per column, the storage class and the
- * value of every row, 9 bytes a cell, plus offsets and bytes for TEXT and BLOB values. */
+/* A table held in memory (table mode, see held_for): per column, the storage class and the
+ * value of every row (9 bytes a cell), plus offsets and bytes for TEXT and BLOB values. It is
+ * loaded in segments of SQ_SEG_ROWS rows, concurrently: each segment has its own bytes. */
+#define SQ_SEG_SHIFT 16
+#define SQ_SEG_ROWS ((int64_t)1 << SQ_SEG_SHIFT)
+
+typedef struct hbytes {
+  char* p;
+  int64_t n, cap;
+} hbytes_t;
+
 typedef struct hcol {
   uint8_t* type;              /* SQLITE_INTEGER, _FLOAT, _TEXT, _BLOB, _NULL per row */
   int64_t* val;               /* INTEGER value or REAL bits */
-  int64_t* off;               /* NULL until the column holds a TEXT or BLOB value; then the */
-  char* bytes;                /* bytes of row r are bytes[off[r] .. off[r + 1]) */
-  int64_t nbytes, bytes_cap;
+  int64_t* _Atomic off_load;  /* NULL until the column holds a TEXT or BLOB value (while loading) */
+  int64_t* off;               /* once loaded: the bytes of row r are bytes[r >> SQ_SEG_SHIFT].p[a ..
+                                 off[r + 1]), a = off[r], or 0 for the first row of a segment */
+  hbytes_t* bytes;            /* per segment */
   int uniform;                /* the storage class of every row, 0 when they differ */
 } hcol_t;
 
 typedef struct held {
-  int64_t n;
+  int64_t n, nseg;
   hcol_t* cols;
-  int64_t mem;                /* bytes allocated */
+  _Atomic int64_t mem;        /* bytes allocated */
+  _Atomic int failed;         /* a segment could not be loaded: the copy is dropped */
+  pthread_mutex_t mu;         /* allocating a column's offsets */
 } held_t;
 
 enum { HOLD_NONE, HOLD_LOADING, HOLD_READY, HOLD_NEVER };
@@ -71,6 +83,7 @@ typedef struct conn {
   sqlite3_stmt* range;        /* table mode: rows with rowid in [?1, ?2] */
   sqlite3_stmt* begin;        /* BEGIN / COMMIT around the point lookups of one call */
   sqlite3_stmt* commit;
+  sqlite3_stmt* load;         /* table mode: rowid, * over a rowid range (holding the table) */
   int busy;
   int big_cache;              /* page cache enlarged for point lookups */
   rowset_t rs;                /* the rows of the call using it (buffers reused) */
@@ -101,7 +114,10 @@ typedef struct sq {
   int64_t hold_max;           /* bytes the held copy may take; < 0: never held */
   int hold_state;             /* HOLD_* (under mu) */
   int64_t scattered;          /* rows read by point lookups so far (under mu) */
-  struct held* held;          /* the table in memory once hold_state is HOLD_READY */
+  struct held* held;          /* the table in memory: being loaded (HOLD_LOADING), or loaded */
+  _Atomic int64_t next_seg;   /* the next segment to load */
+  _Atomic int64_t segs_done;  /* segments loaded or given up */
+  int64_t nseg;
   /* query mode */
   rowset_t* chunks;
   int64_t nchunks, chunk_rows;
@@ -182,6 +198,7 @@ static void conn_free(conn_t* c, int close_db) {
   sqlite3_finalize(c->range);
   sqlite3_finalize(c->begin);
   sqlite3_finalize(c->commit);
+  sqlite3_finalize(c->load);
   rill__free(c->order);
   if (close_db) sqlite3_close(c->db);
   rowset_free(&c->rs);
@@ -191,12 +208,15 @@ static void conn_free(conn_t* c, int close_db) {
 static void held_free(held_t* h, int ncols) {
   if (!h) return;
   for (int k = 0; k < ncols && h->cols; k++) {
-    rill__free(h->cols[k].type);
-    rill__free(h->cols[k].val);
-    rill__free(h->cols[k].off);
-    rill__free(h->cols[k].bytes);
+    hcol_t* c = &h->cols[k];
+    rill__free(c->type);
+    rill__free(c->val);
+    rill__free(atomic_load(&c->off_load));
+    for (int64_t g = 0; g < h->nseg && c->bytes; g++) rill__free(c->bytes[g].p);
+    rill__free(c->bytes);
   }
   rill__free(h->cols);
+  pthread_mutex_destroy(&h->mu);
   rill__free(h);
 }
 
@@ -560,7 +580,7 @@ static int fetch_points(sq_t* s, conn_t* c, const int64_t* rows, int64_t n, rill
   return rc;
 }
 
-/* Value k of row r of a held table into *v; returns the bytes of a TEXT or BLOB value. */
+/* Value k of row r of a loaded held table into *v; returns the bytes of a TEXT or BLOB value. */
 static const char* held_value(const held_t* h, int k, int64_t r, sqval_t* v) {
   const hcol_t* c = &h->cols[k];
   v->type = c->type[r];
@@ -571,61 +591,100 @@ static const char* held_value(const held_t* h, int k, int64_t r, sqval_t* v) {
   case SQLITE_INTEGER: v->i = c->val[r]; return NULL;
   case SQLITE_FLOAT: memcpy(&v->d, &c->val[r], sizeof v->d); return NULL;
   case SQLITE_TEXT:
-  case SQLITE_BLOB:
-    v->len = c->off[r + 1] - c->off[r];
-    return c->bytes ? c->bytes + c->off[r] : "";
+  case SQLITE_BLOB: {
+    int64_t a = (r & (SQ_SEG_ROWS - 1)) ? c->off[r] : 0;
+    const char* p = c->bytes[r >> SQ_SEG_SHIFT].p;
+    v->len = c->off[r + 1] - a;
+    return p ? p + a : "";
+  }
   default: return NULL;
   }
 }
 
-/* Appends a TEXT or BLOB value of row r to held column `col` (allocating its offsets on the
- * column's first such value); 0 when the copy would pass s->hold_max or memory runs out. */
-static int held_add_bytes(const sq_t* s, held_t* h, hcol_t* col, const void* p, int64_t len) {
-  if (!col->off) {
-    h->mem += (s->nrows + 1) * (int64_t)sizeof *col->off;
-    if (h->mem > s->hold_max || !(col->off = rill__calloc((size_t)s->nrows + 1, sizeof *col->off))) return 0;
+/* Counts `add` bytes against s->hold_max; 0 (nothing counted) when they do not fit. */
+static int held_charge(const sq_t* s, held_t* h, int64_t add) {
+  if (atomic_fetch_add(&h->mem, add) + add <= s->hold_max) return 1;
+  atomic_fetch_sub(&h->mem, add);
+  return 0;
+}
+
+/* Appends a TEXT or BLOB value to segment g of held column `col` (allocating the column's
+ * offsets on its first such value, under h->mu: segments load concurrently); 0 when the copy
+ * would pass s->hold_max or memory runs out. */
+static int held_add_bytes(const sq_t* s, held_t* h, hcol_t* col, int64_t g, const void* p, int64_t len) {
+  if (!atomic_load_explicit(&col->off_load, memory_order_acquire)) {
+    pthread_mutex_lock(&h->mu);
+    int64_t* off = atomic_load_explicit(&col->off_load, memory_order_relaxed);
+    if (!off && held_charge(s, h, (h->n + 1) * (int64_t)sizeof *off)) {
+      off = rill__calloc((size_t)h->n + 1, sizeof *off);
+      atomic_store_explicit(&col->off_load, off, memory_order_release);
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (!off) return 0;
   }
-  int64_t need = col->nbytes + len;
-  if (need > col->bytes_cap) {
-    int64_t nc = col->bytes_cap ? col->bytes_cap * 2 : 65536;
+  hbytes_t* b = &col->bytes[g];
+  int64_t need = b->n + len;
+  if (need > b->cap) {
+    int64_t nc = b->cap ? b->cap * 2 : 4096;
     if (nc < need) nc = need;
-    if (h->mem + nc - col->bytes_cap > s->hold_max) nc = need; /* exact fit near the limit */
-    if (h->mem + nc - col->bytes_cap > s->hold_max) return 0;
-    char* nb = rill__realloc(col->bytes, (size_t)col->nbytes, (size_t)nc);
+    if (!held_charge(s, h, nc - b->cap)) {
+      nc = need; /* exact fit near the limit */
+      if (!held_charge(s, h, nc - b->cap)) return 0;
+    }
+    char* nb = rill__realloc(b->p, (size_t)b->n, (size_t)nc);
     if (!nb) return 0;
-    h->mem += nc - col->bytes_cap;
-    col->bytes = nb;
-    col->bytes_cap = nc;
+    b->p = nb;
+    b->cap = nc;
   }
-  if (len) memcpy(col->bytes + col->nbytes, p, (size_t)len);
-  col->nbytes = need;
+  if (len) memcpy(b->p + b->n, p, (size_t)len);
+  b->n = need;
   return 1;
 }
 
-/* Table mode: reads the whole table in rowid order, in one statement on connection c, into a
- * new held copy. NULL when the copy would pass s->hold_max, memory runs out, or anything goes
- * wrong (an SQL error, rows that no longer match the rowids found at open): the caller then
- * keeps to point lookups, which report such errors with their row. */
-static held_t* load_held(sq_t* s, conn_t* c) {
+/* A held copy of the table with its cells allocated (not loaded), or NULL when they alone
+ * pass s->hold_max or memory runs out. */
+static held_t* held_new(const sq_t* s) {
   int ncols = s->ncols;
   int64_t n = s->nrows;
-  char sql[600];
-  snprintf(sql, sizeof sql, "SELECT rowid, * FROM %s ORDER BY rowid", s->table);
-  sqlite3_stmt* st = NULL;
-  held_t* h = NULL;
-  int ok = sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) == SQLITE_OK && st && sqlite3_column_count(st) == ncols + 1;
-  if (ok) ok = (h = rill__calloc(1, sizeof *h)) && (h->cols = rill__calloc((size_t)ncols, sizeof *h->cols));
-  if (ok) {
-    h->n = n;
-    h->mem = (int64_t)ncols * (n * 9 + (int64_t)sizeof *h->cols);
-    ok = h->mem <= s->hold_max;
+  held_t* h = rill__calloc(1, sizeof *h);
+  if (!h) return NULL;
+  pthread_mutex_init(&h->mu, NULL);
+  h->n = n;
+  h->nseg = (n + SQ_SEG_ROWS - 1) >> SQ_SEG_SHIFT;
+  int64_t mem = (int64_t)ncols * (n * 9 + h->nseg * (int64_t)sizeof(hbytes_t) + (int64_t)sizeof(hcol_t));
+  atomic_init(&h->mem, mem);
+  int ok = mem <= s->hold_max && (h->cols = rill__calloc((size_t)ncols, sizeof *h->cols));
+  for (int k = 0; k < ncols && ok; k++) {
+    hcol_t* c = &h->cols[k];
+    atomic_init(&c->off_load, NULL);
+    ok = (c->type = rill__alloc((size_t)n)) && (c->val = rill__alloc((size_t)n * sizeof *c->val)) &&
+         (c->bytes = rill__calloc((size_t)h->nseg, sizeof *c->bytes));
   }
-  for (int k = 0; k < ncols && ok; k++)
-    ok = (h->cols[k].type = rill__alloc((size_t)n)) && (h->cols[k].val = rill__alloc((size_t)n * sizeof(int64_t)));
-  int64_t r = 0;
-  int step = SQLITE_DONE;
+  if (!ok) {
+    held_free(h, ncols);
+    return NULL;
+  }
+  return h;
+}
+
+/* Loads segment g of the held copy with one range statement on connection c; 0 when anything
+ * goes wrong: an SQL error, rows that no longer match the rowids found at open, the limit,
+ * memory, or another segment failing meanwhile. */
+static int held_load_segment(sq_t* s, held_t* h, conn_t* c, int64_t g) {
+  int ncols = s->ncols;
+  int64_t a = g << SQ_SEG_SHIFT, b = a + SQ_SEG_ROWS < h->n ? a + SQ_SEG_ROWS : h->n;
+  char sql[600];
+  snprintf(sql, sizeof sql, "SELECT rowid, * FROM %s WHERE rowid BETWEEN ?1 AND ?2 ORDER BY rowid", s->table);
+  rill_error_t ignored = {0};
+  if (prepare_once(c, &c->load, sql, &ignored) != RILL_OK || sqlite3_column_count(c->load) != ncols + 1) return 0;
+  sqlite3_stmt* st = c->load;
+  sqlite3_bind_int64(st, 1, rowid_of(s, a));
+  sqlite3_bind_int64(st, 2, rowid_of(s, b - 1));
+  int64_t r = a;
+  int ok = 1, step = SQLITE_DONE;
   while (ok && (step = sqlite3_step(st)) == SQLITE_ROW) {
-    if (r == n || sqlite3_column_int64(st, 0) != rowid_of(s, r)) {
+    if (r == b || sqlite3_column_int64(st, 0) != rowid_of(s, r) ||
+        ((r & 1023) == 0 && atomic_load_explicit(&h->failed, memory_order_relaxed))) {
       ok = 0;
       break;
     }
@@ -638,24 +697,25 @@ static held_t* load_held(sq_t* s, conn_t* c) {
       if (v.type == SQLITE_INTEGER) col->val[r] = v.i;
       else if (v.type == SQLITE_FLOAT) memcpy(&col->val[r], &v.d, sizeof v.d);
       else if (v.type == SQLITE_TEXT || v.type == SQLITE_BLOB)
-        ok = (p || v.len == 0) && held_add_bytes(s, h, col, p, v.len);
-      if (col->off) col->off[r + 1] = col->nbytes;
+        ok = (p || v.len == 0) && held_add_bytes(s, h, col, g, p, v.len);
+      int64_t* off = atomic_load_explicit(&col->off_load, memory_order_acquire);
+      if (off) off[r + 1] = col->bytes[g].n;
     }
     r++;
   }
-  if (ok && (step != SQLITE_DONE || r != n)) ok = 0;
-  sqlite3_finalize(st);
-  for (int k = 0; k < ncols && ok && n > 0; k++) {
+  sqlite3_reset(st);
+  return ok && step == SQLITE_DONE && r == b;
+}
+
+/* The loaded copy made readable: plain offsets and each column's uniform storage class. */
+static void held_finish(held_t* h, int ncols) {
+  for (int k = 0; k < ncols; k++) {
     hcol_t* col = &h->cols[k];
-    col->uniform = col->type[0];
-    for (int64_t i = 1; i < n && col->uniform; i++)
+    col->off = atomic_load(&col->off_load);
+    col->uniform = h->n > 0 ? col->type[0] : 0;
+    for (int64_t i = 1; i < h->n && col->uniform; i++)
       if (col->type[i] != col->uniform) col->uniform = 0;
   }
-  if (!ok) {
-    held_free(h, ncols);
-    return NULL;
-  }
-  return h;
 }
 
 /* Column k of the requested rows straight from a held column when no cell can fail or be
@@ -673,7 +733,10 @@ static int held_gather(const sq_t* s, const held_t* h, int k, const int64_t* row
     for (int64_t i = 0; i < n; i++) memcpy(&d[i], &col->val[rows[i]], sizeof *d);
   } else if ((col->uniform == SQLITE_TEXT || col->uniform == SQLITE_BLOB) && (dt == RILL_STRING || dt == RILL_BINARY)) {
     int64_t total = 0;
-    for (int64_t i = 0; i < n; i++) total += col->off[rows[i] + 1] - col->off[rows[i]];
+    for (int64_t i = 0; i < n; i++) {
+      int64_t r = rows[i];
+      total += col->off[r + 1] - ((r & (SQ_SEG_ROWS - 1)) ? col->off[r] : 0);
+    }
     out->data_size = 0;
     *rc = rill_array_reserve(out, total > 0 ? total : 1);
     if (*rc != RILL_OK || !out->offsets) {
@@ -685,8 +748,8 @@ static int held_gather(const sq_t* s, const held_t* h, int k, const int64_t* row
     int64_t pos = 0;
     out->offsets[0] = 0;
     for (int64_t i = 0; i < n; i++) {
-      int64_t a = col->off[rows[i]], len = col->off[rows[i] + 1] - a;
-      if (len) memcpy(d + pos, col->bytes + a, (size_t)len);
+      int64_t r = rows[i], a = (r & (SQ_SEG_ROWS - 1)) ? col->off[r] : 0, len = col->off[r + 1] - a;
+      if (len) memcpy(d + pos, col->bytes[r >> SQ_SEG_SHIFT].p + a, (size_t)len);
       pos += len;
       out->offsets[i + 1] = pos;
     }
@@ -698,38 +761,51 @@ static int held_gather(const sq_t* s, const held_t* h, int k, const int64_t* row
 }
 
 /* Table mode: the held copy to read rows from, or NULL for the database. Once out-of-order
- * reads have fetched SQ_HOLD_AFTER-th of the rows (a shuffled pass is under way), the call
- * that crosses it reads the table once, sequentially, into memory (other calls go on with
- * point lookups meanwhile); every later call reads from memory. A table that does not fit
- * s->hold_max, or whose load fails, is never tried again. */
+ * reads have fetched 1/SQ_HOLD_AFTER of the rows (a shuffled pass is under way), the table is
+ * read into memory once, segment by segment in rowid order, by every call that comes while
+ * segments are left (each on a connection of its own); a call finding them all taken goes on
+ * with point lookups. Every call after the last segment reads from memory. A table that does
+ * not fit s->hold_max, or whose load fails, is never tried again. */
 static const held_t* held_for(sq_t* s, int64_t n, int scattered) {
   pthread_mutex_lock(&s->mu);
-  const held_t* ready = s->hold_state == HOLD_READY ? s->held : NULL;
-  int load = 0;
-  if (!ready && scattered && s->hold_state == HOLD_NONE) {
+  if (s->hold_state == HOLD_NONE && scattered) {
     s->scattered += n;
     if (s->scattered >= s->nrows / SQ_HOLD_AFTER) {
-      s->hold_state = HOLD_LOADING;
-      load = 1;
+      s->held = held_new(s);
+      s->hold_state = s->held ? HOLD_LOADING : HOLD_NEVER;
+      if (s->held) s->nseg = s->held->nseg;
     }
   }
+  held_t* h = s->hold_state == HOLD_READY || s->hold_state == HOLD_LOADING ? s->held : NULL;
+  int loading = s->hold_state == HOLD_LOADING;
   pthread_mutex_unlock(&s->mu);
-  if (!load) return ready;
-  rill_error_t ignored = {0};
-  conn_t* c = conn_get(s, &ignored);
-  held_t* h = NULL;
-  if (c) {
-    if (c->big_cache) { /* a sequential read gains nothing from a big page cache */
-      sqlite3_exec(c->db, "PRAGMA cache_size=-2000", NULL, NULL, NULL);
-      c->big_cache = 0;
+  if (!loading) return h;
+  /* h stays allocated while this call holds a segment of it: it is dropped only when the
+   * last segment is done */
+  conn_t* c = NULL;
+  int64_t g;
+  while ((g = atomic_fetch_add(&s->next_seg, 1)) < s->nseg) {
+    if (!c && !atomic_load(&h->failed)) {
+      rill_error_t ignored = {0};
+      if ((c = conn_get(s, &ignored)) && c->big_cache) {
+        sqlite3_exec(c->db, "PRAGMA cache_size=-2000", NULL, NULL, NULL); /* a sequential read needs none */
+        c->big_cache = 0;
+      }
     }
-    h = load_held(s, c);
+    if (!c || atomic_load(&h->failed) || !held_load_segment(s, h, c, g)) atomic_store(&h->failed, 1);
+    if (atomic_fetch_add(&s->segs_done, 1) + 1 < s->nseg) continue;
+    int ok = !atomic_load(&h->failed);
+    if (ok) held_finish(h, s->ncols);
+    pthread_mutex_lock(&s->mu);
+    s->hold_state = ok ? HOLD_READY : HOLD_NEVER;
+    if (!ok) s->held = NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!ok) held_free(h, s->ncols);
   }
-  pthread_mutex_lock(&s->mu);
-  s->held = h;
-  s->hold_state = h ? HOLD_READY : HOLD_NEVER;
-  pthread_mutex_unlock(&s->mu);
   if (c) conn_put(s, c);
+  pthread_mutex_lock(&s->mu);
+  h = s->hold_state == HOLD_READY ? s->held : NULL;
+  pthread_mutex_unlock(&s->mu);
   return h;
 }
 
@@ -820,14 +896,17 @@ static int sq_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, in
   } else if (h) {
     /* columns that cannot fail are gathered whole; the others go row by row below */
     rc = RILL_OK;
+    int nrest = 0;
     for (int k = 0; k < nouts && rc == RILL_OK; k++) {
       rest[k] = outs[k];
       if (outs[k] && held_gather(s, h, k, rows, n, outs[k], &rc, err)) rest[k] = NULL;
+      nrest += rest[k] != NULL;
     }
     f.outs = rest;
-    if (rc == RILL_OK) rc = reserve_var(&f, 1, NULL, h, NULL, n, err);
-    for (int64_t i = 0; i < n && rc == RILL_OK; i++) {
-      for (int k = 0; k < s->ncols; k++) ptrs[k] = held_value(h, k, rows[i], &row[k]);
+    if (rc == RILL_OK && nrest) rc = reserve_var(&f, 1, NULL, h, NULL, n, err);
+    for (int64_t i = 0; i < n && rc == RILL_OK && nrest; i++) {
+      for (int k = 0; k < s->ncols; k++)
+        if (rest[k]) ptrs[k] = held_value(h, k, rows[i], &row[k]);
       rc = put_row(&f, i, row, ptrs, err);
     }
   } else if (!(c = conn_get(s, err))) {
