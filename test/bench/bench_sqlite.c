@@ -1,6 +1,7 @@
 /* Read every row of a SQLite table through rill (by rowid, on demand), in shuffled or
- * sequential order, batched by BATCH rows over THREADS worker threads.
- * usage: bench_sqlite DB TABLE THREADS [BATCH] [shuffled|sequential]
+ * sequential order, batched by BATCH rows over THREADS worker threads. HOLD_BYTES is the
+ * source's table_hold_bytes (0: the default limit; -1: never held, point lookups only).
+ * usage: bench_sqlite DB TABLE THREADS [BATCH] [shuffled|sequential] [HOLD_BYTES]
  * prints: rill_sqlite_ORDER seconds=S cpu_s=C rows=N rss_mb=M checksum=X */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,17 +20,18 @@ static double cpu_seconds(void) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: bench_sqlite DB TABLE THREADS [BATCH] [shuffled|sequential]\n");
+    fprintf(stderr, "usage: bench_sqlite DB TABLE THREADS [BATCH] [shuffled|sequential] [HOLD_BYTES]\n");
     return 2;
   }
   int threads = atoi(argv[3]);
   int64_t batch = argc > 4 ? atoll(argv[4]) : 1024;
   const char* order = argc > 5 ? argv[5] : "shuffled";
   int shuffled = strcmp(order, "sequential") != 0;
+  rill_sqlite_opts_t opts = {.table_hold_bytes = argc > 6 ? atoll(argv[6]) : 0};
   rill_error_t err = {0};
   rill_df_t *df = NULL, *sh = NULL, *batches = NULL;
   double t0 = bench_now(), c0 = cpu_seconds();
-  if (rill_df_from_sqlite(argv[1], argv[2], NULL, 0, NULL, &df, &err) != RILL_OK ||
+  if (rill_df_from_sqlite(argv[1], argv[2], NULL, 0, &opts, &df, &err) != RILL_OK ||
       (shuffled && rill_df_shuffle(df, 1, &sh, &err) != RILL_OK)) {
     fprintf(stderr, "bench_sqlite: %s\n", err.message);
     return 1;
