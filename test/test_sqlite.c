@@ -370,6 +370,58 @@ Test(sqlite, table_held_for_shuffled_reads_within_its_limit) {
   two_passes(path, 70000, 2, 0);             /* the cells fit, the names do not */
 }
 
+/* A table of several held segments (65536 rows each): a uniform TEXT column (gathered
+ * whole) and a mixed one (integers every 1000th row: converted row by row), strings crossing
+ * the segments' byte buffers; every row arrives once with its own values. */
+Test(sqlite, held_table_of_several_segments) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/segments.db", rt_tmpdir());
+  remove(path);
+  sqlite3* db = NULL;
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+  exec_sql(db, "CREATE TABLE g(id INTEGER PRIMARY KEY, name TEXT, m);"
+               "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 139999) "
+               "INSERT INTO g SELECT x + 1, 'n' || x, CASE WHEN x % 1000 = 0 THEN x ELSE 'm' || x END FROM c;");
+  sqlite3_close(db);
+  const int64_t rows = 140000;
+  for (int64_t hold = -1; hold <= 0; hold++) {
+    rill_error_t err = {0};
+    rill_df_t *df = NULL, *sh = NULL, *b = NULL;
+    RT_OK(rill_df_from_sqlite(path, "g", NULL, 0, &(rill_sqlite_opts_t){.table_hold_bytes = hold}, &df, &err), err);
+    cr_assert_eq(rill_df_field(df, 2)->type.dtype, RILL_STRING);
+    RT_OK(rill_df_shuffle(df, 11, &sh, &err), err);
+    RT_OK(rill_df_batch(sh, (int[]){0, 1, 2}, 3, 500, NULL, &b, &err), err);
+    rill_iter_t* it;
+    RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = 2, .prefetch = 4}, &it, &err), err);
+    rill_row_t row;
+    uint8_t* seen = calloc((size_t)rows, 1);
+    int64_t n = 0;
+    while (rill_iter_next(it, &row, &err) == RILL_OK) {
+      const rill_array_t *id = rill_row_get(&row, 0), *name = rill_row_get(&row, 1), *m = rill_row_get(&row, 2);
+      for (int64_t i = 0; i < id->length; i++) {
+        int64_t x = ((const int64_t*)id->data)[i] - 1, nb;
+        cr_assert(x >= 0 && x < rows && !seen[x]);
+        seen[x] = 1;
+        char want[32];
+        int wn = snprintf(want, sizeof want, "n%lld", (long long)x);
+        const char* got = rill_array_cell(name, i, &nb);
+        cr_assert(nb == wn && memcmp(got, want, (size_t)wn) == 0, "row %lld name", (long long)x);
+        wn = x % 1000 ? snprintf(want, sizeof want, "m%lld", (long long)x) : snprintf(want, sizeof want, "%lld", (long long)x);
+        got = rill_array_cell(m, i, &nb);
+        cr_assert(nb == wn && memcmp(got, want, (size_t)wn) == 0, "row %lld m", (long long)x);
+        n++;
+      }
+    }
+    cr_assert_eq(err.code, RILL_OK, "%s", err.message);
+    cr_assert_eq(n, rows);
+    free(seen);
+    rill_iter_free(it);
+    rill_df_free(b);
+    rill_df_free(sh);
+    rill_df_free(df);
+  }
+}
+
 /* Rows deleted between opening and the first out-of-order read: the load finds rowids that
  * no longer match, and the point lookups that follow report the first missing one. */
 Test(sqlite, table_changed_before_held_reports_missing_rowid) {
