@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "addon.h"
 #include "rill_addons.h"
@@ -38,9 +39,12 @@ typedef struct sqval {
   int64_t len;
 } sqval_t;
 
-/* A table held in memory (table mode, see held_for): per column, the storage class and the
- * value of every row (9 bytes a cell), plus offsets and bytes for TEXT and BLOB values. It is
- * loaded in segments of SQ_SEG_ROWS rows, concurrently: each segment has its own bytes. */
+/* A table held in memory (table mode, see held_for): a record per row, in row order, with
+ * the storage class of each value (a byte each, padded to 8) and then the values (8 bytes
+ * each: an INTEGER, the bits of a REAL, or for TEXT and BLOB the position in its segment's
+ * bytes of the value's length, 8 bytes, followed by its bytes). Rows are loaded in segments of
+ * SQ_SEG_ROWS, concurrently: each segment has bytes of its own. Reading a row out of order
+ * touches its record and its bytes, not one place per column. */
 #define SQ_SEG_SHIFT 16
 #define SQ_SEG_ROWS ((int64_t)1 << SQ_SEG_SHIFT)
 
@@ -49,22 +53,14 @@ typedef struct hbytes {
   int64_t n, cap;
 } hbytes_t;
 
-typedef struct hcol {
-  uint8_t* type;              /* SQLITE_INTEGER, _FLOAT, _TEXT, _BLOB, _NULL per row */
-  int64_t* val;               /* INTEGER value or REAL bits */
-  int64_t* _Atomic off_load;  /* NULL until the column holds a TEXT or BLOB value (while loading) */
-  int64_t* off;               /* once loaded: the bytes of row r are bytes[r >> SQ_SEG_SHIFT].p[a ..
-                                 off[r + 1]), a = off[r], or 0 for the first row of a segment */
-  hbytes_t* bytes;            /* per segment */
-  int uniform;                /* the storage class of every row, 0 when they differ */
-} hcol_t;
-
 typedef struct held {
   int64_t n, nseg;
-  hcol_t* cols;
+  int64_t stride, voff;       /* bytes per record; where its values start */
+  uint8_t* rec;               /* n records */
+  hbytes_t* bytes;            /* per segment */
+  int* uniform;               /* per column: the storage class of every row, 0 when they differ */
   _Atomic int64_t mem;        /* bytes allocated */
   _Atomic int failed;         /* a segment could not be loaded: the copy is dropped */
-  pthread_mutex_t mu;         /* allocating a column's offsets */
 } held_t;
 
 enum { HOLD_NONE, HOLD_LOADING, HOLD_READY, HOLD_NEVER };
@@ -205,18 +201,12 @@ static void conn_free(conn_t* c, int close_db) {
   rill__free(c);
 }
 
-static void held_free(held_t* h, int ncols) {
+static void held_free(held_t* h) {
   if (!h) return;
-  for (int k = 0; k < ncols && h->cols; k++) {
-    hcol_t* c = &h->cols[k];
-    rill__free(c->type);
-    rill__free(c->val);
-    rill__free(atomic_load(&c->off_load));
-    for (int64_t g = 0; g < h->nseg && c->bytes; g++) rill__free(c->bytes[g].p);
-    rill__free(c->bytes);
-  }
-  rill__free(h->cols);
-  pthread_mutex_destroy(&h->mu);
+  for (int64_t g = 0; g < h->nseg && h->bytes; g++) rill__free(h->bytes[g].p);
+  rill__free(h->bytes);
+  rill__free(h->rec);
+  rill__free(h->uniform);
   rill__free(h);
 }
 
@@ -232,7 +222,7 @@ static void sq_unref(sq_t* s) {
   rill__free(s->chunks);
   rill__free_columns(s->names, s->types, s->ncols);
   rill__free(s->rowids);
-  held_free(s->held, s->ncols);
+  held_free(s->held);
   rill__free(s->table);
   rill__free(s->sql);
   rill__free(s->path);
@@ -580,22 +570,23 @@ static int fetch_points(sq_t* s, conn_t* c, const int64_t* rows, int64_t n, rill
   return rc;
 }
 
-/* Value k of row r of a loaded held table into *v; returns the bytes of a TEXT or BLOB value. */
-static const char* held_value(const held_t* h, int k, int64_t r, sqval_t* v) {
-  const hcol_t* c = &h->cols[k];
-  v->type = c->type[r];
+/* Value k of row r of a held table into *v; returns the bytes of a TEXT or BLOB value. */
+static inline const char* held_value(const held_t* h, int k, int64_t r, sqval_t* v) {
+  const uint8_t* rec = h->rec + r * h->stride;
+  int64_t x;
+  memcpy(&x, rec + h->voff + 8 * k, sizeof x);
+  v->type = rec[k];
   v->i = 0;
   v->d = 0;
   v->len = 0;
   switch (v->type) {
-  case SQLITE_INTEGER: v->i = c->val[r]; return NULL;
-  case SQLITE_FLOAT: memcpy(&v->d, &c->val[r], sizeof v->d); return NULL;
+  case SQLITE_INTEGER: v->i = x; return NULL;
+  case SQLITE_FLOAT: memcpy(&v->d, &x, sizeof v->d); return NULL;
   case SQLITE_TEXT:
   case SQLITE_BLOB: {
-    int64_t a = (r & (SQ_SEG_ROWS - 1)) ? c->off[r] : 0;
-    const char* p = c->bytes[r >> SQ_SEG_SHIFT].p;
-    v->len = c->off[r + 1] - a;
-    return p ? p + a : "";
+    const char* p = h->bytes[r >> SQ_SEG_SHIFT].p + x;
+    memcpy(&v->len, p, sizeof v->len);
+    return p + sizeof v->len;
   }
   default: return NULL;
   }
@@ -608,62 +599,55 @@ static int held_charge(const sq_t* s, held_t* h, int64_t add) {
   return 0;
 }
 
-/* Appends a TEXT or BLOB value to segment g of held column `col` (allocating the column's
- * offsets on its first such value, under h->mu: segments load concurrently); 0 when the copy
- * would pass s->hold_max or memory runs out. */
-static int held_add_bytes(const sq_t* s, held_t* h, hcol_t* col, int64_t g, const void* p, int64_t len) {
-  if (!atomic_load_explicit(&col->off_load, memory_order_acquire)) {
-    pthread_mutex_lock(&h->mu);
-    int64_t* off = atomic_load_explicit(&col->off_load, memory_order_relaxed);
-    if (!off && held_charge(s, h, (h->n + 1) * (int64_t)sizeof *off)) {
-      off = rill__calloc((size_t)h->n + 1, sizeof *off);
-      atomic_store_explicit(&col->off_load, off, memory_order_release);
-    }
-    pthread_mutex_unlock(&h->mu);
-    if (!off) return 0;
-  }
-  hbytes_t* b = &col->bytes[g];
-  int64_t need = b->n + len;
+/* Appends a TEXT or BLOB value (its length, then its bytes) to the bytes of segment g, *at
+ * receiving its position; 0 when the copy would pass s->hold_max or memory runs out. */
+static int held_add_bytes(const sq_t* s, held_t* h, int64_t g, const void* p, int64_t len, int64_t* at) {
+  hbytes_t* b = &h->bytes[g];
+  int64_t need = b->n + (int64_t)sizeof len + len;
   if (need > b->cap) {
-    int64_t nc = b->cap ? b->cap * 2 : 4096;
+    int64_t nc = b->cap ? b->cap * 2 : 65536;
     if (nc < need) nc = need;
-    if (!held_charge(s, h, nc - b->cap)) {
-      nc = need; /* exact fit near the limit */
-      if (!held_charge(s, h, nc - b->cap)) return 0;
+    if (!held_charge(s, h, nc - b->cap)) { /* near the limit: what is left of it, once */
+      nc = b->cap + (s->hold_max - atomic_load(&h->mem));
+      if (nc < need || !held_charge(s, h, nc - b->cap)) return 0;
     }
     char* nb = rill__realloc(b->p, (size_t)b->n, (size_t)nc);
     if (!nb) return 0;
     b->p = nb;
     b->cap = nc;
   }
-  if (len) memcpy(b->p + b->n, p, (size_t)len);
+  *at = b->n;
+  memcpy(b->p + b->n, &len, sizeof len);
+  if (len) memcpy(b->p + b->n + sizeof len, p, (size_t)len);
   b->n = need;
   return 1;
 }
 
-/* A held copy of the table with its cells allocated (not loaded), or NULL when they alone
- * pass s->hold_max or memory runs out. */
+/* A held copy of the table with its records allocated (not loaded), or NULL when they alone
+ * pass s->hold_max or memory runs out. Large records ask for huge pages: rows are read in
+ * random order, and 4 KiB pages would cost a TLB miss on most of them. */
 static held_t* held_new(const sq_t* s) {
-  int ncols = s->ncols;
   int64_t n = s->nrows;
   held_t* h = rill__calloc(1, sizeof *h);
   if (!h) return NULL;
-  pthread_mutex_init(&h->mu, NULL);
   h->n = n;
   h->nseg = (n + SQ_SEG_ROWS - 1) >> SQ_SEG_SHIFT;
-  int64_t mem = (int64_t)ncols * (n * 9 + h->nseg * (int64_t)sizeof(hbytes_t) + (int64_t)sizeof(hcol_t));
+  h->voff = (s->ncols + 7) & ~(int64_t)7;
+  h->stride = h->voff + 8 * (int64_t)s->ncols;
+  int64_t mem = n * h->stride + h->nseg * (int64_t)sizeof(hbytes_t) + s->ncols * (int64_t)sizeof(int);
   atomic_init(&h->mem, mem);
-  int ok = mem <= s->hold_max && (h->cols = rill__calloc((size_t)ncols, sizeof *h->cols));
-  for (int k = 0; k < ncols && ok; k++) {
-    hcol_t* c = &h->cols[k];
-    atomic_init(&c->off_load, NULL);
-    ok = (c->type = rill__alloc((size_t)n)) && (c->val = rill__alloc((size_t)n * sizeof *c->val)) &&
-         (c->bytes = rill__calloc((size_t)h->nseg, sizeof *c->bytes));
-  }
-  if (!ok) {
-    held_free(h, ncols);
+  atomic_init(&h->failed, 0);
+  if (mem > s->hold_max || !(h->rec = rill__alloc((size_t)(n * h->stride))) ||
+      !(h->bytes = rill__calloc((size_t)h->nseg, sizeof *h->bytes)) ||
+      !(h->uniform = rill__calloc((size_t)s->ncols, sizeof *h->uniform))) {
+    held_free(h);
     return NULL;
   }
+#ifdef MADV_HUGEPAGE
+  uintptr_t lo = ((uintptr_t)h->rec + 4095) & ~(uintptr_t)4095;
+  uintptr_t hi = ((uintptr_t)h->rec + (uintptr_t)(n * h->stride)) & ~(uintptr_t)4095;
+  if (hi > lo + ((uintptr_t)4 << 20)) madvise((void*)lo, hi - lo, MADV_HUGEPAGE);
+#endif
   return h;
 }
 
@@ -688,18 +672,17 @@ static int held_load_segment(sq_t* s, held_t* h, conn_t* c, int64_t g) {
       ok = 0;
       break;
     }
+    uint8_t* rec = h->rec + r * h->stride;
     for (int k = 0; k < ncols && ok; k++) {
-      hcol_t* col = &h->cols[k];
       sqval_t v;
       const void* p = read_value(st, k + 1, &v);
-      col->type[r] = (uint8_t)v.type;
-      col->val[r] = 0;
-      if (v.type == SQLITE_INTEGER) col->val[r] = v.i;
-      else if (v.type == SQLITE_FLOAT) memcpy(&col->val[r], &v.d, sizeof v.d);
+      int64_t x = 0;
+      if (v.type == SQLITE_INTEGER) x = v.i;
+      else if (v.type == SQLITE_FLOAT) memcpy(&x, &v.d, sizeof x);
       else if (v.type == SQLITE_TEXT || v.type == SQLITE_BLOB)
-        ok = (p || v.len == 0) && held_add_bytes(s, h, col, g, p, v.len);
-      int64_t* off = atomic_load_explicit(&col->off_load, memory_order_acquire);
-      if (off) off[r + 1] = col->bytes[g].n;
+        ok = (p || v.len == 0) && held_add_bytes(s, h, g, p, v.len, &x);
+      rec[k] = (uint8_t)v.type;
+      memcpy(rec + h->voff + 8 * k, &x, sizeof x);
     }
     r++;
   }
@@ -707,35 +690,33 @@ static int held_load_segment(sq_t* s, held_t* h, conn_t* c, int64_t g) {
   return ok && step == SQLITE_DONE && r == b;
 }
 
-/* The loaded copy made readable: plain offsets and each column's uniform storage class. */
+/* Each column's uniform storage class, once every segment is loaded. */
 static void held_finish(held_t* h, int ncols) {
   for (int k = 0; k < ncols; k++) {
-    hcol_t* col = &h->cols[k];
-    col->off = atomic_load(&col->off_load);
-    col->uniform = h->n > 0 ? col->type[0] : 0;
-    for (int64_t i = 1; i < h->n && col->uniform; i++)
-      if (col->type[i] != col->uniform) col->uniform = 0;
+    int u = h->n > 0 ? h->rec[k] : 0;
+    for (int64_t i = 1; i < h->n && u; i++)
+      if (h->rec[i * h->stride + k] != u) u = 0;
+    h->uniform[k] = u;
   }
 }
 
-/* Column k of the requested rows straight from a held column when no cell can fail or be
+/* Column k of the requested rows straight from the held records when no cell can fail or be
  * null: every row holds an INTEGER read as int64, a REAL read as float64, or a TEXT or BLOB
  * read as string or binary. Returns 0 (nothing done) for any other column. */
 static int held_gather(const sq_t* s, const held_t* h, int k, const int64_t* rows, int64_t n, rill_array_t* out,
                        int* rc, rill_error_t* err) {
-  const hcol_t* col = &h->cols[k];
+  int u = h->uniform[k];
   rill_dtype_t dt = s->types[k];
-  if (col->uniform == SQLITE_INTEGER && dt == RILL_INT64) {
-    int64_t* d = out->data;
-    for (int64_t i = 0; i < n; i++) d[i] = col->val[rows[i]];
-  } else if (col->uniform == SQLITE_FLOAT && dt == RILL_FLOAT64) {
-    double* d = out->data;
-    for (int64_t i = 0; i < n; i++) memcpy(&d[i], &col->val[rows[i]], sizeof *d);
-  } else if ((col->uniform == SQLITE_TEXT || col->uniform == SQLITE_BLOB) && (dt == RILL_STRING || dt == RILL_BINARY)) {
-    int64_t total = 0;
+  const uint8_t* vals = h->rec + h->voff + 8 * k;
+  if ((u == SQLITE_INTEGER && dt == RILL_INT64) || (u == SQLITE_FLOAT && dt == RILL_FLOAT64)) {
+    char* d = out->data; /* the 8 bytes as they are: int64, or the double's bits */
+    for (int64_t i = 0; i < n; i++) memcpy(d + 8 * i, vals + rows[i] * h->stride, 8);
+  } else if ((u == SQLITE_TEXT || u == SQLITE_BLOB) && (dt == RILL_STRING || dt == RILL_BINARY)) {
+    int64_t total = 0, x, len;
     for (int64_t i = 0; i < n; i++) {
-      int64_t r = rows[i];
-      total += col->off[r + 1] - ((r & (SQ_SEG_ROWS - 1)) ? col->off[r] : 0);
+      memcpy(&x, vals + rows[i] * h->stride, sizeof x);
+      memcpy(&len, h->bytes[rows[i] >> SQ_SEG_SHIFT].p + x, sizeof len);
+      total += len;
     }
     out->data_size = 0;
     *rc = rill_array_reserve(out, total > 0 ? total : 1);
@@ -748,8 +729,10 @@ static int held_gather(const sq_t* s, const held_t* h, int k, const int64_t* row
     int64_t pos = 0;
     out->offsets[0] = 0;
     for (int64_t i = 0; i < n; i++) {
-      int64_t r = rows[i], a = (r & (SQ_SEG_ROWS - 1)) ? col->off[r] : 0, len = col->off[r + 1] - a;
-      if (len) memcpy(d + pos, col->bytes[r >> SQ_SEG_SHIFT].p + a, (size_t)len);
+      memcpy(&x, vals + rows[i] * h->stride, sizeof x);
+      const char* p = h->bytes[rows[i] >> SQ_SEG_SHIFT].p + x;
+      memcpy(&len, p, sizeof len);
+      if (len) memcpy(d + pos, p + sizeof len, (size_t)len);
       pos += len;
       out->offsets[i + 1] = pos;
     }
@@ -800,7 +783,7 @@ static const held_t* held_for(sq_t* s, int64_t n, int scattered) {
     s->hold_state = ok ? HOLD_READY : HOLD_NEVER;
     if (!ok) s->held = NULL;
     pthread_mutex_unlock(&s->mu);
-    if (!ok) held_free(h, s->ncols);
+    if (!ok) held_free(h);
   }
   if (c) conn_put(s, c);
   pthread_mutex_lock(&s->mu);
