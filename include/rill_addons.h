@@ -114,7 +114,7 @@ typedef struct rill_sqlite_opts {
   int64_t chunk_rows;         /* rows per materialised chunk; 0 = 65536 */
   int busy_timeout_ms;        /* wait on a locked database; 0 = fail at once */
   int64_t table_hold_bytes;   /* table mode: most bytes the table may take held in memory for
-                                 out-of-order reads (see below); 0 = 1 GiB; < 0 = never held */
+                                 out-of-order reads (see below); 0 = 1 GiB; < 0 = never */
 } rill_sqlite_opts_t;
 
 /* A dataframe over the result of `sql` (with `nparams` bound parameters) on the SQLite
@@ -125,6 +125,16 @@ typedef struct rill_sqlite_opts {
  * When `sql` is a bare table name the table is read by rowid on demand (in chunks, one
  * connection per concurrent reader), so memory stays bounded and shuffled access over a large
  * table works; any other query is run once and its result held in chunks.
+ * Reading a table out of order (a shuffle) costs a B-tree lookup per row; so once such reads
+ * have fetched 1/256 of the rows, the table is read once, sequentially (in segments of 65536
+ * rows, by every reader that comes meanwhile), into memory, and later reads gather from there.
+ * The held copy takes 8 bytes per value plus ncols rounded up to 8 per row, plus 8 + its
+ * length per TEXT or BLOB value (1M rows of 4 columns, one short string: 57 MB), is kept
+ * until the dataframe is freed, and is a snapshot: later changes to the table are not seen.
+ * A table whose copy would pass `table_hold_bytes` (checked before and while loading), or
+ * whose load fails, keeps the point lookups (which then report any error with its row).
+ * Reads in rowid order never hold the table. Row order, values and errors are the same either
+ * way.
  * The database is read with read() calls, not memory-mapped (PRAGMA mmap_size = 0), so a
  * file truncated by another process gives an SQLite error (RILL_ESQL) rather than SIGBUS.
  * Cells nulled under on_error NULL are counted in rill_iter_stats' `nulled`.
