@@ -3,7 +3,8 @@
 # polars.read_csv and duckdb's read_csv (each skipped with a message when not installed); rill
 # runs before and after the peers and its best time is compared.
 # SQLite: every row of a table in order through rill vs DuckDB's sqlite_scan, and in shuffled
-# order vs a Python sqlite3 cursor loop and pandas.read_sql. Sizes: CSV_MB (default 200) and
+# order vs a Python sqlite3 cursor loop and pandas.read_sql (and rill without holding the
+# table, point lookups only). Sizes: CSV_MB (default 200) and
 # SQLITE_ROWS (default 1000000; 10000000 for the 10M-row case).
 # SKIP_SQLITE=1 runs the CSV half only.
 set -euo pipefail
@@ -45,16 +46,19 @@ done
 
 sqlite_bench() {
   # Sequential: rill (table by rowid ranges) vs DuckDB's sqlite_scan (skipped when duckdb or
-  # its sqlite extension cannot be loaded). Shuffled: rill (point lookups) vs a Python sqlite3
-  # cursor loop and pandas.read_sql + gather. rill and peers alternate within the run.
+  # its sqlite extension cannot be loaded). Shuffled: rill (the table held in memory after the
+  # first 1/256 of the rows: the default) vs a Python sqlite3 cursor loop and pandas.read_sql +
+  # gather; rill with point lookups only (table_hold_bytes = -1) for reference. rill and peers
+  # alternate within the run.
   echo "-- SQLite: $SQLITE_ROWS rows, $THREADS threads, batch $SQLITE_BATCH"
   "$PY" "$PEERS" gen-sqlite "$tmp/data.db" "$SQLITE_ROWS"
   local seq duck shuf loop pdsql
   seq=$("$BUILD/bench/bench_sqlite" "$tmp/data.db" t "$THREADS" "$SQLITE_BATCH" sequential); echo "$seq"
   duck=$("$PY" "$PEERS" duckdb-sqlite "$tmp/data.db" "$THREADS" "$SQLITE_BATCH"); echo "$duck"
-  shuf=$("$BUILD/bench/bench_sqlite" "$tmp/data.db" t "$THREADS" "$SQLITE_BATCH" shuffled); echo "$shuf"
+  shuf=$("$BUILD/bench/bench_sqlite" "$tmp/data.db" t "$THREADS" "$SQLITE_BATCH" shuffled); echo "$shuf (held)"
   loop=$("$PY" "$PEERS" sqlite-loop "$tmp/data.db"); echo "$loop"
   pdsql=$("$PY" "$PEERS" pandas-sql "$tmp/data.db"); echo "$pdsql"
+  points=$("$BUILD/bench/bench_sqlite" "$tmp/data.db" t "$THREADS" "$SQLITE_BATCH" shuffled -1); echo "$points (point lookups only)"
   local ss sc rs rc
   ss=$(field seconds "$seq"); sc=$(field cpu_s "$seq")
   rs=$(field seconds "$shuf"); rc=$(field cpu_s "$shuf")
@@ -67,6 +71,8 @@ sqlite_bench() {
   echo "speed ratio rill vs python sqlite3 loop (shuffled): $(ratio "$(field seconds "$loop")" "$rs")x" \
        "(per CPU-second $(ratio "$(field cpu_s "$loop")" "$rc")x)"
   echo "speed ratio rill vs pandas.read_sql (shuffled): $(ratio "$(field seconds "$pdsql")" "$rs")x" \
-       "(per CPU-second $(ratio "$(field cpu_s "$pdsql")" "$rc")x)"
+       "(per CPU-second $(ratio "$(field cpu_s "$pdsql")" "$rc")x; peak RSS $(field rss_mb "$shuf") MB vs $(field rss_mb "$pdsql") MB)"
+  echo "rill shuffled, held vs point lookups only: $(ratio "$(field seconds "$points")" "$rs")x" \
+       "(per CPU-second $(ratio "$(field cpu_s "$points")" "$rc")x)"
 }
 sqlite_bench
