@@ -422,6 +422,35 @@ Test(sqlite, held_table_of_several_segments) {
   }
 }
 
+/* An allocator that refuses blocks of one size range: the held copy's records (2000 rows of
+ * 32 bytes) or a segment's first bytes (65536), asked for with rill's 64 bytes more. */
+static size_t refuse_lo, refuse_hi; /* set while no rill thread runs */
+static void* refusing_alloc(size_t size, size_t align, void* ctx) {
+  (void)ctx;
+  if (size >= refuse_lo && size <= refuse_hi) return NULL;
+  void* p = NULL;
+  return posix_memalign(&p, align, size ? size : 1) ? NULL : p;
+}
+static void refusing_free(void* p, void* ctx) {
+  (void)ctx;
+  free(p);
+}
+
+/* Out of memory while holding the table is no error: the reads keep to point lookups (the
+ * second pass then meets the deleted rows). */
+Test(sqlite, held_table_out_of_memory_keeps_point_lookups) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/oom.db", rt_tmpdir());
+  const size_t ranges[2][2] = {{64000, 64000 + 64}, {65536, 65536 + 64}};
+  for (int i = 0; i < 2; i++) {
+    refuse_lo = ranges[i][0];
+    refuse_hi = ranges[i][1];
+    rill_set_allocator(&(rill_allocator_t){refusing_alloc, refusing_free, NULL});
+    two_passes(path, 0, 2, 0);
+    rill_set_allocator(NULL);
+  }
+}
+
 /* Rows deleted between opening and the first out-of-order read: the load finds rowids that
  * no longer match, and the point lookups that follow report the first missing one. */
 Test(sqlite, table_changed_before_held_reports_missing_rowid) {
