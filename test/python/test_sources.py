@@ -233,6 +233,22 @@ def test_from_sqlite_matches_sqlite3(db):
     assert got.column("s").to_pylist() == ["txt"]
 
 
+def test_from_sqlite_shuffled_table_held_or_looked_up(db):
+    # A shuffled table is held in memory by default, looked up row by row with a negative
+    # limit or when it does not fit: the same rows in the same order either way.
+    con = sqlite3.connect(db)
+    ref = sorted(con.execute("SELECT id, name, score, blob FROM t").fetchall())
+    got = {}
+    for hold in (0, -1, 1, 1 << 20):
+        t = pa.table(rill.from_sqlite(db, "t", table_hold_bytes=hold).shuffle(seed=7))
+        got[hold] = list(zip(*[t.column(c).to_pylist() for c in t.column_names]))
+        assert sorted(got[hold]) == ref
+    assert got[0] == got[-1] == got[1] == got[1 << 20]
+    assert got[0] != ref
+    with pytest.raises(OverflowError):
+        rill.from_sqlite(db, "t", table_hold_bytes=1 << 70)
+
+
 def test_from_sqlite_errors(db, tmp_path):
     with pytest.raises(rill.SQLError, match="no such table: nope"):
         rill.from_sqlite(db, "SELECT * FROM nope")

@@ -668,18 +668,19 @@ static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
 
 static PyObject* py_from_sqlite(PyObject* m, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"path", "sql", "params", "dtypes", "on_error", "infer_rows", "chunk_rows",
-                           "busy_timeout_ms", NULL};
+                           "busy_timeout_ms", "table_hold_bytes", NULL};
   PyObject *path, *params = NULL, *dtypes = Py_None, *on_error = Py_None;
   const char* sql;
-  long long infer_rows = 0, chunk_rows = 0;
+  long long infer_rows = 0, chunk_rows = 0, hold = 0;
   int busy = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|O$OOLLi:from_sqlite", kwlist, &path, &sql, &params, &dtypes,
-                                   &on_error, &infer_rows, &chunk_rows, &busy))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|O$OOLLiL:from_sqlite", kwlist, &path, &sql, &params, &dtypes,
+                                   &on_error, &infer_rows, &chunk_rows, &busy, &hold))
     return NULL;
   rill_sqlite_opts_t o = {0};
   o.infer_rows = infer_rows;
   o.chunk_rows = chunk_rows;
   o.busy_timeout_ms = busy;
+  o.table_hold_bytes = hold;
   if (rillpy_parse_on_error(on_error, &o.on_error) < 0) return NULL;
   rill_csv_column_t* cols = NULL;
   if (parse_overrides(dtypes, &cols, &o.ncolumns) < 0) return NULL;
@@ -873,9 +874,11 @@ static PyMethodDef source_functions[] = {
      "As from_csv over bytes-like CSV data (copied); name is used in error messages."},
     {"from_sqlite", (PyCFunction)(void (*)(void))py_from_sqlite, METH_VARARGS | METH_KEYWORDS,
      "from_sqlite(path, sql, params=(), *, dtypes=None, on_error='raise', infer_rows=0, chunk_rows=0, "
-     "busy_timeout_ms=0) -> DataFrame\n\n"
+     "busy_timeout_ms=0, table_hold_bytes=0) -> DataFrame\n\n"
      "A dataframe over the result of `sql` (a query or a table name) on the SQLite database at path "
-     "(opened read-only), with ?1, ?2, ... bound to params (None, int, float, str, bytes)."},
+     "(opened read-only), with ?1, ?2, ... bound to params (None, int, float, str, bytes). "
+     "A table name read out of order (shuffled) is held in memory once it fits table_hold_bytes "
+     "(0 = 1 GiB, negative = never: every row is a lookup by rowid)."},
     {"from_files", (PyCFunction)(void (*)(void))py_from_files, METH_VARARGS | METH_KEYWORDS,
      "from_files(paths: Sequence[str | os.PathLike], *, on_error='raise', grain=0) -> DataFrame\n\n"
      "A dataframe with columns 'path' (string) and 'bytes' (binary, read when pulled)."},
