@@ -17,6 +17,83 @@ enum { FATE_OK = 0, FATE_NULL, FATE_SKIP, FATE_RAISE };
 
 static const char* col_name(const rill_df_t* df, int c) { return df->cols[c]->field.name; }
 
+/* ---------------------------------------------------------------- stage clock */
+
+/* Stage calls are timed (the iterator's compute_ns, and each node's cost per row, which
+ * picks the task grain) with the CPU's time-stamp counter where it ticks at a constant rate
+ * (x86 "invariant TSC"): reading it costs well under half of a clock_gettime, and a cheap
+ * stage is timed twice per call. Ticks become nanoseconds at the rate measured against
+ * CLOCK_MONOTONIC since the first stage run; the rate is measured again at doubling
+ * intervals (the first after ~2^20 ticks), and until it is first known, and on other CPUs,
+ * calls are timed with CLOCK_MONOTONIC itself. */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#define CLK_TSC 1
+#else
+#define CLK_TSC 0
+#endif
+
+static pthread_once_t clk_once = PTHREAD_ONCE_INIT;
+static int clk_tsc;                /* the TSC is used (set once) */
+static int64_t clk_tsc0, clk_ns0;  /* the base reading of both clocks (set once) */
+static _Atomic double clk_scale;   /* ns per tick; 0 until first measured */
+static _Atomic int64_t clk_next;   /* TSC reading at which the rate is measured again */
+
+static inline int64_t clk_ticks(void) {
+#if CLK_TSC
+  return (int64_t)__rdtsc();
+#else
+  return 0;
+#endif
+}
+
+/* A reading of both clocks taken together: the tightest of a few tries (a thread preempted
+ * between the reads would skew the rate); returns the ticks the bracket spans. */
+static int64_t clk_pair(int64_t* ns, int64_t* ticks) {
+  int64_t width = INT64_MAX;
+  for (int k = 0; k < 4; k++) {
+    int64_t a = clk_ticks(), n = rill__now_ns(), b = clk_ticks();
+    if (b - a < width) {
+      width = b - a;
+      *ns = n;
+      *ticks = a + (b - a) / 2;
+    }
+  }
+  return width;
+}
+
+static void clk_init(void) {
+#if CLK_TSC
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return;
+  if (!__get_cpuid(0x80000007u, &a, &b, &c, &d) || !(d & (1u << 8))) return; /* invariant TSC */
+  clk_pair(&clk_ns0, &clk_tsc0);
+  atomic_store(&clk_next, clk_tsc0 + ((int64_t)1 << 20));
+  clk_tsc = 1;
+#endif
+}
+
+/* The scale for timing a new run: ns per tick, or 0 to time it with CLOCK_MONOTONIC. */
+static double clk_start(void) {
+  pthread_once(&clk_once, clk_init);
+  return clk_tsc ? atomic_load_explicit(&clk_scale, memory_order_relaxed) : 0;
+}
+
+/* Measures the rate again when due (after a run; any thread, any number at once). */
+static void clk_refresh(void) {
+  if (!clk_tsc) return;
+  int64_t t = clk_ticks(), next = atomic_load_explicit(&clk_next, memory_order_relaxed);
+  if (t < next || !atomic_compare_exchange_strong(&clk_next, &next, t + (t - clk_tsc0))) return;
+  int64_t ns = 0, ticks = 0, width = clk_pair(&ns, &ticks);
+  /* the bracket within 1/1024 of the interval (else the next measurement will do) */
+  if (ns > clk_ns0 && ticks > clk_tsc0 && width <= (ticks - clk_tsc0) / 1024)
+    atomic_store_explicit(&clk_scale, (double)(ns - clk_ns0) / (double)(ticks - clk_tsc0), memory_order_relaxed);
+}
+
+/* A reading of the run's clock: ticks when scale > 0, else nanoseconds. */
+static inline int64_t clk_now(double scale) { return scale > 0 ? clk_ticks() : rill__now_ns(); }
+
 
 void rill__exec_count_nulled(rill_exec_t* exec, int64_t n) {
   if (!exec || !exec->run || n <= 0) return;
@@ -293,8 +370,9 @@ static int var_detach(run_t* R, piece_t* p) {
   return RILL_OK;
 }
 
-/* One call of the stage function for cells [a, b); returns the status and fills e. */
-static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e) {
+/* One call of the stage function for cells [a, b); returns the status and fills e, and adds
+ * the time the function took (the run's clock) to *spent. */
+static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e, int64_t* spent) {
   rill__chunk_t* ch = R->ch;
   int64_t k = b - a;
   rill_exec_t ex = {.rows = R->fr->rows + R->base + a, .n = k, .first = a, .epoch = ch->epoch,
@@ -328,7 +406,8 @@ static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e) {
     pthread_mutex_t* serial = NULL;
     if (R->c->opts.where == RILL_STAGE_CPU_SERIAL) serial = R->group ? &R->group->serial : &R->c->serial;
     if (serial) pthread_mutex_lock(serial);
-    int64_t t0 = rill__now_ns();
+    const double scale = R->top->scale;
+    int64_t t0 = clk_now(scale);
     if (R->group) {
       int nouts = R->group->n;
       rill_array_t* outs[nouts];
@@ -342,10 +421,9 @@ static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e) {
     } else {
       rc = R->c->reduce(group, p[0].a, &ex, R->c->ctx, e);
     }
-    int64_t dt = rill__now_ns() - t0;
+    int64_t dt = clk_now(scale) - t0;
     if (serial) pthread_mutex_unlock(serial);
-    atomic_fetch_add_explicit(&R->top->ns, dt, memory_order_relaxed);
-    atomic_fetch_add_explicit(&R->top->calls, 1, memory_order_relaxed);
+    *spent += dt > 0 ? dt : 0; /* a thread moved to a CPU whose counter lags: not negative */
     if (rc > 0) {
       rill_error_set(e, RILL_ESTAGE, "the stage function returned status %d", rc);
       rc = RILL_ESTAGE;
@@ -382,6 +460,7 @@ void rill__call_range(run_t* R, int64_t a, int64_t b) {
     rill__chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
     return;
   }
+  int64_t spent = 0, calls = 0; /* added to the top run once, not per call */
   while (a < b && !rill__chunk_failed(R->ch)) {
     int64_t k = b - a;
     int direct = R->out_direct && a == 0 && b == R->n;
@@ -404,7 +483,8 @@ void rill__call_range(run_t* R, int64_t a, int64_t b) {
       }
     }
     rill_error_t e;
-    int rc = invoke(R, a, b, p, &e);
+    int rc = invoke(R, a, b, p, &e, &spent);
+    calls++;
     if (rc == RILL_OK) {
       int cr = RILL_OK;
       for (int j = 0; j < nm && cr == RILL_OK; j++)
@@ -450,6 +530,10 @@ void rill__call_range(run_t* R, int64_t a, int64_t b) {
     a += i + 1;
   }
 out:
+  if (calls) {
+    atomic_fetch_add_explicit(&R->top->ns, spent, memory_order_relaxed);
+    atomic_fetch_add_explicit(&R->top->calls, calls, memory_order_relaxed);
+  }
   if (p != &one) rill__free(p);
   rill__free(filled);
 }
@@ -531,6 +615,7 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   R.node = ch->it->nodemap[d][c];
   R.fail_cell = -1;
   R.top = &R;
+  R.scale = clk_start();
   if (col->kind == RILL__COL_MAP) {
     R.nin = col->ninputs;
     for (int i = 0; i < col->ninputs; i++)
@@ -582,13 +667,16 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   R.out_direct = !R.fixed && R.n > 0;
   if (R.n > 0) rill__run_cells(&R);
   pthread_mutex_destroy(&R.mu);
+  int64_t ns = atomic_load(&R.ns);
+  if (R.scale > 0) ns = (int64_t)((double)ns * R.scale);
+  clk_refresh();
   /* the iterator's counters are shared by every chunk in flight: added once per stage run */
-  atomic_fetch_add_explicit(&ch->it->st_compute, atomic_load(&R.ns), memory_order_relaxed);
+  atomic_fetch_add_explicit(&ch->it->st_compute, ns, memory_order_relaxed);
   atomic_fetch_add_explicit(&ch->it->st_calls, atomic_load(&R.calls), memory_order_relaxed);
   for (int j = 0; j < R.nm; j++) {
     member_t* mb = &R.m[j];
     if (R.n > 0) {
-      int64_t nspr = atomic_load(&R.ns) / R.n;
+      int64_t nspr = ns / R.n;
       atomic_store(&mb->node->ns_per_row, nspr > 0 ? nspr : 1);
       if (!mb->fixed && mb->out->offsets) atomic_store(&mb->node->bytes_per_row, (mb->out->data_size + R.n - 1) / R.n);
     }

@@ -51,7 +51,9 @@ typedef struct run {
   int64_t nulled, nfate;
   int fail_rc; /* a RAISE outside row mode: the chunk fails with the first cell's error */
   int64_t fail_cell;
-  _Atomic int64_t ns;    /* time spent in the stage function, summed over the run's calls */
+  double scale;          /* the run's clock (stage.c): ns per tick, or 0 for CLOCK_MONOTONIC */
+  _Atomic int64_t ns;    /* time spent in the stage function, summed over the run's calls, in
+                          * the run's clock (ticks or ns) until the run ends */
   _Atomic int64_t calls; /* calls of the stage function */
   /* a task's part of a split variable-length stage: cells [base, base+n) of `top`, whose
    * fate, counters, errors and mutex are shared; its var outputs are the part's own arrays */
