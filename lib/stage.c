@@ -606,16 +606,32 @@ static int run_members(run_t* R, rill__chunk_t* ch, int d, int c) {
 const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   rill__frame_t* fr = &ch->frames[d];
   rill__column_t* col = fr->df->cols[c];
+  /* field by field: a memset of the run's first few hundred bytes compiles to `rep stos`,
+   * whose start-up cost is a visible part of a cheap stage's */
   run_t R;
-  memset(&R, 0, offsetof(run_t, in));
   R.ch = ch;
   R.fr = fr;
   R.c = col;
-  R.col = c;
   R.node = ch->it->nodemap[d][c];
+  R.col = c;
+  R.rowmode = 0;
+  R.n = 0;
+  R.nin = 0;
+  R.child = NULL;
+  R.group = NULL;
+  R.nm = 0;
+  R.m = NULL;
+  R.fixed = 0;
+  R.out_direct = 0;
+  R.fate = NULL;
+  R.nulled = R.nfate = 0;
+  R.fail_rc = 0;
   R.fail_cell = -1;
-  R.top = &R;
   R.scale = clk_start();
+  atomic_init(&R.ns, 0);
+  atomic_init(&R.calls, 0);
+  R.base = 0;
+  R.top = &R;
   if (col->kind == RILL__COL_MAP) {
     R.nin = col->ninputs;
     for (int i = 0; i < col->ninputs; i++)
