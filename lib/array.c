@@ -109,7 +109,7 @@ void rill_array_release(const rill_array_t* ca) {
       a->null_count = 0;
       a->validity = NULL;
       a->priv->var_cells = 0;
-      atomic_store(&a->priv->refs, 0);
+      atomic_store_explicit(&a->priv->refs, 0, memory_order_relaxed); /* under the pool's mutex */
       a->priv->next_free = pool->free_list;
       pool->free_list = a;
       pthread_mutex_unlock(&pool->mu);
@@ -176,7 +176,7 @@ int rill__pool_acquire_fit(rill_pool_t* pool, int64_t bytes, rill_array_t** out)
   pthread_mutex_unlock(&pool->mu);
   if (a) {
     a->priv->next_free = NULL;
-    atomic_store(&a->priv->refs, 1);
+    atomic_store_explicit(&a->priv->refs, 1, memory_order_relaxed); /* ours alone now */
     *out = a;
     return RILL_OK;
   }

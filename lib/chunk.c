@@ -143,7 +143,7 @@ void rill__chunk_release(rill__chunk_t* ch) {
   ch->m = 0;
   ch->nrerr = 0;
   ch->rc = RILL_OK;
-  atomic_store(&ch->failed, 0);
+  atomic_store_explicit(&ch->failed, 0, memory_order_relaxed);
 }
 
 void rill__chunk_destroy(rill__chunk_t* ch) {
@@ -227,9 +227,10 @@ static int cmp_rowerr(const void* a, const void* b) {
 void rill__chunk_eval(rill__chunk_t* ch) {
   rill_iter_t* it = ch->it;
   ch->rc = RILL_OK;
-  atomic_store(&ch->failed, 0);
+  atomic_store_explicit(&ch->failed, 0, memory_order_relaxed); /* published with the chunk's tasks */
   ch->nrerr = 0;
   ch->skipped = ch->nulled = 0;
+  ch->st_ns = ch->st_calls = 0;
   ch->m = 0;
   ch->reqcol = it->nreq > 0 ? it->req[0] : 0;
   if (setup_frames(ch) != RILL_OK) {
@@ -250,6 +251,10 @@ void rill__chunk_eval(rill__chunk_t* ch) {
       ch->top = ch->frames[0].rows;
       if (ch->nrerr > 1) qsort(ch->rerr, (size_t)ch->nrerr, sizeof *ch->rerr, cmp_rowerr);
     }
+  }
+  if (ch->st_calls) { /* shared by every chunk in flight: two atomic additions per chunk */
+    atomic_fetch_add_explicit(&it->st_compute, ch->st_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&it->st_calls, ch->st_calls, memory_order_relaxed);
   }
   for (int d = 0; d < ch->nframes; d++) {
     rill__frame_t* f = &ch->frames[d];

@@ -174,6 +174,8 @@ typedef struct rill__chunk {
   int rc;
   rill_error_t err;
   int64_t skipped, nulled;
+  int64_t st_ns, st_calls; /* stage time and calls of this evaluation (added to the iterator's
+                            * counters once, at its end) */
 } rill__chunk_t;
 
 typedef struct rill__slot {

@@ -307,7 +307,7 @@ static int piece_ok(const member_t* mb, const rill_array_t* piece, int64_t k) {
 
 /* Data bytes that k cells of the output are expected to take. */
 int64_t rill__expect_bytes(const member_t* mb, int64_t k) {
-  int64_t per = mb->fixed ? rill_type_cell_bytes(&mb->c->field.type) : atomic_load(&mb->node->bytes_per_row);
+  int64_t per = mb->fixed ? rill_type_cell_bytes(&mb->c->field.type) : atomic_load_explicit(&mb->node->bytes_per_row, memory_order_relaxed);
   int64_t b;
   if (per < 0 || __builtin_mul_overflow(per, k, &b)) return 0;
   return b;
@@ -529,10 +529,15 @@ void rill__call_range(run_t* R, int64_t a, int64_t b) {
     cell_fail(R, a + i, &e, filled);
     a += i + 1;
   }
-out:
-  if (calls) {
-    atomic_fetch_add_explicit(&R->top->ns, spent, memory_order_relaxed);
-    atomic_fetch_add_explicit(&R->top->calls, calls, memory_order_relaxed);
+out:;
+  run_t* T = R->top;
+  if (calls && T->parallel) {
+    atomic_fetch_add_explicit(&T->ns, spent, memory_order_relaxed);
+    atomic_fetch_add_explicit(&T->calls, calls, memory_order_relaxed);
+  } else if (calls) { /* the run's only thread: no locked instruction */
+    atomic_store_explicit(&T->ns, atomic_load_explicit(&T->ns, memory_order_relaxed) + spent, memory_order_relaxed);
+    atomic_store_explicit(&T->calls, atomic_load_explicit(&T->calls, memory_order_relaxed) + calls,
+                          memory_order_relaxed);
   }
   if (p != &one) rill__free(p);
   rill__free(filled);
@@ -630,6 +635,7 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   R.scale = clk_start();
   atomic_init(&R.ns, 0);
   atomic_init(&R.calls, 0);
+  R.parallel = 0;
   R.base = 0;
   R.top = &R;
   if (col->kind == RILL__COL_MAP) {
@@ -683,18 +689,19 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   R.out_direct = !R.fixed && R.n > 0;
   if (R.n > 0) rill__run_cells(&R);
   pthread_mutex_destroy(&R.mu);
-  int64_t ns = atomic_load(&R.ns);
+  int64_t ns = atomic_load_explicit(&R.ns, memory_order_relaxed);
   if (R.scale > 0) ns = (int64_t)((double)ns * R.scale);
   clk_refresh();
-  /* the iterator's counters are shared by every chunk in flight: added once per stage run */
-  atomic_fetch_add_explicit(&ch->it->st_compute, ns, memory_order_relaxed);
-  atomic_fetch_add_explicit(&ch->it->st_calls, atomic_load(&R.calls), memory_order_relaxed);
+  /* the iterator's counters are shared by every chunk in flight: the chunk adds them once */
+  ch->st_ns += ns;
+  ch->st_calls += atomic_load_explicit(&R.calls, memory_order_relaxed);
   for (int j = 0; j < R.nm; j++) {
     member_t* mb = &R.m[j];
-    if (R.n > 0) {
+    if (R.n > 0) { /* hints read by later runs: no ordering needed */
       int64_t nspr = ns / R.n;
-      atomic_store(&mb->node->ns_per_row, nspr > 0 ? nspr : 1);
-      if (!mb->fixed && mb->out->offsets) atomic_store(&mb->node->bytes_per_row, (mb->out->data_size + R.n - 1) / R.n);
+      atomic_store_explicit(&mb->node->ns_per_row, nspr > 0 ? nspr : 1, memory_order_relaxed);
+      if (!mb->fixed && mb->out->offsets)
+        atomic_store_explicit(&mb->node->bytes_per_row, (mb->out->data_size + R.n - 1) / R.n, memory_order_relaxed);
     }
     fr->vals[mb->col] = mb->out;
   }

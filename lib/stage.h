@@ -55,6 +55,8 @@ typedef struct run {
   _Atomic int64_t ns;    /* time spent in the stage function, summed over the run's calls, in
                           * the run's clock (ticks or ns) until the run ends */
   _Atomic int64_t calls; /* calls of the stage function */
+  int parallel;          /* call ranges of the run may run at once (tasks.c): ns and calls are
+                          * added with atomic read-modify-writes, else with plain loads/stores */
   /* a task's part of a split variable-length stage: cells [base, base+n) of `top`, whose
    * fate, counters, errors and mutex are shared; its var outputs are the part's own arrays */
   int64_t base;

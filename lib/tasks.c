@@ -112,7 +112,7 @@ static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
 static int64_t pick_grain(run_t* R, int nthreads) {
   int64_t g = R->c->opts.grain;
   if (g > 0) return g;
-  int64_t nspr = atomic_load(&R->node->ns_per_row);
+  int64_t nspr = atomic_load_explicit(&R->node->ns_per_row, memory_order_relaxed);
   if (nspr <= 0) {
     /* not measured yet (the first chunk): four tasks per thread (of at least 16 rows), so that
      * a thread busy with a later chunk's first task soon comes back to help the first chunk */
@@ -137,6 +137,7 @@ void rill__run_cells(run_t* R) {
   int whole = it->batched && R->fr == &R->ch->frames[0];
   int splittable = !whole && R->c->opts.where == RILL_STAGE_CPU && nthreads > 0 && R->n > grain;
   int64_t ntasks = splittable ? (R->n + grain - 1) / grain : 1;
+  R->parallel = ntasks > 1; /* set before any task is queued (the queue's mutex publishes it) */
   if (!R->fixed && ntasks > 1) {
     run_var_split(R, grain, ntasks);
     return;
