@@ -117,9 +117,10 @@ static uint64_t fingerprint(const rill_iter_t* it) {
 
 /* Evaluates a slot's chunk and records how long it took (the hand-off decision). */
 static void slot_eval(rill__slot_t* s) {
-  int64_t t0 = rill__now_ns();
+  rill__stopwatch_t sw;
+  rill__stopwatch_start(&sw);
   rill__chunk_eval(&s->chunk);
-  atomic_store_explicit(&s->chunk.it->chunk_ns, rill__now_ns() - t0, memory_order_relaxed);
+  atomic_store_explicit(&s->chunk.it->chunk_ns, rill__stopwatch_ns(&sw), memory_order_relaxed);
 }
 
 static void slot_main(void* arg) { slot_eval(arg); }

@@ -94,13 +94,34 @@ static void clk_refresh(void) {
 /* A reading of the run's clock: ticks when scale > 0, else nanoseconds. */
 static inline int64_t clk_now(double scale) { return scale > 0 ? clk_ticks() : rill__now_ns(); }
 
+void rill__stopwatch_start(rill__stopwatch_t* sw) {
+  sw->scale = clk_start();
+  sw->t0 = clk_now(sw->scale);
+}
+
+int64_t rill__stopwatch_ns(const rill__stopwatch_t* sw) {
+  int64_t dt = clk_now(sw->scale) - sw->t0;
+  if (dt < 0) return 0; /* a thread moved to a CPU whose counter lags */
+  clk_refresh();
+  return sw->scale > 0 ? (int64_t)((double)dt * sw->scale) : dt;
+}
+
+
+/* The run's mutex guards what its call ranges share (fate, counters, fixed outputs' validity)
+ * when they run at once; a run on one thread has no mutex (tasks.c makes it). */
+static inline void run_lock(run_t* T) {
+  if (T->parallel) pthread_mutex_lock(&T->mu);
+}
+static inline void run_unlock(run_t* T) {
+  if (T->parallel) pthread_mutex_unlock(&T->mu);
+}
 
 void rill__exec_count_nulled(rill_exec_t* exec, int64_t n) {
   if (!exec || !exec->run || n <= 0) return;
   run_t* T = exec->run->top;
-  pthread_mutex_lock(&T->mu);
+  run_lock(T);
   T->nulled += n;
-  pthread_mutex_unlock(&T->mu);
+  run_unlock(T);
 }
 
 typedef struct inview {
@@ -219,9 +240,9 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e, const uint8_
       if (cb > 0) memset((uint8_t*)mb->out->data + g * cb, 0, (size_t)cb);
     }
     if (policy != RILL_ON_ERROR_NULL) continue;
-    pthread_mutex_lock(&T->mu);
+    run_lock(T);
     int r = rill_array_set_null(mb->out, mb->fixed ? g : idx);
-    pthread_mutex_unlock(&T->mu);
+    run_unlock(T);
     if (r != RILL_OK) {
       rill__chunk_fail(ch, RILL_ENOMEM, "column '%s': cannot make cell null (out of memory or device memory)",
                  mb->c->field.name);
@@ -229,16 +250,16 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e, const uint8_
     }
     nnull++;
   }
-  pthread_mutex_lock(&T->mu);
+  run_lock(T);
   if (policy == RILL_ON_ERROR_NULL) {
     T->nulled += nnull;
-    pthread_mutex_unlock(&T->mu);
+    run_unlock(T);
     return;
   }
   if (!T->fate) {
     T->fate = rill__calloc((size_t)T->n, 1);
     if (!T->fate) {
-      pthread_mutex_unlock(&T->mu);
+      run_unlock(T);
       rill__chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
       return;
     }
@@ -256,7 +277,7 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e, const uint8_
         rill__rowerr_t* nr = rill__realloc(ch->rerr, sizeof *nr * (size_t)ch->rerr_cap, sizeof *nr * (size_t)ncap);
         if (!nr) {
           pthread_mutex_unlock(&ch->mu);
-          pthread_mutex_unlock(&T->mu);
+          run_unlock(T);
           rill__chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
           return;
         }
@@ -273,7 +294,7 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e, const uint8_
       format_cell_error(T, g, stage, e, &T->fail_err);
     }
   }
-  pthread_mutex_unlock(&T->mu);
+  run_unlock(T);
 }
 
 /* Moves cells [s, s+k) of `piece` (a window over a fixed output, or a var array) into the
@@ -281,13 +302,13 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e, const uint8_
 int rill__commit(run_t* R, member_t* mb, rill_array_t* piece, int64_t a, int64_t s, int64_t k) {
   if (mb->fixed) {
     if (piece->validity) {
-      pthread_mutex_lock(&R->top->mu);
+      run_lock(R->top);
       for (int64_t j = s; j < s + k; j++)
         if (!rill__bit_get(piece->validity, j) && rill_array_set_null(mb->out, R->base + a + j) != RILL_OK) {
-          pthread_mutex_unlock(&R->top->mu);
+          run_unlock(R->top);
           return RILL_ENOMEM;
         }
-      pthread_mutex_unlock(&R->top->mu);
+      run_unlock(R->top);
     }
     return RILL_OK;
   }
@@ -677,10 +698,6 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
       }
     }
   }
-  if (ok && pthread_mutex_init(&R.mu, NULL) != 0) {
-    rill__chunk_fail(ch, RILL_ENOMEM, "column '%s': cannot create a mutex", col->field.name);
-    ok = 0;
-  }
   if (!ok) {
     for (int j = 0; j < nout; j++) rill_array_release(R.m[j].out);
     if (R.m != &R.m1) rill__free(R.m);
@@ -688,7 +705,6 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   }
   R.out_direct = !R.fixed && R.n > 0;
   if (R.n > 0) rill__run_cells(&R);
-  pthread_mutex_destroy(&R.mu);
   int64_t ns = atomic_load_explicit(&R.ns, memory_order_relaxed);
   if (R.scale > 0) ns = (int64_t)((double)ns * R.scale);
   clk_refresh();

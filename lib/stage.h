@@ -46,7 +46,7 @@ typedef struct run {
   member_t* m;
   int fixed;      /* every output has fixed-shape cells */
   int out_direct; /* var outputs: `out` are still the first call's own arrays */
-  pthread_mutex_t mu;
+  pthread_mutex_t mu; /* made by tasks.c for a parallel run only (see `parallel`) */
   uint8_t* fate;
   int64_t nulled, nfate;
   int fail_rc; /* a RAISE outside row mode: the chunk fails with the first cell's error */
