@@ -458,9 +458,10 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
     schedule(it);
     if (it->inflight == 0) return RILL_END;
     rill__slot_t* s = &it->slots[it->head];
-    int64_t t0 = rill__now_ns();
+    rill__stopwatch_t sw;
+    rill__stopwatch_start(&sw);
     wait_slot(it, s);
-    it->st.wait_ns += rill__now_ns() - t0;
+    it->st.wait_ns += rill__stopwatch_ns(&sw);
     it->cur_active = 1;
     it->pos_r = it->pos_e = 0;
     it->st.skipped += s->chunk.skipped;

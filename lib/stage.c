@@ -80,10 +80,11 @@ static double clk_start(void) {
   return clk_tsc ? atomic_load_explicit(&clk_scale, memory_order_relaxed) : 0;
 }
 
-/* Measures the rate again when due (after a run; any thread, any number at once). */
-static void clk_refresh(void) {
+/* Measures the rate again when due; `t`: a TSC reading the caller has just taken. Any thread,
+ * any number at once. */
+static void clk_refresh(int64_t t) {
   if (!clk_tsc) return;
-  int64_t t = clk_ticks(), next = atomic_load_explicit(&clk_next, memory_order_relaxed);
+  int64_t next = atomic_load_explicit(&clk_next, memory_order_relaxed);
   if (t < next || !atomic_compare_exchange_strong(&clk_next, &next, t + (t - clk_tsc0))) return;
   int64_t ns = 0, ticks = 0, width = clk_pair(&ns, &ticks);
   /* the bracket within 1/1024 of the interval (else the next measurement will do) */
@@ -99,10 +100,11 @@ void rill__stopwatch_start(rill__stopwatch_t* sw) {
   sw->t0 = clk_now(sw->scale);
 }
 
+/* Also where the rate is measured again (every chunk is timed), with the reading at hand. */
 int64_t rill__stopwatch_ns(const rill__stopwatch_t* sw) {
-  int64_t dt = clk_now(sw->scale) - sw->t0;
+  int64_t t = clk_now(sw->scale), dt = t - sw->t0;
+  clk_refresh(sw->scale > 0 ? t : clk_ticks());
   if (dt < 0) return 0; /* a thread moved to a CPU whose counter lags */
-  clk_refresh();
   return sw->scale > 0 ? (int64_t)((double)dt * sw->scale) : dt;
 }
 
@@ -706,8 +708,10 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   R.out_direct = !R.fixed && R.n > 0;
   if (R.n > 0) rill__run_cells(&R);
   int64_t ns = atomic_load_explicit(&R.ns, memory_order_relaxed);
-  if (R.scale > 0) ns = (int64_t)((double)ns * R.scale);
-  clk_refresh();
+  if (R.scale > 0)
+    ns = (int64_t)((double)ns * R.scale);
+  else
+    clk_refresh(clk_ticks()); /* the first rate (chunks measure it again: rill__stopwatch_ns) */
   /* the iterator's counters are shared by every chunk in flight: the chunk adds them once */
   ch->st_ns += ns;
   ch->st_calls += atomic_load_explicit(&R.calls, memory_order_relaxed);
