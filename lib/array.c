@@ -2,7 +2,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "addon.h"
+#include "engine.h"
 
 typedef struct array_block {
   rill_array_t array;
@@ -227,6 +227,43 @@ static int grow(rill_device_t dev, void** buf, int64_t* cap, int64_t need, int64
 
 static int mul_overflow(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
+/* The end of a successful rill__array_prepare. */
+static void prepared(rill_array_t* a, const rill_type_t* type, int64_t length, int allocated) {
+  rill_array_priv_t* p = a->priv;
+  a->type = *type;
+  a->length = length;
+  a->validity = NULL;
+  a->null_count = 0;
+  p->var_cells = 0;
+  if (p->pool) atomic_fetch_add_explicit(allocated ? &p->pool->allocs : &p->pool->reuses, 1, memory_order_relaxed);
+}
+
+/* Fixed cells of `cell` bytes (>= 0; the type is valid and fixed): data for `length` cells. */
+static int prepare_fixed(rill_array_t* a, int64_t cell, int64_t length, bool zero, int* allocated) {
+  rill_array_priv_t* p = a->priv;
+  int64_t bytes;
+  if (cell < 0 || mul_overflow(cell, length, &bytes)) return RILL_ERANGE;
+  void* b = p->data_buf;
+  int r = grow(a->device, &b, &p->data_cap, bytes, 0);
+  if (r < 0) return r;
+  p->data_buf = b;
+  *allocated = r;
+  if (zero && bytes && rill__device_is_host(a->device)) memset(p->data_buf, 0, (size_t)bytes);
+  a->offsets = NULL;
+  a->shapes = NULL;
+  a->data = p->data_buf;
+  a->data_size = bytes;
+  return RILL_OK;
+}
+
+int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length) {
+  if (length < 0 || (a->priv->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT))) return RILL_EINVAL;
+  int allocated = 0, r = prepare_fixed(a, cell, length, false, &allocated);
+  if (r != RILL_OK) return r;
+  prepared(a, type, length, allocated);
+  return RILL_OK;
+}
+
 int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool zero) {
   rill_array_priv_t* p = a->priv;
   if (!rill__type_valid(&type) || length < 0 || (p->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT)))
@@ -235,17 +272,7 @@ int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool 
   int allocated = 0, r;
   void* b;
   if (rill_type_is_fixed(&type)) {
-    int64_t bytes, cell = rill_type_cell_bytes(&type);
-    if (cell < 0 || mul_overflow(cell, length, &bytes)) return RILL_ERANGE;
-    b = p->data_buf;
-    if ((r = grow(a->device, &b, &p->data_cap, bytes, 0)) < 0) return r;
-    p->data_buf = b;
-    allocated |= r;
-    if (zero && host && bytes) memset(p->data_buf, 0, (size_t)bytes);
-    a->offsets = NULL;
-    a->shapes = NULL;
-    a->data = p->data_buf;
-    a->data_size = bytes;
+    if ((r = prepare_fixed(a, rill_type_cell_bytes(&type), length, zero, &allocated)) != RILL_OK) return r;
   } else {
     if (!host) return RILL_ENOTSUP; /* variable cells live in host memory */
     int64_t obytes, sbytes = 0;
@@ -268,12 +295,7 @@ int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool 
     a->data = p->data_buf;
     a->data_size = 0;
   }
-  a->type = type;
-  a->length = length;
-  a->validity = NULL;
-  a->null_count = 0;
-  p->var_cells = 0;
-  if (p->pool) atomic_fetch_add(allocated ? &p->pool->allocs : &p->pool->reuses, 1);
+  prepared(a, &type, length, allocated);
   return RILL_OK;
 }
 
@@ -302,6 +324,11 @@ _Static_assert(sizeof(rill_array_t) == sizeof(rill_type_t) + 3 * sizeof(int64_t)
 #endif
 void rill__array_window(rill_array_t* win, rill_array_priv_t* wpriv, const rill_array_t* parent,
                         int64_t start, int64_t n) {
+  rill__array_window_cells(win, wpriv, parent, rill_type_cell_bytes(&parent->type), start, n);
+}
+
+void rill__array_window_cells(rill_array_t* win, rill_array_priv_t* wpriv, const rill_array_t* parent, int64_t cell,
+                              int64_t start, int64_t n) {
   atomic_init(&wpriv->refs, 1);
   wpriv->flags = RILL__ARRAY_SLOT;
   wpriv->pool = NULL;
@@ -319,7 +346,6 @@ void rill__array_window(rill_array_t* win, rill_array_priv_t* wpriv, const rill_
   wpriv->var_cells = 0;
   wpriv->next_free = NULL;
   wpriv->engine = NULL;
-  int64_t cell = rill_type_cell_bytes(&parent->type);
   win->type = parent->type;
   win->length = n;
   win->null_count = 0;

@@ -330,7 +330,7 @@ static int piece_ok(const member_t* mb, const rill_array_t* piece, int64_t k) {
 
 /* Data bytes that k cells of the output are expected to take. */
 int64_t rill__expect_bytes(const member_t* mb, int64_t k) {
-  int64_t per = mb->fixed ? rill_type_cell_bytes(&mb->c->field.type) : atomic_load_explicit(&mb->node->bytes_per_row, memory_order_relaxed);
+  int64_t per = mb->fixed ? mb->cell : atomic_load_explicit(&mb->node->bytes_per_row, memory_order_relaxed);
   int64_t b;
   if (per < 0 || __builtin_mul_overflow(per, k, &b)) return 0;
   return b;
@@ -491,7 +491,7 @@ void rill__call_range(run_t* R, int64_t a, int64_t b) {
     for (; made < nm; made++) {
       member_t* mb = &R->m[made];
       if (mb->fixed) {
-        rill__array_window(&p[made].win, &p[made].wpriv, mb->out, R->base + a, k);
+        rill__array_window_cells(&p[made].win, &p[made].wpriv, mb->out, mb->cell, R->base + a, k);
         p[made].a = &p[made].win;
       } else if (direct) {
         p[made].a = mb->out;
@@ -623,8 +623,10 @@ static int run_members(run_t* R, rill__chunk_t* ch, int d, int c) {
         R->m[R->nm++] = (member_t){.c = fr->df->cols[k], .col = k, .gi = k - g->first, .node = ch->it->nodemap[d][k]};
   }
   for (int j = 0; j < R->nm; j++) {
-    R->m[j].fixed = rill_type_is_fixed(&R->m[j].c->field.type);
-    R->fixed &= R->m[j].fixed;
+    member_t* mb = &R->m[j];
+    mb->fixed = rill_type_is_fixed(&mb->c->field.type);
+    mb->cell = mb->fixed ? rill_type_cell_bytes(&mb->c->field.type) : -1;
+    R->fixed &= mb->fixed;
   }
   return RILL_OK;
 }
@@ -690,7 +692,8 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
       break;
     }
     if (mb->fixed || R.n == 0) {
-      int r = rill__array_prepare(mb->out, mb->c->field.type, R.n, false);
+      int r = mb->fixed ? rill__array_prepare_fixed(mb->out, &mb->c->field.type, mb->cell, R.n)
+                        : rill__array_prepare(mb->out, mb->c->field.type, R.n, false);
       if (r != RILL_OK) {
         rill_array_release(mb->out);
         rill__chunk_fail(ch, r, "column '%s': cannot allocate %lld cells (%s)", mb->c->field.name, (long long)R.n,

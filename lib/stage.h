@@ -28,6 +28,7 @@ typedef struct member {
   int gi;             /* a group's column: its index in the group (outs[gi]) */
   rill__node_t* node;
   int fixed;
+  int64_t cell;       /* fixed: bytes per cell (rill_type_cell_bytes), computed once per run */
   rill_array_t* out;  /* a split variable-length run's part: its own array; else the output */
 } member_t;
 
