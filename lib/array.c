@@ -2,7 +2,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "engine.h"
+#include "addon.h"
 
 typedef struct array_block {
   rill_array_t array;

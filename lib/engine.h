@@ -51,12 +51,6 @@ int rill__worker_index(void); /* index of the calling worker thread, -1 elsewher
 
 /* ---------------------------------------------------------------- pools (array.c) */
 
-/* The stage runner's forms of rill__array_window and rill__array_prepare (internal.h) for
- * fixed-shape cells of `cell` bytes (rill_type_cell_bytes, computed once per stage run rather
- * than once per call): the same results. */
-void rill__array_window_cells(rill_array_t* win, rill_array_priv_t* wpriv, const rill_array_t* parent, int64_t cell,
-                              int64_t start, int64_t n);
-int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length);
 
 /* ---------------------------------------------------------------- dataframes (dataframe.c) */
 
