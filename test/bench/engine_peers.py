@@ -1,5 +1,6 @@
 """Peers of bench_engine: the same int64 rows through 1/2/4/8 chained "+1" steps as a
-Python generator chain and as torch.utils.data.DataLoader(num_workers=2). Prints lines
+Python generator chain and as torch.utils.data.DataLoader(num_workers=2) (not run when its
+row count, the second argument, is 0). Prints lines
 "case=<name> maps=<k> rows=<n> ns_row=<ns per row> ns_row_stage=<ns per row per stage>"
 (a stage is the source or one step)."""
 import sys
@@ -55,6 +56,8 @@ def main():
         ns = min(generator_chain(gen_rows, maps) for _ in range(2))
         print(f"case=generator maps={maps} rows={gen_rows} ns_row={ns:.3f} ns_row_stage={ns / (maps + 1):.3f}",
               flush=True)
+    if dl_rows <= 0:
+        return
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -4,6 +4,9 @@
 # in this run over the same integers; prints ns/row/stage and ratios, and the first-row
 # latency of a trivial pipeline; then batching of a memory column (consecutive rows lent without a
 # copy, shuffled rows gathered) against memcpy.
+# rill and the generator chain are measured ROUNDS times, alternately (a machine whose load
+# changes during the run then weighs on both), and each figure is the best of its rounds;
+# DataLoader runs in the first round only.
 # Env (set by `make bench`): ROOT, BUILD. BATCHED_ROWS, ROW_ROWS, GEN_ROWS, DL_ROWS override sizes.
 set -euo pipefail
 ROOT=${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -12,22 +15,28 @@ BATCHED_ROWS=${BATCHED_ROWS:-4194304}
 ROW_ROWS=${ROW_ROWS:-500000}
 GEN_ROWS=${GEN_ROWS:-1000000}
 DL_ROWS=${DL_ROWS:-200000}
+ROUNDS=${ROUNDS:-3}
 
-out=$("$BUILD/bench/bench_engine" "$BATCHED_ROWS" "$ROW_ROWS")
-if /usr/bin/python3 -c 'import sys' 2>/dev/null; then
-  peers=$(/usr/bin/python3 "$ROOT/test/bench/engine_peers.py" "$GEN_ROWS" "$DL_ROWS")
-else
-  peers="skipped: /usr/bin/python3 not found"
-fi
-echo "$peers" | grep '^skipped' || true
+out="" peers=""
+for round in $(seq "$ROUNDS"); do
+  out=$(printf '%s\n%s' "$out" "$("$BUILD/bench/bench_engine" "$BATCHED_ROWS" "$ROW_ROWS")")
+  if /usr/bin/python3 -c 'import sys' 2>/dev/null; then
+    peers=$(printf '%s\n%s' "$peers" "$(/usr/bin/python3 "$ROOT/test/bench/engine_peers.py" "$GEN_ROWS" \
+      "$([ "$round" = 1 ] && echo "$DL_ROWS" || echo 0)")")
+  else
+    peers="skipped: /usr/bin/python3 not found"
+  fi
+done
+echo "$peers" | grep '^skipped' | sort -u || true
 
-# field <line-selector...> <field>: value of `field` in the first line holding every selector
+# field <line-selector...> <field>: the smallest value of `field` (the best round) among the
+# lines holding every selector
 get() {
   local field=${!#} line
   line=$(printf '%s\n%s\n' "$out" "$peers" | { grep -F -- "$1" || true; } )
   shift
   while [ $# -gt 1 ]; do line=$(echo "$line" | { grep -F -- " $1" || true; }); shift; done
-  echo "$line" | head -1 | tr ' ' '\n' | awk -F= -v k="$field" '$1 == k { print $2 }'
+  echo "$line" | tr ' ' '\n' | awk -F= -v k="$field" '$1 == k { print $2 }' | sort -g | head -1
 }
 
 printf '%-5s %-28s %12s %14s %10s %10s %12s\n' maps case ns/row ns/row/stage vs_Cloop vs_gen vs_DataLoader
