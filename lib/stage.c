@@ -75,8 +75,13 @@ static void clk_init(void) {
 }
 
 /* The scale for timing a new run: ns per tick, or 0 to time it with CLOCK_MONOTONIC. */
+static _Atomic int clk_ready; /* clk_init has run */
+
 static double clk_start(void) {
-  pthread_once(&clk_once, clk_init);
+  if (!atomic_load_explicit(&clk_ready, memory_order_acquire)) {
+    pthread_once(&clk_once, clk_init);
+    atomic_store_explicit(&clk_ready, 1, memory_order_release);
+  }
   return clk_tsc ? atomic_load_explicit(&clk_scale, memory_order_relaxed) : 0;
 }
 
@@ -366,8 +371,9 @@ typedef struct piece {
 /* Releases pieces[0..n): windows, and var arrays that are not the member's output. */
 static void pieces_release(run_t* R, piece_t* p, int n) {
   for (int j = 0; j < n; j++) {
-    if (R->m[j].fixed)
-      rill__array_window_release(&p[j].win);
+    if (R->m[j].fixed) {
+      if (p[j].wpriv.validity_buf) rill__array_window_release(&p[j].win); /* else it owns nothing */
+    }
     else if (p[j].a != R->m[j].out)
       rill_array_release(p[j].a);
   }
@@ -511,7 +517,8 @@ void rill__call_range(run_t* R, int64_t a, int64_t b) {
     if (rc == RILL_OK) {
       int cr = RILL_OK;
       for (int j = 0; j < nm && cr == RILL_OK; j++)
-        if (p[j].a != R->m[j].out) cr = rill__commit(R, &R->m[j], p[j].a, a, 0, k);
+        if (p[j].a != R->m[j].out && (!R->m[j].fixed || p[j].a->validity)) /* else nothing to move */
+          cr = rill__commit(R, &R->m[j], p[j].a, a, 0, k);
       pieces_release(R, p, nm);
       if (cr != RILL_OK) rill__chunk_fail(R->ch, cr, "column '%s': out of memory", R->c->field.name);
       goto out;
@@ -569,7 +576,7 @@ out:;
 static int wait_inputs(run_t* R, const rill_array_t* const* in, int nin, rill_error_t* e) {
   void* stream = R->c->opts.where == RILL_STAGE_CUDA ? rill_stream_cuda_handle(R->node->stream) : NULL;
   for (int i = 0; i < nin; i++) {
-    if (!in[i]) continue;
+    if (!in[i] || !in[i]->event) continue;
     int r = rill__event_wait(in[i]->event, stream, e);
     if (r != RILL_OK) return r;
   }
@@ -756,7 +763,7 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
     if (rill__compact_level(ch, fr->level, R.fate) != RILL_OK)
       rill__chunk_fail(ch, RILL_ENOTSUP, "column '%s': rows cannot be dropped from device arrays", col->field.name);
   }
-  rill__free(R.fate);
+  if (R.fate) rill__free(R.fate);
   return ch->rc == RILL_OK ? out : NULL;
 }
 
