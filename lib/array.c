@@ -9,12 +9,17 @@ typedef struct array_block {
   rill_array_priv_t priv;
 } array_block_t;
 
+/* A pool's idle arrays: the one released last in `hot`, taken and put back with one atomic
+ * exchange (a stage's output usually goes back and comes out again once per chunk), the others
+ * in `free_list` under the mutex, most recently released first (`hot` is in effect its head:
+ * an array displaced from `hot` goes to the list first). */
 struct rill_pool {
   _Atomic int64_t refs;        /* the owner's reference + one per array made by the pool */
   pthread_mutex_t mu;
+  _Atomic(rill_array_t*) hot;
   rill_array_t* free_list;
   rill_device_t device;
-  int closed;
+  _Atomic int closed;          /* set under the mutex; read by releases without it */
   _Atomic int64_t allocs, reuses;
 };
 
@@ -101,15 +106,25 @@ void rill_array_release(const rill_array_t* ca) {
   rill_array_t* a = (rill_array_t*)ca;
   if (atomic_fetch_sub(&a->priv->refs, 1) != 1) return;
   rill_pool_t* pool = a->priv->pool;
-  if (pool) {
+  if (pool && !atomic_load(&pool->closed)) {
     trim_var_buffer(a);
+    a->length = 0;
+    a->null_count = 0;
+    a->validity = NULL;
+    a->priv->var_cells = 0;
+    a->priv->next_free = NULL;
+    atomic_store_explicit(&a->priv->refs, 0, memory_order_relaxed); /* published by the exchange or the mutex */
+    rill_array_t* none = NULL;
+    if (atomic_compare_exchange_strong(&pool->hot, &none, a)) {
+      /* the pool closing meanwhile (it sets `closed`, then empties `hot`; both sequentially
+       * consistent, as are this exchange and load): whoever comes second frees what `hot` holds */
+      if (!atomic_load(&pool->closed)) return;
+      rill_array_t* h = atomic_exchange(&pool->hot, NULL);
+      if (h) array_destroy(h); /* may free the pool: not touched after this */
+      return;
+    }
     pthread_mutex_lock(&pool->mu);
-    if (!pool->closed) {
-      a->length = 0;
-      a->null_count = 0;
-      a->validity = NULL;
-      a->priv->var_cells = 0;
-      atomic_store_explicit(&a->priv->refs, 0, memory_order_relaxed); /* under the pool's mutex */
+    if (!atomic_load_explicit(&pool->closed, memory_order_relaxed)) {
       a->priv->next_free = pool->free_list;
       pool->free_list = a;
       pthread_mutex_unlock(&pool->mu);
@@ -143,10 +158,12 @@ static void pool_unref(rill_pool_t* pool) {
 void rill__pool_free(rill_pool_t* pool) {
   if (!pool) return;
   pthread_mutex_lock(&pool->mu);
-  pool->closed = 1;
+  atomic_store(&pool->closed, 1);
   rill_array_t* list = pool->free_list;
   pool->free_list = NULL;
   pthread_mutex_unlock(&pool->mu);
+  rill_array_t* h = atomic_exchange(&pool->hot, NULL);
+  if (h) array_destroy(h);
   while (list) {
     rill_array_t* next = list->priv->next_free;
     array_destroy(list); /* drops the array's pool reference */
@@ -155,8 +172,21 @@ void rill__pool_free(rill_pool_t* pool) {
   pool_unref(pool);
 }
 
+/* A close fit: what the list scan below stops at. */
+static int close_fit(int64_t cap, int64_t bytes) { return bytes < 0 || (cap >= bytes && cap - bytes <= bytes / 4); }
+
 int rill__pool_acquire_fit(rill_pool_t* pool, int64_t bytes, rill_array_t** out) {
+  rill_array_t* h = atomic_exchange(&pool->hot, NULL);
+  if (h && close_fit(h->priv->data_cap, bytes)) {
+    atomic_store_explicit(&h->priv->refs, 1, memory_order_relaxed); /* ours alone now */
+    *out = h;
+    return RILL_OK;
+  }
   pthread_mutex_lock(&pool->mu);
+  if (h) { /* the list's head after all: scanned with the others */
+    h->priv->next_free = pool->free_list;
+    pool->free_list = h;
+  }
   rill_array_t* a = pool->free_list;
   rill_array_t** link = &pool->free_list;
   if (a && bytes >= 0) {
