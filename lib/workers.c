@@ -21,11 +21,7 @@
  * A waiter of a pool with threads polls a few times (WAIT_SPINS rounds of a short pause,
  * releasing the mutex in between) before it sleeps: a chunk whose work takes microseconds
  * then comes back without a futex sleep and wake-up on either side. The spin is bounded per
- * call, so an oversubscribed machine loses at most a few microseconds per wait.
- *
- * Freeing a pool does not wait for its threads to end (joining them cost tens of microseconds
- * per iterator, more than a cheap pipeline's whole iteration of a few thousand rows): the
- * threads are detached, run what is still queued, and the last one to leave frees the pool. */
+ * call, so an oversubscribed machine loses at most a few microseconds per wait. */
 #include <pthread.h>
 
 #include "engine.h"
@@ -42,8 +38,7 @@ struct rill__workers {
   rill__task_t* last; /* the task inserted last (a hint for runs of equal priority) */
   int stop;
   int nthreads;
-  int attached; /* threads not ended yet */
-  int freed;    /* rill__workers_free was called: the last thread to leave frees the pool */
+  pthread_t* threads;
 };
 
 enum { WAIT_SPINS = 20, SPIN_PAUSES = 64 };
@@ -103,13 +98,6 @@ static void run_locked(rill__workers_t* w, rill__task_t* t) {
   if (--g->pending == 0 && w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
 }
 
-static void pool_destroy(rill__workers_t* w) {
-  pthread_cond_destroy(&w->done_cv);
-  pthread_cond_destroy(&w->work_cv);
-  pthread_mutex_destroy(&w->mu);
-  rill__free(w);
-}
-
 static void* worker_main(void* arg) {
   worker_start_t* s = arg;
   rill__workers_t* w = s->w;
@@ -127,9 +115,7 @@ static void* worker_main(void* arg) {
     pthread_cond_wait(&w->work_cv, &w->mu);
     w->idle--;
   }
-  int last = --w->attached == 0; /* stop is only set by rill__workers_free */
   pthread_mutex_unlock(&w->mu);
-  if (last) pool_destroy(w);
   return NULL;
 }
 
@@ -137,11 +123,14 @@ void rill__workers_free(rill__workers_t* w) {
   if (!w) return;
   pthread_mutex_lock(&w->mu);
   w->stop = 1;
-  w->freed = 1;
-  int none = w->attached == 0;
   pthread_cond_broadcast(&w->work_cv);
   pthread_mutex_unlock(&w->mu);
-  if (none) pool_destroy(w); /* else its last thread does */
+  for (int i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
+  pthread_cond_destroy(&w->done_cv);
+  pthread_cond_destroy(&w->work_cv);
+  pthread_mutex_destroy(&w->mu);
+  rill__free(w->threads);
+  rill__free(w);
 }
 
 int rill__workers_new(int nthreads, rill__workers_t** out) {
@@ -163,36 +152,28 @@ int rill__workers_new(int nthreads, rill__workers_t** out) {
     rill__free(w);
     return RILL_ENOMEM;
   }
-  pthread_attr_t attr;
-  if (nthreads > 0 && (pthread_attr_init(&attr) != 0 || pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0)) {
-    rill__workers_free(w);
-    return RILL_ENOMEM;
+  if (nthreads > 0) {
+    w->threads = rill__calloc((size_t)nthreads, sizeof *w->threads);
+    if (!w->threads) {
+      rill__workers_free(w);
+      return RILL_ENOMEM;
+    }
   }
   for (int i = 0; i < nthreads; i++) {
     worker_start_t* s = rill__alloc(sizeof *s);
     if (!s) {
-      pthread_attr_destroy(&attr);
       rill__workers_free(w);
       return RILL_ENOMEM;
     }
     s->w = w;
     s->index = i;
-    pthread_t tid;
-    pthread_mutex_lock(&w->mu); /* counted before the thread can end */
-    w->attached++;
-    pthread_mutex_unlock(&w->mu);
-    if (pthread_create(&tid, &attr, worker_main, s) != 0) {
-      pthread_mutex_lock(&w->mu);
-      w->attached--;
-      pthread_mutex_unlock(&w->mu);
+    if (pthread_create(&w->threads[i], NULL, worker_main, s) != 0) {
       rill__free(s);
-      pthread_attr_destroy(&attr);
       rill__workers_free(w);
       return RILL_ENOMEM;
     }
     w->nthreads = i + 1;
   }
-  if (nthreads > 0) pthread_attr_destroy(&attr);
   *out = w;
   return RILL_OK;
 }
