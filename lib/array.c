@@ -9,12 +9,17 @@ typedef struct array_block {
   rill_array_priv_t priv;
 } array_block_t;
 
+/* A pool's idle arrays: the one released last in `hot`, taken and put back with one atomic
+ * exchange (a stage's output usually goes back and comes out again once per chunk), the others
+ * in `free_list` under the mutex, most recently released first (`hot` is in effect its head:
+ * an array displaced from `hot` goes to the list first). */
 struct rill_pool {
   _Atomic int64_t refs;        /* the owner's reference + one per array made by the pool */
   pthread_mutex_t mu;
+  _Atomic(rill_array_t*) hot;
   rill_array_t* free_list;
   rill_device_t device;
-  int closed;
+  _Atomic int closed;          /* set under the mutex; read by releases without it */
   _Atomic int64_t allocs, reuses;
 };
 
@@ -101,15 +106,25 @@ void rill_array_release(const rill_array_t* ca) {
   rill_array_t* a = (rill_array_t*)ca;
   if (atomic_fetch_sub(&a->priv->refs, 1) != 1) return;
   rill_pool_t* pool = a->priv->pool;
-  if (pool) {
+  if (pool && !atomic_load(&pool->closed)) {
     trim_var_buffer(a);
+    a->length = 0;
+    a->null_count = 0;
+    a->validity = NULL;
+    a->priv->var_cells = 0;
+    a->priv->next_free = NULL;
+    atomic_store_explicit(&a->priv->refs, 0, memory_order_relaxed); /* published by the exchange or the mutex */
+    rill_array_t* none = NULL;
+    if (atomic_compare_exchange_strong(&pool->hot, &none, a)) {
+      /* the pool closing meanwhile (it sets `closed`, then empties `hot`; both sequentially
+       * consistent, as are this exchange and load): whoever comes second frees what `hot` holds */
+      if (!atomic_load(&pool->closed)) return;
+      rill_array_t* h = atomic_exchange(&pool->hot, NULL);
+      if (h) array_destroy(h); /* may free the pool: not touched after this */
+      return;
+    }
     pthread_mutex_lock(&pool->mu);
-    if (!pool->closed) {
-      a->length = 0;
-      a->null_count = 0;
-      a->validity = NULL;
-      a->priv->var_cells = 0;
-      atomic_store(&a->priv->refs, 0);
+    if (!atomic_load_explicit(&pool->closed, memory_order_relaxed)) {
       a->priv->next_free = pool->free_list;
       pool->free_list = a;
       pthread_mutex_unlock(&pool->mu);
@@ -143,10 +158,12 @@ static void pool_unref(rill_pool_t* pool) {
 void rill__pool_free(rill_pool_t* pool) {
   if (!pool) return;
   pthread_mutex_lock(&pool->mu);
-  pool->closed = 1;
+  atomic_store(&pool->closed, 1);
   rill_array_t* list = pool->free_list;
   pool->free_list = NULL;
   pthread_mutex_unlock(&pool->mu);
+  rill_array_t* h = atomic_exchange(&pool->hot, NULL);
+  if (h) array_destroy(h);
   while (list) {
     rill_array_t* next = list->priv->next_free;
     array_destroy(list); /* drops the array's pool reference */
@@ -155,8 +172,21 @@ void rill__pool_free(rill_pool_t* pool) {
   pool_unref(pool);
 }
 
+/* A close fit: what the list scan below stops at. */
+static int close_fit(int64_t cap, int64_t bytes) { return bytes < 0 || (cap >= bytes && cap - bytes <= bytes / 4); }
+
 int rill__pool_acquire_fit(rill_pool_t* pool, int64_t bytes, rill_array_t** out) {
+  rill_array_t* h = atomic_exchange(&pool->hot, NULL);
+  if (h && close_fit(h->priv->data_cap, bytes)) {
+    atomic_store_explicit(&h->priv->refs, 1, memory_order_relaxed); /* ours alone now */
+    *out = h;
+    return RILL_OK;
+  }
   pthread_mutex_lock(&pool->mu);
+  if (h) { /* the list's head after all: scanned with the others */
+    h->priv->next_free = pool->free_list;
+    pool->free_list = h;
+  }
   rill_array_t* a = pool->free_list;
   rill_array_t** link = &pool->free_list;
   if (a && bytes >= 0) {
@@ -176,7 +206,7 @@ int rill__pool_acquire_fit(rill_pool_t* pool, int64_t bytes, rill_array_t** out)
   pthread_mutex_unlock(&pool->mu);
   if (a) {
     a->priv->next_free = NULL;
-    atomic_store(&a->priv->refs, 1);
+    atomic_store_explicit(&a->priv->refs, 1, memory_order_relaxed); /* ours alone now */
     *out = a;
     return RILL_OK;
   }
@@ -227,6 +257,43 @@ static int grow(rill_device_t dev, void** buf, int64_t* cap, int64_t need, int64
 
 static int mul_overflow(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
+/* The end of a successful rill__array_prepare. */
+static void prepared(rill_array_t* a, const rill_type_t* type, int64_t length, int allocated) {
+  rill_array_priv_t* p = a->priv;
+  a->type = *type;
+  a->length = length;
+  a->validity = NULL;
+  a->null_count = 0;
+  p->var_cells = 0;
+  if (p->pool) atomic_fetch_add_explicit(allocated ? &p->pool->allocs : &p->pool->reuses, 1, memory_order_relaxed);
+}
+
+/* Fixed cells of `cell` bytes (>= 0; the type is valid and fixed): data for `length` cells. */
+static int prepare_fixed(rill_array_t* a, int64_t cell, int64_t length, bool zero, int* allocated) {
+  rill_array_priv_t* p = a->priv;
+  int64_t bytes;
+  if (cell < 0 || mul_overflow(cell, length, &bytes)) return RILL_ERANGE;
+  void* b = p->data_buf;
+  int r = grow(a->device, &b, &p->data_cap, bytes, 0);
+  if (r < 0) return r;
+  p->data_buf = b;
+  *allocated = r;
+  if (zero && bytes && rill__device_is_host(a->device)) memset(p->data_buf, 0, (size_t)bytes);
+  a->offsets = NULL;
+  a->shapes = NULL;
+  a->data = p->data_buf;
+  a->data_size = bytes;
+  return RILL_OK;
+}
+
+int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length) {
+  if (length < 0 || (a->priv->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT))) return RILL_EINVAL;
+  int allocated = 0, r = prepare_fixed(a, cell, length, false, &allocated);
+  if (r != RILL_OK) return r;
+  prepared(a, type, length, allocated);
+  return RILL_OK;
+}
+
 int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool zero) {
   rill_array_priv_t* p = a->priv;
   if (!rill__type_valid(&type) || length < 0 || (p->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT)))
@@ -235,17 +302,7 @@ int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool 
   int allocated = 0, r;
   void* b;
   if (rill_type_is_fixed(&type)) {
-    int64_t bytes, cell = rill_type_cell_bytes(&type);
-    if (cell < 0 || mul_overflow(cell, length, &bytes)) return RILL_ERANGE;
-    b = p->data_buf;
-    if ((r = grow(a->device, &b, &p->data_cap, bytes, 0)) < 0) return r;
-    p->data_buf = b;
-    allocated |= r;
-    if (zero && host && bytes) memset(p->data_buf, 0, (size_t)bytes);
-    a->offsets = NULL;
-    a->shapes = NULL;
-    a->data = p->data_buf;
-    a->data_size = bytes;
+    if ((r = prepare_fixed(a, rill_type_cell_bytes(&type), length, zero, &allocated)) != RILL_OK) return r;
   } else {
     if (!host) return RILL_ENOTSUP; /* variable cells live in host memory */
     int64_t obytes, sbytes = 0;
@@ -268,12 +325,7 @@ int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool 
     a->data = p->data_buf;
     a->data_size = 0;
   }
-  a->type = type;
-  a->length = length;
-  a->validity = NULL;
-  a->null_count = 0;
-  p->var_cells = 0;
-  if (p->pool) atomic_fetch_add(allocated ? &p->pool->allocs : &p->pool->reuses, 1);
+  prepared(a, &type, length, allocated);
   return RILL_OK;
 }
 
@@ -292,18 +344,48 @@ int rill__array_ensure_validity(rill_array_t* a) {
   return RILL_OK;
 }
 
+/* Field by field rather than two memsets: those compile to `rep stos`, whose start-up cost
+ * shows in every call of a cheap stage (one window per fixed output per call). The sizes
+ * below (64-bit targets) catch a field added to either struct and not set here. */
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(rill_array_priv_t) == 8 * sizeof(int64_t) + 9 * sizeof(void*), "rill__array_window sets every field");
+_Static_assert(sizeof(rill_array_t) == sizeof(rill_type_t) + 3 * sizeof(int64_t) + 6 * sizeof(void*) + sizeof(rill_device_t),
+               "rill__array_window sets every field");
+#endif
 void rill__array_window(rill_array_t* win, rill_array_priv_t* wpriv, const rill_array_t* parent,
                         int64_t start, int64_t n) {
-  memset(wpriv, 0, sizeof *wpriv);
+  rill__array_window_cells(win, wpriv, parent, rill_type_cell_bytes(&parent->type), start, n);
+}
+
+void rill__array_window_cells(rill_array_t* win, rill_array_priv_t* wpriv, const rill_array_t* parent, int64_t cell,
+                              int64_t start, int64_t n) {
   atomic_init(&wpriv->refs, 1);
   wpriv->flags = RILL__ARRAY_SLOT;
-  memset(win, 0, sizeof *win);
+  wpriv->pool = NULL;
+  wpriv->release = NULL;
+  wpriv->release_ctx = NULL;
+  wpriv->parent = NULL;
+  wpriv->data_buf = NULL;
+  wpriv->data_cap = 0;
+  wpriv->validity_buf = NULL;
+  wpriv->validity_cap = 0;
+  wpriv->offsets_buf = NULL;
+  wpriv->offsets_cap = 0;
+  wpriv->shapes_buf = NULL;
+  wpriv->shapes_cap = 0;
+  wpriv->var_cells = 0;
+  wpriv->next_free = NULL;
+  wpriv->engine = NULL;
   win->type = parent->type;
   win->length = n;
-  win->device = parent->device;
-  int64_t cell = rill_type_cell_bytes(&parent->type);
+  win->null_count = 0;
+  win->validity = NULL;
+  win->offsets = NULL;
+  win->shapes = NULL;
   win->data = (uint8_t*)parent->data + start * (cell > 0 ? cell : 0);
   win->data_size = n * (cell > 0 ? cell : 0);
+  win->device = parent->device;
+  win->event = NULL;
   win->priv = wpriv;
 }
 

@@ -27,23 +27,55 @@ static int ensure_i64(int64_t** buf, int64_t* cap, int64_t n) {
   return RILL_OK;
 }
 
+/* rows[i] = seq + i for i in [0, n): 32-byte vector stores (two SSE2 stores where AVX2 is
+ * missing). This runs for every row of every chunk whose source is called. */
+typedef int64_t v4i64 __attribute__((vector_size(32)));
+#define IOTA_BODY                                                                     \
+  int64_t i = 0;                                                                      \
+  if (n >= 16) {                                                                      \
+    v4i64 v = {seq, seq + 1, seq + 2, seq + 3};                                       \
+    const v4i64 four = {4, 4, 4, 4}, eight = {8, 8, 8, 8}, twelve = {12, 12, 12, 12}; \
+    const v4i64 step = {16, 16, 16, 16};                                              \
+    for (; i + 16 <= n; i += 16) {                                                    \
+      v4i64 a = v, b = v + four, c = v + eight, d = v + twelve;                       \
+      __builtin_memcpy(rows + i, &a, sizeof a);                                       \
+      __builtin_memcpy(rows + i + 4, &b, sizeof b);                                   \
+      __builtin_memcpy(rows + i + 8, &c, sizeof c);                                   \
+      __builtin_memcpy(rows + i + 12, &d, sizeof d);                                  \
+      v += step;                                                                      \
+    }                                                                                 \
+  }                                                                                   \
+  for (; i < n; i++) rows[i] = seq + i;
+
+static void iota_generic(int64_t* rows, int64_t seq, int64_t n) { IOTA_BODY }
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+__attribute__((target("avx2"))) static void iota_avx2(int64_t* rows, int64_t seq, int64_t n) { IOTA_BODY }
+#endif
+#undef IOTA_BODY
+
+static void iota(int64_t* rows, int64_t seq, int64_t n) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+  static _Atomic int avx2 = -1; /* -1: not probed yet */
+  int have = atomic_load_explicit(&avx2, memory_order_relaxed);
+  if (have < 0) {
+    __builtin_cpu_init();
+    have = __builtin_cpu_supports("avx2") ? 1 : 0;
+    atomic_store_explicit(&avx2, have, memory_order_relaxed);
+  }
+  if (have) {
+    iota_avx2(rows, seq, n);
+    return;
+  }
+#endif
+  iota_generic(rows, seq, n);
+}
+
 /* Writes the row ids of frame `f` when they were left implied by f->seq. */
 int rill__frame_rows(rill__chunk_t* ch, rill__frame_t* f) {
   if (f->rows_ok) return RILL_OK;
   int64_t n = ch->level_n[f->level];
   if (ensure_i64(&f->rows, &f->rows_cap, n) != RILL_OK) return RILL_ENOMEM;
-  /* locals (a store through rows could alias f->seq) and four ids per step: this runs for
-   * every row of every chunk */
-  int64_t* rows = f->rows;
-  const int64_t seq = f->seq;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    rows[i] = seq + i;
-    rows[i + 1] = seq + i + 1;
-    rows[i + 2] = seq + i + 2;
-    rows[i + 3] = seq + i + 3;
-  }
-  for (; i < n; i++) rows[i] = seq + i;
+  iota(f->rows, f->seq, n);
   f->rows_ok = 1;
   return RILL_OK;
 }
@@ -111,7 +143,7 @@ void rill__chunk_release(rill__chunk_t* ch) {
   ch->m = 0;
   ch->nrerr = 0;
   ch->rc = RILL_OK;
-  atomic_store(&ch->failed, 0);
+  atomic_store_explicit(&ch->failed, 0, memory_order_relaxed);
 }
 
 void rill__chunk_destroy(rill__chunk_t* ch) {
@@ -195,9 +227,10 @@ static int cmp_rowerr(const void* a, const void* b) {
 void rill__chunk_eval(rill__chunk_t* ch) {
   rill_iter_t* it = ch->it;
   ch->rc = RILL_OK;
-  atomic_store(&ch->failed, 0);
+  atomic_store_explicit(&ch->failed, 0, memory_order_relaxed); /* published with the chunk's tasks */
   ch->nrerr = 0;
   ch->skipped = ch->nulled = 0;
+  ch->st_ns = ch->st_calls = 0;
   ch->m = 0;
   ch->reqcol = it->nreq > 0 ? it->req[0] : 0;
   if (setup_frames(ch) != RILL_OK) {
@@ -218,6 +251,10 @@ void rill__chunk_eval(rill__chunk_t* ch) {
       ch->top = ch->frames[0].rows;
       if (ch->nrerr > 1) qsort(ch->rerr, (size_t)ch->nrerr, sizeof *ch->rerr, cmp_rowerr);
     }
+  }
+  if (ch->st_calls) { /* shared by every chunk in flight: two atomic additions per chunk */
+    atomic_fetch_add_explicit(&it->st_compute, ch->st_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&it->st_calls, ch->st_calls, memory_order_relaxed);
   }
   for (int d = 0; d < ch->nframes; d++) {
     rill__frame_t* f = &ch->frames[d];

@@ -90,6 +90,12 @@ int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool 
  * counted (priv points to `wpriv`, supplied by the caller). */
 void rill__array_window(rill_array_t* win, rill_array_priv_t* wpriv, const rill_array_t* parent,
                         int64_t start, int64_t n);
+/* rill__array_window and, for a fixed-shape `type`, rill__array_prepare (not zeroed) with the
+ * cells' size in bytes given (`cell`: rill_type_cell_bytes of the type, which the stage runner
+ * computes once per stage run rather than once per call). */
+void rill__array_window_cells(rill_array_t* win, rill_array_priv_t* wpriv, const rill_array_t* parent, int64_t cell,
+                              int64_t start, int64_t n);
+int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length);
 /* Frees what a window owns (its validity bitmap); the parent's buffers are untouched. */
 void rill__array_window_release(rill_array_t* win);
 /* Ensures a validity bitmap exists for `a` (all valid). */

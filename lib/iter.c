@@ -117,9 +117,10 @@ static uint64_t fingerprint(const rill_iter_t* it) {
 
 /* Evaluates a slot's chunk and records how long it took (the hand-off decision). */
 static void slot_eval(rill__slot_t* s) {
-  int64_t t0 = rill__now_ns();
+  rill__stopwatch_t sw;
+  rill__stopwatch_start(&sw);
   rill__chunk_eval(&s->chunk);
-  atomic_store_explicit(&s->chunk.it->chunk_ns, rill__now_ns() - t0, memory_order_relaxed);
+  atomic_store_explicit(&s->chunk.it->chunk_ns, rill__stopwatch_ns(&sw), memory_order_relaxed);
 }
 
 static void slot_main(void* arg) { slot_eval(arg); }
@@ -457,9 +458,10 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
     schedule(it);
     if (it->inflight == 0) return RILL_END;
     rill__slot_t* s = &it->slots[it->head];
-    int64_t t0 = rill__now_ns();
+    rill__stopwatch_t sw;
+    rill__stopwatch_start(&sw);
     wait_slot(it, s);
-    it->st.wait_ns += rill__now_ns() - t0;
+    it->st.wait_ns += rill__stopwatch_ns(&sw);
     it->cur_active = 1;
     it->pos_r = it->pos_e = 0;
     it->st.skipped += s->chunk.skipped;

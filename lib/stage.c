@@ -17,13 +17,118 @@ enum { FATE_OK = 0, FATE_NULL, FATE_SKIP, FATE_RAISE };
 
 static const char* col_name(const rill_df_t* df, int c) { return df->cols[c]->field.name; }
 
+/* ---------------------------------------------------------------- stage clock */
+
+/* Stage calls are timed (the iterator's compute_ns, and each node's cost per row, which
+ * picks the task grain) with the CPU's time-stamp counter where it ticks at a constant rate
+ * (x86 "invariant TSC"): reading it costs well under half of a clock_gettime, and a cheap
+ * stage is timed twice per call. Ticks become nanoseconds at the rate measured against
+ * CLOCK_MONOTONIC since the first stage run; the rate is measured again at doubling
+ * intervals (the first after ~2^20 ticks), and until it is first known, and on other CPUs,
+ * calls are timed with CLOCK_MONOTONIC itself. */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#define CLK_TSC 1
+#else
+#define CLK_TSC 0
+#endif
+
+static pthread_once_t clk_once = PTHREAD_ONCE_INIT;
+static int clk_tsc;                /* the TSC is used (set once) */
+static int64_t clk_tsc0, clk_ns0;  /* the base reading of both clocks (set once) */
+static _Atomic double clk_scale;   /* ns per tick; 0 until first measured */
+static _Atomic int64_t clk_next;   /* TSC reading at which the rate is measured again */
+
+static inline int64_t clk_ticks(void) {
+#if CLK_TSC
+  return (int64_t)__rdtsc();
+#else
+  return 0;
+#endif
+}
+
+/* A reading of both clocks taken together: the tightest of a few tries (a thread preempted
+ * between the reads would skew the rate); returns the ticks the bracket spans. */
+static int64_t clk_pair(int64_t* ns, int64_t* ticks) {
+  int64_t width = INT64_MAX;
+  for (int k = 0; k < 4; k++) {
+    int64_t a = clk_ticks(), n = rill__now_ns(), b = clk_ticks();
+    if (b - a < width) {
+      width = b - a;
+      *ns = n;
+      *ticks = a + (b - a) / 2;
+    }
+  }
+  return width;
+}
+
+static void clk_init(void) {
+#if CLK_TSC
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return;
+  if (!__get_cpuid(0x80000007u, &a, &b, &c, &d) || !(d & (1u << 8))) return; /* invariant TSC */
+  clk_pair(&clk_ns0, &clk_tsc0);
+  atomic_store(&clk_next, clk_tsc0 + ((int64_t)1 << 20));
+  clk_tsc = 1;
+#endif
+}
+
+/* The scale for timing a new run: ns per tick, or 0 to time it with CLOCK_MONOTONIC. */
+static _Atomic int clk_ready; /* clk_init has run */
+
+static double clk_start(void) {
+  if (!atomic_load_explicit(&clk_ready, memory_order_acquire)) {
+    pthread_once(&clk_once, clk_init);
+    atomic_store_explicit(&clk_ready, 1, memory_order_release);
+  }
+  return clk_tsc ? atomic_load_explicit(&clk_scale, memory_order_relaxed) : 0;
+}
+
+/* Measures the rate again when due; `t`: a TSC reading the caller has just taken. Any thread,
+ * any number at once. */
+static void clk_refresh(int64_t t) {
+  if (!clk_tsc) return;
+  int64_t next = atomic_load_explicit(&clk_next, memory_order_relaxed);
+  if (t < next || !atomic_compare_exchange_strong(&clk_next, &next, t + (t - clk_tsc0))) return;
+  int64_t ns = 0, ticks = 0, width = clk_pair(&ns, &ticks);
+  /* the bracket within 1/1024 of the interval (else the next measurement will do) */
+  if (ns > clk_ns0 && ticks > clk_tsc0 && width <= (ticks - clk_tsc0) / 1024)
+    atomic_store_explicit(&clk_scale, (double)(ns - clk_ns0) / (double)(ticks - clk_tsc0), memory_order_relaxed);
+}
+
+/* A reading of the run's clock: ticks when scale > 0, else nanoseconds. */
+static inline int64_t clk_now(double scale) { return scale > 0 ? clk_ticks() : rill__now_ns(); }
+
+void rill__stopwatch_start(rill__stopwatch_t* sw) {
+  sw->scale = clk_start();
+  sw->t0 = clk_now(sw->scale);
+}
+
+/* Also where the rate is measured again (every chunk is timed), with the reading at hand. */
+int64_t rill__stopwatch_ns(const rill__stopwatch_t* sw) {
+  int64_t t = clk_now(sw->scale), dt = t - sw->t0;
+  clk_refresh(sw->scale > 0 ? t : clk_ticks());
+  if (dt < 0) return 0; /* a thread moved to a CPU whose counter lags */
+  return sw->scale > 0 ? (int64_t)((double)dt * sw->scale) : dt;
+}
+
+
+/* The run's mutex guards what its call ranges share (fate, counters, fixed outputs' validity)
+ * when they run at once; a run on one thread has no mutex (tasks.c makes it). */
+static inline void run_lock(run_t* T) {
+  if (T->parallel) pthread_mutex_lock(&T->mu);
+}
+static inline void run_unlock(run_t* T) {
+  if (T->parallel) pthread_mutex_unlock(&T->mu);
+}
 
 void rill__exec_count_nulled(rill_exec_t* exec, int64_t n) {
   if (!exec || !exec->run || n <= 0) return;
   run_t* T = exec->run->top;
-  pthread_mutex_lock(&T->mu);
+  run_lock(T);
   T->nulled += n;
-  pthread_mutex_unlock(&T->mu);
+  run_unlock(T);
 }
 
 typedef struct inview {
@@ -142,9 +247,9 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e, const uint8_
       if (cb > 0) memset((uint8_t*)mb->out->data + g * cb, 0, (size_t)cb);
     }
     if (policy != RILL_ON_ERROR_NULL) continue;
-    pthread_mutex_lock(&T->mu);
+    run_lock(T);
     int r = rill_array_set_null(mb->out, mb->fixed ? g : idx);
-    pthread_mutex_unlock(&T->mu);
+    run_unlock(T);
     if (r != RILL_OK) {
       rill__chunk_fail(ch, RILL_ENOMEM, "column '%s': cannot make cell null (out of memory or device memory)",
                  mb->c->field.name);
@@ -152,16 +257,16 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e, const uint8_
     }
     nnull++;
   }
-  pthread_mutex_lock(&T->mu);
+  run_lock(T);
   if (policy == RILL_ON_ERROR_NULL) {
     T->nulled += nnull;
-    pthread_mutex_unlock(&T->mu);
+    run_unlock(T);
     return;
   }
   if (!T->fate) {
     T->fate = rill__calloc((size_t)T->n, 1);
     if (!T->fate) {
-      pthread_mutex_unlock(&T->mu);
+      run_unlock(T);
       rill__chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
       return;
     }
@@ -179,7 +284,7 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e, const uint8_
         rill__rowerr_t* nr = rill__realloc(ch->rerr, sizeof *nr * (size_t)ch->rerr_cap, sizeof *nr * (size_t)ncap);
         if (!nr) {
           pthread_mutex_unlock(&ch->mu);
-          pthread_mutex_unlock(&T->mu);
+          run_unlock(T);
           rill__chunk_fail(ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
           return;
         }
@@ -196,7 +301,7 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e, const uint8_
       format_cell_error(T, g, stage, e, &T->fail_err);
     }
   }
-  pthread_mutex_unlock(&T->mu);
+  run_unlock(T);
 }
 
 /* Moves cells [s, s+k) of `piece` (a window over a fixed output, or a var array) into the
@@ -204,13 +309,13 @@ static void cell_fail(run_t* R, int64_t idx, const rill_error_t* e, const uint8_
 int rill__commit(run_t* R, member_t* mb, rill_array_t* piece, int64_t a, int64_t s, int64_t k) {
   if (mb->fixed) {
     if (piece->validity) {
-      pthread_mutex_lock(&R->top->mu);
+      run_lock(R->top);
       for (int64_t j = s; j < s + k; j++)
         if (!rill__bit_get(piece->validity, j) && rill_array_set_null(mb->out, R->base + a + j) != RILL_OK) {
-          pthread_mutex_unlock(&R->top->mu);
+          run_unlock(R->top);
           return RILL_ENOMEM;
         }
-      pthread_mutex_unlock(&R->top->mu);
+      run_unlock(R->top);
     }
     return RILL_OK;
   }
@@ -230,7 +335,7 @@ static int piece_ok(const member_t* mb, const rill_array_t* piece, int64_t k) {
 
 /* Data bytes that k cells of the output are expected to take. */
 int64_t rill__expect_bytes(const member_t* mb, int64_t k) {
-  int64_t per = mb->fixed ? rill_type_cell_bytes(&mb->c->field.type) : atomic_load(&mb->node->bytes_per_row);
+  int64_t per = mb->fixed ? mb->cell : atomic_load_explicit(&mb->node->bytes_per_row, memory_order_relaxed);
   int64_t b;
   if (per < 0 || __builtin_mul_overflow(per, k, &b)) return 0;
   return b;
@@ -266,8 +371,9 @@ typedef struct piece {
 /* Releases pieces[0..n): windows, and var arrays that are not the member's output. */
 static void pieces_release(run_t* R, piece_t* p, int n) {
   for (int j = 0; j < n; j++) {
-    if (R->m[j].fixed)
-      rill__array_window_release(&p[j].win);
+    if (R->m[j].fixed) {
+      if (p[j].wpriv.validity_buf) rill__array_window_release(&p[j].win); /* else it owns nothing */
+    }
     else if (p[j].a != R->m[j].out)
       rill_array_release(p[j].a);
   }
@@ -293,8 +399,9 @@ static int var_detach(run_t* R, piece_t* p) {
   return RILL_OK;
 }
 
-/* One call of the stage function for cells [a, b); returns the status and fills e. */
-static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e) {
+/* One call of the stage function for cells [a, b); returns the status and fills e, and adds
+ * the time the function took (the run's clock) to *spent. */
+static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e, int64_t* spent) {
   rill__chunk_t* ch = R->ch;
   int64_t k = b - a;
   rill_exec_t ex = {.rows = R->fr->rows + R->base + a, .n = k, .first = a, .epoch = ch->epoch,
@@ -328,7 +435,8 @@ static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e) {
     pthread_mutex_t* serial = NULL;
     if (R->c->opts.where == RILL_STAGE_CPU_SERIAL) serial = R->group ? &R->group->serial : &R->c->serial;
     if (serial) pthread_mutex_lock(serial);
-    int64_t t0 = rill__now_ns();
+    const double scale = R->top->scale;
+    int64_t t0 = clk_now(scale);
     if (R->group) {
       int nouts = R->group->n;
       rill_array_t* outs[nouts];
@@ -342,10 +450,9 @@ static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e) {
     } else {
       rc = R->c->reduce(group, p[0].a, &ex, R->c->ctx, e);
     }
-    int64_t dt = rill__now_ns() - t0;
+    int64_t dt = clk_now(scale) - t0;
     if (serial) pthread_mutex_unlock(serial);
-    atomic_fetch_add_explicit(&R->top->ns, dt, memory_order_relaxed);
-    atomic_fetch_add_explicit(&R->top->calls, 1, memory_order_relaxed);
+    *spent += dt > 0 ? dt : 0; /* a thread moved to a CPU whose counter lags: not negative */
     if (rc > 0) {
       rill_error_set(e, RILL_ESTAGE, "the stage function returned status %d", rc);
       rc = RILL_ESTAGE;
@@ -382,6 +489,7 @@ void rill__call_range(run_t* R, int64_t a, int64_t b) {
     rill__chunk_fail(R->ch, RILL_ENOMEM, "column '%s': out of memory", R->c->field.name);
     return;
   }
+  int64_t spent = 0, calls = 0; /* added to the top run once, not per call */
   while (a < b && !rill__chunk_failed(R->ch)) {
     int64_t k = b - a;
     int direct = R->out_direct && a == 0 && b == R->n;
@@ -389,7 +497,7 @@ void rill__call_range(run_t* R, int64_t a, int64_t b) {
     for (; made < nm; made++) {
       member_t* mb = &R->m[made];
       if (mb->fixed) {
-        rill__array_window(&p[made].win, &p[made].wpriv, mb->out, R->base + a, k);
+        rill__array_window_cells(&p[made].win, &p[made].wpriv, mb->out, mb->cell, R->base + a, k);
         p[made].a = &p[made].win;
       } else if (direct) {
         p[made].a = mb->out;
@@ -404,11 +512,13 @@ void rill__call_range(run_t* R, int64_t a, int64_t b) {
       }
     }
     rill_error_t e;
-    int rc = invoke(R, a, b, p, &e);
+    int rc = invoke(R, a, b, p, &e, &spent);
+    calls++;
     if (rc == RILL_OK) {
       int cr = RILL_OK;
       for (int j = 0; j < nm && cr == RILL_OK; j++)
-        if (p[j].a != R->m[j].out) cr = rill__commit(R, &R->m[j], p[j].a, a, 0, k);
+        if (p[j].a != R->m[j].out && (!R->m[j].fixed || p[j].a->validity)) /* else nothing to move */
+          cr = rill__commit(R, &R->m[j], p[j].a, a, 0, k);
       pieces_release(R, p, nm);
       if (cr != RILL_OK) rill__chunk_fail(R->ch, cr, "column '%s': out of memory", R->c->field.name);
       goto out;
@@ -449,7 +559,16 @@ void rill__call_range(run_t* R, int64_t a, int64_t b) {
     cell_fail(R, a + i, &e, filled);
     a += i + 1;
   }
-out:
+out:;
+  run_t* T = R->top;
+  if (calls && T->parallel) {
+    atomic_fetch_add_explicit(&T->ns, spent, memory_order_relaxed);
+    atomic_fetch_add_explicit(&T->calls, calls, memory_order_relaxed);
+  } else if (calls) { /* the run's only thread: no locked instruction */
+    atomic_store_explicit(&T->ns, atomic_load_explicit(&T->ns, memory_order_relaxed) + spent, memory_order_relaxed);
+    atomic_store_explicit(&T->calls, atomic_load_explicit(&T->calls, memory_order_relaxed) + calls,
+                          memory_order_relaxed);
+  }
   if (p != &one) rill__free(p);
   rill__free(filled);
 }
@@ -457,7 +576,7 @@ out:
 static int wait_inputs(run_t* R, const rill_array_t* const* in, int nin, rill_error_t* e) {
   void* stream = R->c->opts.where == RILL_STAGE_CUDA ? rill_stream_cuda_handle(R->node->stream) : NULL;
   for (int i = 0; i < nin; i++) {
-    if (!in[i]) continue;
+    if (!in[i] || !in[i]->event) continue;
     int r = rill__event_wait(in[i]->event, stream, e);
     if (r != RILL_OK) return r;
   }
@@ -511,8 +630,10 @@ static int run_members(run_t* R, rill__chunk_t* ch, int d, int c) {
         R->m[R->nm++] = (member_t){.c = fr->df->cols[k], .col = k, .gi = k - g->first, .node = ch->it->nodemap[d][k]};
   }
   for (int j = 0; j < R->nm; j++) {
-    R->m[j].fixed = rill_type_is_fixed(&R->m[j].c->field.type);
-    R->fixed &= R->m[j].fixed;
+    member_t* mb = &R->m[j];
+    mb->fixed = rill_type_is_fixed(&mb->c->field.type);
+    mb->cell = mb->fixed ? rill_type_cell_bytes(&mb->c->field.type) : -1;
+    R->fixed &= mb->fixed;
   }
   return RILL_OK;
 }
@@ -522,14 +643,32 @@ static int run_members(run_t* R, rill__chunk_t* ch, int d, int c) {
 const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   rill__frame_t* fr = &ch->frames[d];
   rill__column_t* col = fr->df->cols[c];
+  /* field by field: a memset of the run's first few hundred bytes compiles to `rep stos`,
+   * whose start-up cost is a visible part of a cheap stage's */
   run_t R;
-  memset(&R, 0, offsetof(run_t, in));
   R.ch = ch;
   R.fr = fr;
   R.c = col;
-  R.col = c;
   R.node = ch->it->nodemap[d][c];
+  R.col = c;
+  R.rowmode = 0;
+  R.n = 0;
+  R.nin = 0;
+  R.child = NULL;
+  R.group = NULL;
+  R.nm = 0;
+  R.m = NULL;
+  R.fixed = 0;
+  R.out_direct = 0;
+  R.fate = NULL;
+  R.nulled = R.nfate = 0;
+  R.fail_rc = 0;
   R.fail_cell = -1;
+  R.scale = clk_start();
+  atomic_init(&R.ns, 0);
+  atomic_init(&R.calls, 0);
+  R.parallel = 0;
+  R.base = 0;
   R.top = &R;
   if (col->kind == RILL__COL_MAP) {
     R.nin = col->ninputs;
@@ -560,7 +699,8 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
       break;
     }
     if (mb->fixed || R.n == 0) {
-      int r = rill__array_prepare(mb->out, mb->c->field.type, R.n, false);
+      int r = mb->fixed ? rill__array_prepare_fixed(mb->out, &mb->c->field.type, mb->cell, R.n)
+                        : rill__array_prepare(mb->out, mb->c->field.type, R.n, false);
       if (r != RILL_OK) {
         rill_array_release(mb->out);
         rill__chunk_fail(ch, r, "column '%s': cannot allocate %lld cells (%s)", mb->c->field.name, (long long)R.n,
@@ -570,10 +710,6 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
       }
     }
   }
-  if (ok && pthread_mutex_init(&R.mu, NULL) != 0) {
-    rill__chunk_fail(ch, RILL_ENOMEM, "column '%s': cannot create a mutex", col->field.name);
-    ok = 0;
-  }
   if (!ok) {
     for (int j = 0; j < nout; j++) rill_array_release(R.m[j].out);
     if (R.m != &R.m1) rill__free(R.m);
@@ -581,16 +717,21 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   }
   R.out_direct = !R.fixed && R.n > 0;
   if (R.n > 0) rill__run_cells(&R);
-  pthread_mutex_destroy(&R.mu);
-  /* the iterator's counters are shared by every chunk in flight: added once per stage run */
-  atomic_fetch_add_explicit(&ch->it->st_compute, atomic_load(&R.ns), memory_order_relaxed);
-  atomic_fetch_add_explicit(&ch->it->st_calls, atomic_load(&R.calls), memory_order_relaxed);
+  int64_t ns = atomic_load_explicit(&R.ns, memory_order_relaxed);
+  if (R.scale > 0)
+    ns = (int64_t)((double)ns * R.scale);
+  else
+    clk_refresh(clk_ticks()); /* the first rate (chunks measure it again: rill__stopwatch_ns) */
+  /* the iterator's counters are shared by every chunk in flight: the chunk adds them once */
+  ch->st_ns += ns;
+  ch->st_calls += atomic_load_explicit(&R.calls, memory_order_relaxed);
   for (int j = 0; j < R.nm; j++) {
     member_t* mb = &R.m[j];
-    if (R.n > 0) {
-      int64_t nspr = atomic_load(&R.ns) / R.n;
-      atomic_store(&mb->node->ns_per_row, nspr > 0 ? nspr : 1);
-      if (!mb->fixed && mb->out->offsets) atomic_store(&mb->node->bytes_per_row, (mb->out->data_size + R.n - 1) / R.n);
+    if (R.n > 0) { /* hints read by later runs: no ordering needed */
+      int64_t nspr = ns / R.n;
+      atomic_store_explicit(&mb->node->ns_per_row, nspr > 0 ? nspr : 1, memory_order_relaxed);
+      if (!mb->fixed && mb->out->offsets)
+        atomic_store_explicit(&mb->node->bytes_per_row, (mb->out->data_size + R.n - 1) / R.n, memory_order_relaxed);
     }
     fr->vals[mb->col] = mb->out;
   }
@@ -622,7 +763,7 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
     if (rill__compact_level(ch, fr->level, R.fate) != RILL_OK)
       rill__chunk_fail(ch, RILL_ENOTSUP, "column '%s': rows cannot be dropped from device arrays", col->field.name);
   }
-  rill__free(R.fate);
+  if (R.fate) rill__free(R.fate);
   return ch->rc == RILL_OK ? out : NULL;
 }
 

@@ -28,6 +28,7 @@ typedef struct member {
   int gi;             /* a group's column: its index in the group (outs[gi]) */
   rill__node_t* node;
   int fixed;
+  int64_t cell;       /* fixed: bytes per cell (rill_type_cell_bytes), computed once per run */
   rill_array_t* out;  /* a split variable-length run's part: its own array; else the output */
 } member_t;
 
@@ -46,13 +47,17 @@ typedef struct run {
   member_t* m;
   int fixed;      /* every output has fixed-shape cells */
   int out_direct; /* var outputs: `out` are still the first call's own arrays */
-  pthread_mutex_t mu;
+  pthread_mutex_t mu; /* made by tasks.c for a parallel run only (see `parallel`) */
   uint8_t* fate;
   int64_t nulled, nfate;
   int fail_rc; /* a RAISE outside row mode: the chunk fails with the first cell's error */
   int64_t fail_cell;
-  _Atomic int64_t ns;    /* time spent in the stage function, summed over the run's calls */
+  double scale;          /* the run's clock (stage.c): ns per tick, or 0 for CLOCK_MONOTONIC */
+  _Atomic int64_t ns;    /* time spent in the stage function, summed over the run's calls, in
+                          * the run's clock (ticks or ns) until the run ends */
   _Atomic int64_t calls; /* calls of the stage function */
+  int parallel;          /* call ranges of the run may run at once (tasks.c): ns and calls are
+                          * added with atomic read-modify-writes, else with plain loads/stores */
   /* a task's part of a split variable-length stage: cells [base, base+n) of `top`, whose
    * fate, counters, errors and mutex are shared; its var outputs are the part's own arrays */
   int64_t base;

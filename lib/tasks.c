@@ -112,7 +112,7 @@ static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
 static int64_t pick_grain(run_t* R, int nthreads) {
   int64_t g = R->c->opts.grain;
   if (g > 0) return g;
-  int64_t nspr = atomic_load(&R->node->ns_per_row);
+  int64_t nspr = atomic_load_explicit(&R->node->ns_per_row, memory_order_relaxed);
   if (nspr <= 0) {
     /* not measured yet (the first chunk): four tasks per thread (of at least 16 rows), so that
      * a thread busy with a later chunk's first task soon comes back to help the first chunk */
@@ -137,27 +137,36 @@ void rill__run_cells(run_t* R) {
   int whole = it->batched && R->fr == &R->ch->frames[0];
   int splittable = !whole && R->c->opts.where == RILL_STAGE_CPU && nthreads > 0 && R->n > grain;
   int64_t ntasks = splittable ? (R->n + grain - 1) / grain : 1;
-  if (!R->fixed && ntasks > 1) {
-    run_var_split(R, grain, ntasks);
-    return;
-  }
-  split_t* sp = ntasks > 1 ? rill__calloc((size_t)ntasks, sizeof *sp) : NULL;
-  if (!sp) {
+  /* parallel call ranges share the run's mutex, made here (a run on one thread has none); set
+   * before any task is queued (the queue's mutex publishes it) */
+  if (ntasks > 1 && pthread_mutex_init(&R->mu, NULL) != 0) ntasks = 1;
+  R->parallel = ntasks > 1;
+  if (!R->parallel) {
     rill__call_range(R, 0, R->n);
     return;
   }
-  rill__group_t g = {.pending = 0, .prio = R->ch->prio};
-  for (int64_t t = 0; t < ntasks; t++) {
-    sp[t].R = R;
-    sp[t].a = t * grain;
-    sp[t].b = t + 1 == ntasks ? R->n : (t + 1) * grain;
-    sp[t].task.fn = split_main;
-    sp[t].task.arg = &sp[t];
-    sp[t].task.group = &g;
-    if (t > 0) rill__workers_submit(it->workers, &sp[t].task);
+  if (!R->fixed) {
+    run_var_split(R, grain, ntasks);
+  } else {
+    split_t* sp = rill__calloc((size_t)ntasks, sizeof *sp);
+    if (!sp) {
+      rill__call_range(R, 0, R->n);
+    } else {
+      rill__group_t g = {.pending = 0, .prio = R->ch->prio};
+      for (int64_t t = 0; t < ntasks; t++) {
+        sp[t].R = R;
+        sp[t].a = t * grain;
+        sp[t].b = t + 1 == ntasks ? R->n : (t + 1) * grain;
+        sp[t].task.fn = split_main;
+        sp[t].task.arg = &sp[t];
+        sp[t].task.group = &g;
+        if (t > 0) rill__workers_submit(it->workers, &sp[t].task);
+      }
+      rill__call_range(R, sp[0].a, sp[0].b);
+      rill__workers_wait(it->workers, &g);
+      rill__free(sp);
+    }
   }
-  rill__call_range(R, sp[0].a, sp[0].b);
-  rill__workers_wait(it->workers, &g);
-  rill__free(sp);
+  pthread_mutex_destroy(&R->mu);
+  R->parallel = 0;
 }
-

@@ -52,12 +52,9 @@ const char* rill_dtype_name(rill_dtype_t dtype) {
   return "invalid";
 }
 
-rill_type_t rill_type_scalar(rill_dtype_t dtype) {
-  rill_type_t t;
-  memset(&t, 0, sizeof t);
-  t.dtype = dtype;
-  return t;
-}
+/* Written straight into the result (a memset of a local and a copy stalled on store
+ * forwarding): stage functions call this once per call. */
+rill_type_t rill_type_scalar(rill_dtype_t dtype) { return (rill_type_t){.dtype = dtype}; }
 
 rill_type_t rill_type_tensor(rill_dtype_t dtype, int ndim, const int64_t* shape) {
   rill_type_t t = rill_type_scalar(dtype);

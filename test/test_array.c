@@ -225,6 +225,35 @@ Test(pool, reuses_buffers_after_release) {
   rill_array_release(b);
 }
 
+/* The array released last waits in the pool's slot, the others in its list: a request takes
+ * the slot's array when it fits closely, else the best fit among all; freeing the pool frees
+ * both, and an array released after that is freed (the sanitizers check for leaks). */
+Test(pool, fit_takes_the_last_released_array_or_the_best_fit) {
+  rill_pool_t* pool = rill__pool_new((rill_device_t){RILL_DEVICE_CPU, 0});
+  cr_assert_not_null(pool);
+  rill_array_t *small, *big, *got, *other, *late;
+  cr_assert_eq(rill__pool_acquire(pool, &small), RILL_OK);
+  cr_assert_eq(rill__pool_acquire(pool, &big), RILL_OK);
+  cr_assert_eq(rill__array_prepare(small, rill_type_scalar(RILL_INT64), 100, false), RILL_OK);
+  cr_assert_eq(rill__array_prepare(big, rill_type_scalar(RILL_INT64), 10000, false), RILL_OK);
+  rill_array_release(small); /* into the slot */
+  rill_array_release(big);   /* the slot is taken: into the list */
+  cr_assert_eq(rill__pool_acquire_fit(pool, 80000, &got), RILL_OK);
+  cr_assert_eq(got, big, "the best fit in the list, not the small array of the slot");
+  cr_assert_eq(rill_array_refcount(got), 1);
+  cr_assert_eq(rill__pool_acquire_fit(pool, 800, &other), RILL_OK);
+  cr_assert_eq(other, small, "the small array, moved from the slot to the list, fits");
+  rill_array_release(got);   /* slot */
+  cr_assert_eq(rill__pool_acquire_fit(pool, 80000, &got), RILL_OK);
+  cr_assert_eq(got, big, "a close fit in the slot");
+  cr_assert_eq(rill__pool_acquire(pool, &late), RILL_OK); /* nothing idle: a new array */
+  cr_assert(late != big && late != small);
+  rill_array_release(got);   /* slot */
+  rill_array_release(other); /* list */
+  rill__pool_free(pool);     /* frees both */
+  rill_array_release(late);  /* after the pool: freed, not pooled */
+}
+
 static _Atomic int fail_after = -1;
 static void* failing_alloc(size_t size, size_t align, void* ctx) {
   (void)ctx;

@@ -429,6 +429,63 @@ Test(iter, stats_and_buffer_reuse) {
   rill_df_free(df);
 }
 
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* A map that copies its input and lasts at least 50 us (CLOCK_MONOTONIC) per call. */
+static int map_spin(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                    rill_error_t* err) {
+  int64_t t0 = mono_ns();
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), in[0]->length);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  memcpy(out->data, in[0]->data, (size_t)in[0]->length * sizeof(int64_t));
+  while (mono_ns() - t0 < 50000) {
+  }
+  return RILL_OK;
+}
+
+/* compute_ns is the time spent inside stage functions, whichever clock the engine times them
+ * with (and before and after that clock's rate is known): at least the 50 us each spinning
+ * call lasts, at most the wall time of the whole iteration (no worker threads). The bounds
+ * allow 1% for the conversion of the engine's clock to nanoseconds. */
+Test(iter, compute_ns_is_stage_time) {
+  for (int round = 0; round < 2; round++) {
+    counter_t cs;
+    counter_init(&cs, 0);
+    rill_df_t* df = make_src(300 * 8, &cs, NULL);
+    rill_error_t err;
+    int in = 0;
+    int m = rill_df_map(df, "spin", rill_type_scalar(RILL_INT64), &in, 1, map_spin, NULL, NULL, NULL, &err);
+    cr_assert_eq(m, 1, "%s", err.message);
+    rill_df_t* b = batch_of(df, m, 8, NULL);
+    int64_t t0 = mono_ns();
+    rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE});
+    rill_row_t row;
+    int64_t n = 0, sum = 0;
+    while (rill_iter_next(it, &row, &err) == RILL_OK) {
+      const rill_array_t* a = rill_row_get(&row, 0);
+      for (int64_t i = 0; i < a->length; i++) sum += ((const int64_t*)a->data)[i];
+      n++;
+    }
+    int64_t wall = mono_ns() - t0;
+    cr_assert_eq(n, 300);
+    cr_assert_eq(sum, 2400LL * 2399 / 2);
+    rill_iter_stats_t st;
+    rill_iter_stats(it, &st);
+    cr_assert_eq(st.stage_calls, 600); /* the source and the map, once per batch */
+    cr_assert(st.compute_ns >= 300 * 50000LL * 99 / 100, "round %d: compute_ns %lld for 300 calls of >= 50 us", round,
+              (long long)st.compute_ns);
+    cr_assert(st.compute_ns <= wall * 101 / 100, "round %d: compute_ns %lld, wall %lld", round,
+              (long long)st.compute_ns, (long long)wall);
+    rill_iter_free(it);
+    rill_df_free(b);
+    rill_df_free(df);
+  }
+}
+
 Test(iter, rows_may_be_kept_after_next) {
   counter_t cs;
   counter_init(&cs, 0);

@@ -1,7 +1,9 @@
 """Peers of bench_engine: the same int64 rows through 1/2/4/8 chained "+1" steps as a
-Python generator chain and as torch.utils.data.DataLoader(num_workers=2). Prints lines
+Python generator chain and as torch.utils.data.DataLoader(num_workers=2) (not run when its
+row count, the second argument, is 0). Prints lines
 "case=<name> maps=<k> rows=<n> ns_row=<ns per row> ns_row_stage=<ns per row per stage>"
-(a stage is the source or one step)."""
+(a stage is the source or one step), and for the generator chain cpu_ns_row, the process's
+CPU time per row (DataLoader's work is in its worker processes: wall time only)."""
 import sys
 import time
 
@@ -15,13 +17,13 @@ def generator_chain(rows, maps):
     g = iter(range(rows))
     for _ in range(maps):
         g = plus1(g)
-    t0 = time.perf_counter_ns()
+    t0, c0 = time.perf_counter_ns(), time.process_time_ns()
     s = 0
     for x in g:
         s += x
-    dt = time.perf_counter_ns() - t0
+    dt, dc = time.perf_counter_ns() - t0, time.process_time_ns() - c0
     assert s == rows * (rows - 1) // 2 + maps * rows
-    return dt / rows
+    return dt / rows, dc / rows
 
 
 def dataloader(rows, maps):
@@ -52,9 +54,12 @@ def main():
     gen_rows = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     dl_rows = int(sys.argv[2]) if len(sys.argv) > 2 else 200_000
     for maps in (1, 2, 4, 8):
-        ns = min(generator_chain(gen_rows, maps) for _ in range(2))
-        print(f"case=generator maps={maps} rows={gen_rows} ns_row={ns:.3f} ns_row_stage={ns / (maps + 1):.3f}",
-              flush=True)
+        runs = [generator_chain(gen_rows, maps) for _ in range(2)]
+        ns, cpu = min(r[0] for r in runs), min(r[1] for r in runs)
+        print(f"case=generator maps={maps} rows={gen_rows} ns_row={ns:.3f} ns_row_stage={ns / (maps + 1):.3f} "
+              f"cpu_ns_row={cpu:.3f}", flush=True)
+    if dl_rows <= 0:
+        return
     try:
         import torch  # noqa: F401
     except ImportError:
