@@ -532,10 +532,20 @@ __attribute__((target("avx2"))) static void flip_row3_avx2(const uint8_t* s, int
 }
 #endif
 
+/* Rows read ahead of the flip. A row is read from its end to its start, which the hardware
+ * prefetchers do not follow: a source in DRAM (a dataset larger than the cache) otherwise
+ * flips at a third of memcpy's speed. */
+#define FLIP_PREFETCH_ROWS 4
+
 void rill__img_flip(const uint8_t* src, int H, int W, int C, int64_t stride, uint8_t* dst) {
+  const size_t row_bytes = (size_t)W * C;
   for (int y = 0; y < H; y++) {
     const uint8_t* s = src + (size_t)y * stride;
     uint8_t* d = dst + (size_t)y * W * C;
+    if (y + FLIP_PREFETCH_ROWS < H) {
+      const uint8_t* ahead = s + (size_t)FLIP_PREFETCH_ROWS * stride;
+      for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 3);
+    }
 #if RILL_IMG_X86
     if (C == 3 && simd_on()) {
       flip_row3_avx2(s, W, d);

@@ -455,7 +455,13 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
       it->inflight--;
       it->cur_active = 0;
     }
-    schedule(it);
+    /* Nothing in flight (a new iterator, a seek, a new epoch): the caller waits for the
+     * first chunk, so it starts alone and every thread helps with its tasks; the chunks
+     * after it are started once it is ready (below), so they do not compete with it. */
+    if (it->inflight == 0)
+      schedule_upto(it, 1, 0);
+    else
+      schedule(it);
     if (it->inflight == 0) return RILL_END;
     rill__slot_t* s = &it->slots[it->head];
     rill__stopwatch_t sw;

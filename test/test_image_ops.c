@@ -288,6 +288,33 @@ Test(image_ops, flip_probability_and_mirror) {
   rill_array_release(a);
 }
 
+/* Three-channel rows (the vector path, reading rows ahead of the one it flips) of widths
+ * around its 5-pixel step and of a training crop, in images taller than the read-ahead. */
+Test(image_ops, flip_three_channel_rows_of_every_width) {
+  rill_error_t err = {0};
+  const int widths[] = {1, 2, 4, 5, 6, 7, 10, 11, 16, 31, 224};
+  for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+    int n = 3, H = 9, W = widths[k], C = 3;
+    rill_array_t* a = random_images(n, H, W, C, 31 + (int)k);
+    rill_df_t* df = df_of("img", a);
+    int always = rill_image_flip(df, "a", 0, 1.0, &err);
+    cr_assert_geq(always, 0, "%s", err.message);
+    rill_array_t** fa = collect(df, always, 1, 2);
+    for (int i = 0; i < n; i++) {
+      const uint8_t* src = (const uint8_t*)a->data + (size_t)i * H * W * C;
+      const uint8_t* got = fa[i]->data;
+      for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+          for (int c = 0; c < C; c++)
+            cr_assert_eq(got[(y * W + x) * C + c], src[(y * W + (W - 1 - x)) * C + c], "width %d, image %d, (%d, %d, %d)",
+                         W, i, y, x, c);
+    }
+    release_all(fa, n);
+    rill_df_free(df);
+    rill_array_release(a);
+  }
+}
+
 Test(image_ops, center_crop_and_pad) {
   rill_error_t err = {0};
   rill_array_t* a = random_images(1, 10, 12, 3, 29);

@@ -783,3 +783,72 @@ Test(iter, error_of_calls_without_err) {
   rill_df_free(df2);
   rill_df_free(df);
 }
+
+/* A source that records, for the first batch of a cold start (rows [first, first + 8)),
+ * how many of its rows are done, and counts the calls for other rows that began before. */
+typedef struct cold_start {
+  _Atomic int64_t first;      /* first row of the batch the consumer waits for */
+  _Atomic int64_t first_done; /* its rows computed */
+  _Atomic int64_t early;      /* calls for other rows begun before it was done */
+  _Atomic int64_t calls;
+} cold_start_t;
+
+static int src_cold(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx, rill_error_t* err) {
+  cold_start_t* c = ctx;
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  atomic_fetch_add(&c->calls, 1);
+  int64_t f = atomic_load(&c->first);
+  int mine = rows[0] >= f && rows[0] < f + 8;
+  if (!mine && atomic_load(&c->first_done) < 8) atomic_fetch_add(&c->early, 1);
+  if (mine) nanosleep(&(struct timespec){0, 2000000}, NULL); /* 2 ms: time for others to start */
+  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
+  if (mine) atomic_fetch_add(&c->first_done, n);
+  return RILL_OK;
+}
+
+/* With nothing in flight (a new iterator, a seek, a new epoch) the batch the consumer waits
+ * for is computed before any prefetched one begins: every thread helps with it. */
+Test(iter, first_batch_of_a_cold_start_is_computed_alone) {
+  cold_start_t c = {0};
+  rill_error_t err;
+  rill_df_t* df;
+  RT_OK(rill_df_new(64, &df, &err), err);
+  rill_stage_opts_t o = {.grain = 2}; /* four tasks per batch of 8 */
+  cr_assert_eq(rill_df_add_source(df, "v", rill_type_scalar(RILL_INT64), src_cold, &c, NULL, &o, &err), 0, "%s",
+               err.message);
+  rill_df_t* b = batch_of(df, 0, 8, NULL);
+  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.prefetch = 4, .threads = 2});
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(row.index, 0);
+  cr_assert_eq(((const int64_t*)rill_row_get(&row, 0)->data)[7], 7);
+  cr_assert_eq(atomic_load(&c.first_done), 8);
+  cr_assert_eq(atomic_load(&c.early), 0, "%lld calls for later batches began before the first batch was ready",
+               (long long)atomic_load(&c.early));
+  /* the prefetched batches follow */
+  for (int64_t k = 1; k < 8; k++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    cr_assert_eq(row.index, k);
+    cr_assert_eq(((const int64_t*)rill_row_get(&row, 0)->data)[0], k * 8);
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  cr_assert_eq(atomic_load(&c.calls), 32, "each row computed once");
+  /* a seek is a cold start too */
+  atomic_store(&c.first, 40);
+  atomic_store(&c.first_done, 0);
+  RT_OK(rill_iter_seek(it, 5), *rill_iter_error(it));
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(row.index, 5);
+  cr_assert_eq(atomic_load(&c.early), 0);
+  /* and so is a new epoch */
+  atomic_store(&c.first, 0);
+  atomic_store(&c.first_done, 0);
+  RT_OK(rill_iter_set_epoch(it, 1), *rill_iter_error(it));
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(row.index, 0);
+  cr_assert_eq(atomic_load(&c.early), 0);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+}

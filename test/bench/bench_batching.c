@@ -2,7 +2,8 @@
  * is the batch itself (uint8 NHWC through flip, float32 NCHW through normalize), against
  * memcpy bandwidth of a buffer of the batch's size measured in the same run; and page faults
  * per batch once the pools are warm (getrusage minor faults). The uint8 result is also given
- * against a shuffled gather-copy of the same images (see gather_gbs).
+ * against a shuffled gather-copy of the same images (see gather_gbs), and per CPU second
+ * (user + sys of the whole process; memcpy's per CPU second of its thread) for a shared machine.
  *
  * usage: bench_batching [images] [batch] */
 #include <stdio.h>
@@ -20,24 +21,38 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static double cpu_s(void) { /* CPU time of every thread of the process */
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static long minflt(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return ru.ru_minflt;
 }
 
-/* memcpy bandwidth (GB/s written) for `bytes`-sized copies. */
-static double memcpy_gbs(size_t bytes) {
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* memcpy bandwidth (GB/s written) for `bytes`-sized copies; *per_cpu: per CPU second. */
+static double memcpy_gbs(size_t bytes, double* per_cpu) {
   unsigned char* a = malloc(bytes);
   unsigned char* b = malloc(bytes);
   memset(a, 1, bytes);
   memset(b, 2, bytes);
   int reps = 0;
-  double t0 = now_s(), t;
+  double t0 = now_s(), c0 = thread_cpu_s(), t;
   do {
     memcpy(reps & 1 ? a : b, reps & 1 ? b : a, bytes);
     reps++;
   } while ((t = now_s() - t0) < 0.5 || reps < 4);
+  double c = thread_cpu_s() - c0;
+  *per_cpu = c > 0 ? (double)bytes * reps / c / 1e9 : 0;
   volatile unsigned char sink = a[bytes / 2] ^ b[bytes / 3];
   (void)sink;
   free(a);
@@ -80,7 +95,7 @@ static double gather_gbs(const uint8_t* src, int n, size_t cell, int batch) {
 }
 
 typedef struct result {
-  double gbs, faults_per_batch;
+  double gbs, gbs_cpu, faults_per_batch; /* gbs_cpu: per CPU second of the whole process */
   int64_t allocs_steady;
 } result_t;
 
@@ -97,7 +112,7 @@ static int run(rill_df_t* df, int col, int batch, int threads, size_t cell_bytes
   rill_iter_stats(it, &s0);
   long f0 = minflt();
   int64_t batches = 0;
-  double t0 = now_s(), t = 0;
+  double t0 = now_s(), c0 = cpu_s(), t = 0;
   for (int e = 1; e <= 3 || t < 1.0; e++) { /* at least 3 epochs and one second */
     rill_iter_set_epoch(it, e);
     int rc;
@@ -105,9 +120,11 @@ static int run(rill_df_t* df, int col, int batch, int threads, size_t cell_bytes
     if (rc < 0) return rc;
     t = now_s() - t0;
   }
+  double c = cpu_s() - c0;
   long f1 = minflt();
   rill_iter_stats(it, &s1);
   r->gbs = (double)batches * batch * cell_bytes / t / 1e9;
+  r->gbs_cpu = c > 0 ? (double)batches * batch * cell_bytes / c / 1e9 : 0;
   r->faults_per_batch = batches ? (double)(f1 - f0) / batches : 0;
   r->allocs_steady = s1.allocs - s0.allocs;
   rill_iter_free(it);
@@ -143,9 +160,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   size_t u8 = 224 * 224 * 3, f32 = u8 * 4;
-  double mc_u8 = memcpy_gbs(u8 * batch), mc_f32 = memcpy_gbs(f32 * batch);
+  double mc_u8_cpu, mc_f32_cpu;
+  double mc_u8 = memcpy_gbs(u8 * batch, &mc_u8_cpu), mc_f32 = memcpy_gbs(f32 * batch, &mc_f32_cpu);
   double ga_u8 = gather_gbs(imgs->data, n, u8, batch);
   printf("memcpy_gbs_u8_batch %.2f\nmemcpy_gbs_f32_batch %.2f\n", mc_u8, mc_f32);
+  printf("memcpy_gbs_per_cpu_s_u8_batch %.2f\n", mc_u8_cpu);
   printf("gather_memcpy_gbs_u8 %.2f\n", ga_u8);
   for (int threads = 1; threads <= 2; threads++) {
     result_t a, b;
@@ -155,6 +174,8 @@ int main(int argc, char** argv) {
     }
     printf("batch_u8_nhwc_gbs_%dt %.2f\nratio_u8_vs_memcpy_%dt %.2f\n", threads, a.gbs, threads, a.gbs / mc_u8);
     printf("ratio_u8_vs_gather_memcpy_%dt %.2f\n", threads, ga_u8 > 0 ? a.gbs / ga_u8 : 0);
+    printf("batch_u8_nhwc_gbs_per_cpu_s_%dt %.2f\nratio_u8_vs_memcpy_per_cpu_s_%dt %.2f\n", threads, a.gbs_cpu, threads,
+           mc_u8_cpu > 0 ? a.gbs_cpu / mc_u8_cpu : 0);
     printf("batch_f32_nchw_gbs_%dt %.2f\nratio_f32_vs_memcpy_%dt %.2f\n", threads, b.gbs, threads, b.gbs / mc_f32);
     printf("faults_per_batch_u8_%dt %.2f\nfaults_per_batch_f32_%dt %.2f\n", threads, a.faults_per_batch, threads,
            b.faults_per_batch);

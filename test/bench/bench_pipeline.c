@@ -1,7 +1,8 @@
 /* Full training-input pipeline over an ImageFolder corpus: decode -> random resized crop 224
  * -> flip -> normalize -> batch 256 float32 NCHW, at 1 and 2 threads, against a direct
  * full-size tjDecompress2 loop over the same JPEG files (the ceiling of a plain decode).
- * Also time to the first batch and resident memory over several epochs.
+ * Also time to the first batch (with its CPU time and page faults, against the mean batch of
+ * the rest of epoch 0 and of epoch 1, run 0, batch 256) and resident memory over epochs.
  *
  * usage: bench_pipeline CORPUS_DIR [epochs_for_rss] [rounds]
  * Each of `rounds` (default 1; environment BATCHES: batch sizes, default "256") measures the
@@ -164,19 +165,39 @@ static int pipe_new(const char* dir, int threads, int batch, int world, pipe_t* 
   return rill_iter_new(p->batches, &(rill_iter_opts_t){.prefetch = 4, .threads = threads, .seed = 1}, &p->it, err);
 }
 
-/* One epoch: images pulled, seconds, seconds to the first batch. */
-static int epoch(pipe_t* p, int64_t* images, double* secs, double* first, double* cpu, rill_error_t* err) {
+static long minor_faults(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+
+/* What one epoch took: the images pulled, seconds and CPU seconds, and for its first batch
+ * the seconds, CPU seconds and minor page faults (the first batch of an iterator touches its
+ * fresh buffers), and the batches pulled. */
+typedef struct epoch_stats {
+  int64_t images, batches;
+  double secs, cpu, first, first_cpu;
+  long first_faults;
+} epoch_stats_t;
+
+static int epoch(pipe_t* p, epoch_stats_t* st, rill_error_t* err) {
   rill_row_t row;
   int rc;
+  long f0 = minor_faults();
   double t0 = now_s(), c0 = cpu_s();
-  *images = 0;
-  *first = -1;
+  memset(st, 0, sizeof *st);
+  st->first = -1;
   while ((rc = rill_iter_next(p->it, &row, err)) == RILL_OK) {
-    if (*first < 0) *first = now_s() - t0;
-    *images += rill_row_get(&row, 0)->length;
+    if (st->first < 0) {
+      st->first = now_s() - t0;
+      st->first_cpu = cpu_s() - c0;
+      st->first_faults = minor_faults() - f0;
+    }
+    st->images += rill_row_get(&row, 0)->length;
+    st->batches++;
   }
-  *secs = now_s() - t0;
-  *cpu = cpu_s() - c0;
+  st->secs = now_s() - t0;
+  st->cpu = cpu_s() - c0;
   return rc == RILL_END ? 0 : rc;
 }
 
@@ -209,7 +230,11 @@ int main(int argc, char** argv) {
   printf("jpeg_files %d\n", nf);
   /* best over rounds, [threads-1][batch] */
   double best[2][8] = {{0}}, best_cpu[2][8] = {{0}}, ratio[2][8] = {{0}}, ratio_cpu[2][8] = {{0}};
-  double first_ms[2] = {0}, setup_ms[2] = {0};
+  /* the first batch of epoch 0 (batch 256, round 0) against the mean batch of the rest of
+   * epoch 0 (which still pays the epoch-0-only work: files read and verified to their end
+   * once) and of epoch 1 (the steady state, one_batch_work_ms) */
+  double first_ms[2] = {0}, first_cpu_ms[2] = {0}, setup_ms[2] = {0}, e0_batch_ms[2] = {0}, e1_batch_ms[2] = {0};
+  long first_faults[2] = {0};
   int64_t images[2] = {0};
   for (int r = 0; r < rounds; r++) {
     double dcpu = 0, d = direct_decode_rate(files, nf, &dcpu);
@@ -224,16 +249,24 @@ int main(int argc, char** argv) {
           return 1;
         }
         double setup = now_s() - t0;
-        int64_t n;
-        double secs, first, cpu, rate = 0, rate_cpu = 0;
+        int64_t n = 0;
+        double rate = 0, rate_cpu = 0;
         for (int e = 0; e < 2; e++) { /* epoch 0 also warms the page cache and verifies the files */
+          epoch_stats_t es;
           if (e) rill_iter_set_epoch(p.it, e);
-          if (epoch(&p, &n, &secs, &first, &cpu, &err) < 0) {
+          if (epoch(&p, &es, &err) < 0) {
             fprintf(stderr, "bench_pipeline: %s\n", err.message);
             return 1;
           }
-          if (e == 0 && batches[k] == 256 && r == 0) first_ms[threads - 1] = first * 1e3, setup_ms[threads - 1] = setup * 1e3;
-          if (e == 1) rate = n / secs, rate_cpu = cpu > 0 ? n / cpu : 0;
+          n = es.images;
+          int t = threads - 1;
+          if (e == 0 && batches[k] == 256 && r == 0) {
+            first_ms[t] = es.first * 1e3, first_cpu_ms[t] = es.first_cpu * 1e3, first_faults[t] = es.first_faults;
+            setup_ms[t] = setup * 1e3;
+            e0_batch_ms[t] = es.batches > 1 ? (es.secs - es.first) / (double)(es.batches - 1) * 1e3 : 0;
+          }
+          if (e == 1 && batches[k] == 256 && r == 0) e1_batch_ms[t] = es.batches > 0 ? es.secs / (double)es.batches * 1e3 : 0;
+          if (e == 1) rate = n / es.secs, rate_cpu = es.cpu > 0 ? n / es.cpu : 0;
         }
         images[threads - 1] = n;
         pipe_free(&p);
@@ -250,7 +283,12 @@ int main(int argc, char** argv) {
   printf("direct_full_decode_1t %.1f\ndirect_full_decode_per_cpu_s %.1f\n", direct, direct_cpu);
   printf("direct_cpu_us_per_image %.0f\n", direct_cpu > 0 ? 1e6 / direct_cpu : 0);
   for (int threads = 1; threads <= 2; threads++) {
-    printf("first_batch_ms_%dt %.1f\nsetup_ms_%dt %.1f\n", threads, first_ms[threads - 1], threads, setup_ms[threads - 1]);
+    int t = threads - 1;
+    printf("first_batch_ms_%dt %.1f\nsetup_ms_%dt %.1f\n", threads, first_ms[t], threads, setup_ms[t]);
+    printf("first_batch_cpu_ms_%dt %.1f\nfirst_batch_page_faults_%dt %ld\n", threads, first_cpu_ms[t], threads,
+           first_faults[t]);
+    printf("epoch0_batch_work_ms_%dt %.1f\nepoch1_batch_work_ms_%dt %.1f\n", threads, e0_batch_ms[t], threads,
+           e1_batch_ms[t]);
     printf("pipeline_images_%dt %lld\n", threads, (long long)images[threads - 1]);
     for (int k = 0; k < nb; k++) {
       const char* sfx = "";
@@ -280,10 +318,9 @@ int main(int argc, char** argv) {
   printf("rss_mib_by_epoch");
   double first_rss = 0, last_rss = 0, warm_rss = 0; /* after epochs 0, last and 3 */
   for (int e = 0; e < rss_epochs; e++) {
-    int64_t n;
-    double secs, first, cpu;
+    epoch_stats_t es;
     if (e) rill_iter_set_epoch(p.it, e);
-    if (epoch(&p, &n, &secs, &first, &cpu, &err) < 0) {
+    if (epoch(&p, &es, &err) < 0) {
       fprintf(stderr, "\nbench_pipeline: %s\n", err.message);
       return 1;
     }
