@@ -429,18 +429,41 @@ static void norm_row_c(const uint8_t* src, int W, int C, int flip, const rill__i
 }
 
 #if RILL_IMG_X86
-/* CHW, C == 3: eight pixels at a time (deinterleave with pshufb). */
+/* Stores of the CHW normalize: plain, or non-temporal (streaming) when `nt` (then every
+ * address is aligned: see norm_row_avx2). */
+__attribute__((target("avx2,f16c"))) static inline void store8_ps(float* d, __m256 v, int nt) {
+  if (nt) _mm256_stream_ps(d, v);
+  else _mm256_storeu_ps(d, v);
+}
+__attribute__((target("avx2,f16c"))) static inline void store8_ph(uint16_t* d, __m256 v, int nt) {
+  __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+  if (nt) _mm_stream_si128((__m128i*)d, h);
+  else _mm_storeu_si128((__m128i*)d, h);
+}
+
+/* CHW, C == 3: eight pixels at a time (deinterleave with pshufb). With `nt` (W a multiple of
+ * 8, the rows and planes aligned to the vector size) every value is written by a streaming
+ * store, the last eight pixels from a copy of their bytes: the output then bypasses the
+ * caches instead of being read for ownership and evicting the decoder's working set. */
 __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* src, int W, int flip,
                                                                const rill__img_norm_t* k, int f16, void* dst,
-                                                               int64_t plane) {
+                                                               int64_t plane, int nt) {
   const __m128i shuf = _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -1, -1, -1, -1);
   const __m256i rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
   const __m256 s0 = _mm256_set1_ps(k->scale[0]), s1 = _mm256_set1_ps(k->scale[1]), s2 = _mm256_set1_ps(k->scale[2]);
   const __m256 b0 = _mm256_set1_ps(k->bias[0]), b1 = _mm256_set1_ps(k->bias[1]), b2 = _mm256_set1_ps(k->bias[2]);
+  uint8_t last[32];
   int x = 0;
-  for (; x + 10 <= W; x += 8) {
-    __m128i a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(src + (size_t)x * 3)), shuf);
-    __m128i b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(src + (size_t)x * 3 + 12)), shuf);
+  for (; x + 8 <= W; x += 8) {
+    const uint8_t* p = src + (size_t)x * 3;
+    if (x + 10 > W) { /* the loads below would read past the row: take the 24 bytes from a copy */
+      if (!nt) break;
+      memcpy(last, p, 24);
+      memset(last + 24, 0, 8);
+      p = last;
+    }
+    __m128i a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)p), shuf);
+    __m128i b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(p + 12)), shuf);
     __m128i rg = _mm_unpacklo_epi32(a, b), bx = _mm_unpackhi_epi32(a, b);
     __m256 r = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rg));
     __m256 g = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(rg, 8)));
@@ -457,14 +480,14 @@ __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* sr
     }
     if (f16) {
       uint16_t* d = dst;
-      _mm_storeu_si128((__m128i*)(d + o), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
-      _mm_storeu_si128((__m128i*)(d + plane + o), _mm256_cvtps_ph(g, _MM_FROUND_TO_NEAREST_INT));
-      _mm_storeu_si128((__m128i*)(d + 2 * plane + o), _mm256_cvtps_ph(bl, _MM_FROUND_TO_NEAREST_INT));
+      store8_ph(d + o, r, nt);
+      store8_ph(d + plane + o, g, nt);
+      store8_ph(d + 2 * plane + o, bl, nt);
     } else {
       float* d = dst;
-      _mm256_storeu_ps(d + o, r);
-      _mm256_storeu_ps(d + plane + o, g);
-      _mm256_storeu_ps(d + 2 * plane + o, bl);
+      store8_ps(d + o, r, nt);
+      store8_ps(d + plane + o, g, nt);
+      store8_ps(d + 2 * plane + o, bl, nt);
     }
   }
   for (; x < W; x++) {
@@ -484,17 +507,27 @@ void rill__img_normalize(const uint8_t* src, int H, int W, int C, int flip, cons
                             int chw, void* dst) {
   size_t es = f16 ? 2 : 4;
   int64_t plane = (int64_t)H * W;
+#if RILL_IMG_X86
+  /* streaming stores for outputs larger than a core's share of the cache, when every vector
+   * store is aligned: f32 rows of W % 8 == 0 are 32-byte multiples, f16 ones 16-byte */
+  size_t vec = f16 ? 16 : 32;
+  int nt = (size_t)plane * C * es >= RILL__IMG_STREAM_BYTES && W % 8 == 0 && (uintptr_t)dst % vec == 0 &&
+           ((size_t)plane * es) % vec == 0;
+#endif
   for (int y = 0; y < H; y++) {
     const uint8_t* row = src + (size_t)y * W * C;
     uint8_t* d = (uint8_t*)dst + (chw ? (size_t)y * W * es : (size_t)y * W * C * es);
 #if RILL_IMG_X86
     if (chw && C == 3 && simd_on()) {
-      norm_row_avx2(row, W, flip, k, f16, d, plane);
+      norm_row_avx2(row, W, flip, k, f16, d, plane, nt);
       continue;
     }
 #endif
     norm_row_c(row, W, C, flip, k, f16, chw, d, plane);
   }
+#if RILL_IMG_X86
+  if (nt && chw && C == 3 && simd_on()) _mm_sfence(); /* streaming stores are visible before the cell is handed on */
+#endif
 }
 
 /* ---------------------------------------------------------------- flip, centre crop, jitter */

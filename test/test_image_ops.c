@@ -385,6 +385,37 @@ Test(image_ops, simd_equals_portable) {
   rill_array_release(a);
 }
 
+/* Large outputs take streaming stores when aligned (every store, the last eight pixels of a
+ * row included): the same values as the portable loop, aligned or not, flipped or not. */
+Test(image_ops, normalize_streaming_equals_portable) {
+  rill__img_norm_t k = {{0.017f, 0.0175f, 0.0174f, 0}, {-2.1f, -2.03f, -1.8f, 0}};
+  int sizes[3][2] = {{224, 224}, {200, 328}, {224, 220}}; /* H, W: W % 8 != 0 in the last */
+  for (int z = 0; z < 3; z++) {
+    int H = sizes[z][0], W = sizes[z][1];
+    size_t n = (size_t)H * W * 3;
+    cr_assert_geq(n * 2, (size_t)RILL__IMG_STREAM_BYTES, "the output must be large enough to stream");
+    uint8_t* src = malloc(n);
+    for (size_t i = 0; i < n; i++) src[i] = (uint8_t)(i * 2654435761u >> 13);
+    void* want = aligned_alloc(64, n * 4 + 64);
+    void* got = aligned_alloc(64, n * 4 + 64);
+    for (int f16 = 0; f16 < 2; f16++)
+      for (int flip = 0; flip < 2; flip++)
+        for (int shift = 0; shift < 2; shift++) { /* shift: a destination off the vector alignment */
+          size_t es = f16 ? 2 : 4, off = shift ? es : 0;
+          rill__image_set_simd(0);
+          rill__img_normalize(src, H, W, 3, flip, &k, f16, 1, want);
+          rill__image_set_simd(1);
+          memset(got, 0xa5, n * 4 + 64);
+          rill__img_normalize(src, H, W, 3, flip, &k, f16, 1, (uint8_t*)got + off);
+          cr_assert(memcmp((uint8_t*)got + off, want, n * es) == 0, "%dx%d f16 %d flip %d shift %d differ", H, W,
+                    f16, flip, shift);
+          cr_assert_eq(((uint8_t*)got)[off + n * es], 0xa5, "written past the output");
+        }
+    free(src), free(want), free(got);
+  }
+  rill__image_set_simd(1);
+}
+
 /* ---------------------------------------------------------------- one-hot */
 
 Test(image_ops, one_hot_labels_nulls_and_range) {
