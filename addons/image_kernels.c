@@ -267,8 +267,47 @@ static void vpass_c(const float* const* rows, const float* w, int taps, int64_t 
 }
 
 #if RILL_IMG_X86
+/* Eight sums of one or two taps, clamped to [0, 255] and rounded (as to_u8) to int32. */
+__attribute__((target("avx2"))) static inline __m256i vsum12_avx2(const float* r0, const float* r1, __m256 w0,
+                                                                   __m256 w1, int64_t x) {
+  __m256 acc = _mm256_mul_ps(w0, _mm256_loadu_ps(r0 + x));
+  if (r1) acc = _mm256_add_ps(acc, _mm256_mul_ps(w1, _mm256_loadu_ps(r1 + x)));
+  acc = _mm256_min_ps(_mm256_max_ps(acc, _mm256_setzero_ps()), _mm256_set1_ps(255.0f));
+  return _mm256_cvttps_epi32(_mm256_add_ps(acc, _mm256_set1_ps(0.5f)));
+}
+
+/* The vertical pass of one or two taps (every bilinear resize), sixteen values a step, with
+ * the rows and weights in registers (the generic loop reloads them after every store: the
+ * uint8 output may alias them). The same operations per value as vpass_c. */
+__attribute__((target("avx2"))) static void vpass12_avx2(const float* const* rows, const float* w, int taps,
+                                                         int64_t n, uint8_t* dst) {
+  const float* r0 = rows[0];
+  const float* r1 = taps == 2 ? rows[1] : NULL;
+  const __m256 w0 = _mm256_set1_ps(w[0]), w1 = _mm256_set1_ps(taps == 2 ? w[1] : 0.0f);
+  int64_t x = 0;
+  for (; x + 16 <= n; x += 16) {
+    __m256i a = vsum12_avx2(r0, r1, w0, w1, x), b = vsum12_avx2(r0, r1, w0, w1, x + 8);
+    __m256i p16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8); /* a0..7, b0..7 as uint16 */
+    __m128i p8 = _mm_packus_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1));
+    _mm_storeu_si128((__m128i*)(dst + x), p8);
+  }
+  for (; x + 8 <= n; x += 8) {
+    __m256i v = vsum12_avx2(r0, r1, w0, w1, x);
+    __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64((__m128i*)(dst + x), _mm_packus_epi16(p16, p16));
+  }
+  if (x < n) {
+    const float* tail[2] = {r0 + x, r1 ? r1 + x : NULL};
+    vpass_c(tail, w, taps, n - x, dst + x);
+  }
+}
+
 __attribute__((target("avx2"))) static void vpass_avx2(const float* const* rows, const float* w,
                                                        int taps, int64_t n, uint8_t* dst) {
+  if (taps <= 2) {
+    vpass12_avx2(rows, w, taps, n, dst);
+    return;
+  }
   const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f), half = _mm256_set1_ps(0.5f);
   int64_t x = 0;
   for (; x + 8 <= n; x += 8) {

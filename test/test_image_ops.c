@@ -349,8 +349,10 @@ Test(image_ops, simd_equals_portable) {
   int n = 6;
   rill_array_t* a = random_images(n, 41, 67, 3, 31);
   rill_df_t* df = df_of("img", a);
-  int cols[6];
+  int cols[7];
   cols[5] = rill_image_flip(df, "flip", 0, 0.5, &err);
+  /* taller: the two-tap vertical pass (16, 8 and single values a step) */
+  cols[6] = rill_image_resize(df, "ru", 0, &(rill_resize_opts_t){.size = {70, 53}}, &err);
   cols[0] = rill_image_resize(df, "r", 0, &(rill_resize_opts_t){.size = {23, 45}}, &err);
   cols[1] = rill_image_resize(df, "ra", 0, &(rill_resize_opts_t){.size = {13, 19}, .interpolation = RILL_INTERP_AREA}, &err);
   cols[2] = rill_image_normalize(df, "n32", 0,
@@ -362,10 +364,10 @@ Test(image_ops, simd_equals_portable) {
                                                           .dtype = RILL_FLOAT16, .layout = RILL_LAYOUT_CHW},
                                  &err);
   cols[4] = rill_image_random_resized_crop(df, "rrc", 0, &(rill_rrc_opts_t){.size = {32, 32}}, &err);
-  for (int k = 0; k < 6; k++) cr_assert_geq(cols[k], 0, "%s", err.message);
+  for (int k = 0; k < 7; k++) cr_assert_geq(cols[k], 0, "%s", err.message);
   int have = rill__image_set_simd(1);
   if (!have) cr_log_warn("no AVX2 on this CPU: comparing the portable loops with themselves");
-  for (int k = 0; k < 6; k++) {
+  for (int k = 0; k < 7; k++) {
     rill__image_set_simd(1);
     rill_array_t** v = collect(df, cols[k], 9, 2);
     rill__image_set_simd(0);
