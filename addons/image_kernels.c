@@ -200,6 +200,23 @@ __attribute__((target("avx2"))) static void hpass2_pxf_avx2(const float* rowf, i
   const int32_t* start = cx->start;
   const float* w = cx->w;
   int o = 0;
+  /* Two pixels a step, one in each half: the weights (w0, w1 of pixel o, then of o + 1) are
+   * spread over their halves. Three channels are packed by a permute to six floats; the two
+   * left over land on pixel o + 2, which a later step writes. */
+  const __m256i sel0 = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), sel1 = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+  const __m256i pack3 = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7);
+  int pair_end = C == 4 ? out_w - 1 : out_w - 2;
+  for (; o < pair_end; o += 2) {
+    const float* p = rowf + (size_t)start[o] * (size_t)C;
+    const float* q = rowf + (size_t)start[o + 1] * (size_t)C;
+    __m256 a = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), _mm_loadu_ps(q), 1);
+    __m256 b = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + C)), _mm_loadu_ps(q + C), 1);
+    __m256 ww = _mm256_castps128_ps256(_mm_loadu_ps(w + 2 * (size_t)o));
+    __m256 w0 = _mm256_permutevar8x32_ps(ww, sel0), w1 = _mm256_permutevar8x32_ps(ww, sel1);
+    __m256 r = _mm256_add_ps(_mm256_mul_ps(w0, a), _mm256_mul_ps(w1, b));
+    if (C == 3) r = _mm256_permutevar8x32_ps(r, pack3);
+    _mm256_storeu_ps(dst + (size_t)o * (size_t)C, r);
+  }
   for (; o < simd_end; o++) {
     const float* p = rowf + (size_t)start[o] * (size_t)C;
     __m128 a = _mm_loadu_ps(p), b = _mm_loadu_ps(p + C);

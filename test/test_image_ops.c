@@ -418,6 +418,41 @@ Test(image_ops, normalize_streaming_equals_portable) {
   rill__image_set_simd(1);
 }
 
+/* Resizes of 4- and 1-channel images, down and up, odd and even widths (the two-pixel and
+ * one-pixel steps of the horizontal pass): vector loops equal the portable ones. */
+Test(image_ops, simd_resize_equals_portable_rgba_gray) {
+  rill_error_t err = {0};
+  int sizes[4][2] = {{23, 45}, {70, 53}, {19, 6}, {88, 90}};
+  for (int C = 1; C <= 4; C += 3) {
+    rill_array_t* a = random_images(3, 41, 67, C, 77 + C);
+    rill_df_t* df = df_of("img", a);
+    for (int z = 0; z < 4; z++) {
+      char name[16];
+      snprintf(name, sizeof name, "r%d", z);
+      int col = rill_image_resize(df, name, 0, &(rill_resize_opts_t){.size = {sizes[z][0], sizes[z][1]}}, &err);
+      cr_assert_geq(col, 0, "%s", err.message);
+      rill__image_set_simd(1);
+      rill_array_t** v = collect(df, col, 9, 1);
+      rill__image_set_simd(0);
+      rill_array_t** s = collect(df, col, 9, 1);
+      for (int i = 0; i < 3; i++) {
+        int64_t nv = 0, ns = 0;
+        const void* pv = rill_array_cell(v[i], 0, &nv);
+        const void* ps = rill_array_cell(s[i], 0, &ns);
+        cr_assert_eq(nv, (int64_t)sizes[z][0] * sizes[z][1] * C);
+        cr_assert_eq(nv, ns);
+        cr_assert(memcmp(pv, ps, (size_t)nv) == 0, "C %d size %dx%d row %d: vector and portable loops differ", C,
+                  sizes[z][0], sizes[z][1], i);
+      }
+      release_all(v, 3);
+      release_all(s, 3);
+    }
+    rill__image_set_simd(1);
+    rill_df_free(df);
+    rill_array_release(a);
+  }
+}
+
 /* ---------------------------------------------------------------- one-hot */
 
 Test(image_ops, one_hot_labels_nulls_and_range) {
