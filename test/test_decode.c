@@ -316,7 +316,8 @@ Test(jpeg, padded_crop_equals_packed_crop) {
   int W = 173, H = 131, shifted = 0;
   uint8_t* px = make_pixels(W, H, 3);
   int sampling[4][3] = {{1, 1, 0}, {2, 2, 0}, {2, 1, 1}, {2, 2, 1}};
-  int regions[6][4] = {{37, 21, 50, 40}, {0, 0, 60, 60}, {16, 8, 48, 30}, {100, 70, 73, 61}, {5, 0, 168, 131}, {0, 50, 173, 30}};
+  int regions[6][4] = {{37, 21, 50, 40},   {0, 0, 60, 60},   {16, 8, 48, 30},
+                        {100, 70, 73, 61}, {5, 0, 168, 131}, {0, 50, 173, 30}};
   for (int s = 0; s < 4; s++) {
     buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .hs = sampling[s][0], .vs = sampling[s][1],
                                                .progressive = sampling[s][2]});
