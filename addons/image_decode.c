@@ -142,7 +142,7 @@ int rill__img_plan(const rill__img_info_t* info, const rill__img_request_t* req,
   rill__img_geom_t g;
   int rc = rill__img_geometry(info, req, &g, err);
   if (rc < 0) return rc;
-  *plan = (rill__img_out_t){g.w, g.h, req->channels, g.denom, g.num};
+  *plan = (rill__img_out_t){g.w, g.h, req->channels, g.denom, g.num, 0, (int64_t)g.w * req->channels};
   return RILL_OK;
 }
 

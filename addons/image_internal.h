@@ -40,7 +40,15 @@ typedef struct rill__img_request {
                                     region are not read. 0: they are entropy-decoded and the
                                     file is read to its end marker, so that damaged data is
                                     RILL_EFORMAT whatever the region */
+  int padded;                    /* JPEG: the rows may be left wider than the region, as the
+                                    decoder writes them (see rill__img_out_t.x and .stride):
+                                    no copy of a cropped region; dst must then hold
+                                    rill__img_padded_size() bytes. 0: packed rows */
 } rill__img_request_t;
+
+/* Columns a padded decode may add to a region: the left edge moved down to an iMCU boundary
+ * (at most 4 x 8 pixels) and the one-column margins on both sides. */
+#define RILL__IMG_PAD_COLS 40
 
 /* Scale factor sets for rill__img_request_t.scales. libjpeg-turbo has SIMD IDCTs only for the
  * factors 1/8, 1/4, 1/2 and 1 (at 1/2 the chroma of a 4:2:0 file needs no upsampling); the
@@ -55,7 +63,16 @@ typedef struct rill__img_out {
   int scale_denom;               /* 1, 2, 4 or 8: the region was decoded at scale_num/scale_denom */
   int scale_num;                 /* the reduced fraction of M/8 (1/1, 1/2, 3/8, 3/4, 7/8, ...);
                                     1 for every power-of-two scale (0 from older callers: 1) */
+  int x;                         /* the region starts at this column of each row (0 unless
+                                    the request was padded) */
+  int64_t stride;                /* bytes from one row to the next (w*channels unless padded;
+                                    0 from older callers: packed) */
 } rill__img_out_t;
+
+/* The bytes a padded decode of the planned region `plan` may need. */
+static inline size_t rill__img_padded_size(const rill__img_out_t* plan) {
+  return ((size_t)plan->w + RILL__IMG_PAD_COLS) * (size_t)plan->h * (size_t)plan->channels;
+}
 
 /* Files whose bytes were verified to their end: a set of 64-bit fingerprints of the bytes
  * (a hash of every byte and the size; never 0), open addressing, lock-free (any thread may
@@ -162,6 +179,10 @@ int rill__img_resize(rill__img_scratch_t* s, const uint8_t* src, int64_t stride,
 typedef struct rill__img_norm {
   float scale[4], bias[4];
 } rill__img_norm_t;
+/* Outputs of at least this many bytes are written with streaming (non-temporal) stores where
+ * the CPU and the alignment allow: a 224x224 float32 image (588 KiB) goes to memory without
+ * being read for ownership first. */
+#define RILL__IMG_STREAM_BYTES (256 * 1024)
 /* A packed H x W x C image to float32 (or float16 when f16), CHW when chw else HWC, mirrored
  * when flip. */
 void rill__img_normalize(const uint8_t* src, int H, int W, int C, int flip, const rill__img_norm_t* k, int f16,

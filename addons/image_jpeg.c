@@ -228,8 +228,16 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
     return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (could not skip %d rows)", g.y);
   }
 
+  /* Rows go straight to dst unless they need converting (CMYK) or cutting (a crop whose
+   * columns libjpeg widened, when the caller wants packed rows or the padding would not fit) */
   size_t stride = (size_t)g.w * (size_t)channels;
   int direct = !cmyk && colskip == 0 && cw == g.w;
+  if (!cmyk && !direct && req->padded && cw - g.w <= RILL__IMG_PAD_COLS &&
+      (size_t)cw * (size_t)g.h * (size_t)channels <= dst_size) {
+    direct = 1;
+    stride = (size_t)cw * (size_t)channels;
+  }
+  int xoff = direct ? colskip : 0; /* where the region starts in each row of dst */
   if (!direct && (rc = rows_reserve(st, (size_t)MAX_ROWS * (size_t)cw * (size_t)ocomps, err)) < 0) {
     jpeg_abort_decompress(c);
     return rc;
@@ -265,7 +273,7 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
    * their end (req->tail_verified) cannot fail there: the decoder stops after the region. */
   if (req->tail_verified && c->output_scanline < c->output_height) {
     jpeg_abort_decompress(c);
-    if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom, g.num};
+    if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom, g.num, xoff, (int64_t)stride};
     return RILL_OK;
   }
   if (c->output_scanline < c->output_height) {
@@ -285,7 +293,7 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
     }
   }
   jpeg_finish_decompress(c); /* reads to the end marker: a truncated tail is an error */
-  if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom, g.num};
+  if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom, g.num, xoff, (int64_t)stride};
   return RILL_OK;
 }
 

@@ -200,6 +200,23 @@ __attribute__((target("avx2"))) static void hpass2_pxf_avx2(const float* rowf, i
   const int32_t* start = cx->start;
   const float* w = cx->w;
   int o = 0;
+  /* Two pixels a step, one in each half: the weights (w0, w1 of pixel o, then of o + 1) are
+   * spread over their halves. Three channels are packed by a permute to six floats; the two
+   * left over land on pixel o + 2, which a later step writes. */
+  const __m256i sel0 = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), sel1 = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+  const __m256i pack3 = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7);
+  int pair_end = C == 4 ? out_w - 1 : out_w - 2;
+  for (; o < pair_end; o += 2) {
+    const float* p = rowf + (size_t)start[o] * (size_t)C;
+    const float* q = rowf + (size_t)start[o + 1] * (size_t)C;
+    __m256 a = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), _mm_loadu_ps(q), 1);
+    __m256 b = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + C)), _mm_loadu_ps(q + C), 1);
+    __m256 ww = _mm256_castps128_ps256(_mm_loadu_ps(w + 2 * (size_t)o));
+    __m256 w0 = _mm256_permutevar8x32_ps(ww, sel0), w1 = _mm256_permutevar8x32_ps(ww, sel1);
+    __m256 r = _mm256_add_ps(_mm256_mul_ps(w0, a), _mm256_mul_ps(w1, b));
+    if (C == 3) r = _mm256_permutevar8x32_ps(r, pack3);
+    _mm256_storeu_ps(dst + (size_t)o * (size_t)C, r);
+  }
   for (; o < simd_end; o++) {
     const float* p = rowf + (size_t)start[o] * (size_t)C;
     __m128 a = _mm_loadu_ps(p), b = _mm_loadu_ps(p + C);
@@ -267,8 +284,47 @@ static void vpass_c(const float* const* rows, const float* w, int taps, int64_t 
 }
 
 #if RILL_IMG_X86
+/* Eight sums of one or two taps, clamped to [0, 255] and rounded (as to_u8) to int32. */
+__attribute__((target("avx2"))) static inline __m256i vsum12_avx2(const float* r0, const float* r1, __m256 w0,
+                                                                   __m256 w1, int64_t x) {
+  __m256 acc = _mm256_mul_ps(w0, _mm256_loadu_ps(r0 + x));
+  if (r1) acc = _mm256_add_ps(acc, _mm256_mul_ps(w1, _mm256_loadu_ps(r1 + x)));
+  acc = _mm256_min_ps(_mm256_max_ps(acc, _mm256_setzero_ps()), _mm256_set1_ps(255.0f));
+  return _mm256_cvttps_epi32(_mm256_add_ps(acc, _mm256_set1_ps(0.5f)));
+}
+
+/* The vertical pass of one or two taps (every bilinear resize), sixteen values a step, with
+ * the rows and weights in registers (the generic loop reloads them after every store: the
+ * uint8 output may alias them). The same operations per value as vpass_c. */
+__attribute__((target("avx2"))) static void vpass12_avx2(const float* const* rows, const float* w, int taps,
+                                                         int64_t n, uint8_t* dst) {
+  const float* r0 = rows[0];
+  const float* r1 = taps == 2 ? rows[1] : NULL;
+  const __m256 w0 = _mm256_set1_ps(w[0]), w1 = _mm256_set1_ps(taps == 2 ? w[1] : 0.0f);
+  int64_t x = 0;
+  for (; x + 16 <= n; x += 16) {
+    __m256i a = vsum12_avx2(r0, r1, w0, w1, x), b = vsum12_avx2(r0, r1, w0, w1, x + 8);
+    __m256i p16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8); /* a0..7, b0..7 as uint16 */
+    __m128i p8 = _mm_packus_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1));
+    _mm_storeu_si128((__m128i*)(dst + x), p8);
+  }
+  for (; x + 8 <= n; x += 8) {
+    __m256i v = vsum12_avx2(r0, r1, w0, w1, x);
+    __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64((__m128i*)(dst + x), _mm_packus_epi16(p16, p16));
+  }
+  if (x < n) {
+    const float* tail[2] = {r0 + x, r1 ? r1 + x : NULL};
+    vpass_c(tail, w, taps, n - x, dst + x);
+  }
+}
+
 __attribute__((target("avx2"))) static void vpass_avx2(const float* const* rows, const float* w,
                                                        int taps, int64_t n, uint8_t* dst) {
+  if (taps <= 2) {
+    vpass12_avx2(rows, w, taps, n, dst);
+    return;
+  }
   const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f), half = _mm256_set1_ps(0.5f);
   int64_t x = 0;
   for (; x + 8 <= n; x += 8) {
@@ -429,18 +485,41 @@ static void norm_row_c(const uint8_t* src, int W, int C, int flip, const rill__i
 }
 
 #if RILL_IMG_X86
-/* CHW, C == 3: eight pixels at a time (deinterleave with pshufb). */
+/* Stores of the CHW normalize: plain, or non-temporal (streaming) when `nt` (then every
+ * address is aligned: see norm_row_avx2). */
+__attribute__((target("avx2,f16c"))) static inline void store8_ps(float* d, __m256 v, int nt) {
+  if (nt) _mm256_stream_ps(d, v);
+  else _mm256_storeu_ps(d, v);
+}
+__attribute__((target("avx2,f16c"))) static inline void store8_ph(uint16_t* d, __m256 v, int nt) {
+  __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+  if (nt) _mm_stream_si128((__m128i*)d, h);
+  else _mm_storeu_si128((__m128i*)d, h);
+}
+
+/* CHW, C == 3: eight pixels at a time (deinterleave with pshufb). With `nt` (W a multiple of
+ * 8, the rows and planes aligned to the vector size) every value is written by a streaming
+ * store, the last eight pixels from a copy of their bytes: the output then bypasses the
+ * caches instead of being read for ownership and evicting the decoder's working set. */
 __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* src, int W, int flip,
                                                                const rill__img_norm_t* k, int f16, void* dst,
-                                                               int64_t plane) {
+                                                               int64_t plane, int nt) {
   const __m128i shuf = _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -1, -1, -1, -1);
   const __m256i rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
   const __m256 s0 = _mm256_set1_ps(k->scale[0]), s1 = _mm256_set1_ps(k->scale[1]), s2 = _mm256_set1_ps(k->scale[2]);
   const __m256 b0 = _mm256_set1_ps(k->bias[0]), b1 = _mm256_set1_ps(k->bias[1]), b2 = _mm256_set1_ps(k->bias[2]);
+  uint8_t last[32];
   int x = 0;
-  for (; x + 10 <= W; x += 8) {
-    __m128i a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(src + (size_t)x * 3)), shuf);
-    __m128i b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(src + (size_t)x * 3 + 12)), shuf);
+  for (; x + 8 <= W; x += 8) {
+    const uint8_t* p = src + (size_t)x * 3;
+    if (x + 10 > W) { /* the loads below would read past the row: take the 24 bytes from a copy */
+      if (!nt) break;
+      memcpy(last, p, 24);
+      memset(last + 24, 0, 8);
+      p = last;
+    }
+    __m128i a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)p), shuf);
+    __m128i b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(p + 12)), shuf);
     __m128i rg = _mm_unpacklo_epi32(a, b), bx = _mm_unpackhi_epi32(a, b);
     __m256 r = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rg));
     __m256 g = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(rg, 8)));
@@ -457,14 +536,14 @@ __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* sr
     }
     if (f16) {
       uint16_t* d = dst;
-      _mm_storeu_si128((__m128i*)(d + o), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
-      _mm_storeu_si128((__m128i*)(d + plane + o), _mm256_cvtps_ph(g, _MM_FROUND_TO_NEAREST_INT));
-      _mm_storeu_si128((__m128i*)(d + 2 * plane + o), _mm256_cvtps_ph(bl, _MM_FROUND_TO_NEAREST_INT));
+      store8_ph(d + o, r, nt);
+      store8_ph(d + plane + o, g, nt);
+      store8_ph(d + 2 * plane + o, bl, nt);
     } else {
       float* d = dst;
-      _mm256_storeu_ps(d + o, r);
-      _mm256_storeu_ps(d + plane + o, g);
-      _mm256_storeu_ps(d + 2 * plane + o, bl);
+      store8_ps(d + o, r, nt);
+      store8_ps(d + plane + o, g, nt);
+      store8_ps(d + 2 * plane + o, bl, nt);
     }
   }
   for (; x < W; x++) {
@@ -484,17 +563,27 @@ void rill__img_normalize(const uint8_t* src, int H, int W, int C, int flip, cons
                             int chw, void* dst) {
   size_t es = f16 ? 2 : 4;
   int64_t plane = (int64_t)H * W;
+#if RILL_IMG_X86
+  /* streaming stores for outputs larger than a core's share of the cache, when every vector
+   * store is aligned: f32 rows of W % 8 == 0 are 32-byte multiples, f16 ones 16-byte */
+  size_t vec = f16 ? 16 : 32;
+  int nt = (size_t)plane * C * es >= RILL__IMG_STREAM_BYTES && W % 8 == 0 && (uintptr_t)dst % vec == 0 &&
+           ((size_t)plane * es) % vec == 0;
+#endif
   for (int y = 0; y < H; y++) {
     const uint8_t* row = src + (size_t)y * W * C;
     uint8_t* d = (uint8_t*)dst + (chw ? (size_t)y * W * es : (size_t)y * W * C * es);
 #if RILL_IMG_X86
     if (chw && C == 3 && simd_on()) {
-      norm_row_avx2(row, W, flip, k, f16, d, plane);
+      norm_row_avx2(row, W, flip, k, f16, d, plane, nt);
       continue;
     }
 #endif
     norm_row_c(row, W, C, flip, k, f16, chw, d, plane);
   }
+#if RILL_IMG_X86
+  if (nt && chw && C == 3 && simd_on()) _mm_sfence(); /* streaming stores are visible before the cell is handed on */
+#endif
 }
 
 /* ---------------------------------------------------------------- flip, centre crop, jitter */

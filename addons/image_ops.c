@@ -131,7 +131,9 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
   int rc;
   if (nb <= 0 || !buf) return cell_fail(err, i, op, paths, RILL_EFORMAT, "empty file (0 bytes)");
   if ((rc = rill__img_probe(buf, (size_t)nb, &info, e)) < 0) return cell_fail(err, i, op, paths, rc, e->message);
-  rill__img_request_t req = {.channels = op->C, .max_pixels = op->max_pixels};
+  /* padded: a cropped region stays in the rows libjpeg writes (the window below skips the
+   * columns around it) instead of being copied out of them */
+  rill__img_request_t req = {.channels = op->C, .max_pixels = op->max_pixels, .padded = 1};
   if ((int64_t)info.width * info.height > (op->max_pixels > 0 ? op->max_pixels : RILL__DEFAULT_MAX_PIXELS)) {
     char msg[160];
     snprintf(msg, sizeof msg, "%d x %d pixels exceed the limit of %lld", info.width, info.height,
@@ -148,13 +150,15 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
   }
   rill__img_out_t plan;
   if ((rc = rill__img_plan(&info, &req, &plan, e)) < 0) return cell_fail(err, i, op, paths, rc, e->message);
-  size_t need = (size_t)plan.w * plan.h * plan.channels;
+  size_t need = rill__img_padded_size(&plan);
   if (!rill__img_grow(&s->img, &s->img_cap, need ? need : 1)) return cell_fail(err, i, op, paths, RILL_ENOMEM, "out of memory");
   rill__img_out_t got;
   if ((rc = rill__img_decode(buf, (size_t)nb, &req, s->img, s->img_cap, &got, e)) < 0)
     return cell_fail(err, i, op, paths, rc, e->message);
   if (key && !req.tail_verified) rill__img_memo_add((rill__img_memo_t*)&op->verified, key);
-  if (got.channels != op->C || got.w <= 0 || got.h <= 0 || (size_t)got.w * got.h * got.channels > s->img_cap)
+  int64_t stride = got.stride ? got.stride : (int64_t)got.w * got.channels;
+  if (got.channels != op->C || got.w <= 0 || got.h <= 0 || got.x < 0 ||
+      stride < (int64_t)(got.x + got.w) * got.channels || (size_t)stride * (size_t)got.h > s->img_cap)
     return cell_fail(err, i, op, paths, RILL_EFORMAT, "decoder returned an unexpected size");
   /* the decoded pixels start at floor(rx * num / d); the wanted region is rx * num / d on */
   int64_t d = got.scale_denom > 0 ? got.scale_denom : 1, num = got.scale_num > 0 ? got.scale_num : 1;
@@ -163,16 +167,17 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
   if (!(req.w && req.h)) rx = ry = 0;
   double sc = (double)num / (double)d;
   im->px = s->img;
-  im->w = got.w;
+  im->w = got.x + got.w;
   im->h = got.h;
-  im->stride = (int64_t)got.w * got.channels;
+  im->stride = stride;
   im->fx = (double)(rx * num % d) / (double)d;
   im->fy = (double)(ry * num % d) / (double)d;
   im->fw = rw * sc;
   im->fh = rh * sc;
   if (im->fx + im->fw > got.w) im->fw = got.w - im->fx;
   if (im->fy + im->fh > got.h) im->fh = got.h - im->fy;
-  im->x0 = im->y0 = 0;
+  im->x0 = got.x;
+  im->y0 = 0;
   im->rw = got.w;
   im->rh = got.h;
   im->full_w = rw;

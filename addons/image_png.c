@@ -218,7 +218,7 @@ int rill__png_decode(const void* buf, size_t n, const rill__img_request_t* req, 
   }
   if (g.y + g.h == info.height) png_read_end(png, NULL); /* whole file read: check its end */
   png_destroy_read_struct(&png, &pinfo, NULL);
-  if (out) *out = (rill__img_out_t){g.w, g.h, channels, 1, 1};
+  if (out) *out = (rill__img_out_t){g.w, g.h, channels, 1, 1, 0, (int64_t)g.w * channels};
   return RILL_OK;
 }
 

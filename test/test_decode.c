@@ -275,6 +275,81 @@ Test(jpeg, crop_equals_full_decode_region) {
   cr_assert_eq(m, 0, "scaled crop differs by %d", m);
 }
 
+/* A padded request decodes the region into the rows libjpeg writes: the region starts at
+ * column o.x of rows o.stride bytes apart, with the pixels of the packed decode. */
+static void padded_case(const buf_t* b, rill__img_request_t rq, int* shifted) {
+  rill__img_out_t packed, o, plan;
+  rill__img_info_t info;
+  rill_error_t err = {0};
+  uint8_t* want = decode_ok(b, rq, &packed);
+  RT_OK(rill__img_probe(b->p, b->n, &info, &err), err);
+  rq.padded = 1;
+  RT_OK(rill__img_plan(&info, &rq, &plan, &err), err);
+  size_t size = rill__img_padded_size(&plan);
+  cr_assert_geq(size, (size_t)plan.w * plan.h * plan.channels);
+  uint8_t* dst = malloc(size);
+  RT_OK(rill__img_decode(b->p, b->n, &rq, dst, size, &o, &err), err);
+  int C = rq.channels;
+  cr_assert_eq(o.w, packed.w);
+  cr_assert_eq(o.h, packed.h);
+  cr_assert_eq(o.scale_denom, packed.scale_denom);
+  cr_assert_geq(o.x, 0);
+  cr_assert_leq(o.x, RILL__IMG_PAD_COLS);
+  cr_assert_geq(o.stride, (int64_t)(o.x + o.w) * C);
+  cr_assert_leq(o.stride, (int64_t)(o.w + RILL__IMG_PAD_COLS) * C);
+  cr_assert_leq((size_t)o.stride * (size_t)o.h, size);
+  for (int r = 0; r < o.h; r++)
+    cr_assert(memcmp(dst + (size_t)r * (size_t)o.stride + (size_t)o.x * C, want + (size_t)r * o.w * C,
+                     (size_t)o.w * C) == 0,
+              "region (%d, %d) %dx%d: row %d differs from the packed decode", rq.x, rq.y, rq.w, rq.h, r);
+  if (o.x > 0 || o.stride != (int64_t)o.w * C) ++*shifted;
+  /* a destination with no room for the padding gets packed rows */
+  size_t tight = (size_t)plan.w * plan.h * plan.channels;
+  RT_OK(rill__img_decode(b->p, b->n, &rq, dst, tight, &o, &err), err);
+  cr_assert_eq(o.x, 0);
+  cr_assert_eq(o.stride, (int64_t)o.w * C);
+  cr_assert(memcmp(dst, want, tight) == 0, "packed fallback differs");
+  free(dst), free(want);
+}
+
+Test(jpeg, padded_crop_equals_packed_crop) {
+  int W = 173, H = 131, shifted = 0;
+  uint8_t* px = make_pixels(W, H, 3);
+  int sampling[4][3] = {{1, 1, 0}, {2, 2, 0}, {2, 1, 1}, {2, 2, 1}};
+  int regions[6][4] = {{37, 21, 50, 40},   {0, 0, 60, 60},   {16, 8, 48, 30},
+                        {100, 70, 73, 61}, {5, 0, 168, 131}, {0, 50, 173, 30}};
+  for (int s = 0; s < 4; s++) {
+    buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .hs = sampling[s][0], .vs = sampling[s][1],
+                                               .progressive = sampling[s][2]});
+    for (int r = 0; r < 6; r++)
+      for (int ch = 1; ch <= 4; ch++) {
+        if (ch == 2) continue;
+        rill__img_request_t rq = {.channels = ch, .x = regions[r][0], .y = regions[r][1], .w = regions[r][2],
+                                  .h = regions[r][3]};
+        padded_case(&b, rq, &shifted);
+        rq.min_w = rq.w / 4; /* DCT-scaled */
+        rq.min_h = 1;
+        padded_case(&b, rq, &shifted);
+        rq.tail_verified = 1; /* the rows below the region are not read */
+        padded_case(&b, rq, &shifted);
+      }
+    padded_case(&b, RGB(3), &shifted); /* whole image: packed */
+    free(b.p);
+  }
+  cr_assert_gt(shifted, 0, "no region was left in padded rows");
+  /* CMYK is converted row by row: always packed */
+  uint8_t* cmyk = malloc((size_t)W * H * 4);
+  for (int i = 0; i < W * H; i++) {
+    memcpy(cmyk + i * 4, px + i * 3, 3);
+    cmyk[i * 4 + 3] = 200;
+  }
+  buf_t b = enc_jpeg(cmyk, W, H, (jpeg_spec_t){.in = JCS_CMYK, .store = JCS_YCCK});
+  int before = shifted;
+  padded_case(&b, (rill__img_request_t){.channels = 3, .x = 37, .y = 21, .w = 50, .h = 40}, &shifted);
+  cr_assert_eq(shifted, before, "a CMYK region was not packed");
+  free(b.p), free(cmyk), free(px);
+}
+
 /* libjpeg's own decode of the whole image at M/8 (the reference for the scaled decodes) */
 static uint8_t* libjpeg_scaled(const buf_t* b, int m, int* w, int* h) {
   struct jpeg_decompress_struct c;

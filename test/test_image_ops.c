@@ -376,8 +376,10 @@ Test(image_ops, simd_equals_portable) {
   int n = 6;
   rill_array_t* a = random_images(n, 41, 67, 3, 31);
   rill_df_t* df = df_of("img", a);
-  int cols[6];
+  int cols[7];
   cols[5] = rill_image_flip(df, "flip", 0, 0.5, &err);
+  /* taller: the two-tap vertical pass (16, 8 and single values a step) */
+  cols[6] = rill_image_resize(df, "ru", 0, &(rill_resize_opts_t){.size = {70, 53}}, &err);
   cols[0] = rill_image_resize(df, "r", 0, &(rill_resize_opts_t){.size = {23, 45}}, &err);
   cols[1] = rill_image_resize(df, "ra", 0, &(rill_resize_opts_t){.size = {13, 19}, .interpolation = RILL_INTERP_AREA}, &err);
   cols[2] = rill_image_normalize(df, "n32", 0,
@@ -389,10 +391,10 @@ Test(image_ops, simd_equals_portable) {
                                                           .dtype = RILL_FLOAT16, .layout = RILL_LAYOUT_CHW},
                                  &err);
   cols[4] = rill_image_random_resized_crop(df, "rrc", 0, &(rill_rrc_opts_t){.size = {32, 32}}, &err);
-  for (int k = 0; k < 6; k++) cr_assert_geq(cols[k], 0, "%s", err.message);
+  for (int k = 0; k < 7; k++) cr_assert_geq(cols[k], 0, "%s", err.message);
   int have = rill__image_set_simd(1);
   if (!have) cr_log_warn("no AVX2 on this CPU: comparing the portable loops with themselves");
-  for (int k = 0; k < 6; k++) {
+  for (int k = 0; k < 7; k++) {
     rill__image_set_simd(1);
     rill_array_t** v = collect(df, cols[k], 9, 2);
     rill__image_set_simd(0);
@@ -410,6 +412,72 @@ Test(image_ops, simd_equals_portable) {
   rill__image_set_simd(1);
   rill_df_free(df);
   rill_array_release(a);
+}
+
+/* Large outputs take streaming stores when aligned (every store, the last eight pixels of a
+ * row included): the same values as the portable loop, aligned or not, flipped or not. */
+Test(image_ops, normalize_streaming_equals_portable) {
+  rill__img_norm_t k = {{0.017f, 0.0175f, 0.0174f, 0}, {-2.1f, -2.03f, -1.8f, 0}};
+  int sizes[3][2] = {{224, 224}, {200, 328}, {224, 220}}; /* H, W: W % 8 != 0 in the last */
+  for (int z = 0; z < 3; z++) {
+    int H = sizes[z][0], W = sizes[z][1];
+    size_t n = (size_t)H * W * 3;
+    cr_assert_geq(n * 2, (size_t)RILL__IMG_STREAM_BYTES, "the output must be large enough to stream");
+    uint8_t* src = malloc(n);
+    for (size_t i = 0; i < n; i++) src[i] = (uint8_t)(i * 2654435761u >> 13);
+    void* want = aligned_alloc(64, n * 4 + 64);
+    void* got = aligned_alloc(64, n * 4 + 64);
+    for (int f16 = 0; f16 < 2; f16++)
+      for (int flip = 0; flip < 2; flip++)
+        for (int shift = 0; shift < 2; shift++) { /* shift: a destination off the vector alignment */
+          size_t es = f16 ? 2 : 4, off = shift ? es : 0;
+          rill__image_set_simd(0);
+          rill__img_normalize(src, H, W, 3, flip, &k, f16, 1, want);
+          rill__image_set_simd(1);
+          memset(got, 0xa5, n * 4 + 64);
+          rill__img_normalize(src, H, W, 3, flip, &k, f16, 1, (uint8_t*)got + off);
+          cr_assert(memcmp((uint8_t*)got + off, want, n * es) == 0, "%dx%d f16 %d flip %d shift %d differ", H, W,
+                    f16, flip, shift);
+          cr_assert_eq(((uint8_t*)got)[off + n * es], 0xa5, "written past the output");
+        }
+    free(src), free(want), free(got);
+  }
+  rill__image_set_simd(1);
+}
+
+/* Resizes of 4- and 1-channel images, down and up, odd and even widths (the two-pixel and
+ * one-pixel steps of the horizontal pass): vector loops equal the portable ones. */
+Test(image_ops, simd_resize_equals_portable_rgba_gray) {
+  rill_error_t err = {0};
+  int sizes[4][2] = {{23, 45}, {70, 53}, {19, 6}, {88, 90}};
+  for (int C = 1; C <= 4; C += 3) {
+    rill_array_t* a = random_images(3, 41, 67, C, 77 + C);
+    rill_df_t* df = df_of("img", a);
+    for (int z = 0; z < 4; z++) {
+      char name[16];
+      snprintf(name, sizeof name, "r%d", z);
+      int col = rill_image_resize(df, name, 0, &(rill_resize_opts_t){.size = {sizes[z][0], sizes[z][1]}}, &err);
+      cr_assert_geq(col, 0, "%s", err.message);
+      rill__image_set_simd(1);
+      rill_array_t** v = collect(df, col, 9, 1);
+      rill__image_set_simd(0);
+      rill_array_t** s = collect(df, col, 9, 1);
+      for (int i = 0; i < 3; i++) {
+        int64_t nv = 0, ns = 0;
+        const void* pv = rill_array_cell(v[i], 0, &nv);
+        const void* ps = rill_array_cell(s[i], 0, &ns);
+        cr_assert_eq(nv, (int64_t)sizes[z][0] * sizes[z][1] * C);
+        cr_assert_eq(nv, ns);
+        cr_assert(memcmp(pv, ps, (size_t)nv) == 0, "C %d size %dx%d row %d: vector and portable loops differ", C,
+                  sizes[z][0], sizes[z][1], i);
+      }
+      release_all(v, 3);
+      release_all(s, 3);
+    }
+    rill__image_set_simd(1);
+    rill_df_free(df);
+    rill_array_release(a);
+  }
 }
 
 /* ---------------------------------------------------------------- one-hot */
