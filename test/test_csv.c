@@ -490,6 +490,71 @@ Test(csv, number_parsing_matches_strtod) {
   cr_assert_eq(rill__parse_int64("-", 1, &iv), RILL_EFORMAT);
 }
 
+/* The inline plain-decimal parser, on short texts of digits, signs, dots and exponents placed
+ * at the very end of the readable bytes and well before it: when it takes a text, the value is
+ * strtod's / strtoll's bit for bit; when it leaves one, so do its callers' general parsers or
+ * they give the same value. */
+Test(csv, plain_decimal_matches_strtod) {
+  static const char alpha[] = "0123456789012345678901234567890123456789.-+e";
+  char buf[64], text[32];
+  unsigned rs = 7;
+  int taken[2] = {0, 0};
+  for (int k = 0; k < 400000; k++) {
+    int len = (int)((rs = rs * 1664525u + 1013904223u) >> 8) % 12 + 1;
+    for (int j = 0; j < len; j++) {
+      rs = rs * 1664525u + 1013904223u;
+      int pick = (int)(rs >> 8) % (int)(sizeof alpha - 1);
+      if (j > 0 && pick >= 40 && (rs >> 4) % 4) pick %= 40; /* mostly digits after the first byte */
+      text[j] = alpha[pick];
+    }
+    text[len] = 0;
+    int at_end = k % 2;                        /* 0: 16 more bytes readable, 1: none */
+    char* p = buf + sizeof buf - (size_t)len - (at_end ? 0 : 16);
+    memcpy(p, text, (size_t)len);
+    memset(p + len, at_end ? 0 : '7', at_end ? 0 : 16); /* digits after the text must not be read as its own */
+    int64_t room = (int64_t)(buf + sizeof buf - p);
+    for (int want_double = 0; want_double < 2; want_double++) {
+      union { double d; int64_t i; } got, general;
+      if (!rill__parse_plain_decimal(p, (size_t)len, room, want_double, &got)) continue;
+      taken[want_double]++;
+      char* end;
+      if (want_double) {
+        double want = strtod(text, &end);
+        cr_assert(end == text + len, "'%s' taken but strtod stops at %d", text, (int)(end - text));
+        cr_assert(memcmp(&got.d, &want, sizeof want) == 0, "'%s': %.17g vs %.17g", text, got.d, want);
+        cr_assert_eq(rill__parse_double(p, (size_t)len, &general.d), RILL_OK, "'%s'", text);
+        cr_assert(memcmp(&general.d, &want, sizeof want) == 0, "'%s'", text);
+      } else {
+        long long want = strtoll(text, &end, 10);
+        cr_assert(end == text + len && text[0] != '+', "'%s' taken as an integer", text);
+        cr_assert_eq(got.i, (int64_t)want, "'%s'", text);
+        cr_assert_eq(rill__parse_int64(p, (size_t)len, &general.i), RILL_OK, "'%s'", text);
+        cr_assert_eq(general.i, (int64_t)want, "'%s'", text);
+      }
+    }
+  }
+  cr_assert(taken[0] > 1000 && taken[1] > 1000, "taken %d %d", taken[0], taken[1]);
+  /* forms the one-load path cuts the dot from, and texts it must leave */
+  static const char* good[] = {"0", "-0", ".5", "-.5", "5.", "-5.", "1234567.", ".1234567", "-1234.567", "12345678",
+                               "-12345678", "0.000001", "9999999.", "1.5"};
+  for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
+    double got, want = strtod(good[k], NULL);
+    size_t n = strlen(good[k]);
+    memset(buf, ' ', sizeof buf);
+    memcpy(buf, good[k], n);
+    cr_assert(rill__parse_plain_decimal(buf, n, (int64_t)sizeof buf, 1, &got), "'%s'", good[k]);
+    cr_assert(memcmp(&got, &want, sizeof got) == 0, "'%s': %.17g", good[k], got);
+  }
+  static const char* bad[] = {".", "-.", "-", "1.2.3", "..5", "5..", "1-2", "+5", "1e5", " 5", "5 ", "1,5"};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    double got;
+    size_t n = strlen(bad[k]);
+    memset(buf, '1', sizeof buf);
+    memcpy(buf, bad[k], n);
+    cr_assert(!rill__parse_plain_decimal(buf, n, (int64_t)sizeof buf, 1, &got), "'%s' taken", bad[k]);
+  }
+}
+
 /* Numbers parsed through the column source (its fast paths for plain decimals included)
  * equal strtod / strtoll bit for bit; the last cell ends the buffer without a line end. */
 Test(csv, column_numbers_match_strtod) {
