@@ -255,6 +255,7 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
   csv_scratch_t* s = rill__scratch(&csv_scratch_kind);
   if (!s) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
   int64_t stride = (int64_t)c->ncols * 2;
+  int level = rill__csv_scan_simd_level();
   int64_t blk = ((int64_t)1 << 20) / c->ncols;
   if (blk < 1) blk = 1;
   int64_t fail = n;   /* the first row whose cell did not convert (n: none) */
@@ -267,11 +268,7 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       break;
     }
-    for (int64_t j = 0; j < bn; j++) {
-      int64_t next;
-      s->nfields[j] = rill__csv_split(c->data, c->size, rill__csv_start(c, rows[b0 + j]), c->delim, c->quote,
-                                      s->spans + j * stride, c->ncols, &next);
-    }
+    rill__csv_split_rows(c, rows + b0, bn, s->spans, stride, c->ncols, s->nfields, level);
     /* a pass moving forward drops the pages well behind it */
     if (c->map) {
       const int64_t keep = 8 << 20, step = 16 << 20;

@@ -974,3 +974,77 @@ Test(csv, bitmask_scan_matches_state_machine) {
   }
   cr_assert_gt(took, 5000, "the bitmask scan took only %d inputs", took);
 }
+
+/* The mask splits of every SIMD level give the byte loop's field spans and counts, from any
+ * position, for records shorter and longer than a 64-byte step, well-formed or with quotes in
+ * odd places, near the end of the input or not, with `max` below and above the field count
+ * (no span past `max` is written). rill__csv_split agrees too. */
+Test(csv, mask_split_matches_byte_loop) {
+  static const char alpha[] = "ab,,\n\r\"\"x1  ";
+  static const char fields[][10] = {"1", "ab", "\"a,b\"", "\"a\"\"b\"", "\"x\ny\"", "", "\"\"", "abcdefgh", "\"a\"b", "a\"b"};
+  enum { NROWS = 64, MAXF = 8, STRIDE = 2 * MAXF + 2 };
+  uint64_t rng = 99;
+  char buf[400];
+  int64_t rows[NROWS], sp[3][NROWS * STRIDE], nfs[3][NROWS];
+  uint32_t off[NROWS];
+  int64_t base[1] = {0};
+  int64_t compared = 0, long_rows = 0;
+  for (int round = 0; round < 6000; round++) {
+    int64_t n = 0;
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    int64_t len = (int64_t)((rng >> 33) % (sizeof buf - 20));
+    if (round % 3 == 1) {
+      for (; n < len; n++) {
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        buf[n] = alpha[(rng >> 33) % (sizeof alpha - 1)];
+      }
+    } else {
+      while (n < len) {
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        const char* f = fields[(rng >> 33) % (round % 3 ? 10 : 8)];
+        size_t fl = strlen(f);
+        if (n + (int64_t)fl + 2 > (int64_t)sizeof buf) break;
+        memcpy(buf + n, f, fl);
+        n += (int64_t)fl;
+        int sep = (int)((rng >> 45) % 10);
+        buf[n++] = sep < 7 ? ',' : sep < 9 ? '\n' : '\r';
+        if (sep == 9 && (rng >> 50) % 2) buf[n++] = '\n';
+      }
+    }
+    if (n == 0) continue;
+    rill__csv_t c = {.data = buf, .size = n, .delim = ',', .quote = '"', .base = base, .off = off};
+    int64_t nr = n < NROWS ? n : NROWS;
+    for (int64_t j = 0; j < nr; j++) { /* any position may be asked for */
+      rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+      rows[j] = j;
+      off[j] = (uint32_t)((rng >> 33) % (uint64_t)n);
+    }
+    int64_t max = (int64_t)(rng >> 60) % (MAXF + 1);
+    for (int level = 0; level < 3; level++) {
+      for (int64_t k = 0; k < NROWS * STRIDE; k++) sp[level][k] = -7;
+      rill__csv_split_rows(&c, rows, nr, sp[level], STRIDE, max, nfs[level], level);
+    }
+    for (int64_t j = 0; j < nr; j++) {
+      const int64_t* want = sp[0] + j * STRIDE;
+      for (int level = 1; level < 3; level++) {
+        const int64_t* got = sp[level] + j * STRIDE;
+        cr_assert_eq(nfs[level][j], nfs[0][j], "round %d row at %u level %d: %lld fields, byte loop %lld", round,
+                     off[j], level, (long long)nfs[level][j], (long long)nfs[0][j]);
+        for (int64_t k = 0; k < STRIDE; k++)
+          cr_assert_eq(got[k], want[k], "round %d row at %u level %d: span word %lld: %lld vs %lld", round, off[j],
+                       level, (long long)k, (long long)got[k], (long long)want[k]);
+      }
+      for (int64_t k = 2 * (nfs[0][j] < max ? nfs[0][j] : max); k < STRIDE; k++)
+        cr_assert_eq(want[k], -7, "round %d: a span past the fields or max was written", round);
+      int64_t one[2 * MAXF], next;
+      int64_t nf = rill__csv_split(buf, n, off[j], ',', '"', one, max, &next);
+      cr_assert_eq(nf, nfs[0][j]);
+      cr_assert(memcmp(one, want, (size_t)(2 * (nf < max ? nf : max)) * sizeof *one) == 0);
+      cr_assert(next > off[j] && next <= n);
+      long_rows += next - off[j] > 64;
+      compared++;
+    }
+  }
+  cr_assert_gt(compared, 100000);
+  cr_assert_gt(long_rows, 1000, "only %lld records longer than a 64-byte step", (long long)long_rows);
+}
