@@ -113,6 +113,59 @@ static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, 
   return j;
 }
 
+/* 1 when byte q occurs among p[0..n); `room`: bytes readable from p (8 at a time when they
+ * are there). */
+static inline int has_byte(const char* p, int64_t n, int64_t room, char q) {
+#if RILL_TEXT_SWAR
+  if (n <= 16 && room >= 16) {
+    const uint64_t ones = 0x0101010101010101ULL, qs = ones * (unsigned char)q;
+    for (int64_t k = 0; k < n; k += 8) {
+      uint64_t x;
+      memcpy(&x, p + k, 8);
+      x ^= qs;
+      uint64_t z = (x - ones) & ~x & 0x8080808080808080ULL; /* its lowest bit marks the first q */
+      if (z && __builtin_ctzll(z) / 8 < n - k) return 1;
+    }
+    return 0;
+  }
+#endif
+  return n > 0 && memchr(p, q, (size_t)n) != NULL;
+}
+
+/* Cells j0.. of STRING column k of a block appended at *pos of `out` (offsets of cell 0 of the
+ * block at b0), while they are plain: row complete, field unquoted or quoted without quotes
+ * inside. out->data must hold 16 bytes past the block's text (short fields are copied 16
+ * bytes at a time). Returns the first j that is not (or bn): the general path decides about
+ * that cell. */
+static int64_t plain_strings(const rill__csv_t* c, const csv_block_t* b, int k, int64_t j0, int64_t bn,
+                             rill_array_t* out, int64_t* pos_io) {
+  const char* d = c->data;
+  const char qc = c->quote;
+  const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
+  const int64_t* nfs = b->nfields;
+  const int64_t* sp = b->spans + 2 * k;
+  int64_t* offs = out->offsets + b->b0 + 1;
+  char* o = out->data;
+  int64_t pos = *pos_io, j = j0;
+  for (; j < bn; j++) {
+    int64_t nf = nfs[j];
+    if (nf > ncols || k >= nf) break;
+    int64_t fs = sp[j * stride], fe = sp[j * stride + 1];
+    if (fs < fe && d[fs] == qc) { /* "text" without quotes inside: the bytes between */
+      if (fe - fs < 2 || d[fe - 1] != qc || has_byte(d + fs + 1, fe - fs - 2, size - fs - 1, qc)) break;
+      fs++;
+      fe--;
+    }
+    int64_t len = fe - fs;
+    if (len <= 16 && size - fs >= 16) memcpy(o + pos, d + fs, 16);
+    else memcpy(o + pos, d + fs, (size_t)len);
+    pos += len;
+    offs[j] = pos;
+  }
+  *pos_io = pos;
+  return j;
+}
+
 /* Fills the cells of column k for the rows of block `b` before call row `limit`. A string
  * column appends at out->data_size (its bytes so far). Returns RILL_OK; or a value that does
  * not convert, with *at its row in the call and the message in err; or out of memory
@@ -130,15 +183,16 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
     for (int64_t j = 0; j < bn; j++)
       if (k < b->nfields[j] && b->nfields[j] <= c->ncols)
         bound += b->spans[j * stride + 2 * k + 1] - b->spans[j * stride + 2 * k];
-    int rc = rill_array_reserve(out, pos + bound > 0 ? pos + bound : 1);
+    int rc = rill_array_reserve(out, pos + bound + 16); /* + 16: see plain_strings */
     if (rc != RILL_OK)
       return rill__fail(err, rc, "%s: column '%s': cannot reserve %lld bytes", c->name, c->names[k],
-                        (long long)(pos + bound));
+                        (long long)(pos + bound + 16));
   }
   void* plain = dt == RILL_FLOAT64 ? (void*)((double*)out->data + b->b0)
                 : dt == RILL_INT64 ? (void*)((int64_t*)out->data + b->b0) : NULL;
   for (int64_t j = 0; j < bn; j++) {
     if (plain && (j = plain_numbers(c, b, k, dt, j, bn, plain)) == bn) break;
+    if (dt == RILL_STRING && (j = plain_strings(c, b, k, j, bn, out, &pos)) == bn) break;
     int64_t i = b->b0 + j;
     int64_t nf = b->nfields[j];
     int is_null = nf > c->ncols || k >= nf; /* kept bad rows (policy NULL) */
