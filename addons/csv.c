@@ -85,23 +85,24 @@ typedef struct csv_block {
   int64_t b0, n;
   const int64_t* spans;       /* row j of the block: spans + j * ncols * 2 */
   const int64_t* nfields;
+  int complete;               /* every row has all the columns' fields (nfields == ncols) */
 } csv_block_t;
 
 /* Cells j0.. of column k of a block as FLOAT64 / INT64 values into `o` (cell 0 of the
  * block), while they are plain: row complete, field unquoted and not empty, value parsed.
  * Returns the first j that is not (or bn): the general path decides about that cell. */
-static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, rill_dtype_t dt, int64_t j0,
-                             int64_t bn, void* o) {
+static inline __attribute__((always_inline)) int64_t plain_numbers_as(const rill__csv_t* c, const csv_block_t* b,
+                                                                      int k, const int dbl, int64_t j0, int64_t bn,
+                                                                      void* o) {
   const char* d = c->data;
   const char qc = c->quote;
   const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
   const int64_t* nfs = b->nfields;
   const int64_t* sp = b->spans + 2 * k;
-  const int dbl = dt == RILL_FLOAT64;
+  const int complete = b->complete;
   int64_t j = j0;
   for (; j < bn; j++) {
-    int64_t nf = nfs[j];
-    if (nf > ncols || k >= nf) break;
+    if (!complete && (nfs[j] > ncols || k >= nfs[j])) break;
     int64_t fs = sp[j * stride], fe = sp[j * stride + 1];
     if (fs == fe || d[fs] == qc) break;
     const char* p = d + fs;
@@ -111,6 +112,11 @@ static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, 
     if ((dbl ? rill__parse_double(p, len, cell) : rill__parse_int64(p, len, cell)) != RILL_OK) break;
   }
   return j;
+}
+
+static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, rill_dtype_t dt, int64_t j0,
+                             int64_t bn, void* o) {
+  return dt == RILL_FLOAT64 ? plain_numbers_as(c, b, k, 1, j0, bn, o) : plain_numbers_as(c, b, k, 0, j0, bn, o);
 }
 
 /* 1 when byte q occurs among p[0..n); `room`: bytes readable from p (8 at a time when they
@@ -148,8 +154,7 @@ static int64_t plain_strings(const rill__csv_t* c, const csv_block_t* b, int k, 
   char* o = out->data;
   int64_t pos = *pos_io, j = j0;
   for (; j < bn; j++) {
-    int64_t nf = nfs[j];
-    if (nf > ncols || k >= nf) break;
+    if (!b->complete && (nfs[j] > ncols || k >= nfs[j])) break;
     int64_t fs = sp[j * stride], fe = sp[j * stride + 1];
     if (fs < fe && d[fs] == qc) { /* "text" without quotes inside: the bytes between */
       if (fe - fs < 2 || d[fe - 1] != qc || has_byte(d + fs + 1, fe - fs - 2, size - fs - 1, qc)) break;
@@ -330,7 +335,8 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
       if (lo - keep > mark + step && atomic_compare_exchange_strong(&c->drop_mark, &mark, lo - keep))
         rill__csv_drop(c, mark, lo - keep);
     }
-    csv_block_t b = {.rows = rows, .b0 = b0, .n = bn, .spans = s->spans, .nfields = s->nfields};
+    csv_block_t b = {.rows = rows, .b0 = b0, .n = bn, .spans = s->spans, .nfields = s->nfields, .complete = 1};
+    for (int64_t j = 0; j < bn; j++) b.complete &= s->nfields[j] == c->ncols;
     for (int k = 0; k < nouts && rc == RILL_OK; k++) {
       if (!outs[k]) continue;
       int64_t at;
