@@ -1,7 +1,8 @@
-/* CSV record scanning: splitting one record into field spans, undoing quotes in a field,
- * and the state-machine scan of a chunk of input for record starts (used by the parallel row
- * index). 16-byte SSE2 masks find delimiters, quotes and line breaks where available; the
- * portable loops handle the rest and give the same results. */
+/* CSV record scanning: splitting records into field spans, undoing quotes in a field, and
+ * the scans of a chunk of input for record starts (used by the parallel row index). Records
+ * are split, and chunks scanned, from 64-byte masks of delimiters, quotes and line breaks
+ * (SSE2, or AVX2 where the machine has it) while the quotes follow the simple model; the
+ * byte loops and the state machine handle the rest and give the same results. */
 #include <string.h>
 
 #include "csv_internal.h"
