@@ -14,6 +14,11 @@
 #define CSV_SIMD 0
 #endif
 
+/* Bytes ahead of the one being scanned or split that are asked into the cache: the hardware
+ * prefetcher stops at each 4 KiB page of the mapping, so a pass over it would wait on memory at
+ * every page start. */
+#define CSV_AHEAD 1024
+
 /* ------------------------------------------------------------------ records and fields */
 
 /* First position of byte `ch` in [i, end), or end (short quoted fields: no library call). */
@@ -358,6 +363,7 @@ static inline uint64_t prefix_xor(uint64_t x) {
   s->tail_nf = 0;                                                                                      \
   s->end_in_quotes = 0;                                                                                \
   for (int64_t i = begin; i < end; i += 64) {                                                          \
+    if (i + CSV_AHEAD < end) __builtin_prefetch(d + i + CSV_AHEAD);                                     \
     scan_masks_t m;                                                                                    \
     uint64_t valid = ~(uint64_t)0;                                                                     \
     if (end - i >= 64) {                                                                               \
@@ -550,6 +556,7 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
   int64_t next;                                                                                         \
   for (int64_t j = 0; j < n; j++) {                                                                     \
     int64_t pos = rill__csv_start(c, rows[j]);                                                          \
+    if (pos + CSV_AHEAD < c->size) __builtin_prefetch(d + pos + CSV_AHEAD);                             \
     int64_t nf = SPLIT(d, c->size, pos, c->delim, c->quote, sp + j * stride, max, &next);               \
     nfields[j] = nf >= 0 ? nf : split_bytes(d, c->size, pos, c->delim, c->quote, sp + j * stride, max, &next); \
   }
