@@ -185,9 +185,12 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
   if (dt == RILL_STRING) {
     /* the raw field spans bound the unescaped bytes: one reservation, then direct writes */
     int64_t bound = 0;
-    for (int64_t j = 0; j < bn; j++)
-      if (k < b->nfields[j] && b->nfields[j] <= c->ncols)
-        bound += b->spans[j * stride + 2 * k + 1] - b->spans[j * stride + 2 * k];
+    const int64_t* sp = b->spans + 2 * k;
+    if (b->complete)
+      for (int64_t j = 0; j < bn; j++) bound += sp[j * stride + 1] - sp[j * stride];
+    else
+      for (int64_t j = 0; j < bn; j++)
+        if (k < b->nfields[j] && b->nfields[j] <= c->ncols) bound += sp[j * stride + 1] - sp[j * stride];
     int rc = rill_array_reserve(out, pos + bound + 16); /* + 16: see plain_strings */
     if (rc != RILL_OK)
       return rill__fail(err, rc, "%s: column '%s': cannot reserve %lld bytes", c->name, c->names[k],
