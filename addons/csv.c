@@ -85,23 +85,24 @@ typedef struct csv_block {
   int64_t b0, n;
   const int64_t* spans;       /* row j of the block: spans + j * ncols * 2 */
   const int64_t* nfields;
+  int complete;               /* every row has all the columns' fields (nfields == ncols) */
 } csv_block_t;
 
 /* Cells j0.. of column k of a block as FLOAT64 / INT64 values into `o` (cell 0 of the
  * block), while they are plain: row complete, field unquoted and not empty, value parsed.
  * Returns the first j that is not (or bn): the general path decides about that cell. */
-static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, rill_dtype_t dt, int64_t j0,
-                             int64_t bn, void* o) {
+static inline __attribute__((always_inline)) int64_t plain_numbers_as(const rill__csv_t* c, const csv_block_t* b,
+                                                                      int k, const int dbl, int64_t j0, int64_t bn,
+                                                                      void* o) {
   const char* d = c->data;
   const char qc = c->quote;
   const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
   const int64_t* nfs = b->nfields;
   const int64_t* sp = b->spans + 2 * k;
-  const int dbl = dt == RILL_FLOAT64;
+  const int complete = b->complete;
   int64_t j = j0;
   for (; j < bn; j++) {
-    int64_t nf = nfs[j];
-    if (nf > ncols || k >= nf) break;
+    if (!complete && (nfs[j] > ncols || k >= nfs[j])) break;
     int64_t fs = sp[j * stride], fe = sp[j * stride + 1];
     if (fs == fe || d[fs] == qc) break;
     const char* p = d + fs;
@@ -110,6 +111,63 @@ static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, 
     if (rill__parse_plain_decimal(p, len, size - fs, dbl, cell)) continue;
     if ((dbl ? rill__parse_double(p, len, cell) : rill__parse_int64(p, len, cell)) != RILL_OK) break;
   }
+  return j;
+}
+
+static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, rill_dtype_t dt, int64_t j0,
+                             int64_t bn, void* o) {
+  return dt == RILL_FLOAT64 ? plain_numbers_as(c, b, k, 1, j0, bn, o) : plain_numbers_as(c, b, k, 0, j0, bn, o);
+}
+
+/* 1 when byte q occurs among p[0..n); `room`: bytes readable from p (8 at a time when they
+ * are there). */
+static inline int has_byte(const char* p, int64_t n, int64_t room, char q) {
+#if RILL_TEXT_SWAR
+  if (n <= 16 && room >= 16) {
+    const uint64_t ones = 0x0101010101010101ULL, qs = ones * (unsigned char)q;
+    for (int64_t k = 0; k < n; k += 8) {
+      uint64_t x;
+      memcpy(&x, p + k, 8);
+      x ^= qs;
+      uint64_t z = (x - ones) & ~x & 0x8080808080808080ULL; /* its lowest bit marks the first q */
+      if (z && __builtin_ctzll(z) / 8 < n - k) return 1;
+    }
+    return 0;
+  }
+#endif
+  return n > 0 && memchr(p, q, (size_t)n) != NULL;
+}
+
+/* Cells j0.. of STRING column k of a block appended at *pos of `out` (offsets of cell 0 of the
+ * block at b0), while they are plain: row complete, field unquoted or quoted without quotes
+ * inside. out->data must hold 16 bytes past the block's text (short fields are copied 16
+ * bytes at a time). Returns the first j that is not (or bn): the general path decides about
+ * that cell. */
+static int64_t plain_strings(const rill__csv_t* c, const csv_block_t* b, int k, int64_t j0, int64_t bn,
+                             rill_array_t* out, int64_t* pos_io) {
+  const char* d = c->data;
+  const char qc = c->quote;
+  const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
+  const int64_t* nfs = b->nfields;
+  const int64_t* sp = b->spans + 2 * k;
+  int64_t* offs = out->offsets + b->b0 + 1;
+  char* o = out->data;
+  int64_t pos = *pos_io, j = j0;
+  for (; j < bn; j++) {
+    if (!b->complete && (nfs[j] > ncols || k >= nfs[j])) break;
+    int64_t fs = sp[j * stride], fe = sp[j * stride + 1];
+    if (fs < fe && d[fs] == qc) { /* "text" without quotes inside: the bytes between */
+      if (fe - fs < 2 || d[fe - 1] != qc || has_byte(d + fs + 1, fe - fs - 2, size - fs - 1, qc)) break;
+      fs++;
+      fe--;
+    }
+    int64_t len = fe - fs;
+    if (len <= 16 && size - fs >= 16) memcpy(o + pos, d + fs, 16);
+    else memcpy(o + pos, d + fs, (size_t)len);
+    pos += len;
+    offs[j] = pos;
+  }
+  *pos_io = pos;
   return j;
 }
 
@@ -127,18 +185,22 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
   if (dt == RILL_STRING) {
     /* the raw field spans bound the unescaped bytes: one reservation, then direct writes */
     int64_t bound = 0;
-    for (int64_t j = 0; j < bn; j++)
-      if (k < b->nfields[j] && b->nfields[j] <= c->ncols)
-        bound += b->spans[j * stride + 2 * k + 1] - b->spans[j * stride + 2 * k];
-    int rc = rill_array_reserve(out, pos + bound > 0 ? pos + bound : 1);
+    const int64_t* sp = b->spans + 2 * k;
+    if (b->complete)
+      for (int64_t j = 0; j < bn; j++) bound += sp[j * stride + 1] - sp[j * stride];
+    else
+      for (int64_t j = 0; j < bn; j++)
+        if (k < b->nfields[j] && b->nfields[j] <= c->ncols) bound += sp[j * stride + 1] - sp[j * stride];
+    int rc = rill_array_reserve(out, pos + bound + 16); /* + 16: see plain_strings */
     if (rc != RILL_OK)
       return rill__fail(err, rc, "%s: column '%s': cannot reserve %lld bytes", c->name, c->names[k],
-                        (long long)(pos + bound));
+                        (long long)(pos + bound + 16));
   }
   void* plain = dt == RILL_FLOAT64 ? (void*)((double*)out->data + b->b0)
                 : dt == RILL_INT64 ? (void*)((int64_t*)out->data + b->b0) : NULL;
   for (int64_t j = 0; j < bn; j++) {
     if (plain && (j = plain_numbers(c, b, k, dt, j, bn, plain)) == bn) break;
+    if (dt == RILL_STRING && (j = plain_strings(c, b, k, j, bn, out, &pos)) == bn) break;
     int64_t i = b->b0 + j;
     int64_t nf = b->nfields[j];
     int is_null = nf > c->ncols || k >= nf; /* kept bad rows (policy NULL) */
@@ -255,6 +317,7 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
   csv_scratch_t* s = rill__scratch(&csv_scratch_kind);
   if (!s) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
   int64_t stride = (int64_t)c->ncols * 2;
+  int level = rill__csv_scan_simd_level();
   int64_t blk = ((int64_t)1 << 20) / c->ncols;
   if (blk < 1) blk = 1;
   int64_t fail = n;   /* the first row whose cell did not convert (n: none) */
@@ -267,11 +330,7 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       break;
     }
-    for (int64_t j = 0; j < bn; j++) {
-      int64_t next;
-      s->nfields[j] = rill__csv_split(c->data, c->size, rill__csv_start(c, rows[b0 + j]), c->delim, c->quote,
-                                      s->spans + j * stride, c->ncols, &next);
-    }
+    rill__csv_split_rows(c, rows + b0, bn, s->spans, stride, c->ncols, s->nfields, level);
     /* a pass moving forward drops the pages well behind it */
     if (c->map) {
       const int64_t keep = 8 << 20, step = 16 << 20;
@@ -279,7 +338,8 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
       if (lo - keep > mark + step && atomic_compare_exchange_strong(&c->drop_mark, &mark, lo - keep))
         rill__csv_drop(c, mark, lo - keep);
     }
-    csv_block_t b = {.rows = rows, .b0 = b0, .n = bn, .spans = s->spans, .nfields = s->nfields};
+    csv_block_t b = {.rows = rows, .b0 = b0, .n = bn, .spans = s->spans, .nfields = s->nfields, .complete = 1};
+    for (int64_t j = 0; j < bn; j++) b.complete &= s->nfields[j] == c->ncols;
     for (int k = 0; k < nouts && rc == RILL_OK; k++) {
       if (!outs[k]) continue;
       int64_t at;

@@ -216,8 +216,25 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
   for (int64_t k = 0; k < nch && rc == RILL_OK; k++) {
     rill__csv_spec_t* s = pick[k];
     int all = !skip || (!s->bad.n && (x >= xbad.n || (s->starts.n && xbad.v[x] > rill__csv_rows_at(&s->starts, s->starts.n - 1))));
-    int64_t b = 0;
-    for (int64_t r = 0; r < s->starts.n; r++) {
+    int64_t b = 0, r0 = 0;
+    if (all && s->starts.far.n == 0) {
+      /* runs of rows inside one block of the index take one shift each: positions rise, so the
+       * run's last offset bounds the others; a run that needs the far list goes to the row loop */
+      const int64_t bmask = ((int64_t)1 << RILL__CSV_BLOCK_SHIFT) - 1, n = s->starts.n;
+      const uint32_t* v = s->starts.v;
+      while (r0 < n) {
+        if ((w & bmask) == 0) c->base[w >> RILL__CSV_BLOCK_SHIFT] = s->starts.base + v[r0];
+        int64_t seg = bmask + 1 - (w & bmask);
+        if (seg > n - r0) seg = n - r0;
+        int64_t delta = s->starts.base - c->base[w >> RILL__CSV_BLOCK_SHIFT];
+        if ((uint64_t)(v[r0 + seg - 1] + delta) >= RILL__CSV_FAR_AT) break;
+        uint32_t* o = c->off + w;
+        for (int64_t i = 0; i < seg; i++) o[i] = (uint32_t)(v[r0 + i] + delta);
+        w += seg;
+        r0 += seg;
+      }
+    }
+    for (int64_t r = r0; r < s->starts.n; r++) {
       int64_t pos = rill__csv_rows_at(&s->starts, r);
       if (!all) {
         if (b < s->bad.n && s->bad.v[b] == pos) { b += 2; continue; }

@@ -73,6 +73,11 @@ void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b);
  * go to `sp`; returns the number of fields; *next = offset after the record's line end. */
 int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp, int64_t max,
                         int64_t* next);
+/* Splits rows[0..n) of c as rill__csv_split does (row j's spans at sp + j * stride, at most
+ * `max`; its field count in nfields[j]) at SIMD `level` (0: byte loops only, 1: SSE2 masks,
+ * 2: AVX2 masks; a level above the machine's is lowered). Every level gives the same results. */
+void rill__csv_split_rows(const rill__csv_t* c, const int64_t* rows, int64_t n, int64_t* sp, int64_t stride,
+                          int64_t max, int64_t* nfields, int level);
 /* The text of field [s, e): quotes removed and doubled quotes undone. Uses *scratch (of
  * *cap bytes, grown with rill__alloc) only when the bytes must change. RILL_OK or
  * RILL_ENOMEM. */

@@ -1,7 +1,8 @@
-/* CSV record scanning: splitting one record into field spans, undoing quotes in a field,
- * and the state-machine scan of a chunk of input for record starts (used by the parallel row
- * index). 16-byte SSE2 masks find delimiters, quotes and line breaks where available; the
- * portable loops handle the rest and give the same results. */
+/* CSV record scanning: splitting records into field spans, undoing quotes in a field, and
+ * the scans of a chunk of input for record starts (used by the parallel row index). Records
+ * are split, and chunks scanned, from 64-byte masks of delimiters, quotes and line breaks
+ * (SSE2, or AVX2 where the machine has it) while the quotes follow the simple model; the
+ * byte loops and the state machine handle the rest and give the same results. */
 #include <string.h>
 
 #include "csv_internal.h"
@@ -12,6 +13,11 @@
 #else
 #define CSV_SIMD 0
 #endif
+
+/* Bytes ahead of the one being scanned or split that are asked into the cache: the hardware
+ * prefetcher stops at each 4 KiB page of the mapping, so a pass over it would wait on memory at
+ * every page start. */
+#define CSV_AHEAD 1024
 
 /* ------------------------------------------------------------------ records and fields */
 
@@ -75,10 +81,10 @@ static int64_t count_unquoted(const char* d, int64_t i, int64_t end, char dl, ch
 }
 #endif
 
-/* Splits the record at `pos` into fields: up to `max` (start, end) byte spans go to `sp`;
- * returns the number of fields; *next = offset after the record's line end. */
-int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp, int64_t max,
-                        int64_t* next) {
+/* rill__csv_split with 16-byte masks for unquoted fields and byte loops for quoted ones: any
+ * record, up to the end of the input. */
+static int64_t split_bytes(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp, int64_t max,
+                           int64_t* next) {
   int64_t nf = 0, i = pos;
 #if CSV_SIMD
   __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q);
@@ -357,6 +363,7 @@ static inline uint64_t prefix_xor(uint64_t x) {
   s->tail_nf = 0;                                                                                      \
   s->end_in_quotes = 0;                                                                                \
   for (int64_t i = begin; i < end; i += 64) {                                                          \
+    if (i + CSV_AHEAD < end) __builtin_prefetch(d + i + CSV_AHEAD);                                     \
     scan_masks_t m;                                                                                    \
     uint64_t valid = ~(uint64_t)0;                                                                     \
     if (end - i >= 64) {                                                                               \
@@ -478,6 +485,151 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
 #else
 #define CSV_AVX2 0
 #endif
+
+/* ------------------------------------------------------------------ bitmask record splits */
+
+/* A record split from 64-byte masks with the quote model of the bitmask scan above: quotes
+ * toggle "inside quotes" (a prefix XOR), the first line break outside quotes ends the record
+ * and the delimiters outside quotes before it end fields. Only the bytes before that line
+ * break are checked against the model (quotes opening at a field start or right after a
+ * closing quote, a closing quote followed by a delimiter, a line break or a quote); where it
+ * does not hold, or where a step would read past the input, it returns -1 and the byte loop
+ * splits the record. Otherwise its spans, count and *next are the byte loop's. */
+#define SPLIT_BODY(MASKS)                                                                               \
+  int64_t nf = 0, fs = pos;                                                                             \
+  uint64_t inq = 0, prev_fb = 1, prev_cq = 0; /* as in SCAN_BODY */                                     \
+  for (int64_t i = pos; i + 64 <= size; i += 64) {                                                      \
+    scan_masks_t m;                                                                                     \
+    MASKS(d + i, dl, q, &m);                                                                            \
+    uint64_t in = inq, cq = 0, fb;                                                                      \
+    if (m.q | inq) in = prefix_xor(m.q) ^ inq;                                                          \
+    uint64_t nout = m.nl & ~in;                                                                         \
+    uint64_t upto = nout ? (nout & (0 - nout)) - 1 : ~(uint64_t)0; /* the bytes before the record's end */ \
+    if (m.q | inq) {                                                                                    \
+      uint64_t open = m.q & in;                                                                         \
+      cq = m.q & ~in;                                                                                   \
+      fb = ((m.dl | m.nl) & ~in) | cq;                                                                  \
+      if (open & upto & ~((fb << 1) | prev_fb)) return -1;                                              \
+      if ((((cq & upto) << 1) | prev_cq) & ~(m.dl | m.nl | m.q)) return -1;                             \
+    } else {                                                                                            \
+      fb = m.dl | m.nl;                                                                                 \
+    }                                                                                                   \
+    uint64_t dm = m.dl & ~in & upto;                                                                    \
+    if (nf + POPCNT(dm) < max) { /* room for these fields and the next */                               \
+      for (; dm; dm &= dm - 1) {                                                                        \
+        int64_t e = i + __builtin_ctzll(dm);                                                            \
+        sp[2 * nf] = fs;                                                                                \
+        sp[2 * nf + 1] = e;                                                                             \
+        nf++;                                                                                           \
+        fs = e + 1;                                                                                     \
+      }                                                                                                 \
+    } else {                                                                                            \
+      for (; dm; dm &= dm - 1) {                                                                        \
+        int64_t e = i + __builtin_ctzll(dm);                                                            \
+        if (nf < max) {                                                                                 \
+          sp[2 * nf] = fs;                                                                              \
+          sp[2 * nf + 1] = e;                                                                           \
+        }                                                                                               \
+        nf++;                                                                                           \
+        fs = e + 1;                                                                                     \
+      }                                                                                                 \
+    }                                                                                                   \
+    if (nout) {                                                                                         \
+      int64_t e = i + __builtin_ctzll(nout);                                                            \
+      if (nf < max) {                                                                                   \
+        sp[2 * nf] = fs;                                                                                \
+        sp[2 * nf + 1] = e;                                                                             \
+      }                                                                                                 \
+      *next = d[e] == '\r' && e + 1 < size && d[e + 1] == '\n' ? e + 2 : e + 1;                          \
+      return nf + 1;                                                                                    \
+    }                                                                                                   \
+    prev_fb = fb >> 63;                                                                                 \
+    prev_cq = cq >> 63;                                                                                 \
+    inq = (uint64_t)0 - (in >> 63);                                                                     \
+  }                                                                                                     \
+  return -1;
+
+/* Splits rows[0..n) (each row's fields to sp + j * stride, at most `max`; counts to
+ * nfields[j]) with SPLIT (a mask split, -1 when it leaves the record to the byte loop). */
+#define SPLIT_ROWS_BODY(SPLIT)                                                                          \
+  const char* d = c->data;                                                                              \
+  int64_t next;                                                                                         \
+  for (int64_t j = 0; j < n; j++) {                                                                     \
+    int64_t pos = rill__csv_start(c, rows[j]);                                                          \
+    if (pos + CSV_AHEAD < c->size) __builtin_prefetch(d + pos + CSV_AHEAD);                             \
+    int64_t nf = SPLIT(d, c->size, pos, c->delim, c->quote, sp + j * stride, max, &next);               \
+    nfields[j] = nf >= 0 ? nf : split_bytes(d, c->size, pos, c->delim, c->quote, sp + j * stride, max, &next); \
+  }
+
+#if CSV_SIMD
+#define POPCNT pop64
+static inline int pop64(uint64_t x) { return pop16((unsigned)(x & 0xffff)) + pop16((unsigned)(x >> 16 & 0xffff)) + pop16((unsigned)(x >> 32 & 0xffff)) + pop16((unsigned)(x >> 48)); }
+__attribute__((always_inline)) static inline int64_t split_masks(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp,
+                                  int64_t max, int64_t* next) {
+  SPLIT_BODY(masks_sse2)
+}
+static void split_rows_sse2(const rill__csv_t* c, const int64_t* rows, int64_t n, int64_t* sp, int64_t stride,
+                            int64_t max, int64_t* nfields) {
+  SPLIT_ROWS_BODY(split_masks)
+}
+#undef POPCNT
+#endif
+
+#if CSV_AVX2
+#define POPCNT _mm_popcnt_u64
+__attribute__((target("avx2,popcnt,bmi"), always_inline)) static inline int64_t split_masks_avx2(const char* d, int64_t size,
+                                                                                 int64_t pos, char dl, char q,
+                                                                                 int64_t* sp, int64_t max,
+                                                                                 int64_t* next) {
+  SPLIT_BODY(masks_avx2)
+}
+__attribute__((target("avx2,popcnt,bmi"))) static void split_rows_avx2(const rill__csv_t* c, const int64_t* rows,
+                                                                      int64_t n, int64_t* sp, int64_t stride,
+                                                                      int64_t max, int64_t* nfields) {
+  SPLIT_ROWS_BODY(split_masks_avx2)
+}
+__attribute__((target("avx2,popcnt,bmi"))) static int64_t split_one_avx2(const char* d, int64_t size, int64_t pos,
+                                                                        char dl, char q, int64_t* sp, int64_t max,
+                                                                        int64_t* next) {
+  return split_masks_avx2(d, size, pos, dl, q, sp, max, next);
+}
+#undef POPCNT
+#endif
+
+void rill__csv_split_rows(const rill__csv_t* c, const int64_t* rows, int64_t n, int64_t* sp, int64_t stride,
+                          int64_t max, int64_t* nfields, int level) {
+  if (level > rill__csv_scan_simd_level()) level = rill__csv_scan_simd_level();
+#if CSV_AVX2
+  if (level >= 2) {
+    split_rows_avx2(c, rows, n, sp, stride, max, nfields);
+    return;
+  }
+#endif
+#if CSV_SIMD
+  if (level >= 1) {
+    split_rows_sse2(c, rows, n, sp, stride, max, nfields);
+    return;
+  }
+#endif
+  (void)level;
+  int64_t next;
+  for (int64_t j = 0; j < n; j++)
+    nfields[j] = split_bytes(c->data, c->size, rill__csv_start(c, rows[j]), c->delim, c->quote, sp + j * stride,
+                             max, &next);
+}
+
+int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp, int64_t max,
+                        int64_t* next) {
+  int64_t nf = -1;
+#if CSV_AVX2
+  if (rill__csv_scan_simd_level() >= 2) nf = split_one_avx2(d, size, pos, dl, q, sp, max, next);
+  else
+#endif
+#if CSV_SIMD
+  nf = split_masks(d, size, pos, dl, q, sp, max, next);
+#endif
+  return nf >= 0 ? nf : split_bytes(d, size, pos, dl, q, sp, max, next);
+}
 
 int rill__csv_scan_simd_level(void) {
 #if CSV_AVX2

@@ -41,13 +41,16 @@ int rill__override_column(const rill_csv_column_t* ov, char* const* names, int n
                           const char* what, rill_error_t* err);
 
 /* ---- the plain-decimal path, inline for loops over many cells */
+#if defined(__GNUC__)
+#define RILL__TEXT_INLINE static inline __attribute__((always_inline))
+#else
+#define RILL__TEXT_INLINE static inline
+#endif
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define RILL_TEXT_SWAR 1
-/* The value of the `len` (1..8) decimal digits at p, from one 8-byte load (8 bytes must be
- * readable at p); -1 when one of them is not a digit. */
-static inline int64_t rill__swar_digits(const char* p, size_t len) {
-  uint64_t x;
-  memcpy(&x, p, 8);
+/* The value of the `len` (1..8) decimal digits in the low bytes of x (byte 0 first); the
+ * bytes above them are ignored; -1 when one of them is not a digit. */
+RILL__TEXT_INLINE int64_t rill__swar_word(uint64_t x, size_t len) {
   if (len < 8) x = (x << (8 * (8 - len))) | (0x3030303030303030ULL >> (8 * len)); /* '0'-padded in front */
   const uint64_t hi = 0xF0F0F0F0F0F0F0F0ULL;
   if (((x & hi) | (((x + 0x0606060606060606ULL) & hi) >> 4)) != 0x3333333333333333ULL) return -1;
@@ -57,6 +60,13 @@ static inline int64_t rill__swar_digits(const char* p, size_t len) {
   x = (x * 10000 + (x >> 32)) & 0xFFFFFFFFULL;
   return (int64_t)x;
 }
+/* The value of the `len` (1..8) decimal digits at p, from one 8-byte load (8 bytes must be
+ * readable at p); -1 when one of them is not a digit. */
+static inline int64_t rill__swar_digits(const char* p, size_t len) {
+  uint64_t x;
+  memcpy(&x, p, 8);
+  return rill__swar_word(x, len);
+}
 #else
 #define RILL_TEXT_SWAR 0
 #endif
@@ -65,11 +75,39 @@ static inline int64_t rill__swar_digits(const char* p, size_t len) {
  * 8 bytes at a time; 0 when the text is something else (the general parsers decide then).
  * The double is the one the fast path of rill__parse_double gives: same mantissa, same
  * power of ten, one correctly rounded division. `room`: bytes readable from p. */
-static inline int rill__parse_plain_decimal(const char* p, size_t len, int64_t room, int want_double, void* out) {
+RILL__TEXT_INLINE int rill__parse_plain_decimal(const char* p, size_t len, int64_t room, int want_double, void* out) {
 #if RILL_TEXT_SWAR
   static const double p10[9] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8};
   static const int64_t i10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
   size_t neg = p[0] == '-', dot = neg;
+  if (len - neg - 1 < 8 && room >= (int64_t)neg + 8) {
+    /* 1..8 bytes after the sign: one load; a '.' among them is cut out, leaving at most 8
+     * digits whose value is the mantissa, and the digits after the '.' the power of ten */
+    uint64_t x;
+    memcpy(&x, p + neg, 8);
+    size_t tl = len - neg, fl = 0;
+    if (want_double) {
+      uint64_t y = x ^ 0x2E2E2E2E2E2E2E2EULL;
+      uint64_t z = (y - 0x0101010101010101ULL) & ~y & 0x8080808080808080ULL;
+      size_t k = z ? (size_t)__builtin_ctzll(z) / 8 : 8; /* the first '.' */
+      if (k < tl) {
+        if (tl == 1) return 0; /* "." alone */
+        uint64_t low = k ? x & (~0ULL >> (64 - 8 * k)) : 0;
+        x = low | ((x >> (8 * k)) >> 8 << (8 * k));
+        fl = tl - k - 1;
+        tl--;
+      }
+    }
+    int64_t m = rill__swar_word(x, tl);
+    if (m < 0) return 0;
+    if (!want_double) {
+      *(int64_t*)out = neg ? -m : m;
+      return 1;
+    }
+    double v = (double)m / p10[fl];
+    *(double*)out = neg ? -v : v;
+    return 1;
+  }
   if (room >= 8) { /* the first '.' among the first 8 bytes: lowest zero byte of x ^ '.'s */
     uint64_t x;
     memcpy(&x, p, 8);

@@ -490,6 +490,71 @@ Test(csv, number_parsing_matches_strtod) {
   cr_assert_eq(rill__parse_int64("-", 1, &iv), RILL_EFORMAT);
 }
 
+/* The inline plain-decimal parser, on short texts of digits, signs, dots and exponents placed
+ * at the very end of the readable bytes and well before it: when it takes a text, the value is
+ * strtod's / strtoll's bit for bit; when it leaves one, so do its callers' general parsers or
+ * they give the same value. */
+Test(csv, plain_decimal_matches_strtod) {
+  static const char alpha[] = "0123456789012345678901234567890123456789.-+e";
+  char buf[64], text[32];
+  unsigned rs = 7;
+  int taken[2] = {0, 0};
+  for (int k = 0; k < 400000; k++) {
+    int len = (int)((rs = rs * 1664525u + 1013904223u) >> 8) % 12 + 1;
+    for (int j = 0; j < len; j++) {
+      rs = rs * 1664525u + 1013904223u;
+      int pick = (int)(rs >> 8) % (int)(sizeof alpha - 1);
+      if (j > 0 && pick >= 40 && (rs >> 4) % 4) pick %= 40; /* mostly digits after the first byte */
+      text[j] = alpha[pick];
+    }
+    text[len] = 0;
+    int at_end = k % 2;                        /* 0: 16 more bytes readable, 1: none */
+    char* p = buf + sizeof buf - (size_t)len - (at_end ? 0 : 16);
+    memcpy(p, text, (size_t)len);
+    memset(p + len, at_end ? 0 : '7', at_end ? 0 : 16); /* digits after the text must not be read as its own */
+    int64_t room = (int64_t)(buf + sizeof buf - p);
+    for (int want_double = 0; want_double < 2; want_double++) {
+      union { double d; int64_t i; } got, general;
+      if (!rill__parse_plain_decimal(p, (size_t)len, room, want_double, &got)) continue;
+      taken[want_double]++;
+      char* end;
+      if (want_double) {
+        double want = strtod(text, &end);
+        cr_assert(end == text + len, "'%s' taken but strtod stops at %d", text, (int)(end - text));
+        cr_assert(memcmp(&got.d, &want, sizeof want) == 0, "'%s': %.17g vs %.17g", text, got.d, want);
+        cr_assert_eq(rill__parse_double(p, (size_t)len, &general.d), RILL_OK, "'%s'", text);
+        cr_assert(memcmp(&general.d, &want, sizeof want) == 0, "'%s'", text);
+      } else {
+        long long want = strtoll(text, &end, 10);
+        cr_assert(end == text + len && text[0] != '+', "'%s' taken as an integer", text);
+        cr_assert_eq(got.i, (int64_t)want, "'%s'", text);
+        cr_assert_eq(rill__parse_int64(p, (size_t)len, &general.i), RILL_OK, "'%s'", text);
+        cr_assert_eq(general.i, (int64_t)want, "'%s'", text);
+      }
+    }
+  }
+  cr_assert(taken[0] > 1000 && taken[1] > 1000, "taken %d %d", taken[0], taken[1]);
+  /* forms the one-load path cuts the dot from, and texts it must leave */
+  static const char* good[] = {"0", "-0", ".5", "-.5", "5.", "-5.", "1234567.", ".1234567", "-1234.567", "12345678",
+                               "-12345678", "0.000001", "9999999.", "1.5"};
+  for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
+    double got, want = strtod(good[k], NULL);
+    size_t n = strlen(good[k]);
+    memset(buf, ' ', sizeof buf);
+    memcpy(buf, good[k], n);
+    cr_assert(rill__parse_plain_decimal(buf, n, (int64_t)sizeof buf, 1, &got), "'%s'", good[k]);
+    cr_assert(memcmp(&got, &want, sizeof got) == 0, "'%s': %.17g", good[k], got);
+  }
+  static const char* bad[] = {".", "-.", "-", "1.2.3", "..5", "5..", "1-2", "+5", "1e5", " 5", "5 ", "1,5"};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    double got;
+    size_t n = strlen(bad[k]);
+    memset(buf, '1', sizeof buf);
+    memcpy(buf, bad[k], n);
+    cr_assert(!rill__parse_plain_decimal(buf, n, (int64_t)sizeof buf, 1, &got), "'%s' taken", bad[k]);
+  }
+}
+
 /* Numbers parsed through the column source (its fast paths for plain decimals included)
  * equal strtod / strtoll bit for bit; the last cell ends the buffer without a line end. */
 Test(csv, column_numbers_match_strtod) {
@@ -908,4 +973,138 @@ Test(csv, bitmask_scan_matches_state_machine) {
     took += same_scan(buf, n, 1 + (int64_t)((rng >> 40) % 4));
   }
   cr_assert_gt(took, 5000, "the bitmask scan took only %d inputs", took);
+}
+
+/* The mask splits of every SIMD level give the byte loop's field spans and counts, from any
+ * position, for records shorter and longer than a 64-byte step, well-formed or with quotes in
+ * odd places, near the end of the input or not, with `max` below and above the field count
+ * (no span past `max` is written). rill__csv_split agrees too. */
+Test(csv, mask_split_matches_byte_loop) {
+  static const char alpha[] = "ab,,\n\r\"\"x1  ";
+  static const char fields[][10] = {"1", "ab", "\"a,b\"", "\"a\"\"b\"", "\"x\ny\"", "", "\"\"", "abcdefgh", "\"a\"b", "a\"b"};
+  enum { NROWS = 64, MAXF = 8, STRIDE = 2 * MAXF + 2 };
+  uint64_t rng = 99;
+  char buf[400];
+  int64_t rows[NROWS], sp[3][NROWS * STRIDE], nfs[3][NROWS];
+  uint32_t off[NROWS];
+  int64_t base[1] = {0};
+  int64_t compared = 0, long_rows = 0;
+  for (int round = 0; round < 6000; round++) {
+    int64_t n = 0;
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    int64_t len = (int64_t)((rng >> 33) % (sizeof buf - 20));
+    if (round % 3 == 1) {
+      for (; n < len; n++) {
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        buf[n] = alpha[(rng >> 33) % (sizeof alpha - 1)];
+      }
+    } else {
+      while (n < len) {
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        const char* f = fields[(rng >> 33) % (round % 3 ? 10 : 8)];
+        size_t fl = strlen(f);
+        if (n + (int64_t)fl + 2 > (int64_t)sizeof buf) break;
+        memcpy(buf + n, f, fl);
+        n += (int64_t)fl;
+        int sep = (int)((rng >> 45) % 10);
+        buf[n++] = sep < 7 ? ',' : sep < 9 ? '\n' : '\r';
+        if (sep == 9 && (rng >> 50) % 2) buf[n++] = '\n';
+      }
+    }
+    if (n == 0) continue;
+    rill__csv_t c = {.data = buf, .size = n, .delim = ',', .quote = '"', .base = base, .off = off};
+    int64_t nr = n < NROWS ? n : NROWS;
+    for (int64_t j = 0; j < nr; j++) { /* any position may be asked for */
+      rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+      rows[j] = j;
+      off[j] = (uint32_t)((rng >> 33) % (uint64_t)n);
+    }
+    int64_t max = (int64_t)(rng >> 60) % (MAXF + 1);
+    for (int level = 0; level < 3; level++) {
+      for (int64_t k = 0; k < NROWS * STRIDE; k++) sp[level][k] = -7;
+      rill__csv_split_rows(&c, rows, nr, sp[level], STRIDE, max, nfs[level], level);
+    }
+    for (int64_t j = 0; j < nr; j++) {
+      const int64_t* want = sp[0] + j * STRIDE;
+      for (int level = 1; level < 3; level++) {
+        const int64_t* got = sp[level] + j * STRIDE;
+        cr_assert_eq(nfs[level][j], nfs[0][j], "round %d row at %u level %d: %lld fields, byte loop %lld", round,
+                     off[j], level, (long long)nfs[level][j], (long long)nfs[0][j]);
+        for (int64_t k = 0; k < STRIDE; k++)
+          cr_assert_eq(got[k], want[k], "round %d row at %u level %d: span word %lld: %lld vs %lld", round, off[j],
+                       level, (long long)k, (long long)got[k], (long long)want[k]);
+      }
+      for (int64_t k = 2 * (nfs[0][j] < max ? nfs[0][j] : max); k < STRIDE; k++)
+        cr_assert_eq(want[k], -7, "round %d: a span past the fields or max was written", round);
+      int64_t one[2 * MAXF], next;
+      int64_t nf = rill__csv_split(buf, n, off[j], ',', '"', one, max, &next);
+      cr_assert_eq(nf, nfs[0][j]);
+      cr_assert(memcmp(one, want, (size_t)(2 * (nf < max ? nf : max)) * sizeof *one) == 0);
+      cr_assert(next > off[j] && next <= n);
+      long_rows += next - off[j] > 64;
+      compared++;
+    }
+  }
+  cr_assert_gt(compared, 100000);
+  cr_assert_gt(long_rows, 1000, "only %lld records longer than a 64-byte step", (long long)long_rows);
+}
+
+/* String cells equal rill__csv_unescape of their field, for fields quoted or not, with quotes
+ * inside and around, of lengths around a 16-byte copy, the last one ending the input (an
+ * exactly sized buffer, borrowed: reads past it are caught under ASan). */
+Test(csv, string_cells_match_unescape) {
+  enum { ROWS = 3000 };
+  static const char alpha[] = "ab\"xyz;,\n";
+  uint32_t rs = 4242;
+#define RND(n) ((int)((rs = rs * 1664525u + 1013904223u) >> 8) % (n))
+  for (int round = 0; round < 4; round++) {
+    size_t cap = (size_t)ROWS * 64 + 16, n = 0;
+    char* text = malloc(cap);
+    n += (size_t)sprintf(text + n, "s,t\n");
+    for (int r = 0; r < ROWS; r++) {
+      int len = RND(3) == 0 ? RND(40) : 12 + RND(8), quoted = RND(2);
+      if (quoted) text[n++] = '"';
+      for (int k = 0; k < len; k++) {
+        char ch = alpha[RND(quoted ? (int)sizeof alpha - 1 : 4)];
+        if (!quoted && ch == '"' && k == 0) ch = 'q';
+        if (quoted && ch == '"' && RND(4)) text[n++] = '"'; /* mostly doubled */
+        text[n++] = ch;
+      }
+      if (quoted && (r < ROWS - 1 || round % 2)) text[n++] = '"'; /* the last may stay open */
+      if (r < ROWS - 1 || round < 2) n += (size_t)sprintf(text + n, ",%d\n", r);
+    }
+    char* exact = malloc(n);
+    memcpy(exact, text, n);
+    free(text);
+    rill_error_t err = {0};
+    rill_df_t* df = NULL;
+    int rc = rill_df_from_csv_buffer(exact, n, &(rill_csv_opts_t){.no_infer = 1, .borrow = 1, .on_bad_row = RILL_ON_ERROR_NULL}, &df, &err);
+    if (rc != RILL_OK) { /* an open quote at the end: that is the error the parser gives */
+      cr_assert(round % 2 == 0 && strstr(err.message, "unterminated quoted field"), "round %d: %s", round, err.message);
+      free(exact);
+      continue;
+    }
+    table_t t = collected(df, 2);
+    int64_t pos = 4, rows = rill_df_rows(df);
+    char* scratch = NULL;
+    size_t scap = 0;
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t sp[4], next;
+      while (exact[pos] == '\n' || exact[pos] == '\r') pos++; /* blank lines hold no record */
+      int64_t nf = rill__csv_split(exact, (int64_t)n, pos, ',', '"', sp, 2, &next);
+      const char* want = "NULL"; /* a row of more fields than columns (policy NULL) */
+      size_t wl = 4;
+      if (nf <= 2)
+        cr_assert_eq(rill__csv_unescape(exact, sp[0], sp[1], '"', &scratch, &scap, &want, &wl), RILL_OK);
+      const char* got = cell(&t, (int)r, 0);
+      cr_assert(nf >= 1 && strlen(got) == wl && memcmp(got, want, wl) == 0, "round %d row %lld: '%s' vs '%.*s'",
+                round, (long long)r, got, (int)wl, want);
+      pos = next;
+    }
+    rill__free(scratch);
+    table_free(&t);
+    rill_df_free(df);
+    free(exact);
+  }
+#undef RND
 }

@@ -1,9 +1,11 @@
 /* Parse and iterate every row of a CSV file through rill (batches of BATCH rows, default 8192).
  * usage: bench_csv FILE.csv THREADS [BATCH]
- * prints: rill_csv seconds=S rows=N rss_mb=M index_s=I */
+ * prints: rill_csv seconds=S cpu_s=C rows=N rss_mb=M index_s=I nulls=K (cpu_s: user + system CPU
+ * seconds of the process, all threads) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench_common.h"
 #include "rill.h"
@@ -45,8 +47,12 @@ int main(int argc, char** argv) {
   while (st && fgets(line, sizeof line, st))
     if (!strncmp(line, "RssAnon", 7) || !strncmp(line, "RssFile", 7)) fprintf(stderr, "%s", line);
   if (st) fclose(st);
-  printf("rill_csv seconds=%.3f rows=%lld rss_mb=%.1f index_s=%.3f nulls=%lld\n", secs, (long long)rows,
-         bench_max_rss_mb(), t_index, (long long)nulls);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+               ru.ru_stime.tv_usec * 1e-6;
+  printf("rill_csv seconds=%.3f cpu_s=%.3f rows=%lld rss_mb=%.1f index_s=%.3f nulls=%lld\n", secs, cpu,
+         (long long)rows, bench_max_rss_mb(), t_index, (long long)nulls);
   rill_iter_free(it);
   rill_df_free(batches);
   rill_df_free(df);

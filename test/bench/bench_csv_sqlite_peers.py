@@ -7,7 +7,8 @@ peak memory is its own).
   sqlite-loop PATH | pandas-sql PATH       read every row of t in shuffled order
   duckdb-sqlite PATH THREADS BATCH         read every row of t in order with DuckDB's sqlite_scan,
                                            streamed as Arrow record batches of BATCH rows
-Each measurement prints: NAME seconds=S rows=N rss_mb=M (SQLite peers add cpu_s=C), or NAME
+Each measurement prints: NAME seconds=S cpu_s=C rows=N rss_mb=M (CPU seconds of the process, user
+and system, over the measurement), or NAME
 skipped: WHY when the peer is not installed.
 """
 import os
@@ -18,9 +19,19 @@ import sys
 import time
 
 
+_cpu0 = 0.0
+
+
+def csv_start():
+    """The wall clock at the start of a CSV measurement (its CPU time is counted from here too)."""
+    global _cpu0
+    _cpu0 = cpu_now()
+    return time.perf_counter()
+
+
 def report(name, t0, rows):
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(f"{name} seconds={time.perf_counter() - t0:.3f} rows={rows} rss_mb={rss:.1f}")
+    print(f"{name} seconds={time.perf_counter() - t0:.3f} cpu_s={cpu_now() - _cpu0:.3f} rows={rows} rss_mb={rss:.1f}")
 
 
 def gen_csv(path, mb):
@@ -117,7 +128,7 @@ def main():
         gen_sqlite(path, sys.argv[3])
     elif cmd == "pandas-csv":
         import pandas as pd
-        t0 = time.perf_counter()
+        t0 = csv_start()
         df = pd.read_csv(path)
         report("pandas.read_csv", t0, len(df))
     elif cmd == "pyarrow-csv":
@@ -125,7 +136,7 @@ def main():
         import pyarrow.csv as pacsv
         pa.set_cpu_count(int(sys.argv[3]))
         pa.set_io_thread_count(int(sys.argv[3]))
-        t0 = time.perf_counter()
+        t0 = csv_start()
         table = pacsv.read_csv(path)
         report("pyarrow.csv.read_csv", t0, table.num_rows)
     elif cmd == "polars-csv":
@@ -135,7 +146,7 @@ def main():
         except ImportError as e:
             print(f"polars.read_csv skipped: {e}")
             return
-        t0 = time.perf_counter()
+        t0 = csv_start()
         df = pl.read_csv(path)
         report("polars.read_csv", t0, df.height)
     elif cmd == "duckdb-csv":
@@ -144,7 +155,7 @@ def main():
         except ImportError as e:
             print(f"duckdb.read_csv skipped: {e}")
             return
-        t0 = time.perf_counter()
+        t0 = csv_start()
         con = duckdb.connect()
         con.execute(f"SET threads TO {int(sys.argv[3])}")
         table = con.read_csv(path).fetch_arrow_table()  # every cell parsed into columns

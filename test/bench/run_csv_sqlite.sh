@@ -32,13 +32,13 @@ pl=$("$PY" "$PEERS" polars-csv "$tmp/data.csv" "$THREADS"); echo "$pl"
 dk=$("$PY" "$PEERS" duckdb-csv "$tmp/data.csv" "$THREADS"); echo "$dk"
 rill2=$("$BUILD/bench/bench_csv" "$tmp/data.csv" "$THREADS" "$CSV_BATCH" 2>/dev/null); echo "$rill2 (again, after the peers)"
 rs=$(awk -v a="$(field seconds "$rill")" -v b="$(field seconds "$rill2")" 'BEGIN { print (a < b ? a : b) }')
-echo "file ${size_mb} MB; rill best of 2: ${rs} s; rill peak RSS $(field rss_mb "$rill") MB = $(ratio "$(field rss_mb "$rill")" "$size_mb")x the file (index pass $(field index_s "$rill") s)"
-echo "speed ratio rill vs pandas.read_csv: $(ratio "$(field seconds "$pd")" "$rs")x"
-echo "speed ratio rill vs pyarrow.csv.read_csv: $(ratio "$(field seconds "$pa")" "$rs")x"
-for peer in "$pl" "$dk"; do
+rc=$(awk -v a="$(field cpu_s "$rill")" -v b="$(field cpu_s "$rill2")" 'BEGIN { print (a < b ? a : b) }')
+echo "file ${size_mb} MB; rill best of 2: ${rs} s, ${rc} CPU-s; rill peak RSS $(field rss_mb "$rill") MB = $(ratio "$(field rss_mb "$rill")" "$size_mb")x the file (index pass $(field index_s "$rill") s)"
+for peer in "$pd" "$pa" "$pl" "$dk"; do
   case "$peer" in
   *skipped*) echo "$peer" ;;
-  *) echo "speed ratio rill vs ${peer%% *}: $(ratio "$(field seconds "$peer")" "$rs")x (peak RSS $(field rss_mb "$peer") MB)" ;;
+  *) echo "speed ratio rill vs ${peer%% *}: $(ratio "$(field seconds "$peer")" "$rs")x" \
+          "(per CPU-second $(ratio "$(field cpu_s "$peer")" "$rc")x; peak RSS $(field rss_mb "$peer") MB)" ;;
   esac
 done
 

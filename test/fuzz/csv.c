@@ -1,6 +1,7 @@
 /* libFuzzer target: the CSV source must never crash on any input, the parallel index must
- * agree with the sequential one, and the bitmask chunk scan (every SIMD level) with the state
- * machine. The first byte picks the options. */
+ * agree with the sequential one, the bitmask chunk scan (every SIMD level) with the state
+ * machine, and the mask record splits (every level) with the byte loop. The first byte picks
+ * the options. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,28 @@ static void same_scan(const char* d, int64_t n, char dl) {
   free_spec(&ref);
 }
 
+/* Records split from position 0 and after each of the first line breaks, at every SIMD level,
+ * give the byte loop's counts and spans (at most 4 kept a record). */
+static void same_split(const char* d, int64_t n, char dl) {
+  enum { ROWS = 64, MAXF = 4 };
+  if (n <= 0) return;
+  int64_t base[1] = {0}, rows[ROWS], nr = 0;
+  uint32_t off[ROWS];
+  for (int64_t i = 0; i < n && nr < ROWS; i++)
+    if (i == 0 || d[i - 1] == '\n') {
+      rows[nr] = nr;
+      off[nr++] = (uint32_t)i;
+    }
+  rill__csv_t c = {.data = d, .size = n, .delim = dl, .quote = '"', .base = base, .off = off};
+  int64_t sp[3][ROWS * 2 * MAXF], nf[3][ROWS];
+  for (int level = 0; level <= 2; level++) {
+    memset(sp[level], 0, sizeof sp[level]);
+    rill__csv_split_rows(&c, rows, nr, sp[level], 2 * MAXF, MAXF, nf[level], level);
+  }
+  for (int level = 1; level <= 2; level++)
+    if (memcmp(nf[level], nf[0], (size_t)nr * sizeof **nf) != 0 || memcmp(sp[level], sp[0], sizeof sp[0]) != 0) abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   uint8_t f = data[0];
@@ -72,6 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.threads = 1;
   o.chunk_bytes = 1 << 30;
   same_scan((const char*)data + 1, (int64_t)size - 1, o.delimiter);
+  same_split((const char*)data + 1, (int64_t)size - 1, o.delimiter);
   rill_error_t err = {0};
   rill_df_t* seq = NULL;
   int rc1 = rill_df_from_csv_buffer(data + 1, size - 1, &o, &seq, &err);
