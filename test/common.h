@@ -31,6 +31,17 @@
               (err).message, (needle));                                                      \
   } while (0)
 
+/* The system's memory for test allocators (rill_set_allocator) that count or refuse blocks:
+ * an aligned block, or NULL; and its release. */
+static inline void* rt_sys_alloc(size_t size, size_t align) {
+  void* p = NULL;
+  return posix_memalign(&p, align < sizeof(void*) ? sizeof(void*) : align, size ? size : 1) ? NULL : p;
+}
+static inline void rt_sys_free(void* p, void* ctx) {
+  (void)ctx;
+  free(p);
+}
+
 /* Batches of 2 rows of columns 0 and 1 of df (*b), iterated on the calling thread without
  * prefetch and advanced to the second batch (*row), whose buffers are the first batch's,
  * reused. Returns the iterator. */

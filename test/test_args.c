@@ -173,8 +173,7 @@ typedef struct counting {
 
 static void* counting_alloc(size_t size, size_t align, void* ctx) {
   atomic_fetch_add(&((counting_t*)ctx)->allocs, 1);
-  void* p = NULL;
-  return posix_memalign(&p, align, size ? size : 1) ? NULL : p;
+  return rt_sys_alloc(size, align);
 }
 static void counting_free(void* p, void* ctx) {
   atomic_fetch_add(&((counting_t*)ctx)->frees, 1);

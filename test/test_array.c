@@ -259,16 +259,11 @@ static void* failing_alloc(size_t size, size_t align, void* ctx) {
   (void)ctx;
   if (atomic_load(&fail_after) == 0) return NULL;
   if (atomic_load(&fail_after) > 0) atomic_fetch_sub(&fail_after, 1);
-  void* p = NULL;
-  return posix_memalign(&p, align, size ? size : 1) ? NULL : p;
-}
-static void failing_free(void* p, void* ctx) {
-  (void)ctx;
-  free(p);
+  return rt_sys_alloc(size, align);
 }
 
 Test(alloc, failures_give_enomem_and_no_leak) {
-  rill_set_allocator(&(rill_allocator_t){failing_alloc, failing_free, NULL});
+  rill_set_allocator(&(rill_allocator_t){failing_alloc, rt_sys_free, NULL});
   rill_error_t err;
   int ok = 0;
   for (int n = 0; n < 10 && !ok; n++) {

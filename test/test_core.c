@@ -598,12 +598,7 @@ static _Atomic long alloc_budget = -1; /* allocations left before failing; < 0: 
 static void* failing_alloc(size_t size, size_t alignment, void* ctx) {
   (void)ctx;
   if (atomic_load(&alloc_budget) >= 0 && atomic_fetch_sub(&alloc_budget, 1) <= 0) return NULL;
-  size_t rounded = (size + alignment - 1) / alignment * alignment;
-  return aligned_alloc(alignment, rounded ? rounded : alignment);
-}
-static void failing_free(void* p, void* ctx) {
-  (void)ctx;
-  free(p);
+  return rt_sys_alloc(size, alignment);
 }
 
 /* BOOL: the string cell is valid. */
@@ -703,7 +698,7 @@ static int pipeline_rows_once(int64_t* count) {
 }
 
 Test(core, allocation_failure_in_row_mode_filter_and_reduce) {
-  rill_allocator_t al = {failing_alloc, failing_free, NULL};
+  rill_allocator_t al = {failing_alloc, rt_sys_free, NULL};
   rill_set_allocator(&al);
   int64_t count;
   int ok_at = -1;
@@ -722,7 +717,7 @@ Test(core, allocation_failure_in_row_mode_filter_and_reduce) {
 }
 
 Test(core, allocation_failure_is_enomem_everywhere) {
-  rill_allocator_t al = {failing_alloc, failing_free, NULL};
+  rill_allocator_t al = {failing_alloc, rt_sys_free, NULL};
   rill_set_allocator(&al);
   counter_t cs, cm;
   counter_init(&cs, 0);
@@ -764,7 +759,7 @@ Test(core, allocation_failure_is_enomem_everywhere) {
 }
 
 Test(core, objects_stay_usable_after_enomem) {
-  rill_allocator_t al = {failing_alloc, failing_free, NULL};
+  rill_allocator_t al = {failing_alloc, rt_sys_free, NULL};
   counter_t cs, cm;
   counter_init(&cs, 0);
   counter_init(&cm, 1);

@@ -715,17 +715,12 @@ static int g_fail_at, g_count;
 static void* failing_alloc(size_t size, size_t alignment, void* ctx) {
   (void)ctx;
   if (++g_count == g_fail_at) return NULL;
-  void* p = NULL;
-  return posix_memalign(&p, alignment < sizeof(void*) ? sizeof(void*) : alignment, size ? size : 1) == 0 ? p : NULL;
-}
-static void failing_free(void* p, void* ctx) {
-  (void)ctx;
-  free(p);
+  return rt_sys_alloc(size, alignment);
 }
 
 Test(csv, allocation_failures_while_opening) {
   const char* text = "a,b,c\n1,\"x\"\"y\",2024-01-01\n2,\"q\nr\",\n3,z,2024-01-02\n";
-  rill_allocator_t al = {.alloc = failing_alloc, .free = failing_free};
+  rill_allocator_t al = {.alloc = failing_alloc, .free = rt_sys_free};
   int ok = 0;
   for (g_fail_at = 1; g_fail_at < 400 && !ok; g_fail_at++) {
     g_count = 0;

@@ -316,14 +316,7 @@ static int alloc_count, alloc_fail_at;
 static void* failing_alloc(size_t size, size_t alignment, void* ctx) {
   (void)ctx;
   if (alloc_count++ == alloc_fail_at) return NULL;
-  void* p = NULL;
-  if (posix_memalign(&p, alignment < sizeof(void*) ? sizeof(void*) : alignment, size ? size : 1))
-    return NULL;
-  return p;
-}
-static void plain_free(void* p, void* ctx) {
-  (void)ctx;
-  free(p);
+  return rt_sys_alloc(size, alignment);
 }
 
 Test(arrow, allocation_failures_leave_nothing) {
@@ -333,7 +326,7 @@ Test(arrow, allocation_failures_leave_nothing) {
   int16_t v[4] = {1, 2, 3, 4};
   RT_OK(rill_array_set_var(a, 0, v, 8, (int64_t[]){2, 2}), err);
   RT_OK(rill_array_set_var(a, 1, v, 4, (int64_t[]){1, 2}), err);
-  rill_allocator_t al = {failing_alloc, plain_free, NULL};
+  rill_allocator_t al = {failing_alloc, rt_sys_free, NULL};
   int failures = 0;
   for (alloc_fail_at = 0; alloc_fail_at < 64; alloc_fail_at++) {
     alloc_count = 0;

@@ -428,12 +428,7 @@ static size_t refuse_lo, refuse_hi; /* set while no rill thread runs */
 static void* refusing_alloc(size_t size, size_t align, void* ctx) {
   (void)ctx;
   if (size >= refuse_lo && size <= refuse_hi) return NULL;
-  void* p = NULL;
-  return posix_memalign(&p, align, size ? size : 1) ? NULL : p;
-}
-static void refusing_free(void* p, void* ctx) {
-  (void)ctx;
-  free(p);
+  return rt_sys_alloc(size, align);
 }
 
 /* Out of memory while holding the table is no error: the reads keep to point lookups (the
@@ -445,7 +440,7 @@ Test(sqlite, held_table_out_of_memory_keeps_point_lookups) {
   for (int i = 0; i < 2; i++) {
     refuse_lo = ranges[i][0];
     refuse_hi = ranges[i][1];
-    rill_set_allocator(&(rill_allocator_t){refusing_alloc, refusing_free, NULL});
+    rill_set_allocator(&(rill_allocator_t){refusing_alloc, rt_sys_free, NULL});
     two_passes(path, 0, 2, 0);
     rill_set_allocator(NULL);
   }
