@@ -2,6 +2,7 @@
  * rill_image_decode map through the engine: good and bad files under RAISE, SKIP and NULL. */
 #include <errno.h>
 #include <ftw.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -115,6 +116,91 @@ Test(files, from_files_reads_bytes_on_demand, .fini = cleanup) {
   }
   rill_row_t row;
   cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+/* An allocator that counts the blocks of at least `big` bytes. */
+typedef struct big_blocks {
+  size_t big;
+  _Atomic int64_t n;
+  _Atomic size_t largest;
+} big_blocks_t;
+
+static void* big_alloc(size_t size, size_t align, void* ctx) {
+  big_blocks_t* b = ctx;
+  if (size >= b->big) {
+    atomic_fetch_add(&b->n, 1);
+    if (size > atomic_load(&b->largest)) atomic_store(&b->largest, size);
+  }
+  return rt_sys_alloc(size, align);
+}
+
+/* Reads every row of the "bytes" column of df (one chunk: 32 rows, on the calling thread)
+ * and checks each file's contents: file i holds sizes[i] bytes of (i + k) & 0xff. */
+static void read_all_files(rill_iter_t* it, const int64_t* sizes) {
+  rill_error_t err = {0};
+  rill_row_t row;
+  for (int i = 0; i < 32; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    int64_t n = 0;
+    const uint8_t* b = rill_array_cell(rill_row_get(&row, 0), 0, &n);
+    cr_assert_eq(n, sizes[i], "file %d: %lld bytes, expected %lld", i, (long long)n, (long long)sizes[i]);
+    for (int64_t k = 0; k < n; k++) cr_assert_eq(b[k], (uint8_t)((i + k) & 0xff), "file %d byte %lld", i, (long long)k);
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+}
+
+static void write_sized(int i, int64_t size) {
+  uint8_t* d = malloc((size_t)size + 1);
+  for (int64_t k = 0; k < size; k++) d[k] = (uint8_t)((i + k) & 0xff);
+  char name[32];
+  snprintf(name, sizeof name, "f%02d.bin", i);
+  rt_write_file(tpath(name), d, (size_t)size);
+  free(d);
+}
+
+/* The bytes of a call's files are reserved at once: one buffer for the chunk's 32 files
+ * instead of one per doubling; files that grew or shrank since their size was learnt are
+ * still read whole. */
+Test(files, bytes_of_a_call_are_reserved_once, .fini = cleanup) {
+  int64_t sizes[32], total = 0;
+  const char* paths[32];
+  char names[32][1024];
+  for (int i = 0; i < 32; i++) {
+    sizes[i] = 20000 + 100 * i;
+    total += sizes[i];
+    write_sized(i, sizes[i]);
+    snprintf(names[i], sizeof names[i], "%s/f%02d.bin", rt_tmpdir(), i);
+    paths[i] = names[i];
+  }
+  rill_error_t err = {0};
+  rill_df_t* df;
+  RT_OK(rill_df_from_files(paths, 32, NULL, &df, &err), err);
+  int bc = rill_df_column(df, "bytes");
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &bc, .ncolumns = 1, .threads = RILL_THREADS_NONE}, &it, &err),
+        err);
+  big_blocks_t bb = {.big = 16 << 10};
+  rill_set_allocator(&(rill_allocator_t){big_alloc, rt_sys_free, &bb});
+  read_all_files(it, sizes);
+  rill_set_allocator(NULL);
+  cr_assert_eq(atomic_load(&bb.n), 1, "%lld blocks of 16 KiB or more for the chunk's files",
+               (long long)atomic_load(&bb.n));
+  cr_assert_geq(atomic_load(&bb.largest), (size_t)total);
+  /* one file grows past its remembered size, another shrinks: read whole all the same */
+  sizes[3] = 90000;
+  sizes[5] = 10;
+  write_sized(3, sizes[3]);
+  write_sized(5, sizes[5]);
+  for (int epoch = 1; epoch <= 2; epoch++) {
+    RT_OK(rill_iter_set_epoch(it, epoch), err);
+    read_all_files(it, sizes);
+  }
+  /* under 2 worker threads (cells split across tasks) too */
+  rill_iter_free(it);
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &bc, .ncolumns = 1, .threads = 2}, &it, &err), err);
+  read_all_files(it, sizes);
   rill_iter_free(it);
   rill_df_free(df);
 }
