@@ -603,6 +603,109 @@ Test(decode_map, null_policy_and_channels, .fini = cleanup) {
   rill_df_free(df);
 }
 
+/* The training pipeline over an ImageFolder of JPEGs of several sizes (and one truncated
+ * file): folder -> shuffle -> random resized crop 16 -> normalize with flip, float32 CHW ->
+ * batch 8. Returns the batched dataframe (the others are freed with it). */
+static rill_df_t* crop_batches(rill_on_error_t on_error) {
+  mkdirs("tree/a");
+  mkdirs("tree/b");
+  for (int i = 0; i < 20; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "tree/%c/%02d.jpg", i % 2 ? 'b' : 'a', i);
+    write_jpeg(tpath(name), 24 + 7 * i, 20 + 5 * (i % 7), 0, 0);
+  }
+  write_jpeg(tpath("tree/b/trunc.jpg"), 64, 64, 60, 0);
+  rill_error_t err = {0};
+  rill_df_t *files, *sh, *b;
+  RT_OK(rill_df_from_image_folder(tpath("tree"), NULL, &files, &err), err);
+  RT_OK(rill_df_shuffle(files, 3, &sh, &err), err);
+  rill_df_free(files);
+  int img = rill_image_random_resized_crop(sh, "img", rill_df_column(sh, "bytes"),
+                                           &(rill_rrc_opts_t){.size = {16, 16}, .on_error = on_error}, &err);
+  cr_assert(img >= 0, "%s", err.message);
+  int x = rill_image_normalize(sh, "x", img,
+                               &(rill_normalize_opts_t){.flip = 0.5, .mean = {0.5, 0.4, 0.3}, .std = {0.2, 0.2, 0.2},
+                                                        .dtype = RILL_FLOAT32, .layout = RILL_LAYOUT_CHW},
+                               &err);
+  cr_assert(x >= 0, "%s", err.message);
+  RT_OK(rill_df_batch(sh, (int[]){x, rill_df_column(sh, "label")}, 2, 8, NULL, &b, &err), err);
+  rill_df_free(sh);
+  return b;
+}
+
+/* A batch's images and labels, copied. */
+typedef struct batch_copy {
+  int64_t n;
+  float x[8 * 3 * 16 * 16];
+  int64_t label[8];
+} batch_copy_t;
+
+static void copy_batch(const rill_row_t* row, batch_copy_t* c) {
+  const rill_array_t* x = rill_row_get(row, 0);
+  c->n = x->length;
+  cr_assert(c->n > 0 && c->n <= 8);
+  memcpy(c->x, x->data, (size_t)c->n * 3 * 16 * 16 * sizeof(float));
+  memcpy(c->label, rill_row_get(row, 1)->data, (size_t)c->n * sizeof(int64_t));
+}
+
+static void same_batch(const batch_copy_t* a, const batch_copy_t* b) {
+  cr_assert_eq(a->n, b->n);
+  cr_assert(memcmp(a->x, b->x, (size_t)a->n * 3 * 16 * 16 * sizeof(float)) == 0, "pixels differ");
+  cr_assert(memcmp(a->label, b->label, (size_t)a->n * sizeof(int64_t)) == 0, "labels differ");
+}
+
+/* The first batch of a new iterator (fresh buffers, files not yet verified or sized) holds the
+ * same values as that batch computed again with warm buffers, and as on 2 worker threads. */
+Test(pipeline, first_batch_is_the_same_cold_or_warm, .fini = cleanup) {
+  rill_df_t* b = crop_batches(RILL_ON_ERROR_SKIP);
+  rill_error_t err = {0};
+  rill_iter_t* it;
+  rill_row_t row;
+  static batch_copy_t cold, warm, threaded;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = 4, .seed = 9}, &it, &err),
+        err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  copy_batch(&row, &cold);
+  int64_t rows = cold.n;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) rows += rill_row_get(&row, 0)->length;
+  cr_assert_eq(rows, 20, "the truncated file is skipped, the 20 others are read");
+  RT_OK(rill_iter_set_epoch(it, 0), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  copy_batch(&row, &warm);
+  same_batch(&cold, &warm);
+  rill_iter_free(it);
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = 2, .prefetch = 4, .seed = 9}, &it, &err), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  copy_batch(&row, &threaded);
+  same_batch(&cold, &threaded);
+  rill_iter_free(it);
+  rill_df_free(b);
+}
+
+/* Under RAISE, the batch holding the truncated file fails naming the file; the others come. */
+Test(pipeline, corrupt_file_in_a_batch_is_named, .fini = cleanup) {
+  rill_df_t* b = crop_batches(RILL_ON_ERROR_RAISE);
+  rill_error_t err = {0};
+  rill_iter_t* it;
+  rill_row_t row;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = 4, .seed = 9}, &it, &err),
+        err);
+  int ok = 0, failed = 0, rc;
+  while ((rc = rill_iter_next(it, &row, &err)) != RILL_END) {
+    if (rc == RILL_OK) {
+      ok++;
+      continue;
+    }
+    failed++;
+    cr_assert_eq(rc, RILL_EFORMAT, "%d: %s", rc, err.message);
+    cr_assert(strstr(err.message, "trunc.jpg") && strstr(err.message, "corrupt JPEG data"), "%s", err.message);
+  }
+  cr_assert_eq(failed, 1);
+  cr_assert_eq(ok, 2, "21 rows in batches of 8: 3 batches, one of them fails");
+  rill_iter_free(it);
+  rill_df_free(b);
+}
+
 Test(decode_map, real_corpus_through_image_folder, .fini = cleanup) {
   char root[1024];
   snprintf(root, sizeof root, "%s/build/data/corpus", rt_root());
