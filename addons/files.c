@@ -1,6 +1,9 @@
 /* File sources: a list of paths (memory or a text file), an ImageFolder tree (class =
  * sub-folder, int64 labels, class names) and a map that reads the files named by a STRING
- * column. File contents are read on demand straight into the output array. */
+ * column. File contents are read on demand straight into the output array; the file sources
+ * reserve the bytes of a call's files at once (their sizes, learnt by stat the first time
+ * and remembered), so that the array's buffer is allocated once instead of grown file by
+ * file (each growth a copy into fresh memory). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -71,6 +74,7 @@ typedef struct files_ctx {
   int64_t n;
   char** paths;                  /* n NUL-terminated paths */
   int64_t* lens;
+  _Atomic int64_t* sizes;        /* n size hints: bytes + 1 of the file when last seen; 0 = not known */
   int64_t* labels;               /* ImageFolder: n labels; NULL otherwise */
   char** classes;
   int nclasses;
@@ -81,6 +85,7 @@ static void ctx_unref(void* p) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
   rill__free_vec((void**)c->paths, c->n);
   rill__free(c->lens);
+  rill__free((void*)c->sizes);
   rill__free(c->labels);
   rill__free_vec((void**)c->classes, c->nclasses);
   rill__free(c);
@@ -157,11 +162,36 @@ static int path_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_e
   return rc;
 }
 
+/* The size of file `row` as last seen (stat the first time it is asked for: a file that cannot
+ * be stat-ed counts 0 and is not remembered; reading it reports why). A hint only: the file
+ * may have changed since. */
+static int64_t size_hint(files_ctx_t* c, int64_t row) {
+  int64_t v = atomic_load_explicit(&c->sizes[row], memory_order_relaxed);
+  if (v > 0) return v - 1;
+  struct stat st;
+  if (stat(c->paths[row], &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 || st.st_size >= INT64_MAX / 2) return 0;
+  atomic_store_explicit(&c->sizes[row], (int64_t)st.st_size + 1, memory_order_relaxed);
+  return (int64_t)st.st_size;
+}
+
 static int bytes_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
                         rill_error_t* err) {
-  const files_ctx_t* c = ctx;
+  files_ctx_t* c = ctx;
   int rc = alloc_cells(exec, out, RILL_BINARY, n, "file cells", err);
-  for (int64_t i = 0; rc == RILL_OK && i < n; i++) rc = read_cell(out, i, c->paths[rows[i]], err);
+  if (rc < 0) return rc;
+  /* the files' bytes reserved at once (a reuse of the pooled buffer when it is large enough);
+   * if that fails, the cells grow one by one and a file that cannot fit names itself */
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t s = size_hint(c, rows[i]);
+    total = s > INT64_MAX / 2 - total ? INT64_MAX / 2 : total + s;
+  }
+  if (total > 0) (void)rill_array_reserve(out, total);
+  for (int64_t i = 0; rc == RILL_OK && i < n; i++) {
+    rc = read_cell(out, i, c->paths[rows[i]], err);
+    if (rc == RILL_OK)
+      atomic_store_explicit(&c->sizes[rows[i]], out->offsets[i + 1] - out->offsets[i] + 1, memory_order_relaxed);
+  }
   return rc;
 }
 
@@ -216,10 +246,12 @@ static files_ctx_t* ctx_from_list(strlist_t* l) {
   c->n = l->n;
   *l = (strlist_t){0};
   c->lens = rill__calloc(c->n ? (size_t)c->n : 1, sizeof *c->lens);
-  if (!c->lens) {
+  c->sizes = rill__alloc((c->n ? (size_t)c->n : 1) * sizeof *c->sizes);
+  if (!c->lens || !c->sizes) {
     ctx_unref(c);
     return NULL;
   }
+  for (int64_t i = 0; i < c->n; i++) atomic_init(&c->sizes[i], 0);
   for (int64_t i = 0; i < c->n; i++) c->lens[i] = (int64_t)strlen(c->paths[i]);
   return c;
 }

@@ -2,6 +2,7 @@
  * rill_image_decode map through the engine: good and bad files under RAISE, SKIP and NULL. */
 #include <errno.h>
 #include <ftw.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -115,6 +116,91 @@ Test(files, from_files_reads_bytes_on_demand, .fini = cleanup) {
   }
   rill_row_t row;
   cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+/* An allocator that counts the blocks of at least `big` bytes. */
+typedef struct big_blocks {
+  size_t big;
+  _Atomic int64_t n;
+  _Atomic size_t largest;
+} big_blocks_t;
+
+static void* big_alloc(size_t size, size_t align, void* ctx) {
+  big_blocks_t* b = ctx;
+  if (size >= b->big) {
+    atomic_fetch_add(&b->n, 1);
+    if (size > atomic_load(&b->largest)) atomic_store(&b->largest, size);
+  }
+  return rt_sys_alloc(size, align);
+}
+
+/* Reads every row of the "bytes" column of df (one chunk: 32 rows, on the calling thread)
+ * and checks each file's contents: file i holds sizes[i] bytes of (i + k) & 0xff. */
+static void read_all_files(rill_iter_t* it, const int64_t* sizes) {
+  rill_error_t err = {0};
+  rill_row_t row;
+  for (int i = 0; i < 32; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    int64_t n = 0;
+    const uint8_t* b = rill_array_cell(rill_row_get(&row, 0), 0, &n);
+    cr_assert_eq(n, sizes[i], "file %d: %lld bytes, expected %lld", i, (long long)n, (long long)sizes[i]);
+    for (int64_t k = 0; k < n; k++) cr_assert_eq(b[k], (uint8_t)((i + k) & 0xff), "file %d byte %lld", i, (long long)k);
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+}
+
+static void write_sized(int i, int64_t size) {
+  uint8_t* d = malloc((size_t)size + 1);
+  for (int64_t k = 0; k < size; k++) d[k] = (uint8_t)((i + k) & 0xff);
+  char name[32];
+  snprintf(name, sizeof name, "f%02d.bin", i);
+  rt_write_file(tpath(name), d, (size_t)size);
+  free(d);
+}
+
+/* The bytes of a call's files are reserved at once: one buffer for the chunk's 32 files
+ * instead of one per doubling; files that grew or shrank since their size was learnt are
+ * still read whole. */
+Test(files, bytes_of_a_call_are_reserved_once, .fini = cleanup) {
+  int64_t sizes[32], total = 0;
+  const char* paths[32];
+  char names[32][1024];
+  for (int i = 0; i < 32; i++) {
+    sizes[i] = 20000 + 100 * i;
+    total += sizes[i];
+    write_sized(i, sizes[i]);
+    snprintf(names[i], sizeof names[i], "%s/f%02d.bin", rt_tmpdir(), i);
+    paths[i] = names[i];
+  }
+  rill_error_t err = {0};
+  rill_df_t* df;
+  RT_OK(rill_df_from_files(paths, 32, NULL, &df, &err), err);
+  int bc = rill_df_column(df, "bytes");
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &bc, .ncolumns = 1, .threads = RILL_THREADS_NONE}, &it, &err),
+        err);
+  big_blocks_t bb = {.big = 16 << 10};
+  rill_set_allocator(&(rill_allocator_t){big_alloc, rt_sys_free, &bb});
+  read_all_files(it, sizes);
+  rill_set_allocator(NULL);
+  cr_assert_eq(atomic_load(&bb.n), 1, "%lld blocks of 16 KiB or more for the chunk's files",
+               (long long)atomic_load(&bb.n));
+  cr_assert_geq(atomic_load(&bb.largest), (size_t)total);
+  /* one file grows past its remembered size, another shrinks: read whole all the same */
+  sizes[3] = 90000;
+  sizes[5] = 10;
+  write_sized(3, sizes[3]);
+  write_sized(5, sizes[5]);
+  for (int epoch = 1; epoch <= 2; epoch++) {
+    RT_OK(rill_iter_set_epoch(it, epoch), err);
+    read_all_files(it, sizes);
+  }
+  /* under 2 worker threads (cells split across tasks) too */
+  rill_iter_free(it);
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &bc, .ncolumns = 1, .threads = 2}, &it, &err), err);
+  read_all_files(it, sizes);
   rill_iter_free(it);
   rill_df_free(df);
 }
@@ -515,6 +601,109 @@ Test(decode_map, null_policy_and_channels, .fini = cleanup) {
   cr_assert_eq(n, 1); /* 40x30 = 1200 pixels is over the limit now; the 20x10 PNG is not */
   cr_assert(s[0].index == 3 && s[0].shape[0] == 10 && s[0].shape[1] == 20 && s[0].shape[2] == 1);
   rill_df_free(df);
+}
+
+/* The training pipeline over an ImageFolder of JPEGs of several sizes (and one truncated
+ * file): folder -> shuffle -> random resized crop 16 -> normalize with flip, float32 CHW ->
+ * batch 8. Returns the batched dataframe (the others are freed with it). */
+static rill_df_t* crop_batches(rill_on_error_t on_error) {
+  mkdirs("tree/a");
+  mkdirs("tree/b");
+  for (int i = 0; i < 20; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "tree/%c/%02d.jpg", i % 2 ? 'b' : 'a', i);
+    write_jpeg(tpath(name), 24 + 7 * i, 20 + 5 * (i % 7), 0, 0);
+  }
+  write_jpeg(tpath("tree/b/trunc.jpg"), 64, 64, 60, 0);
+  rill_error_t err = {0};
+  rill_df_t *files, *sh, *b;
+  RT_OK(rill_df_from_image_folder(tpath("tree"), NULL, &files, &err), err);
+  RT_OK(rill_df_shuffle(files, 3, &sh, &err), err);
+  rill_df_free(files);
+  int img = rill_image_random_resized_crop(sh, "img", rill_df_column(sh, "bytes"),
+                                           &(rill_rrc_opts_t){.size = {16, 16}, .on_error = on_error}, &err);
+  cr_assert(img >= 0, "%s", err.message);
+  int x = rill_image_normalize(sh, "x", img,
+                               &(rill_normalize_opts_t){.flip = 0.5, .mean = {0.5, 0.4, 0.3}, .std = {0.2, 0.2, 0.2},
+                                                        .dtype = RILL_FLOAT32, .layout = RILL_LAYOUT_CHW},
+                               &err);
+  cr_assert(x >= 0, "%s", err.message);
+  RT_OK(rill_df_batch(sh, (int[]){x, rill_df_column(sh, "label")}, 2, 8, NULL, &b, &err), err);
+  rill_df_free(sh);
+  return b;
+}
+
+/* A batch's images and labels, copied. */
+typedef struct batch_copy {
+  int64_t n;
+  float x[8 * 3 * 16 * 16];
+  int64_t label[8];
+} batch_copy_t;
+
+static void copy_batch(const rill_row_t* row, batch_copy_t* c) {
+  const rill_array_t* x = rill_row_get(row, 0);
+  c->n = x->length;
+  cr_assert(c->n > 0 && c->n <= 8);
+  memcpy(c->x, x->data, (size_t)c->n * 3 * 16 * 16 * sizeof(float));
+  memcpy(c->label, rill_row_get(row, 1)->data, (size_t)c->n * sizeof(int64_t));
+}
+
+static void same_batch(const batch_copy_t* a, const batch_copy_t* b) {
+  cr_assert_eq(a->n, b->n);
+  cr_assert(memcmp(a->x, b->x, (size_t)a->n * 3 * 16 * 16 * sizeof(float)) == 0, "pixels differ");
+  cr_assert(memcmp(a->label, b->label, (size_t)a->n * sizeof(int64_t)) == 0, "labels differ");
+}
+
+/* The first batch of a new iterator (fresh buffers, files not yet verified or sized) holds the
+ * same values as that batch computed again with warm buffers, and as on 2 worker threads. */
+Test(pipeline, first_batch_is_the_same_cold_or_warm, .fini = cleanup) {
+  rill_df_t* b = crop_batches(RILL_ON_ERROR_SKIP);
+  rill_error_t err = {0};
+  rill_iter_t* it;
+  rill_row_t row;
+  static batch_copy_t cold, warm, threaded;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = 4, .seed = 9}, &it, &err),
+        err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  copy_batch(&row, &cold);
+  int64_t rows = cold.n;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) rows += rill_row_get(&row, 0)->length;
+  cr_assert_eq(rows, 20, "the truncated file is skipped, the 20 others are read");
+  RT_OK(rill_iter_set_epoch(it, 0), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  copy_batch(&row, &warm);
+  same_batch(&cold, &warm);
+  rill_iter_free(it);
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = 2, .prefetch = 4, .seed = 9}, &it, &err), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  copy_batch(&row, &threaded);
+  same_batch(&cold, &threaded);
+  rill_iter_free(it);
+  rill_df_free(b);
+}
+
+/* Under RAISE, the batch holding the truncated file fails naming the file; the others come. */
+Test(pipeline, corrupt_file_in_a_batch_is_named, .fini = cleanup) {
+  rill_df_t* b = crop_batches(RILL_ON_ERROR_RAISE);
+  rill_error_t err = {0};
+  rill_iter_t* it;
+  rill_row_t row;
+  RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = 4, .seed = 9}, &it, &err),
+        err);
+  int ok = 0, failed = 0, rc;
+  while ((rc = rill_iter_next(it, &row, &err)) != RILL_END) {
+    if (rc == RILL_OK) {
+      ok++;
+      continue;
+    }
+    failed++;
+    cr_assert_eq(rc, RILL_EFORMAT, "%d: %s", rc, err.message);
+    cr_assert(strstr(err.message, "trunc.jpg") && strstr(err.message, "corrupt JPEG data"), "%s", err.message);
+  }
+  cr_assert_eq(failed, 1);
+  cr_assert_eq(ok, 2, "21 rows in batches of 8: 3 batches, one of them fails");
+  rill_iter_free(it);
+  rill_df_free(b);
 }
 
 Test(decode_map, real_corpus_through_image_folder, .fini = cleanup) {

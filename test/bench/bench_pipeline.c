@@ -1,8 +1,9 @@
 /* Full training-input pipeline over an ImageFolder corpus: decode -> random resized crop 224
  * -> flip -> normalize -> batch 256 float32 NCHW, at 1 and 2 threads, against a direct
  * full-size tjDecompress2 loop over the same JPEG files (the ceiling of a plain decode).
- * Also time to the first batch (with its CPU time and page faults, against the mean batch of
- * the rest of epoch 0 and of epoch 1, run 0, batch 256) and resident memory over epochs.
+ * Also time to the first batch (with its CPU time, the kernel's part of it and page faults,
+ * against the mean batch of the rest of epoch 0 and of epoch 1, and against the same batch
+ * computed again once its buffers are warm; run 0, batch 256) and resident memory over epochs.
  *
  * usage: bench_pipeline CORPUS_DIR [epochs_for_rss] [rounds]
  * Each of `rounds` (default 1; environment BATCHES: batch sizes, default "256") measures the
@@ -171,12 +172,18 @@ static long minor_faults(void) {
   return ru.ru_minflt;
 }
 
+static double sys_s(void) { /* CPU time spent in the kernel (page faults, reads) */
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
+
 /* What one epoch took: the images pulled, seconds and CPU seconds, and for its first batch
- * the seconds, CPU seconds and minor page faults (the first batch of an iterator touches its
- * fresh buffers), and the batches pulled. */
+ * the seconds, CPU seconds (and those in the kernel) and minor page faults (the first batch
+ * of an iterator touches its fresh buffers), and the batches pulled. */
 typedef struct epoch_stats {
   int64_t images, batches;
-  double secs, cpu, first, first_cpu;
+  double secs, cpu, first, first_cpu, first_sys;
   long first_faults;
 } epoch_stats_t;
 
@@ -184,13 +191,14 @@ static int epoch(pipe_t* p, epoch_stats_t* st, rill_error_t* err) {
   rill_row_t row;
   int rc;
   long f0 = minor_faults();
-  double t0 = now_s(), c0 = cpu_s();
+  double t0 = now_s(), c0 = cpu_s(), s0 = sys_s();
   memset(st, 0, sizeof *st);
   st->first = -1;
   while ((rc = rill_iter_next(p->it, &row, err)) == RILL_OK) {
     if (st->first < 0) {
       st->first = now_s() - t0;
       st->first_cpu = cpu_s() - c0;
+      st->first_sys = sys_s() - s0;
       st->first_faults = minor_faults() - f0;
     }
     st->images += rill_row_get(&row, 0)->length;
@@ -232,8 +240,11 @@ int main(int argc, char** argv) {
   double best[2][8] = {{0}}, best_cpu[2][8] = {{0}}, ratio[2][8] = {{0}}, ratio_cpu[2][8] = {{0}};
   /* the first batch of epoch 0 (batch 256, round 0) against the mean batch of the rest of
    * epoch 0 (which still pays the epoch-0-only work: files read and verified to their end
-   * once) and of epoch 1 (the steady state, one_batch_work_ms) */
-  double first_ms[2] = {0}, first_cpu_ms[2] = {0}, setup_ms[2] = {0}, e0_batch_ms[2] = {0}, e1_batch_ms[2] = {0};
+   * once), of epoch 1 (the steady state, one_batch_work_ms), and the same first batch
+   * computed again after epoch 1 (the same images and crops; warm buffers, files verified):
+   * batches differ in their images, so this is the first batch's own work */
+  double first_ms[2] = {0}, first_cpu_ms[2] = {0}, first_sys_ms[2] = {0}, setup_ms[2] = {0}, e0_batch_ms[2] = {0},
+         e1_batch_ms[2] = {0}, again_ms[2] = {0}, again_cpu_ms[2] = {0};
   long first_faults[2] = {0};
   int64_t images[2] = {0};
   for (int r = 0; r < rounds; r++) {
@@ -262,11 +273,22 @@ int main(int argc, char** argv) {
           int t = threads - 1;
           if (e == 0 && batches[k] == 256 && r == 0) {
             first_ms[t] = es.first * 1e3, first_cpu_ms[t] = es.first_cpu * 1e3, first_faults[t] = es.first_faults;
+            first_sys_ms[t] = es.first_sys * 1e3;
             setup_ms[t] = setup * 1e3;
             e0_batch_ms[t] = es.batches > 1 ? (es.secs - es.first) / (double)(es.batches - 1) * 1e3 : 0;
           }
           if (e == 1 && batches[k] == 256 && r == 0) e1_batch_ms[t] = es.batches > 0 ? es.secs / (double)es.batches * 1e3 : 0;
           if (e == 1) rate = n / es.secs, rate_cpu = es.cpu > 0 ? n / es.cpu : 0;
+        }
+        if (batches[k] == 256 && r == 0) { /* the first batch again: epoch 0 restarts */
+          rill_row_t row;
+          rill_iter_set_epoch(p.it, 0);
+          double a0 = now_s(), ac0 = cpu_s();
+          if (rill_iter_next(p.it, &row, &err) != RILL_OK) {
+            fprintf(stderr, "bench_pipeline: %s\n", err.message);
+            return 1;
+          }
+          again_ms[threads - 1] = (now_s() - a0) * 1e3, again_cpu_ms[threads - 1] = (cpu_s() - ac0) * 1e3;
         }
         images[threads - 1] = n;
         pipe_free(&p);
@@ -285,8 +307,10 @@ int main(int argc, char** argv) {
   for (int threads = 1; threads <= 2; threads++) {
     int t = threads - 1;
     printf("first_batch_ms_%dt %.1f\nsetup_ms_%dt %.1f\n", threads, first_ms[t], threads, setup_ms[t]);
-    printf("first_batch_cpu_ms_%dt %.1f\nfirst_batch_page_faults_%dt %ld\n", threads, first_cpu_ms[t], threads,
-           first_faults[t]);
+    printf("first_batch_cpu_ms_%dt %.1f\nfirst_batch_sys_ms_%dt %.1f\nfirst_batch_page_faults_%dt %ld\n", threads,
+           first_cpu_ms[t], threads, first_sys_ms[t], threads, first_faults[t]);
+    printf("first_batch_again_ms_%dt %.1f\nfirst_batch_again_cpu_ms_%dt %.1f\n", threads, again_ms[t], threads,
+           again_cpu_ms[t]);
     printf("epoch0_batch_work_ms_%dt %.1f\nepoch1_batch_work_ms_%dt %.1f\n", threads, e0_batch_ms[t], threads,
            e1_batch_ms[t]);
     printf("pipeline_images_%dt %lld\n", threads, (long long)images[threads - 1]);
