@@ -245,16 +245,6 @@ int rill__chunk_failed(rill__chunk_t* ch);
 /* Column c of frame d of the chunk, computed on first use; NULL when the chunk failed. */
 const rill_array_t* rill__chunk_column(rill__chunk_t* ch, int d, int c);
 
-/* stage.c: measures short intervals (a chunk's evaluation) with the clock that times stage
- * calls: the CPU's time-stamp counter where it ticks at a constant rate, else CLOCK_MONOTONIC
- * (a fraction of a clock_gettime per reading). */
-typedef struct rill__stopwatch {
-  int64_t t0;
-  double scale; /* ns per tick, or 0: t0 is CLOCK_MONOTONIC nanoseconds */
-} rill__stopwatch_t;
-void rill__stopwatch_start(rill__stopwatch_t* sw);
-int64_t rill__stopwatch_ns(const rill__stopwatch_t* sw); /* nanoseconds since the start */
-
 /* stage.c: computes SOURCE/MAP/REDUCE column c of frame d (a source group: with the group's
  * other columns the iterator needs) and stores it in the frame; NULL when the chunk failed. */
 const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c);
