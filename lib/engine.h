@@ -21,6 +21,12 @@
 
 /* ---------------------------------------------------------------- worker pool (workers.c) */
 
+/* The least work worth handing to another thread, in nanoseconds: a hand-off costs a queue
+ * round trip and usually a wake-up on each side (microseconds, more on a busy machine). A
+ * chunk whose last evaluation took less is computed by the consumer when it is needed
+ * (iter.c), and a stage split across threads is cut into tasks of about this much (tasks.c). */
+#define RILL__HANDOFF_NS 20000
+
 typedef struct rill__group {
   int64_t pending; /* tasks submitted and not finished; guarded by the pool's mutex */
   int64_t prio;    /* priority of the group's tasks: lower runs first (set before submitting) */

@@ -1,8 +1,9 @@
 /* Task splitting: the cells of a stage's chunk are cut into `grain`-cell tasks run by the
  * worker threads (the calling thread runs the first one and helps with the rest). The grain
  * is the stage's own, else picked from the last measured cost per row (tasks of about
- * 20 us). Fixed-shape outputs are written in place by every task; variable-length outputs
- * are filled per task and appended in order once every task finished. */
+ * RILL__HANDOFF_NS of work, engine.h). Fixed-shape outputs are written in place by every
+ * task; variable-length outputs are filled per task and appended in order once every task
+ * finished. */
 #include "stage.h"
 
 typedef struct split {
@@ -120,7 +121,7 @@ static int64_t pick_grain(run_t* R, int nthreads) {
     g = (R->n + parts - 1) / parts;
     return g < 16 ? 16 : g;
   }
-  g = 20000 / nspr;                                          /* a task of about 20 us */
+  g = RILL__HANDOFF_NS / nspr; /* a task of about one hand-off's worth of work */
   return g < 1 ? 1 : g;
 }
 
