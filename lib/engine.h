@@ -41,9 +41,12 @@ typedef struct rill__task {
 
 typedef struct rill__workers rill__workers_t;
 
-/* nthreads worker threads (0: none; tasks then run in rill__workers_wait). */
+/* A task queue served by nthreads threads of the process-wide pool (0: none; tasks then run
+ * in rill__workers_wait), started when fewer are parked. RILL_OK or RILL_ENOMEM. */
 int rill__workers_new(int nthreads, rill__workers_t** out);
-void rill__workers_free(rill__workers_t* w); /* joins the threads; NULL is a no-op */
+/* Frees a queue whose tasks have all finished or been cancelled, and parks its threads for
+ * the next queue; NULL is a no-op. */
+void rill__workers_free(rill__workers_t* w);
 int rill__workers_count(const rill__workers_t* w);
 /* Queues `task` (memory owned by the caller until it has run or been cancelled) behind the
  * queued tasks whose group priority is lower or equal. */
