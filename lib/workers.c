@@ -32,10 +32,10 @@
  * group reaching zero pending tasks wakes the waiters only. Every sleeper rechecks its
  * condition under the mutex before sleeping, so no wake-up is lost.
  *
- * A waiter of a queue with threads polls a few times (WAIT_SPINS rounds of a short pause,
- * releasing the mutex in between) before it sleeps: a chunk whose work takes microseconds
- * then comes back without a futex sleep and wake-up on either side. The spin is bounded per
- * call, so an oversubscribed machine loses at most a few microseconds per wait. */
+ * A waiter of a queue with threads first spins for a moment (WAIT_SPIN_NS, reading a counter
+ * that every submit and every finished group advances, without the mutex) before it sleeps:
+ * a chunk whose work takes a few microseconds then comes back without a futex sleep and
+ * wake-up on either side, while a longer wait costs the waiter almost no CPU. */
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -75,12 +75,13 @@ struct rill__workers {
   rill__task_t* head;
   rill__task_t* tail;
   rill__task_t* last; /* the task inserted last (a hint for runs of equal priority) */
+  _Atomic uint64_t events; /* advanced (under mu) by every submit and every finished group */
   int stop;                /* being freed: the last thread to fall asleep wakes the freer */
   int nthreads;
   uint64_t gen;            /* the pool generation its threads belong to */
 };
 
-enum { WAIT_SPINS = 20, SPIN_PAUSES = 64 };
+enum { WAIT_SPIN_NS = 2000 };
 
 static _Thread_local int worker_index = -1;
 
@@ -123,13 +124,22 @@ static rill__task_t* take_locked(rill__workers_t* w, int64_t prio) {
   return t;
 }
 
+/* Advances the counter that spinning waiters watch. Called with the lock held. */
+static void event_locked(rill__workers_t* w) {
+  atomic_store_explicit(&w->events, atomic_load_explicit(&w->events, memory_order_relaxed) + 1,
+                        memory_order_release);
+}
+
 /* Runs `t` without the lock and marks it finished. Called with the lock held. */
 static void run_locked(rill__workers_t* w, rill__task_t* t) {
   rill__group_t* g = t->group;
   pthread_mutex_unlock(&w->mu);
   t->fn(t->arg);
   pthread_mutex_lock(&w->mu);
-  if (--g->pending == 0 && w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
+  if (--g->pending == 0) {
+    event_locked(w);
+    if (w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
+  }
 }
 
 static void sem_wait_intr(sem_t* s) {
@@ -240,6 +250,7 @@ int rill__workers_new(int nthreads, rill__workers_t** out) {
     rill__free(w);
     return RILL_ENOMEM;
   }
+  atomic_init(&w->events, 0);
   if (nthreads <= 0) {
     *out = w;
     return RILL_OK;
@@ -312,6 +323,7 @@ void rill__workers_submit(rill__workers_t* w, rill__task_t* task) {
     }
   }
   w->last = task;
+  event_locked(w);
   pool_thread_t* wake = w->sleeping;
   if (wake) {
     w->sleeping = wake->next;
@@ -323,17 +335,29 @@ void rill__workers_submit(rill__workers_t* w, rill__task_t* task) {
   if (wake) sem_post(&wake->wake); /* a pool thread outlives every queue: safe unlocked */
 }
 
+/* Spins for at most WAIT_SPIN_NS while w->events still reads `seen`. Without the lock. */
+static void spin_while(rill__workers_t* w, uint64_t seen) {
+  double scale = rill__clk_start();
+  int64_t until = rill__clk_now(scale) + (scale > 0 ? (int64_t)(WAIT_SPIN_NS / scale) : WAIT_SPIN_NS);
+  do {
+    for (int k = 0; k < 8; k++) cpu_relax();
+    if (atomic_load_explicit(&w->events, memory_order_acquire) != seen) return;
+  } while (rill__clk_now(scale) < until);
+}
+
 void rill__workers_wait(rill__workers_t* w, rill__group_t* group) {
   pthread_mutex_lock(&w->mu);
-  int spins = 0;
+  int spun = 0;
   while (group->pending > 0) {
     rill__task_t* t = take_locked(w, group->prio);
     if (t) {
       run_locked(w, t);
-    } else if (w->nthreads > 0 && spins < WAIT_SPINS) {
-      spins++;
+      spun = 0; /* the group's other tasks may be about to finish elsewhere */
+    } else if (w->nthreads > 0 && !spun) {
+      spun = 1;
+      uint64_t seen = atomic_load_explicit(&w->events, memory_order_relaxed);
       pthread_mutex_unlock(&w->mu);
-      for (int k = 0; k < SPIN_PAUSES; k++) cpu_relax();
+      spin_while(w, seen);
       pthread_mutex_lock(&w->mu);
     } else {
       if (w->waiting++ == 0 || group->prio > w->waiting_prio) w->waiting_prio = group->prio;
@@ -360,7 +384,10 @@ int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group) {
     }
     t = next;
   }
-  if (n && group->pending == 0 && w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
+  if (n && group->pending == 0) {
+    event_locked(w);
+    if (w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
+  }
   pthread_mutex_unlock(&w->mu);
   return n;
 }
