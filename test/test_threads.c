@@ -528,3 +528,37 @@ Test(pool, a_forked_child_starts_its_own_threads) {
   cr_assert_eq(rt_thread_count(), n0 + 4);
   rill_df_free(df);
 }
+
+/* The first chunk of a stage whose cost is not known yet: a cheap stage is timed on the
+ * calling thread and not cut into four tasks per thread, an expensive one is still split
+ * across the threads. */
+static int64_t first_batch_calls(int64_t sleep_ns, int64_t* on_workers) {
+  worker_seen_t seen = {.sleep_ns = sleep_ns, .max_worker = -1};
+  rill_error_t err;
+  rill_df_t *df, *b;
+  RT_OK(rill_df_new(1024, &df, &err), err);
+  int col = rill_df_add_source(df, "w", rill_type_scalar(RILL_INT64), src_worker, &seen, NULL, NULL, &err);
+  cr_assert_eq(col, 0, "%s", err.message);
+  RT_OK(rill_df_batch(df, &col, 1, sleep_ns ? 64 : 1024, NULL, &b, &err), err);
+  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 2, .prefetch = RILL_PREFETCH_NONE});
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  const rill_array_t* a = rill_row_get(&row, 0);
+  for (int64_t i = 0; i < a->length; i++) cr_assert_eq(((const int64_t*)a->data)[i], i);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+  *on_workers = atomic_load(&seen.on_workers);
+  return atomic_load(&seen.calls);
+}
+
+Test(threads, first_chunk_of_a_cheap_stage_is_not_split) {
+  int64_t on_workers;
+  int64_t calls = first_batch_calls(0, &on_workers);
+  /* the probe's calls (1 and 63 rows) and the rest in one call, or a few when the machine
+   * preempted the probe; the old rule made 12 tasks */
+  cr_assert(calls >= 1 && calls <= 8, "%lld calls for the first 1024-row batch of a trivial source", (long long)calls);
+  calls = first_batch_calls(200000, &on_workers); /* 200 us per row, 64 rows */
+  cr_assert_gt(calls, 3, "an expensive stage is split into tasks");
+  cr_assert_gt(on_workers, 0, "no task of an expensive stage ran on a worker thread");
+}
