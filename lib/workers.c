@@ -174,14 +174,15 @@ static void thread_end(pool_thread_t* t) {
   free(t);
 }
 
-/* In the child of a fork: the parent's threads do not exist here. Their records are left
- * (another thread of the parent may have been using them); the pool starts empty. */
+/* fork(): the pool's mutex is held across the fork, so the child's copy is consistent. In
+ * the child the parent's threads do not exist: their records are left (a queue made before
+ * the fork may still list them) and the pool starts empty. */
 static void pool_prepare(void) { pthread_mutex_lock(&pool.mu); }
 static void pool_parent(void) { pthread_mutex_unlock(&pool.mu); }
 static void pool_child(void) {
-  pthread_mutex_init(&pool.mu, NULL);
   pool.parked = NULL;
   atomic_fetch_add(&pool.gen, 1);
+  pthread_mutex_unlock(&pool.mu);
 }
 
 static void pool_init(void) { pthread_atfork(pool_prepare, pool_parent, pool_child); }
