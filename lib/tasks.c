@@ -167,9 +167,22 @@ void rill__run_cells(run_t* R) {
     return;
   }
   int64_t nspr = atomic_load_explicit(&R->node->ns_per_row, memory_order_relaxed);
+  /* the usual case of a cheap stage: less than a hand-off's worth of work (no division) */
+  int64_t own = R->c->opts.grain;
+  if (own > 0 ? R->n <= own : nspr > 0 && R->n <= RILL__HANDOFF_NS / 2 && R->n * nspr <= RILL__HANDOFF_NS) {
+    rill__call_range(R, 0, R->n);
+    return;
+  }
   int64_t a0 = 0; /* cells computed by the probe */
-  if (nspr <= 0 && R->n > pick_grain(R, nthreads, 0)) nspr = probe(R, &a0);
-  int64_t grain = pick_grain(R, nthreads, nspr);
+  int64_t grain;
+  if (nspr > 0 || R->n <= (grain = pick_grain(R, nthreads, 0))) {
+    grain = pick_grain(R, nthreads, nspr);
+  } else {
+    /* never finer than the rule for an unknown cost: a probe slowed by preemption would
+     * otherwise cut a cheap stage into tasks of a row or two */
+    int64_t g = pick_grain(R, nthreads, probe(R, &a0));
+    if (g > grain) grain = g;
+  }
   int64_t ntasks = R->n - a0 > grain ? (R->n - a0 + grain - 1) / grain : 1;
   /* parallel call ranges share the run's mutex, made here (a run on one thread has none); set
    * before any task is queued (the queue's mutex publishes it) */
