@@ -144,7 +144,7 @@ typedef struct rill__node {
   rill_pool_t* pool;
   rill_stream_t* stream;     /* CUDA stages */
   rill_device_t device;
-  _Atomic int64_t ns_per_row; /* last measured cost, picks the default grain */
+  _Atomic int64_t ns_per_row; /* measured cost (rising at most 4x per run), picks the grain */
   _Atomic int64_t bytes_per_row; /* variable cells: last measured data bytes per row */
 } rill__node_t;
 

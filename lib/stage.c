@@ -631,7 +631,11 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   for (int j = 0; j < R.nm; j++) {
     member_t* mb = &R.m[j];
     if (R.n > 0) { /* hints read by later runs: no ordering needed */
-      int64_t nspr = ns / R.n;
+      /* the cost per row falls at once but rises at most fourfold per run: one run slowed by
+       * preemption (milliseconds on a busy machine) would otherwise cut the next chunk of a
+       * cheap stage into hundreds of tasks worth less than their hand-off (tasks.c) */
+      int64_t nspr = ns / R.n, was = atomic_load_explicit(&mb->node->ns_per_row, memory_order_relaxed);
+      if (was > 0 && nspr > 4 * was) nspr = 4 * was;
       atomic_store_explicit(&mb->node->ns_per_row, nspr > 0 ? nspr : 1, memory_order_relaxed);
       if (!mb->fixed && mb->out->offsets)
         atomic_store_explicit(&mb->node->bytes_per_row, (mb->out->data_size + R.n - 1) / R.n, memory_order_relaxed);
