@@ -21,6 +21,12 @@
 
 /* ---------------------------------------------------------------- worker pool (workers.c) */
 
+/* The least work worth handing to another thread, in nanoseconds: a hand-off costs a queue
+ * round trip and usually a wake-up on each side (microseconds, more on a busy machine). A
+ * chunk whose last evaluation took less is computed by the consumer when it is needed
+ * (iter.c), and a stage split across threads is cut into tasks of about this much (tasks.c). */
+#define RILL__HANDOFF_NS 20000
+
 typedef struct rill__group {
   int64_t pending; /* tasks submitted and not finished; guarded by the pool's mutex */
   int64_t prio;    /* priority of the group's tasks: lower runs first (set before submitting) */
@@ -35,9 +41,12 @@ typedef struct rill__task {
 
 typedef struct rill__workers rill__workers_t;
 
-/* nthreads worker threads (0: none; tasks then run in rill__workers_wait). */
+/* A task queue served by nthreads threads of the process-wide pool (0: none; tasks then run
+ * in rill__workers_wait), started when fewer are parked. RILL_OK or RILL_ENOMEM. */
 int rill__workers_new(int nthreads, rill__workers_t** out);
-void rill__workers_free(rill__workers_t* w); /* joins the threads; NULL is a no-op */
+/* Frees a queue whose tasks have all finished or been cancelled, and parks its threads for
+ * the next queue; NULL is a no-op. */
+void rill__workers_free(rill__workers_t* w);
 int rill__workers_count(const rill__workers_t* w);
 /* Queues `task` (memory owned by the caller until it has run or been cancelled) behind the
  * queued tasks whose group priority is lower or equal. */
@@ -135,7 +144,7 @@ typedef struct rill__node {
   rill_pool_t* pool;
   rill_stream_t* stream;     /* CUDA stages */
   rill_device_t device;
-  _Atomic int64_t ns_per_row; /* last measured cost, picks the default grain */
+  _Atomic int64_t ns_per_row; /* measured cost (rising at most 4x per run), picks the grain */
   _Atomic int64_t bytes_per_row; /* variable cells: last measured data bytes per row */
 } rill__node_t;
 
@@ -244,16 +253,6 @@ void rill__chunk_fail(rill__chunk_t* ch, int code, const char* fmt, ...) RILL_PR
 int rill__chunk_failed(rill__chunk_t* ch);
 /* Column c of frame d of the chunk, computed on first use; NULL when the chunk failed. */
 const rill_array_t* rill__chunk_column(rill__chunk_t* ch, int d, int c);
-
-/* stage.c: measures short intervals (a chunk's evaluation) with the clock that times stage
- * calls: the CPU's time-stamp counter where it ticks at a constant rate, else CLOCK_MONOTONIC
- * (a fraction of a clock_gettime per reading). */
-typedef struct rill__stopwatch {
-  int64_t t0;
-  double scale; /* ns per tick, or 0: t0 is CLOCK_MONOTONIC nanoseconds */
-} rill__stopwatch_t;
-void rill__stopwatch_start(rill__stopwatch_t* sw);
-int64_t rill__stopwatch_ns(const rill__stopwatch_t* sw); /* nanoseconds since the start */
 
 /* stage.c: computes SOURCE/MAP/REDUCE column c of frame d (a source group: with the group's
  * other columns the iterator needs) and stores it in the frame; NULL when the chunk failed. */

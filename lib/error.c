@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -67,12 +66,6 @@ int rill__fail(rill_error_t* err, int code, const char* fmt, ...) {
   rill__vfail(err, code, fmt, ap);
   va_end(ap);
   return code;
-}
-
-int64_t rill__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 int rill__ncores(void) {

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "clock.h"
 #include "rill.h"
 
 #define RILL_ALIGN 64
@@ -30,7 +31,6 @@ int rill__bad_column(rill_error_t* err, const char* who, const rill_df_t* df, in
  * Returns NULL with *fd (>= 0, close-on-exec, blocking reads) and *size (st_size: a hint,
  * 0 for files of /proc) set, or the reason it cannot be read (written into buf, or static). */
 const char* rill__open_regular(const char* path, int* fd, int64_t* size, char* buf, size_t bufsize);
-int64_t rill__now_ns(void);                   /* CLOCK_MONOTONIC */
 int rill__ncores(void);
 
 /* ---- memory on devices: host (aligned), pinned host and CUDA device memory.

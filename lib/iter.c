@@ -12,11 +12,6 @@
 #include "engine.h"
 
 #define ROW_CHUNK 256
-/* Handing a chunk to a worker thread costs a queue round trip and usually a wake-up on each
- * side (microseconds, more on a busy machine); a chunk whose last evaluation took less than
- * this is computed on the consumer thread when it is needed instead, so that threads never
- * cost more than they bring. The same budget as a task of a split stage (tasks.c). */
-#define HANDOFF_NS 20000
 
 /* ---------------------------------------------------------------- plan */
 
@@ -132,7 +127,7 @@ static int worth_a_thread(const rill_iter_t* it, int asked) {
   if (it->ahead == 0 || it->nthreads == 0) return 0;
   if (asked) return 1;
   int64_t ns = atomic_load_explicit(&((rill_iter_t*)it)->chunk_ns, memory_order_relaxed);
-  return ns <= 0 || ns >= HANDOFF_NS;
+  return ns <= 0 || ns >= RILL__HANDOFF_NS;
 }
 
 static void schedule_upto(rill_iter_t* it, int64_t max, int asked);

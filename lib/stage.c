@@ -17,103 +17,6 @@ enum { FATE_OK = 0, FATE_NULL, FATE_SKIP, FATE_RAISE };
 
 static const char* col_name(const rill_df_t* df, int c) { return df->cols[c]->field.name; }
 
-/* ---------------------------------------------------------------- stage clock */
-
-/* Stage calls are timed (the iterator's compute_ns, and each node's cost per row, which
- * picks the task grain) with the CPU's time-stamp counter where it ticks at a constant rate
- * (x86 "invariant TSC"): reading it costs well under half of a clock_gettime, and a cheap
- * stage is timed twice per call. Ticks become nanoseconds at the rate measured against
- * CLOCK_MONOTONIC since the first stage run; the rate is measured again at doubling
- * intervals (the first after ~2^20 ticks), and until it is first known, and on other CPUs,
- * calls are timed with CLOCK_MONOTONIC itself. */
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-#include <cpuid.h>
-#include <x86intrin.h>
-#define CLK_TSC 1
-#else
-#define CLK_TSC 0
-#endif
-
-static pthread_once_t clk_once = PTHREAD_ONCE_INIT;
-static int clk_tsc;                /* the TSC is used (set once) */
-static int64_t clk_tsc0, clk_ns0;  /* the base reading of both clocks (set once) */
-static _Atomic double clk_scale;   /* ns per tick; 0 until first measured */
-static _Atomic int64_t clk_next;   /* TSC reading at which the rate is measured again */
-
-static inline int64_t clk_ticks(void) {
-#if CLK_TSC
-  return (int64_t)__rdtsc();
-#else
-  return 0;
-#endif
-}
-
-/* A reading of both clocks taken together: the tightest of a few tries (a thread preempted
- * between the reads would skew the rate); returns the ticks the bracket spans. */
-static int64_t clk_pair(int64_t* ns, int64_t* ticks) {
-  int64_t width = INT64_MAX;
-  for (int k = 0; k < 4; k++) {
-    int64_t a = clk_ticks(), n = rill__now_ns(), b = clk_ticks();
-    if (b - a < width) {
-      width = b - a;
-      *ns = n;
-      *ticks = a + (b - a) / 2;
-    }
-  }
-  return width;
-}
-
-static void clk_init(void) {
-#if CLK_TSC
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return;
-  if (!__get_cpuid(0x80000007u, &a, &b, &c, &d) || !(d & (1u << 8))) return; /* invariant TSC */
-  clk_pair(&clk_ns0, &clk_tsc0);
-  atomic_store(&clk_next, clk_tsc0 + ((int64_t)1 << 20));
-  clk_tsc = 1;
-#endif
-}
-
-/* The scale for timing a new run: ns per tick, or 0 to time it with CLOCK_MONOTONIC. */
-static _Atomic int clk_ready; /* clk_init has run */
-
-static double clk_start(void) {
-  if (!atomic_load_explicit(&clk_ready, memory_order_acquire)) {
-    pthread_once(&clk_once, clk_init);
-    atomic_store_explicit(&clk_ready, 1, memory_order_release);
-  }
-  return clk_tsc ? atomic_load_explicit(&clk_scale, memory_order_relaxed) : 0;
-}
-
-/* Measures the rate again when due; `t`: a TSC reading the caller has just taken. Any thread,
- * any number at once. */
-static void clk_refresh(int64_t t) {
-  if (!clk_tsc) return;
-  int64_t next = atomic_load_explicit(&clk_next, memory_order_relaxed);
-  if (t < next || !atomic_compare_exchange_strong(&clk_next, &next, t + (t - clk_tsc0))) return;
-  int64_t ns = 0, ticks = 0, width = clk_pair(&ns, &ticks);
-  /* the bracket within 1/1024 of the interval (else the next measurement will do) */
-  if (ns > clk_ns0 && ticks > clk_tsc0 && width <= (ticks - clk_tsc0) / 1024)
-    atomic_store_explicit(&clk_scale, (double)(ns - clk_ns0) / (double)(ticks - clk_tsc0), memory_order_relaxed);
-}
-
-/* A reading of the run's clock: ticks when scale > 0, else nanoseconds. */
-static inline int64_t clk_now(double scale) { return scale > 0 ? clk_ticks() : rill__now_ns(); }
-
-void rill__stopwatch_start(rill__stopwatch_t* sw) {
-  sw->scale = clk_start();
-  sw->t0 = clk_now(sw->scale);
-}
-
-/* Also where the rate is measured again (every chunk is timed), with the reading at hand. */
-int64_t rill__stopwatch_ns(const rill__stopwatch_t* sw) {
-  int64_t t = clk_now(sw->scale), dt = t - sw->t0;
-  clk_refresh(sw->scale > 0 ? t : clk_ticks());
-  if (dt < 0) return 0; /* a thread moved to a CPU whose counter lags */
-  return sw->scale > 0 ? (int64_t)((double)dt * sw->scale) : dt;
-}
-
-
 /* The run's mutex guards what its call ranges share (fate, counters, fixed outputs' validity)
  * when they run at once; a run on one thread has no mutex (tasks.c makes it). */
 static inline void run_lock(run_t* T) {
@@ -436,7 +339,7 @@ static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e, i
     if (R->c->opts.where == RILL_STAGE_CPU_SERIAL) serial = R->group ? &R->group->serial : &R->c->serial;
     if (serial) pthread_mutex_lock(serial);
     const double scale = R->top->scale;
-    int64_t t0 = clk_now(scale);
+    int64_t t0 = rill__clk_now(scale);
     if (R->group) {
       int nouts = R->group->n;
       rill_array_t* outs[nouts];
@@ -450,7 +353,7 @@ static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e, i
     } else {
       rc = R->c->reduce(group, p[0].a, &ex, R->c->ctx, e);
     }
-    int64_t dt = clk_now(scale) - t0;
+    int64_t dt = rill__clk_now(scale) - t0;
     if (serial) pthread_mutex_unlock(serial);
     *spent += dt > 0 ? dt : 0; /* a thread moved to a CPU whose counter lags: not negative */
     if (rc > 0) {
@@ -664,7 +567,7 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   R.nulled = R.nfate = 0;
   R.fail_rc = 0;
   R.fail_cell = -1;
-  R.scale = clk_start();
+  R.scale = rill__clk_start();
   atomic_init(&R.ns, 0);
   atomic_init(&R.calls, 0);
   R.parallel = 0;
@@ -721,14 +624,18 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   if (R.scale > 0)
     ns = (int64_t)((double)ns * R.scale);
   else
-    clk_refresh(clk_ticks()); /* the first rate (chunks measure it again: rill__stopwatch_ns) */
+    rill__clk_refresh(rill__clk_ticks()); /* the first rate (chunks measure it again: rill__stopwatch_ns) */
   /* the iterator's counters are shared by every chunk in flight: the chunk adds them once */
   ch->st_ns += ns;
   ch->st_calls += atomic_load_explicit(&R.calls, memory_order_relaxed);
   for (int j = 0; j < R.nm; j++) {
     member_t* mb = &R.m[j];
     if (R.n > 0) { /* hints read by later runs: no ordering needed */
-      int64_t nspr = ns / R.n;
+      /* the cost per row falls at once but rises at most fourfold per run: one run slowed by
+       * preemption (milliseconds on a busy machine) would otherwise cut the next chunk of a
+       * cheap stage into hundreds of tasks worth less than their hand-off (tasks.c) */
+      int64_t nspr = ns / R.n, was = atomic_load_explicit(&mb->node->ns_per_row, memory_order_relaxed);
+      if (was > 0 && nspr > 4 * was) nspr = 4 * was;
       atomic_store_explicit(&mb->node->ns_per_row, nspr > 0 ? nspr : 1, memory_order_relaxed);
       if (!mb->fixed && mb->out->offsets)
         atomic_store_explicit(&mb->node->bytes_per_row, (mb->out->data_size + R.n - 1) / R.n, memory_order_relaxed);

@@ -52,7 +52,7 @@ typedef struct run {
   int64_t nulled, nfate;
   int fail_rc; /* a RAISE outside row mode: the chunk fails with the first cell's error */
   int64_t fail_cell;
-  double scale;          /* the run's clock (stage.c): ns per tick, or 0 for CLOCK_MONOTONIC */
+  double scale;          /* the run's clock (clock.h): ns per tick, or 0 for CLOCK_MONOTONIC */
   _Atomic int64_t ns;    /* time spent in the stage function, summed over the run's calls, in
                           * the run's clock (ticks or ns) until the run ends */
   _Atomic int64_t calls; /* calls of the stage function */

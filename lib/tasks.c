@@ -1,8 +1,9 @@
 /* Task splitting: the cells of a stage's chunk are cut into `grain`-cell tasks run by the
  * worker threads (the calling thread runs the first one and helps with the rest). The grain
  * is the stage's own, else picked from the last measured cost per row (tasks of about
- * 20 us). Fixed-shape outputs are written in place by every task; variable-length outputs
- * are filled per task and appended in order once every task finished. */
+ * RILL__HANDOFF_NS of work, engine.h). Fixed-shape outputs are written in place by every
+ * task; variable-length outputs are filled per task and appended in order once every task
+ * finished. */
 #include "stage.h"
 
 typedef struct split {
@@ -109,19 +110,47 @@ static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
   rill__free(vs);
 }
 
-static int64_t pick_grain(run_t* R, int nthreads) {
+/* Rows per task: the stage's own grain, else about one hand-off's worth of work at the
+ * measured cost per row `nspr`; not measured (0) and no probe possible (variable-length
+ * outputs): four tasks per thread (of at least 16 rows), so that a thread busy with a later
+ * chunk's first task soon comes back to help the first chunk. */
+static int64_t pick_grain(run_t* R, int nthreads, int64_t nspr) {
   int64_t g = R->c->opts.grain;
   if (g > 0) return g;
-  int64_t nspr = atomic_load_explicit(&R->node->ns_per_row, memory_order_relaxed);
   if (nspr <= 0) {
-    /* not measured yet (the first chunk): four tasks per thread (of at least 16 rows), so that
-     * a thread busy with a later chunk's first task soon comes back to help the first chunk */
     int64_t parts = 4 * ((int64_t)nthreads + 1);
     g = (R->n + parts - 1) / parts;
     return g < 16 ? 16 : g;
   }
-  g = 20000 / nspr;                                          /* a task of about 20 us */
+  g = RILL__HANDOFF_NS / nspr;
   return g < 1 ? 1 : g;
+}
+
+/* A stage not measured yet (its iterator's first chunk) whose cells would be split is timed
+ * on this thread first: its first cell, and when that took less than PROBE_NS (too little
+ * to tell a cheap stage from a first call's one-off costs) the next PROBE_MORE cells too.
+ * The cost per row then picks the grain of the other cells, so that a cheap stage is not cut
+ * into tasks worth less than their hand-off (the hand-offs of a 1024-row batch of a trivial
+ * map cost more than the whole map), while an expensive one is split from its second cell.
+ * Fixed-shape outputs only (every task writes its cells in place). Returns the cost per row
+ * in ns (0: not probed) and sets *done to the cells computed. */
+enum { PROBE_NS = 2000, PROBE_MORE = 63 };
+
+static int64_t probe(run_t* R, int64_t* done) {
+  *done = 0;
+  if (!R->fixed || R->n < 2 || R->c->opts.grain > 0) return 0;
+  int64_t t0 = atomic_load_explicit(&R->ns, memory_order_relaxed);
+  int64_t ns = 0;
+  for (int64_t k = 1; *done < R->n - 1; k = PROBE_MORE) {
+    int64_t b = *done + k < R->n - 1 ? *done + k : R->n - 1; /* leaves a cell to split */
+    rill__call_range(R, *done, b);
+    *done = b;
+    int64_t dt = atomic_load_explicit(&R->ns, memory_order_relaxed) - t0;
+    ns = R->scale > 0 ? (int64_t)((double)dt * R->scale) : dt;
+    if (ns >= PROBE_NS || k == PROBE_MORE) break;
+  }
+  ns /= *done;
+  return ns > 0 ? ns : 1;
 }
 
 void rill__run_cells(run_t* R) {
@@ -131,18 +160,36 @@ void rill__run_cells(run_t* R) {
     for (int64_t i = 0; i < R->n && !rill__chunk_failed(R->ch); i++) rill__call_range(R, i, i + 1);
     return;
   }
-  int64_t grain = pick_grain(R, nthreads);
-  if (grain < 1) grain = 1;
   /* maps on a batched dataframe receive whole batches */
   int whole = it->batched && R->fr == &R->ch->frames[0];
-  int splittable = !whole && R->c->opts.where == RILL_STAGE_CPU && nthreads > 0 && R->n > grain;
-  int64_t ntasks = splittable ? (R->n + grain - 1) / grain : 1;
+  if (whole || R->c->opts.where != RILL_STAGE_CPU || nthreads == 0) {
+    rill__call_range(R, 0, R->n);
+    return;
+  }
+  int64_t nspr = atomic_load_explicit(&R->node->ns_per_row, memory_order_relaxed);
+  /* the usual case of a cheap stage: less than a hand-off's worth of work (no division) */
+  int64_t own = R->c->opts.grain;
+  if (own > 0 ? R->n <= own : nspr > 0 && R->n <= RILL__HANDOFF_NS / 2 && R->n * nspr <= RILL__HANDOFF_NS) {
+    rill__call_range(R, 0, R->n);
+    return;
+  }
+  int64_t a0 = 0; /* cells computed by the probe */
+  int64_t grain;
+  if (nspr > 0 || R->n <= (grain = pick_grain(R, nthreads, 0))) {
+    grain = pick_grain(R, nthreads, nspr);
+  } else {
+    /* never finer than the rule for an unknown cost: a probe slowed by preemption would
+     * otherwise cut a cheap stage into tasks of a row or two */
+    int64_t g = pick_grain(R, nthreads, probe(R, &a0));
+    if (g > grain) grain = g;
+  }
+  int64_t ntasks = R->n - a0 > grain ? (R->n - a0 + grain - 1) / grain : 1;
   /* parallel call ranges share the run's mutex, made here (a run on one thread has none); set
    * before any task is queued (the queue's mutex publishes it) */
   if (ntasks > 1 && pthread_mutex_init(&R->mu, NULL) != 0) ntasks = 1;
   R->parallel = ntasks > 1;
   if (!R->parallel) {
-    rill__call_range(R, 0, R->n);
+    rill__call_range(R, a0, R->n);
     return;
   }
   if (!R->fixed) {
@@ -150,13 +197,13 @@ void rill__run_cells(run_t* R) {
   } else {
     split_t* sp = rill__calloc((size_t)ntasks, sizeof *sp);
     if (!sp) {
-      rill__call_range(R, 0, R->n);
+      rill__call_range(R, a0, R->n);
     } else {
       rill__group_t g = {.pending = 0, .prio = R->ch->prio};
       for (int64_t t = 0; t < ntasks; t++) {
         sp[t].R = R;
-        sp[t].a = t * grain;
-        sp[t].b = t + 1 == ntasks ? R->n : (t + 1) * grain;
+        sp[t].a = a0 + t * grain;
+        sp[t].b = t + 1 == ntasks ? R->n : a0 + (t + 1) * grain;
         sp[t].task.fn = split_main;
         sp[t].task.arg = &sp[t];
         sp[t].task.group = &g;

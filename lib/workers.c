@@ -1,47 +1,87 @@
-/* Worker threads: a task queue ordered by priority (lower first; first in, first out among
- * equal priorities), guarded by one mutex and condition variable. The iterator gives every
- * chunk a priority that grows with its position, and the tasks a chunk splits off inherit
- * it, so idle workers always pick the work of the oldest chunk first.
+/* Worker threads: a process-wide pool of threads, and per iterator a task queue served by
+ * some of them.
+ *
+ * The pool: threads are started on first need and never end while the process runs: an
+ * iterator that asks for k threads (rill__workers_new) takes k parked threads and starts new
+ * ones when fewer are parked; freeing its queue parks them again for the next iterator, so
+ * an iterator costs no thread start or join after the first. Parked threads, and threads
+ * with nothing to do, sleep on their own semaphore (no spinning); a queue keeps its sleeping
+ * threads on a stack and wakes one per task, so handing threads over (new and free) wakes
+ * nobody. The pool's threads are joined when the process exits (or the library is
+ * unloaded); those still serving a live iterator are left to the exit. In the child of a
+ * fork() only the forking thread exists: the child's pool starts empty (pthread_atfork), and
+ * a queue made before the fork neither waits for nor parks the parent's threads.
+ *
+ * A queue: tasks ordered by priority (lower first; first in, first out among equal
+ * priorities), guarded by one mutex. The iterator gives every chunk a priority that grows
+ * with its position, and the tasks a chunk splits off inherit it, so idle workers always
+ * pick the work of the oldest chunk first. A queue is served only by its own threads, as
+ * many as its iterator asked for, whatever other iterators run at the same time.
  *
  * A thread that waits for a group runs only queued tasks that are at least as urgent as the
  * group (priority <= the group's): the group's own tasks and those of older chunks, never
  * the work of later chunks; otherwise it sleeps. Nested splitting (a chunk task that splits
  * a stage into row tasks and waits for them) cannot deadlock: the waiter runs its own queued
- * tasks itself, and a pool without threads runs everything on the waiting thread.
+ * tasks itself, and a queue without threads runs everything on the waiting thread.
  *
- * Wake-ups: idle workers sleep on `work_cv`, group waiters on `done_cv`, and each side counts
- * its sleepers, so nobody is signalled in vain. A submit wakes one idle worker (a worker
- * drains the queue before it sleeps again, so one wake-up per task is enough). When no worker
- * sleeps, it wakes the waiters instead if one of them may run the task (its priority is not
- * above theirs); other waiters are not needed for progress, since every task a waiter waits
- * for is queued where it may take it, or runs on a thread that will finish it. A group
- * reaching zero pending tasks wakes the waiters only. Every sleeper rechecks its condition
- * under the mutex before sleeping, so no wake-up is lost.
+ * Wake-ups: a submit wakes one sleeping thread of the queue (a thread drains the queue
+ * before it sleeps again, so one wake-up per task is enough). When none sleeps, it wakes the
+ * group waiters (asleep on `done_cv`, counted) if one of them may run the task (its priority
+ * is not above theirs); other waiters are not needed for progress, since every task a waiter
+ * waits for is queued where it may take it, or runs on a thread that will finish it. A
+ * group reaching zero pending tasks wakes the waiters only. Every sleeper rechecks its
+ * condition under the mutex before sleeping, so no wake-up is lost.
  *
- * A waiter of a pool with threads polls a few times (WAIT_SPINS rounds of a short pause,
- * releasing the mutex in between) before it sleeps: a chunk whose work takes microseconds
- * then comes back without a futex sleep and wake-up on either side. The spin is bounded per
- * call, so an oversubscribed machine loses at most a few microseconds per wait. */
+ * A waiter of a queue with threads first spins for a moment (WAIT_SPIN_NS, reading a counter
+ * that every submit and every finished group advances, without the mutex) before it sleeps:
+ * a chunk whose work takes a few microseconds then comes back without a futex sleep and
+ * wake-up on either side, while a longer wait costs the waiter almost no CPU. */
+#include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <stdlib.h>
 
 #include "engine.h"
 
+/* A thread of the pool. Its fields other than `tid` and `wake` are written only while it
+ * sleeps (by whoever holds it: the pool, or a queue under its mutex) or by itself under its
+ * queue's mutex; a post on `wake` publishes them. */
+typedef struct pool_thread {
+  pthread_t tid;
+  sem_t wake;                /* posted once per wake-up */
+  rill__workers_t* w;        /* the queue it serves; NULL: end (process exit) */
+  int index;                 /* its worker index in that queue */
+  struct pool_thread* next;  /* in the pool's parked list, or in its queue's sleeping stack */
+} pool_thread_t;
+
+/* The process-wide pool: parked threads. Its memory is the system's (malloc), not the
+ * allocator of rill_set_allocator: it outlives every rill object and any allocator change. */
+static struct {
+  pthread_mutex_t mu;
+  pool_thread_t* parked;
+  int exiting;              /* the process exits: threads handed back end */
+  _Atomic uint64_t gen;     /* advanced in a fork's child: earlier threads do not exist there */
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
 struct rill__workers {
   pthread_mutex_t mu;
-  pthread_cond_t work_cv; /* idle workers sleep here */
-  pthread_cond_t done_cv; /* group waiters sleep here */
-  int idle;               /* workers asleep on work_cv */
-  int waiting;            /* waiters asleep on done_cv */
-  int64_t waiting_prio;   /* >= the priority of every waiter asleep on done_cv */
+  pthread_cond_t done_cv;  /* group waiters (and rill__workers_free) sleep here */
+  pool_thread_t* sleeping; /* its threads asleep on their semaphore, a stack */
+  int nsleeping;
+  int waiting;             /* waiters asleep on done_cv */
+  int64_t waiting_prio;    /* >= the priority of every waiter asleep on done_cv */
   rill__task_t* head;
   rill__task_t* tail;
   rill__task_t* last; /* the task inserted last (a hint for runs of equal priority) */
-  int stop;
+  _Atomic uint64_t events; /* advanced (under mu) by every submit and every finished group */
+  int stop;                /* being freed: the last thread to fall asleep wakes the freer */
   int nthreads;
-  pthread_t* threads;
+  uint64_t gen;            /* the pool generation its threads belong to */
 };
 
-enum { WAIT_SPINS = 20, SPIN_PAUSES = 64 };
+enum { WAIT_SPIN_NS = 2000 };
 
 static _Thread_local int worker_index = -1;
 
@@ -55,11 +95,6 @@ static inline void cpu_relax(void) {
 }
 
 int rill__worker_index(void) { return worker_index; }
-
-typedef struct worker_start {
-  rill__workers_t* w;
-  int index;
-} worker_start_t;
 
 static int64_t prio_of(const rill__task_t* t) { return t->group->prio; }
 
@@ -89,47 +124,117 @@ static rill__task_t* take_locked(rill__workers_t* w, int64_t prio) {
   return t;
 }
 
+/* Advances the counter that spinning waiters watch. Called with the lock held. */
+static void event_locked(rill__workers_t* w) {
+  atomic_store_explicit(&w->events, atomic_load_explicit(&w->events, memory_order_relaxed) + 1,
+                        memory_order_release);
+}
+
 /* Runs `t` without the lock and marks it finished. Called with the lock held. */
 static void run_locked(rill__workers_t* w, rill__task_t* t) {
   rill__group_t* g = t->group;
   pthread_mutex_unlock(&w->mu);
   t->fn(t->arg);
   pthread_mutex_lock(&w->mu);
-  if (--g->pending == 0 && w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
+  if (--g->pending == 0) {
+    event_locked(w);
+    if (w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
+  }
 }
 
-static void* worker_main(void* arg) {
-  worker_start_t* s = arg;
-  rill__workers_t* w = s->w;
-  worker_index = s->index;
-  rill__free(s);
-  pthread_mutex_lock(&w->mu);
-  for (;;) {
-    rill__task_t* t = pop_locked(w);
-    if (t) {
-      run_locked(w, t);
-      continue;
-    }
-    if (w->stop) break;
-    w->idle++;
-    pthread_cond_wait(&w->work_cv, &w->mu);
-    w->idle--;
+static void sem_wait_intr(sem_t* s) {
+  while (sem_wait(s) != 0 && errno == EINTR) {
   }
-  pthread_mutex_unlock(&w->mu);
+}
+
+static void* thread_main(void* arg) {
+  pool_thread_t* t = arg;
+  for (;;) {
+    sem_wait_intr(&t->wake);
+    rill__workers_t* w = t->w;
+    if (!w) break;
+    worker_index = t->index;
+    pthread_mutex_lock(&w->mu);
+    for (rill__task_t* task; (task = pop_locked(w));) run_locked(w, task);
+    t->next = w->sleeping; /* asleep from here on: the queue may hand it back to the pool */
+    w->sleeping = t;
+    if (++w->nsleeping == w->nthreads && w->stop) pthread_cond_broadcast(&w->done_cv);
+    pthread_mutex_unlock(&w->mu);
+    worker_index = -1;
+  }
   return NULL;
+}
+
+/* Ends a sleeping thread that serves no queue and frees it. */
+static void thread_end(pool_thread_t* t) {
+  t->w = NULL;
+  sem_post(&t->wake);
+  pthread_join(t->tid, NULL);
+  sem_destroy(&t->wake);
+  free(t);
+}
+
+/* fork(): the pool's mutex is held across the fork, so the child's copy is consistent. In
+ * the child the parent's threads do not exist: their records are left (a queue made before
+ * the fork may still list them) and the pool starts empty. */
+static void pool_prepare(void) { pthread_mutex_lock(&pool.mu); }
+static void pool_parent(void) { pthread_mutex_unlock(&pool.mu); }
+static void pool_child(void) {
+  pool.parked = NULL;
+  atomic_fetch_add(&pool.gen, 1);
+  pthread_mutex_unlock(&pool.mu);
+}
+
+static void pool_init(void) { pthread_atfork(pool_prepare, pool_parent, pool_child); }
+
+/* At exit (or when the library is unloaded): ends the parked threads. */
+__attribute__((destructor)) static void pool_exit(void) {
+  pthread_mutex_lock(&pool.mu);
+  pool.exiting = 1;
+  pool_thread_t* list = pool.parked;
+  pool.parked = NULL;
+  pthread_mutex_unlock(&pool.mu);
+  while (list) {
+    pool_thread_t* next = list->next;
+    thread_end(list);
+    list = next;
+  }
+}
+
+/* Parks the sleeping threads of `list` (of pool generation `gen`) in the pool. */
+static void pool_park(pool_thread_t* list, uint64_t gen) {
+  if (!list) return;
+  if (gen != atomic_load(&pool.gen)) return; /* a fork's child: the threads are the parent's */
+  pthread_mutex_lock(&pool.mu);
+  if (!pool.exiting) {
+    pool_thread_t* last = list;
+    while (last->next) last = last->next;
+    last->next = pool.parked;
+    pool.parked = list;
+    list = NULL;
+  }
+  pthread_mutex_unlock(&pool.mu);
+  while (list) {
+    pool_thread_t* next = list->next;
+    thread_end(list);
+    list = next;
+  }
 }
 
 void rill__workers_free(rill__workers_t* w) {
   if (!w) return;
   pthread_mutex_lock(&w->mu);
   w->stop = 1;
-  pthread_cond_broadcast(&w->work_cv);
+  /* every task has finished, but a thread woken for a task that another thread took may not
+   * be asleep yet (it will be at once); in a fork's child the parent's threads never will */
+  if (w->gen == atomic_load(&pool.gen))
+    while (w->nsleeping < w->nthreads) pthread_cond_wait(&w->done_cv, &w->mu);
+  pool_thread_t* list = w->sleeping;
+  w->sleeping = NULL;
   pthread_mutex_unlock(&w->mu);
-  for (int i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
+  pool_park(list, w->gen);
   pthread_cond_destroy(&w->done_cv);
-  pthread_cond_destroy(&w->work_cv);
   pthread_mutex_destroy(&w->mu);
-  rill__free(w->threads);
   rill__free(w);
 }
 
@@ -141,38 +246,50 @@ int rill__workers_new(int nthreads, rill__workers_t** out) {
     rill__free(w);
     return RILL_ENOMEM;
   }
-  if (pthread_cond_init(&w->work_cv, NULL) != 0) {
-    pthread_mutex_destroy(&w->mu);
-    rill__free(w);
-    return RILL_ENOMEM;
-  }
   if (pthread_cond_init(&w->done_cv, NULL) != 0) {
-    pthread_cond_destroy(&w->work_cv);
     pthread_mutex_destroy(&w->mu);
     rill__free(w);
     return RILL_ENOMEM;
   }
-  if (nthreads > 0) {
-    w->threads = rill__calloc((size_t)nthreads, sizeof *w->threads);
-    if (!w->threads) {
-      rill__workers_free(w);
-      return RILL_ENOMEM;
-    }
+  atomic_init(&w->events, 0);
+  if (nthreads <= 0) {
+    *out = w;
+    return RILL_OK;
   }
-  for (int i = 0; i < nthreads; i++) {
-    worker_start_t* s = rill__alloc(sizeof *s);
-    if (!s) {
+  pthread_once(&pool_once, pool_init);
+  /* parked threads first (the queue is not shared yet: its fields need no lock) */
+  pthread_mutex_lock(&pool.mu);
+  w->gen = atomic_load(&pool.gen);
+  while (w->nthreads < nthreads && pool.parked) {
+    pool_thread_t* t = pool.parked;
+    pool.parked = t->next;
+    t->w = w;
+    t->index = w->nthreads++;
+    t->next = w->sleeping;
+    w->sleeping = t;
+    w->nsleeping++;
+  }
+  pthread_mutex_unlock(&pool.mu);
+  /* then new ones, which start asleep in the queue */
+  while (w->nthreads < nthreads) {
+    pool_thread_t* t = malloc(sizeof *t);
+    if (!t || sem_init(&t->wake, 0, 0) != 0) {
+      free(t);
       rill__workers_free(w);
       return RILL_ENOMEM;
     }
-    s->w = w;
-    s->index = i;
-    if (pthread_create(&w->threads[i], NULL, worker_main, s) != 0) {
-      rill__free(s);
+    t->w = w;
+    t->index = w->nthreads;
+    t->next = w->sleeping;
+    if (pthread_create(&t->tid, NULL, thread_main, t) != 0) {
+      sem_destroy(&t->wake);
+      free(t);
       rill__workers_free(w);
       return RILL_ENOMEM;
     }
-    w->nthreads = i + 1;
+    w->sleeping = t;
+    w->nsleeping++;
+    w->nthreads++;
   }
   *out = w;
   return RILL_OK;
@@ -207,24 +324,41 @@ void rill__workers_submit(rill__workers_t* w, rill__task_t* task) {
     }
   }
   w->last = task;
-  if (w->idle > 0)
-    pthread_cond_signal(&w->work_cv);
-  else if (w->waiting > 0 && p <= w->waiting_prio)
+  event_locked(w);
+  pool_thread_t* wake = w->sleeping;
+  if (wake) {
+    w->sleeping = wake->next;
+    w->nsleeping--;
+  } else if (w->waiting > 0 && p <= w->waiting_prio) {
     pthread_cond_broadcast(&w->done_cv);
+  }
   pthread_mutex_unlock(&w->mu);
+  if (wake) sem_post(&wake->wake); /* a pool thread outlives every queue: safe unlocked */
+}
+
+/* Spins for at most WAIT_SPIN_NS while w->events still reads `seen`. Without the lock. */
+static void spin_while(rill__workers_t* w, uint64_t seen) {
+  double scale = rill__clk_start();
+  int64_t until = rill__clk_now(scale) + (scale > 0 ? (int64_t)(WAIT_SPIN_NS / scale) : WAIT_SPIN_NS);
+  do {
+    for (int k = 0; k < 8; k++) cpu_relax();
+    if (atomic_load_explicit(&w->events, memory_order_acquire) != seen) return;
+  } while (rill__clk_now(scale) < until);
 }
 
 void rill__workers_wait(rill__workers_t* w, rill__group_t* group) {
   pthread_mutex_lock(&w->mu);
-  int spins = 0;
+  int spun = 0;
   while (group->pending > 0) {
     rill__task_t* t = take_locked(w, group->prio);
     if (t) {
       run_locked(w, t);
-    } else if (w->nthreads > 0 && spins < WAIT_SPINS) {
-      spins++;
+      spun = 0; /* the group's other tasks may be about to finish elsewhere */
+    } else if (w->nthreads > 0 && !spun) {
+      spun = 1;
+      uint64_t seen = atomic_load_explicit(&w->events, memory_order_relaxed);
       pthread_mutex_unlock(&w->mu);
-      for (int k = 0; k < SPIN_PAUSES; k++) cpu_relax();
+      spin_while(w, seen);
       pthread_mutex_lock(&w->mu);
     } else {
       if (w->waiting++ == 0 || group->prio > w->waiting_prio) w->waiting_prio = group->prio;
@@ -251,7 +385,10 @@ int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group) {
     }
     t = next;
   }
-  if (n && group->pending == 0 && w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
+  if (n && group->pending == 0) {
+    event_locked(w);
+    if (w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
+  }
   pthread_mutex_unlock(&w->mu);
   return n;
 }

@@ -1,8 +1,11 @@
 /* Worker threads: determinism across thread counts and prefetch depths, stages split
- * across threads, serial stages, several iterators at once. Also run under ThreadSanitizer
- * (make tsan). */
+ * across threads, serial stages, several iterators at once, the process-wide pool (threads
+ * reused, grown, shared by iterators on several threads, after fork). Also run under
+ * ThreadSanitizer (make tsan). */
 #include <pthread.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine_common.h"
 
@@ -347,4 +350,263 @@ static void first_out_after_few_chunks(int threads) {
 Test(threads, first_batch_waits_only_for_the_oldest_chunk) {
   first_out_after_few_chunks(2);
   first_out_after_few_chunks(3);
+}
+
+/* ---------------------------------------------------------------- the process-wide pool */
+
+enum { POOL_ROWS = 64 };
+static const int64_t pool_sum = POOL_ROWS * (POOL_ROWS - 1) / 2;
+
+/* Iterates a source that sleeps 100 us per row with `threads` workers; checks the values and
+ * that worker indices stay below `threads`. Returns the calls made on worker threads. */
+static int64_t pool_run(int threads) {
+  worker_seen_t seen = {.sleep_ns = 100000, .max_worker = -1};
+  cr_assert_eq(worker_sum(POOL_ROWS, 1, threads, &seen), pool_sum, "%d threads: wrong rows", threads);
+  cr_assert_lt(atomic_load(&seen.max_worker), threads > 0 ? threads : 0, "%d threads: a call ran on worker %d",
+               threads, atomic_load(&seen.max_worker));
+  return atomic_load(&seen.on_workers);
+}
+
+Test(pool, threads_are_started_once_and_reused_by_later_iterators) {
+  int n0 = rt_thread_count();
+  if (n0 < 0) cr_skip_test("/proc/self/task cannot be read");
+  int64_t on_workers = pool_run(2);
+  cr_assert_eq(rt_thread_count(), n0 + 2, "the first iterator starts 2 threads, which stay parked");
+  for (int i = 0; i < 10; i++) on_workers += pool_run(2);
+  cr_assert_eq(rt_thread_count(), n0 + 2, "later iterators reuse the parked threads");
+  cr_assert_gt(on_workers, 0, "no call ran on a worker thread");
+  /* an iterator without threads takes none */
+  cr_assert_eq(pool_run(RILL_THREADS_NONE), 0);
+  cr_assert_eq(rt_thread_count(), n0 + 2);
+}
+
+Test(pool, grows_when_an_iterator_asks_for_more_threads) {
+  int n0 = rt_thread_count();
+  if (n0 < 0) cr_skip_test("/proc/self/task cannot be read");
+  pool_run(2);
+  cr_assert_eq(rt_thread_count(), n0 + 2);
+  pool_run(4); /* two parked, two more started */
+  cr_assert_eq(rt_thread_count(), n0 + 4);
+  pool_run(1); /* a parked thread that was worker 3 becomes worker 0 */
+  pool_run(3);
+  cr_assert_eq(rt_thread_count(), n0 + 4);
+  /* two iterators at once take 2 + 3 threads: one more */
+  rill_error_t err;
+  rill_df_t* df;
+  RT_OK(rill_df_new(10, &df, &err), err);
+  worker_seen_t seen = {.max_worker = -1};
+  cr_assert_eq(rill_df_add_source(df, "w", rill_type_scalar(RILL_INT64), src_worker, &seen, NULL, NULL, &err), 0);
+  rill_iter_t* a = open_iter(df, &(rill_iter_opts_t){.threads = 2});
+  rill_iter_t* b = open_iter(df, &(rill_iter_opts_t){.threads = 3});
+  cr_assert_eq(rt_thread_count(), n0 + 5);
+  rill_iter_free(a);
+  rill_iter_free(b);
+  rill_df_free(df);
+  pool_run(5);
+  cr_assert_eq(rt_thread_count(), n0 + 5);
+}
+
+typedef struct churn {
+  int id;
+  int64_t bad; /* runs that went wrong */
+} churn_t;
+
+/* Creates, iterates and frees iterators with 1-3 threads, some freed with work in flight. */
+static void* churn_main(void* arg) {
+  churn_t* c = arg;
+  for (int i = 0; i < 12; i++) {
+    int threads = 1 + (c->id + i) % 3;
+    worker_seen_t seen = {.sleep_ns = (i % 2) * 20000, .max_worker = -1};
+    if (i % 4 == 3) { /* freed after its first row, with prefetched work queued or running */
+      rill_error_t err;
+      rill_df_t* df;
+      if (rill_df_new(200, &df, &err) != RILL_OK) {
+        c->bad++;
+        continue;
+      }
+      rill_stage_opts_t o = {.grain = 3};
+      rill_df_add_source(df, "w", rill_type_scalar(RILL_INT64), src_worker, &seen, NULL, &o, &err);
+      rill_iter_t* it;
+      rill_row_t row;
+      if (rill_iter_new(df, &(rill_iter_opts_t){.threads = threads, .prefetch = 50}, &it, &err) != RILL_OK ||
+          rill_iter_next(it, &row, &err) != RILL_OK || ((const int64_t*)rill_row_get(&row, 0)->data)[0] != 0)
+        c->bad++;
+      rill_iter_free(it);
+      rill_df_free(df);
+    } else if (worker_sum(POOL_ROWS, 4, threads, &seen) != pool_sum || atomic_load(&seen.max_worker) >= threads) {
+      c->bad++;
+    }
+  }
+  return NULL;
+}
+
+Test(pool, iterators_made_and_freed_on_several_threads_at_once) {
+  int n0 = rt_thread_count();
+  enum { NT = 4 };
+  pthread_t th[NT];
+  churn_t c[NT];
+  for (int i = 0; i < NT; i++) {
+    c[i] = (churn_t){.id = i};
+    cr_assert_eq(pthread_create(&th[i], NULL, churn_main, &c[i]), 0);
+  }
+  for (int i = 0; i < NT; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < NT; i++) cr_assert_eq(c[i].bad, 0, "consumer %d: %lld runs went wrong", i, (long long)c[i].bad);
+  if (n0 >= 0) { /* never more threads than the iterators open at once asked for */
+    int pooled = rt_thread_count() - n0;
+    cr_assert(pooled >= 1 && pooled <= NT * 3, "%d pool threads", pooled);
+  }
+}
+
+/* Errors and cancellation on reused threads: a failing row is reported with its row number by
+ * every iterator in turn, and iteration continues after it. */
+Test(pool, errors_are_reported_on_reused_threads) {
+  for (int round = 0; round < 6; round++) {
+    counter_t cs;
+    counter_failing(&cs, 0, 37 + round);
+    rill_stage_opts_t o = {.grain = 8};
+    rill_df_t* df = make_src(300, &cs, &o);
+    rill_iter_t* it = open_iter(df, &(rill_iter_opts_t){.threads = 2, .prefetch = 64});
+    rill_row_t row;
+    rill_error_t err;
+    int64_t rows = 0, errors = 0;
+    int r;
+    while ((r = rill_iter_next(it, &row, &err)) != RILL_END) {
+      if (r == RILL_OK) {
+        rows++;
+        continue;
+      }
+      errors++;
+      cr_assert_eq(err.row, 37 + round, "round %d: error at row %lld: %s", round, (long long)err.row, err.message);
+    }
+    cr_assert_eq(errors, 1);
+    cr_assert_eq(rows, 299);
+    rill_iter_free(it);
+    rill_df_free(df);
+  }
+}
+
+/* fork(): the child's pool starts empty (the parent's threads do not exist there), an
+ * iterator the parent made before the fork can be freed in the child, and new iterators
+ * start their own threads; the parent's pool keeps working. */
+Test(pool, a_forked_child_starts_its_own_threads) {
+  int n0 = rt_thread_count();
+  if (n0 < 0) cr_skip_test("/proc/self/task cannot be read");
+  pool_run(2);
+  worker_seen_t seen = {.max_worker = -1};
+  rill_error_t err;
+  rill_df_t* df;
+  RT_OK(rill_df_new(100, &df, &err), err);
+  cr_assert_eq(rill_df_add_source(df, "w", rill_type_scalar(RILL_INT64), src_worker, &seen, NULL, NULL, &err), 0);
+  rill_iter_t* kept = open_iter(df, &(rill_iter_opts_t){.threads = 2});
+  rill_row_t row;
+  while (rill_iter_next(kept, &row, &err) == RILL_OK) {
+  }
+  cr_assert_eq(rt_thread_count(), n0 + 2, "the open iterator holds the two parked threads");
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    alarm(30); /* a hang fails the test instead of blocking it */
+    int code = 0;
+    if (rt_thread_count() != 1) code = 2;
+    rill_iter_free(kept); /* must not wait for the parent's threads */
+    worker_seen_t s2 = {.sleep_ns = 100000, .max_worker = -1};
+    if (!code && worker_sum(POOL_ROWS, 1, 3, &s2) != pool_sum) code = 3;
+    if (!code && rt_thread_count() != 4) code = 4; /* 3 threads started in the child */
+    if (!code && worker_sum(POOL_ROWS, 1, 3, &s2) != pool_sum) code = 5;
+    if (!code && rt_thread_count() != 4) code = 6;
+    if (!code && atomic_load(&s2.on_workers) == 0) code = 7;
+    rill_df_free(df);
+    _exit(code); /* not through the test runner's exit handlers */
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status), "the child did not exit (signal %d)", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  cr_assert_eq(WEXITSTATUS(status), 0, "the child failed with code %d", WEXITSTATUS(status));
+  rill_iter_free(kept);
+  pool_run(4); /* the parent's four threads, parked again */
+  cr_assert_eq(rt_thread_count(), n0 + 4);
+  rill_df_free(df);
+}
+
+/* The first chunk of a stage whose cost is not known yet: a cheap stage is timed on the
+ * calling thread and not cut into four tasks per thread, an expensive one is still split
+ * across the threads. */
+static int64_t first_batch_calls(int64_t sleep_ns, int64_t* on_workers) {
+  worker_seen_t seen = {.sleep_ns = sleep_ns, .max_worker = -1};
+  rill_error_t err;
+  rill_df_t *df, *b;
+  RT_OK(rill_df_new(1024, &df, &err), err);
+  int col = rill_df_add_source(df, "w", rill_type_scalar(RILL_INT64), src_worker, &seen, NULL, NULL, &err);
+  cr_assert_eq(col, 0, "%s", err.message);
+  RT_OK(rill_df_batch(df, &col, 1, sleep_ns ? 64 : 1024, NULL, &b, &err), err);
+  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 2, .prefetch = RILL_PREFETCH_NONE});
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  const rill_array_t* a = rill_row_get(&row, 0);
+  for (int64_t i = 0; i < a->length; i++) cr_assert_eq(((const int64_t*)a->data)[i], i);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+  *on_workers = atomic_load(&seen.on_workers);
+  return atomic_load(&seen.calls);
+}
+
+Test(threads, first_chunk_of_a_cheap_stage_is_not_split) {
+  int64_t on_workers, calls = 0;
+  /* the probe's calls (1 and 63 rows) and the rest in one call, or a few more; the rule for
+   * an unknown cost makes 12 tasks, as does a probe that the machine preempted (the best of
+   * three iterators is taken) */
+  for (int i = 0; i < 3 && (calls == 0 || calls > 8); i++) calls = first_batch_calls(0, &on_workers);
+  cr_assert(calls >= 1 && calls <= 8, "%lld calls for the first 1024-row batch of a trivial source", (long long)calls);
+  /* 200 us per row, 64 rows: split, and the workers take tasks (unless the machine is too
+   * busy to run them within a few milliseconds: up to three tries) */
+  on_workers = 0;
+  for (int i = 0; i < 3 && on_workers == 0; i++) {
+    calls = first_batch_calls(200000, &on_workers);
+    cr_assert_gt(calls, 3, "an expensive stage is split into tasks");
+  }
+  cr_assert_gt(on_workers, 0, "no task of an expensive stage ran on a worker thread");
+}
+
+/* Source: int64 cell = row id; sleeps 5 ms in the calls for batch 3 (of 1024 rows); counts
+ * the calls per batch. */
+typedef struct spike {
+  _Atomic int64_t calls[8];
+} spike_t;
+
+static int src_spike(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                     rill_error_t* err) {
+  spike_t* s = ctx;
+  int64_t b = rows[0] / 1024;
+  atomic_fetch_add(&s->calls[b], 1);
+  if (b == 3) nanosleep(&(struct timespec){0, 5000000}, NULL);
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
+  return RILL_OK;
+}
+
+/* One slow batch (a preempted thread looks the same) does not make the next batches of a
+ * cheap stage split into tasks: its measured cost rises at most fourfold per batch. */
+Test(threads, one_slow_batch_does_not_split_the_next) {
+  spike_t s = {0};
+  rill_error_t err;
+  rill_df_t *df, *b;
+  RT_OK(rill_df_new(8 * 1024, &df, &err), err);
+  int col = rill_df_add_source(df, "s", rill_type_scalar(RILL_INT64), src_spike, &s, NULL, NULL, &err);
+  cr_assert_eq(col, 0, "%s", err.message);
+  RT_OK(rill_df_batch(df, &col, 1, 1024, NULL, &b, &err), err);
+  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 2, .prefetch = RILL_PREFETCH_NONE});
+  rill_row_t row;
+  int64_t n = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) n += rill_row_get(&row, 0)->length;
+  cr_assert_eq(n, 8 * 1024);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+  /* batch 3 was split (its own first call was slow) or not; batch 4 is measured at most 4x
+   * a cheap batch's cost: far below a hand-off per 1024 rows */
+  cr_assert_leq(atomic_load(&s.calls[4]), 2, "batch 4: %lld calls", (long long)atomic_load(&s.calls[4]));
+  cr_assert_leq(atomic_load(&s.calls[5]), 2, "batch 5: %lld calls", (long long)atomic_load(&s.calls[5]));
 }
