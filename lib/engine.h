@@ -229,7 +229,8 @@ struct rill_iter {
   /* statistics */
   rill_iter_stats_t st; /* rows, cells, skipped, nulled, errors, wait_ns (the rest: when read) */
   _Atomic int64_t st_compute, st_calls;
-  _Atomic int64_t chunk_ns; /* the last chunk's evaluation time (0: none yet) */
+  _Atomic int64_t chunk_ns;      /* the shorter of the last two chunks' evaluation times (0: none yet) */
+  _Atomic int64_t chunk_last_ns; /* the last chunk's evaluation time */
 };
 
 /* ---------------------------------------------------------------- chunks (chunk.c) */

@@ -110,19 +110,24 @@ static uint64_t fingerprint(const rill_iter_t* it) {
 
 /* ---------------------------------------------------------------- slots */
 
-/* Evaluates a slot's chunk and records how long it took (the hand-off decision). */
+/* Evaluates a slot's chunk and records how long it took (the hand-off decision): the
+ * shorter of the last two chunks' times, so that one chunk slowed by a preemption does not
+ * send the next cheap chunks to the workers. */
 static void slot_eval(rill__slot_t* s) {
   rill__stopwatch_t sw;
   rill__stopwatch_start(&sw);
   rill__chunk_eval(&s->chunk);
-  atomic_store_explicit(&s->chunk.it->chunk_ns, rill__stopwatch_ns(&sw), memory_order_relaxed);
+  rill_iter_t* it = s->chunk.it;
+  int64_t ns = rill__stopwatch_ns(&sw);
+  int64_t prev = atomic_exchange_explicit(&it->chunk_last_ns, ns, memory_order_relaxed);
+  atomic_store_explicit(&it->chunk_ns, prev > 0 && prev < ns ? prev : ns, memory_order_relaxed);
 }
 
 static void slot_main(void* arg) { slot_eval(arg); }
 
-/* Whether the next chunk goes to a worker thread: there are threads, and the last chunk took
- * longer than a hand-off (or none has been measured yet, or the caller asked for it with
- * rill_iter_prefetch). */
+/* Whether the next chunk goes to a worker thread: there are threads, and the last two chunks
+ * each took longer than a hand-off (or none has been measured yet, or the caller asked for it
+ * with rill_iter_prefetch). */
 static int worth_a_thread(const rill_iter_t* it, int asked) {
   if (it->ahead == 0 || it->nthreads == 0) return 0;
   if (asked) return 1;

@@ -610,3 +610,50 @@ Test(threads, one_slow_batch_does_not_split_the_next) {
   cr_assert_leq(atomic_load(&s.calls[4]), 2, "batch 4: %lld calls", (long long)atomic_load(&s.calls[4]));
   cr_assert_leq(atomic_load(&s.calls[5]), 2, "batch 5: %lld calls", (long long)atomic_load(&s.calls[5]));
 }
+
+/* Source: int64 cell = row id; chunk 5 (of 16 rows each) sleeps 5 ms; records, per chunk,
+ * whether it ran on the thread that iterates. */
+typedef struct where_run {
+  pthread_t consumer;
+  _Atomic int on_worker[32];
+} where_run_t;
+
+static int src_where(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                     rill_error_t* err) {
+  where_run_t* w = ctx;
+  int64_t c = rows[0] / 16;
+  if (!pthread_equal(pthread_self(), w->consumer)) atomic_store(&w->on_worker[c], 1);
+  if (c == 5) nanosleep(&(struct timespec){0, 5000000}, NULL);
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
+  return RILL_OK;
+}
+
+/* Cheap chunks are computed by the iterating thread; one slow chunk (a preempted one looks
+ * the same) does not send the next ones to the workers: the decision needs two slow chunks
+ * in a row. */
+Test(threads, one_slow_chunk_keeps_the_next_on_the_calling_thread) {
+  where_run_t w = {.consumer = pthread_self()};
+  rill_error_t err;
+  rill_df_t *df, *b;
+  RT_OK(rill_df_new(32 * 16, &df, &err), err);
+  int col = rill_df_add_source(df, "w", rill_type_scalar(RILL_INT64), src_where, &w, NULL, NULL, &err);
+  cr_assert_eq(col, 0, "%s", err.message);
+  RT_OK(rill_df_batch(df, &col, 1, 16, NULL, &b, &err), err);
+  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 2, .prefetch = 2});
+  rill_row_t row;
+  int64_t n = 0;
+  int rc;
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+    const rill_array_t* a = rill_row_get(&row, 0);
+    for (int64_t i = 0; i < a->length; i++) cr_assert_eq(((const int64_t*)a->data)[i], n + i);
+    n += a->length;
+  }
+  cr_assert_eq(rc, RILL_END, "%s", err.message);
+  cr_assert_eq(n, 32 * 16);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+  for (int c = 6; c < 32; c++) cr_assert_eq(atomic_load(&w.on_worker[c]), 0, "chunk %d ran on a worker", c);
+}
