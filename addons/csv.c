@@ -33,8 +33,9 @@ void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b) {
 static void csv_unref(rill__csv_t* c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
   rill__free_columns(c->names, c->types, c->ncols);
-  rill__free(c->base);
-  rill__free(c->off);
+  rill__free(c->blocks);
+  for (int64_t k = 0; k < c->nheld; k++) rill__free(c->held[k]);
+  rill__free(c->held);
   rill__free(c->far);
   rill__free(c->lines);
   if (c->map) munmap(c->map, (size_t)c->size);
