@@ -7,7 +7,8 @@
  * quotes is scanned again from the quoted state while stitching (rare), and that second scan
  * stops as soon as it starts a record where the first one did (from there they agree).
  * Stitching the chunks in order picks, for each, the scan that matches the state the previous
- * chunk ended in. The index holds one int64 (byte offset) per row. */
+ * chunk ended in. The index is those scans' lists of record starts, 4 bytes a row, in blocks
+ * of rows (see rill__csv_t.blocks); only blocks that span chunks are copied. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -251,7 +252,7 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
   for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
 
   /* stitch: pick each chunk's scan from the state the previous one ended in */
-  int64_t total = 0, nbad = 0;
+  int64_t nbad = 0;
   int inq = 0;
   int64_t open_start = -1, open_nf = 0; /* a record spanning chunk boundaries */
   rill__csv_vec_t xbad = {0};                     /* bad records that span chunks: start, fields */
@@ -289,7 +290,6 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
       open_nf = s->tail_nf;
     }
     pick[k] = s;
-    total += s->starts.n;
     nbad += s->bad.n / 2;
     inq = s->end_in_quotes;
   }
