@@ -33,8 +33,9 @@ void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b) {
 static void csv_unref(rill__csv_t* c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
   rill__free_columns(c->names, c->types, c->ncols);
-  rill__free(c->base);
-  rill__free(c->off);
+  rill__free(c->blocks);
+  for (int64_t k = 0; k < c->nheld; k++) rill__free(c->held[k]);
+  rill__free(c->held);
   rill__free(c->far);
   rill__free(c->lines);
   if (c->map) munmap(c->map, (size_t)c->size);
@@ -90,16 +91,16 @@ typedef struct csv_block {
 
 /* Cells j0.. of column k of a block as FLOAT64 / INT64 values into `o` (cell 0 of the
  * block), while they are plain: row complete, field unquoted and not empty, value parsed.
- * Returns the first j that is not (or bn): the general path decides about that cell. */
+ * Returns the first j that is not (or bn): the general path decides about that cell.
+ * `complete` (a constant): every row of the block is (b->complete), so no row is checked. */
 static inline __attribute__((always_inline)) int64_t plain_numbers_as(const rill__csv_t* c, const csv_block_t* b,
-                                                                      int k, const int dbl, int64_t j0, int64_t bn,
-                                                                      void* o) {
+                                                                      int k, const int dbl, const int complete,
+                                                                      int64_t j0, int64_t bn, void* o) {
   const char* d = c->data;
   const char qc = c->quote;
   const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
   const int64_t* nfs = b->nfields;
   const int64_t* sp = b->spans + 2 * k;
-  const int complete = b->complete;
   int64_t j = j0;
   for (; j < bn; j++) {
     if (!complete && (nfs[j] > ncols || k >= nfs[j])) break;
@@ -116,7 +117,9 @@ static inline __attribute__((always_inline)) int64_t plain_numbers_as(const rill
 
 static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, rill_dtype_t dt, int64_t j0,
                              int64_t bn, void* o) {
-  return dt == RILL_FLOAT64 ? plain_numbers_as(c, b, k, 1, j0, bn, o) : plain_numbers_as(c, b, k, 0, j0, bn, o);
+  if (b->complete)
+    return dt == RILL_FLOAT64 ? plain_numbers_as(c, b, k, 1, 1, j0, bn, o) : plain_numbers_as(c, b, k, 0, 1, j0, bn, o);
+  return dt == RILL_FLOAT64 ? plain_numbers_as(c, b, k, 1, 0, j0, bn, o) : plain_numbers_as(c, b, k, 0, 0, j0, bn, o);
 }
 
 /* 1 when byte q occurs among p[0..n); `room`: bytes readable from p (8 at a time when they
@@ -142,9 +145,11 @@ static inline int has_byte(const char* p, int64_t n, int64_t room, char q) {
  * block at b0), while they are plain: row complete, field unquoted or quoted without quotes
  * inside. out->data must hold 16 bytes past the block's text (short fields are copied 16
  * bytes at a time). Returns the first j that is not (or bn): the general path decides about
- * that cell. */
-static int64_t plain_strings(const rill__csv_t* c, const csv_block_t* b, int k, int64_t j0, int64_t bn,
-                             rill_array_t* out, int64_t* pos_io) {
+ * that cell. `complete` as for plain_numbers_as. */
+static inline __attribute__((always_inline)) int64_t plain_strings_as(const rill__csv_t* c, const csv_block_t* b,
+                                                                      int k, const int complete, int64_t j0,
+                                                                      int64_t bn, rill_array_t* out,
+                                                                      int64_t* pos_io) {
   const char* d = c->data;
   const char qc = c->quote;
   const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
@@ -154,7 +159,7 @@ static int64_t plain_strings(const rill__csv_t* c, const csv_block_t* b, int k, 
   char* o = out->data;
   int64_t pos = *pos_io, j = j0;
   for (; j < bn; j++) {
-    if (!b->complete && (nfs[j] > ncols || k >= nfs[j])) break;
+    if (!complete && (nfs[j] > ncols || k >= nfs[j])) break;
     int64_t fs = sp[j * stride], fe = sp[j * stride + 1];
     if (fs < fe && d[fs] == qc) { /* "text" without quotes inside: the bytes between */
       if (fe - fs < 2 || d[fe - 1] != qc || has_byte(d + fs + 1, fe - fs - 2, size - fs - 1, qc)) break;
@@ -169,6 +174,11 @@ static int64_t plain_strings(const rill__csv_t* c, const csv_block_t* b, int k, 
   }
   *pos_io = pos;
   return j;
+}
+
+static int64_t plain_strings(const rill__csv_t* c, const csv_block_t* b, int k, int64_t j0, int64_t bn,
+                             rill_array_t* out, int64_t* pos_io) {
+  return b->complete ? plain_strings_as(c, b, k, 1, j0, bn, out, pos_io) : plain_strings_as(c, b, k, 0, j0, bn, out, pos_io);
 }
 
 /* Fills the cells of column k for the rows of block `b` before call row `limit`. A string
@@ -263,6 +273,7 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
  * requested columns. */
 static int64_t bad_row_nulls(const rill__csv_t* c, const csv_block_t* b, int64_t bn, rill_array_t* const* outs) {
   int64_t nulled = 0;
+  if (b->complete) return 0;
   for (int64_t j = 0; j < bn; j++) {
     int64_t nf = b->nfields[j];
     if (nf == c->ncols) continue;

@@ -7,7 +7,8 @@
  * quotes is scanned again from the quoted state while stitching (rare), and that second scan
  * stops as soon as it starts a record where the first one did (from there they agree).
  * Stitching the chunks in order picks, for each, the scan that matches the state the previous
- * chunk ended in. The index holds one int64 (byte offset) per row. */
+ * chunk ended in. The index is those scans' lists of record starts, 4 bytes a row, in blocks
+ * of rows (see rill__csv_t.blocks); only blocks that span chunks are copied. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -88,6 +89,124 @@ static void* index_worker(void* arg) {
 }
 
 
+/* Chunk k's starts without the bad records (its own, and those of `xbad` from *x on, which
+ * holds the bad records that span chunks): a new list in place of the old. */
+static int drop_bad(rill__csv_spec_t* s, const rill__csv_vec_t* xbad, int64_t* x) {
+  int64_t n = s->starts.n;
+  if (n == 0) return RILL_OK;
+  int64_t hi = rill__csv_rows_at(&s->starts, n - 1);
+  while (*x < xbad->n && xbad->v[*x] < rill__csv_rows_at(&s->starts, 0)) *x += 2;
+  if (!s->bad.n && !(*x < xbad->n && xbad->v[*x] <= hi)) return RILL_OK;
+  rill__csv_rows_t kept = {.base = s->starts.base};
+  int64_t b = 0;
+  for (int64_t r = 0; r < n; r++) {
+    int64_t pos = rill__csv_rows_at(&s->starts, r);
+    if (b < s->bad.n && s->bad.v[b] == pos) { b += 2; continue; }
+    while (*x < xbad->n && xbad->v[*x] < pos) *x += 2;
+    if (*x < xbad->n && xbad->v[*x] == pos) { *x += 2; continue; }
+    if (rill__csv_rows_push(&kept, pos) != RILL_OK) {
+      rill__free(kept.v);
+      rill__free(kept.far.v);
+      return RILL_ENOMEM;
+    }
+  }
+  rill__free(s->starts.v);
+  rill__free(s->starts.far.v);
+  s->starts = kept;
+  return RILL_OK;
+}
+
+/* The row index from the picked scans of the chunks: rows are numbered in chunk order, and a
+ * block of rows that lies inside one chunk points into that chunk's list of starts (kept, not
+ * copied: no second pass over the rows and no fresh memory for them); a block that spans
+ * chunks, or whose chunk keeps offsets aside, is copied into c->held[0]. With `skip`, bad
+ * records are first dropped from the chunks that hold them. The lists kept move to c->held. */
+static int place_rows(rill__csv_t* c, rill__csv_spec_t** pick, int64_t nch, const rill__csv_vec_t* xbad, int skip,
+                      rill_error_t* err) {
+  const int64_t bsize = (int64_t)1 << RILL__CSV_BLOCK_SHIFT;
+  int64_t x = 0, nrows = 0, ncopy = 0;
+  int64_t* first = rill__alloc((size_t)(nch + 1) * sizeof *first); /* first[k]: chunk k's first row */
+  char* kept = rill__calloc((size_t)nch + 1, 1);                     /* kept[k]: a block points into chunk k */
+  if (!first || !kept) goto nomem;
+  for (int64_t k = 0; k < nch; k++) {
+    if (skip && drop_bad(pick[k], xbad, &x) != RILL_OK) goto nomem;
+    first[k] = nrows;
+    nrows += pick[k]->starts.n;
+  }
+  first[nch] = nrows;
+  /* block b holds rows [b * bsize, b * bsize + len): inside chunk k, or copied */
+#define BLOCK_AT(b, k, r0, len, direct)                                                             \
+  int64_t r0 = (b) << RILL__CSV_BLOCK_SHIFT, len = nrows - r0 < bsize ? nrows - r0 : bsize;        \
+  while (first[(k) + 1] <= r0) (k)++;                                                              \
+  int direct = pick[k]->starts.far.n == 0 && r0 + len <= first[(k) + 1]
+  for (int64_t b = 0, k = 0; b << RILL__CSV_BLOCK_SHIFT < nrows; b++) {
+    BLOCK_AT(b, k, r0, len, direct);
+    if (direct) kept[k] = 1;
+    else ncopy++;
+  }
+  for (int64_t k = 0; k < nch; k++) { /* a list grown by doubling may be half empty: trimmed */
+    rill__csv_rows_t* st = &pick[k]->starts;
+    if (kept[k] && st->cap - st->n > st->n / 8) {
+      uint32_t* v = rill__realloc(st->v, (size_t)st->n * sizeof *v, (size_t)st->n * sizeof *v);
+      if (v) {
+        st->v = v;
+        st->cap = st->n;
+      }
+    }
+  }
+  c->blocks = rill__calloc((size_t)(nrows >> RILL__CSV_BLOCK_SHIFT) + 1, sizeof *c->blocks);
+  c->held = rill__calloc((size_t)nch + 1, sizeof *c->held);
+  uint32_t* side = ncopy ? rill__alloc((size_t)(ncopy << RILL__CSV_BLOCK_SHIFT) * sizeof *side) : NULL;
+  if (!c->blocks || !c->held || (ncopy && !side)) {
+    rill__free(side);
+    goto nomem;
+  }
+  c->held[c->nheld++] = side;
+  rill__csv_vec_t far = {0};
+  for (int64_t b = 0, k = 0, w = 0; b << RILL__CSV_BLOCK_SHIFT < nrows; b++) {
+    BLOCK_AT(b, k, r0, len, direct);
+    const rill__csv_rows_t* st = &pick[k]->starts;
+    if (direct) {
+      c->blocks[b].base = st->base;
+      c->blocks[b].off = st->v + (r0 - first[k]);
+      continue;
+    }
+    uint32_t* o = side + (w++ << RILL__CSV_BLOCK_SHIFT);
+    int64_t base = rill__csv_rows_at(st, r0 - first[k]);
+    c->blocks[b].base = base;
+    c->blocks[b].off = o;
+    for (int64_t i = 0, kk = k; i < len; i++) {
+      while (first[kk + 1] <= r0 + i) kk++;
+      int64_t pos = rill__csv_rows_at(&pick[kk]->starts, r0 + i - first[kk]);
+      uint64_t d = (uint64_t)(pos - base);
+      if (d >= RILL__CSV_FAR_AT) {
+        if (rill__csv_vec_push(&far, r0 + i) != RILL_OK || rill__csv_vec_push(&far, pos) != RILL_OK) {
+          c->far = far.v; /* freed with c */
+          goto nomem;
+        }
+        d = RILL__CSV_FAR;
+      }
+      o[i] = (uint32_t)d;
+    }
+  }
+#undef BLOCK_AT
+  for (int64_t k = 0; k < nch; k++)
+    if (kept[k]) {
+      c->held[c->nheld++] = pick[k]->starts.v;
+      pick[k]->starts.v = NULL;
+    }
+  c->far = far.v;
+  c->nfar = far.n / 2;
+  c->nrows = nrows;
+  rill__free(first);
+  rill__free(kept);
+  return RILL_OK;
+nomem:
+  rill__free(first);
+  rill__free(kept);
+  return rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index (%lld rows)", c->name, (long long)nrows);
+}
+
 int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const rill_csv_opts_t* o,
                           rill_error_t* err) {
   int64_t chunk = o->chunk_bytes > 0 ? o->chunk_bytes : CSV_DEFAULT_CHUNK;
@@ -133,7 +252,7 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
   for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
 
   /* stitch: pick each chunk's scan from the state the previous one ended in */
-  int64_t total = 0, nbad = 0;
+  int64_t nbad = 0;
   int inq = 0;
   int64_t open_start = -1, open_nf = 0; /* a record spanning chunk boundaries */
   rill__csv_vec_t xbad = {0};                     /* bad records that span chunks: start, fields */
@@ -171,7 +290,6 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
       open_nf = s->tail_nf;
     }
     pick[k] = s;
-    total += s->starts.n;
     nbad += s->bad.n / 2;
     inq = s->end_in_quotes;
   }
@@ -200,64 +318,7 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
                     (long long)rill__csv_line(c, at), (long long)expected, (long long)nf);
     goto done;
   }
-  int skip = o->on_bad_row == RILL_ON_ERROR_SKIP;
-  int64_t keep = skip ? total - nbad : total;
-  c->base = rill__alloc((size_t)((keep >> RILL__CSV_BLOCK_SHIFT) + 1) * sizeof *c->base);
-  c->off = rill__alloc((size_t)(keep ? keep : 1) * sizeof *c->off);
-  if (!c->base || !c->off) {
-    rill__free(pick);
-    rill__free(xbad.v);
-    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index (%lld rows)", c->name,
-                    (long long)keep);
-    goto done;
-  }
-  rill__csv_vec_t far = {0};
-  int64_t w = 0, x = 0;
-  for (int64_t k = 0; k < nch && rc == RILL_OK; k++) {
-    rill__csv_spec_t* s = pick[k];
-    int all = !skip || (!s->bad.n && (x >= xbad.n || (s->starts.n && xbad.v[x] > rill__csv_rows_at(&s->starts, s->starts.n - 1))));
-    int64_t b = 0, r0 = 0;
-    if (all && s->starts.far.n == 0) {
-      /* runs of rows inside one block of the index take one shift each: positions rise, so the
-       * run's last offset bounds the others; a run that needs the far list goes to the row loop */
-      const int64_t bmask = ((int64_t)1 << RILL__CSV_BLOCK_SHIFT) - 1, n = s->starts.n;
-      const uint32_t* v = s->starts.v;
-      while (r0 < n) {
-        if ((w & bmask) == 0) c->base[w >> RILL__CSV_BLOCK_SHIFT] = s->starts.base + v[r0];
-        int64_t seg = bmask + 1 - (w & bmask);
-        if (seg > n - r0) seg = n - r0;
-        int64_t delta = s->starts.base - c->base[w >> RILL__CSV_BLOCK_SHIFT];
-        if ((uint64_t)(v[r0 + seg - 1] + delta) >= RILL__CSV_FAR_AT) break;
-        uint32_t* o = c->off + w;
-        for (int64_t i = 0; i < seg; i++) o[i] = (uint32_t)(v[r0 + i] + delta);
-        w += seg;
-        r0 += seg;
-      }
-    }
-    for (int64_t r = r0; r < s->starts.n; r++) {
-      int64_t pos = rill__csv_rows_at(&s->starts, r);
-      if (!all) {
-        if (b < s->bad.n && s->bad.v[b] == pos) { b += 2; continue; }
-        while (x < xbad.n && xbad.v[x] < pos) x += 2;
-        if (x < xbad.n && xbad.v[x] == pos) { x += 2; continue; }
-      }
-      if ((w & ((1 << RILL__CSV_BLOCK_SHIFT) - 1)) == 0) c->base[w >> RILL__CSV_BLOCK_SHIFT] = pos;
-      uint64_t d = (uint64_t)(pos - c->base[w >> RILL__CSV_BLOCK_SHIFT]);
-      if (d >= RILL__CSV_FAR_AT) {
-        if (rill__csv_vec_push(&far, w) != RILL_OK || rill__csv_vec_push(&far, pos) != RILL_OK) {
-          rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
-          break;
-        }
-        d = RILL__CSV_FAR;
-      }
-      c->off[w++] = (uint32_t)d;
-    }
-    rill__free(s->starts.v);
-    s->starts.v = NULL;
-  }
-  c->far = far.v;
-  c->nfar = far.n / 2;
-  c->nrows = w;
+  rc = place_rows(c, pick, nch, &xbad, o->on_bad_row == RILL_ON_ERROR_SKIP && nbad, err);
   rill__free(pick);
   rill__free(xbad.v);
 done:

@@ -10,6 +10,12 @@
 #include "addon.h"
 #include "rill_addons.h"
 
+/* A block of rows of the row index (see rill__csv_t.blocks). */
+typedef struct rill__csv_block {
+  int64_t base;
+  const uint32_t* off;
+} rill__csv_block_t;
+
 /* An opened CSV input: its bytes, columns and row index. Shared (reference counted) by the
  * dataframe's source group; read-only once opened, except the line checkpoints (under mu)
  * and drop_mark. */
@@ -26,11 +32,13 @@ typedef struct rill__csv {
   char** names;
   rill_dtype_t* types;
   int64_t nrows;
-  /* The byte offset of each row's record, 4 bytes a row: row r starts at
-   * base[r >> RILL__CSV_BLOCK_SHIFT] + off[r]; an offset that does not fit (a block of rows
-   * spanning 4 GiB) reads RILL__CSV_FAR and is kept in `far` as (row, offset) pairs. */
-  int64_t* base;
-  uint32_t* off;
+  /* The byte offset of each row's record, 4 bytes a row, in blocks of 1 << RILL__CSV_BLOCK_SHIFT
+   * rows: row r starts at blocks[b].base + blocks[b].off[r & mask] (b = r >> shift); an offset
+   * that does not fit (a block spanning 4 GiB) reads RILL__CSV_FAR and is kept in `far` as
+   * (row, offset) pairs. The offsets lie in the lists that the index pass made (`held`). */
+  struct rill__csv_block* blocks;
+  uint32_t** held;
+  int64_t nheld;
   int64_t* far;
   int64_t nfar;
   rill_on_error_t on_error;
@@ -60,8 +68,9 @@ static inline int64_t rill__csv_far(const int64_t* p, int64_t n, int64_t key) {
 
 /* The byte offset of row r's record. */
 static inline int64_t rill__csv_start(const rill__csv_t* c, int64_t r) {
-  uint32_t o = c->off[r];
-  return o != RILL__CSV_FAR ? c->base[r >> RILL__CSV_BLOCK_SHIFT] + o : rill__csv_far(c->far, c->nfar, r);
+  const rill__csv_block_t* b = &c->blocks[r >> RILL__CSV_BLOCK_SHIFT];
+  uint32_t o = b->off[r & (((int64_t)1 << RILL__CSV_BLOCK_SHIFT) - 1)];
+  return o != RILL__CSV_FAR ? b->base + o : rill__csv_far(c->far, c->nfar, r);
 }
 
 /* Hands the mapped pages inside [a, b) back to the kernel (csv.c); no-op for buffers. */

@@ -81,8 +81,9 @@ RILL__TEXT_INLINE int rill__parse_plain_decimal(const char* p, size_t len, int64
   static const int64_t i10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
   size_t neg = p[0] == '-', dot = neg;
   if (len - neg - 1 < 8 && room >= (int64_t)neg + 8) {
-    /* 1..8 bytes after the sign: one load; a '.' among them is cut out, leaving at most 8
-     * digits whose value is the mantissa, and the digits after the '.' the power of ten */
+    /* 1..8 bytes after the sign: one load; a '.' among them gives way to a leading '0',
+     * leaving at most 8 digits whose value is the mantissa, and the digits after the '.'
+     * the power of ten */
     uint64_t x;
     memcpy(&x, p + neg, 8);
     size_t tl = len - neg, fl = 0;
@@ -92,10 +93,11 @@ RILL__TEXT_INLINE int rill__parse_plain_decimal(const char* p, size_t len, int64
       size_t k = z ? (size_t)__builtin_ctzll(z) / 8 : 8; /* the first '.' */
       if (k < tl) {
         if (tl == 1) return 0; /* "." alone */
-        uint64_t low = k ? x & (~0ULL >> (64 - 8 * k)) : 0;
-        x = low | ((x >> (8 * k)) >> 8 << (8 * k));
+        /* the digits before the '.' move up one byte over it and a '0' leads them: the same
+         * value in the same tl bytes (a whole word needs no padding below) */
+        uint64_t below = ((uint64_t)1 << (8 * k)) - 1; /* k <= 7 */
+        x = (x & ~((below << 8) | 0xFF)) | ((x & below) << 8) | 0x30;
         fl = tl - k - 1;
-        tl--;
       }
     }
     int64_t m = rill__swar_word(x, tl);

@@ -389,6 +389,73 @@ Test(csv, parallel_index_matches_sequential) {
   free(text);
 }
 
+/* The row index points into the lists of starts that the chunk scans made where a block of
+ * rows lies inside one chunk, and copies the blocks that span chunks: with chunks of a few
+ * rows up to chunks of many blocks, row counts around a block (none, 1023, 1024, 1025, 2048),
+ * the last line with and without its line break, quoted line breaks and "\r\n" across chunk
+ * boundaries, bad records dropped (on_bad_row SKIP) or kept, every row starts where a
+ * sequential scan of the whole input finds its record. */
+Test(csv, row_index_blocks_match_sequential_scan) {
+  static const int counts[] = {0, 1, 1023, 1024, 1025, 2048, 6000};
+  static const int64_t chunks[] = {7, 500, 4096, 40000, 70001, 1 << 30};
+  int64_t direct_seen = 0, copied_seen = 0;
+  for (size_t ri = 0; ri < sizeof counts / sizeof *counts; ri++)
+    for (int last_nl = 0; last_nl < 2; last_nl++) {
+      int rows = counts[ri];
+      size_t cap = (size_t)rows * 40 + 64, n = 0;
+      char* text = malloc(cap);
+      for (int r = 0; r < rows; r++) {
+        if (r % 97 == 5) n += (size_t)sprintf(text + n, "%d,bad\n", r); /* 2 fields of 3 */
+        else if (r % 13 == 0) n += (size_t)sprintf(text + n, "%d,\"two\nlines\",%d\r\n", r, r * 3);
+        else n += (size_t)sprintf(text + n, "%d,plain,%d\n", r, r * 3);
+      }
+      if (!last_nl && n > 0) n -= text[n - 2] == '\r' ? 2 : 1;
+      rill__csv_spec_t all = {0}; /* every record start, and the bad ones */
+      rill__csv_scan_chunk_generic(text, 0, (int64_t)n, 0, ',', '"', 3, &all, NULL);
+      cr_assert_eq(all.starts.n, rows);
+      for (size_t ci = 0; ci < sizeof chunks / sizeof *chunks; ci++)
+        for (int skip = 0; skip < 2; skip++) {
+          rill__csv_t c = {.name = "t", .data = text, .size = (int64_t)n, .delim = ',', .quote = '"'};
+          pthread_mutex_init(&c.mu, NULL);
+          rill_csv_opts_t o = {.threads = 3, .chunk_bytes = chunks[ci],
+                               .on_bad_row = skip ? RILL_ON_ERROR_SKIP : RILL_ON_ERROR_NULL};
+          rill_error_t err = {0};
+          RT_OK(rill__csv_build_index(&c, 0, 3, &o, &err), err);
+          int64_t r = 0, b = 0;
+          for (int64_t k = 0; k < all.starts.n; k++) {
+            int64_t pos = rill__csv_rows_at(&all.starts, k);
+            if (skip && b < all.bad.n && all.bad.v[b] == pos) {
+              b += 2;
+              continue;
+            }
+            cr_assert(r < c.nrows && rill__csv_start(&c, r) == pos,
+                      "%d rows, chunk %lld, skip %d, row %lld: at %lld, want %lld", rows, (long long)chunks[ci], skip,
+                      (long long)r, (long long)(r < c.nrows ? rill__csv_start(&c, r) : -1), (long long)pos);
+            r++;
+          }
+          cr_assert_eq(c.nrows, r, "%d rows, chunk %lld, skip %d", rows, (long long)chunks[ci], skip);
+          for (int64_t k = 0; k < c.nrows; k += (int64_t)1 << RILL__CSV_BLOCK_SHIFT) {
+            /* a copied block counts from its first row; a chunk's list from the chunk's start */
+            int copied = c.blocks[k >> RILL__CSV_BLOCK_SHIFT].off[0] == 0;
+            copied_seen += copied;
+            direct_seen += !copied;
+          }
+          for (int64_t k = 0; k < c.nheld; k++) rill__free(c.held[k]);
+          rill__free(c.held);
+          rill__free(c.blocks);
+          rill__free(c.far);
+          rill__free(c.lines);
+          pthread_mutex_destroy(&c.mu);
+        }
+      rill__free(all.starts.v);
+      rill__free(all.starts.far.v);
+      rill__free(all.bad.v);
+      free(text);
+    }
+  cr_assert_gt(direct_seen, 20, "blocks pointing into the chunks' lists: %lld", (long long)direct_seen);
+  cr_assert_gt(copied_seen, 20, "blocks copied: %lld", (long long)copied_seen);
+}
+
 Test(csv, bad_row_spanning_parallel_chunks) {
   const char* text = "a,b\n1,2\n\"x\ny\ny\ny\ny\",2,3\n4,5\n\"p\nq\nr\",\"s\nt\nu\"\n";
   rill_error_t err = {0};
@@ -982,7 +1049,6 @@ Test(csv, mask_split_matches_byte_loop) {
   char buf[400];
   int64_t rows[NROWS], sp[3][NROWS * STRIDE], nfs[3][NROWS];
   uint32_t off[NROWS];
-  int64_t base[1] = {0};
   int64_t compared = 0, long_rows = 0;
   for (int round = 0; round < 6000; round++) {
     int64_t n = 0;
@@ -1007,7 +1073,7 @@ Test(csv, mask_split_matches_byte_loop) {
       }
     }
     if (n == 0) continue;
-    rill__csv_t c = {.data = buf, .size = n, .delim = ',', .quote = '"', .base = base, .off = off};
+    rill__csv_t c = {.data = buf, .size = n, .delim = ',', .quote = '"', .blocks = &(rill__csv_block_t){0, off}};
     int64_t nr = n < NROWS ? n : NROWS;
     for (int64_t j = 0; j < nr; j++) { /* any position may be asked for */
       rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;

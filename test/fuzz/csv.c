@@ -65,14 +65,14 @@ static void same_scan(const char* d, int64_t n, char dl) {
 static void same_split(const char* d, int64_t n, char dl) {
   enum { ROWS = 64, MAXF = 4 };
   if (n <= 0) return;
-  int64_t base[1] = {0}, rows[ROWS], nr = 0;
+  int64_t rows[ROWS], nr = 0;
   uint32_t off[ROWS];
   for (int64_t i = 0; i < n && nr < ROWS; i++)
     if (i == 0 || d[i - 1] == '\n') {
       rows[nr] = nr;
       off[nr++] = (uint32_t)i;
     }
-  rill__csv_t c = {.data = d, .size = n, .delim = dl, .quote = '"', .base = base, .off = off};
+  rill__csv_t c = {.data = d, .size = n, .delim = dl, .quote = '"', .blocks = &(rill__csv_block_t){0, off}};
   int64_t sp[3][ROWS * 2 * MAXF], nf[3][ROWS];
   for (int level = 0; level <= 2; level++) {
     memset(sp[level], 0, sizeof sp[level]);
