@@ -160,6 +160,8 @@ typedef struct rill__img_scratch {
   size_t hw_cap;
   float* rowf;     /* one source row as floats */
   size_t rowf_cap;
+  uint8_t* row;    /* one output row of a resize fused with normalize */
+  size_t row_cap;
 } rill__img_scratch_t;
 
 /* Makes *pp (a pointer to a buffer pointer) hold at least `need` bytes; contents are not
@@ -179,6 +181,13 @@ int rill__img_resize(rill__img_scratch_t* s, const uint8_t* src, int64_t stride,
 typedef struct rill__img_norm {
   float scale[4], bias[4];
 } rill__img_norm_t;
+/* rill__img_resize followed by rill__img_normalize of its out_h x out_w x C result into dst
+ * (the same bytes), without the uint8 image: each resized row is normalized while it is in
+ * the cache. RILL_ENOMEM when the scratch cannot grow. */
+int rill__img_resize_normalize(rill__img_scratch_t* s, const uint8_t* src, int64_t stride, int C, int x0, int y0,
+                               int w, int h, double fx, double fy, double fw, double fh, int out_w, int out_h,
+                               rill_interp_t interp, int flip, const rill__img_norm_t* k, int f16, int chw,
+                               void* dst);
 /* Outputs of at least this many bytes are written with streaming (non-temporal) stores where
  * the CPU and the alignment allow: a 224x224 float32 image (588 KiB) goes to memory without
  * being read for ownership first. */
@@ -201,5 +210,9 @@ void rill__rrc_params(rill_rng_t* rng, int W, int H, const double scale[2], cons
 /* Tests and benchmarks: 0 forces the portable loops, 1 selects the vector loops when the CPU
  * has them. Returns 1 when vector loops are in use afterwards. */
 int rill__image_set_simd(int on);
+/* Tests and benchmarks: 0 makes rill_image_normalize leave a resize or random resized crop
+ * to its own stage instead of computing it (fused) for the operators added afterwards; 1
+ * (the default) fuses them. Returns the previous setting. */
+int rill__image_set_fuse(int on);
 
 #endif /* RILL_IMAGE_INTERNAL_H */

@@ -4,8 +4,10 @@
  *
  * Resizing is separable: a horizontal pass over the source rows the output needs into a float
  * buffer, then a vertical pass into uint8, both driven by coefficient tables computed once
- * per image and axis. The vertical pass and the normalize pass have AVX2 versions selected
- * at run time; the portable versions do the same float operations in the same order, so both
+ * per image and axis. A resize followed by normalize hands each resized uint8 row to the
+ * normalize kernel while it is in the cache (rill__img_resize_normalize) instead of writing
+ * and reading back the whole uint8 image. The vertical pass and the normalize pass have AVX2
+ * versions selected at run time; the portable versions do the same float operations in the same order, so both
  * give identical bytes. */
 #include <math.h>
 #include <string.h>
@@ -75,6 +77,7 @@ void rill__img_scratch_free(rill__img_scratch_t* s) {
   rill__free(s->hidx);
   rill__free(s->hw);
   rill__free(s->rowf);
+  rill__free(s->row);
 }
 
 /* ---------------------------------------------------------------- resize */
@@ -357,97 +360,6 @@ static void vpass(const float* const* rows, const float* w, int taps, int64_t n,
   vpass_c(rows, w, taps, n, dst);
 }
 
-/* Resamples the sub-region (fx, fy, fw, fh) (fractional, relative to the window) of the
- * window (x0, y0, w, h) of a C-channel image (row stride in bytes) into dst (out_h x out_w x C,
- * packed). Pixels outside the window are never read. */
-int rill__img_resize(rill__img_scratch_t* s, const uint8_t* src, int64_t stride, int C, int x0, int y0, int w, int h,
-                         double fx, double fy, double fw, double fh, uint8_t* dst, int out_w, int out_h,
-                         rill_interp_t interp) {
-  if (w == out_w && h == out_h && fx == 0 && fy == 0 && fw == w && fh == h) {
-    for (int y = 0; y < h; y++)
-      memcpy(dst + (size_t)y * out_w * C, src + (size_t)(y0 + y) * stride + (size_t)x0 * C, (size_t)w * C);
-    return RILL_OK;
-  }
-  int tx = coefs_taps(w, fw, out_w, interp), ty = coefs_taps(h, fh, out_h, interp);
-  if (tx > 64 || ty > 64) { /* more than 62x downscaling by area: use bilinear taps */
-    interp = RILL_INTERP_BILINEAR;
-    tx = coefs_taps(w, fw, out_w, interp);
-    ty = coefs_taps(h, fh, out_h, interp);
-  }
-  size_t nidx = (size_t)out_w + out_h, nw = (size_t)out_w * tx + (size_t)out_h * ty;
-  if (!rill__img_grow(&s->idx, &s->idx_cap, nidx * sizeof(int32_t)) || !rill__img_grow(&s->w, &s->w_cap, nw * sizeof(float)) ||
-      !rill__img_grow(&s->rows, &s->rows_cap, (size_t)ty * sizeof(float*)))
-    return RILL_ENOMEM;
-  coefs_t cx = {s->idx, s->w, tx}, cy = {s->idx + out_w, s->w + (size_t)out_w * tx, ty};
-  coefs_fill(w, fx, fw, out_w, interp, tx, cx.start, cx.w);
-  coefs_fill(h, fy, fh, out_h, interp, ty, cy.start, cy.w);
-  int ymin = cy.start[0], ymax = cy.start[out_h - 1] + ty; /* rows [ymin, ymax) are needed */
-  size_t row_floats = (size_t)out_w * C;
-  if (tx == 2 && ty == 2 && ymax - ymin > out_h) {
-    /* Fewer output rows than source rows: blend the two source rows of each output row
-     * first, then resample that one row horizontally (one horizontal pass per output row
-     * instead of one per source row). */
-    size_t n_in = (size_t)w * C;
-    if (!rill__img_grow(&s->rowf, &s->rowf_cap, (n_in + 8) * sizeof(float)) ||
-        !rill__img_grow(&s->tmp, &s->tmp_cap, (row_floats + 8) * sizeof(float)))
-      return RILL_ENOMEM;
-    for (int k = 0; k < 4; k++) s->rowf[n_in + k] = 0.0f;
-    const float one = 1.0f;
-    for (int o = 0; o < out_h; o++) {
-      const uint8_t* a = src + (size_t)(y0 + cy.start[o]) * stride + (size_t)x0 * C;
-      const float* wy = cy.w + (size_t)o * 2;
-#if RILL_IMG_X86
-      if (simd_on()) {
-        vblend_avx2(a, a + stride, wy[0], wy[1], (int)n_in, s->rowf);
-        if (C == 3 || C == 4) hpass2_pxf_avx2(s->rowf, C, out_w, &cx, s->tmp);
-        else hpass_f(s->rowf, C, out_w, &cx, s->tmp);
-      } else
-#endif
-      {
-        vblend_c(a, a + stride, wy[0], wy[1], (int)n_in, s->rowf);
-        hpass_f(s->rowf, C, out_w, &cx, s->tmp);
-      }
-      const float* r = s->tmp;
-      vpass(&r, &one, 1, (int64_t)row_floats, dst + (size_t)o * row_floats);
-    }
-    return RILL_OK;
-  }
-  if (!rill__img_grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * row_floats * sizeof(float))) return RILL_ENOMEM;
-#if RILL_IMG_X86
-  if (tx == 2 && (C == 3 || C == 4) && simd_on()) {
-    if (!rill__img_grow(&s->rowf, &s->rowf_cap, ((size_t)w * C + 8) * sizeof(float))) return RILL_ENOMEM;
-    for (int y = ymin; y < ymax; y++)
-      hpass2_px_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, w * C, C, out_w, &cx, s->rowf,
-                     s->tmp + (size_t)(y - ymin) * row_floats);
-  } else if (tx == 2 && simd_on()) {
-    /* per output value: the index of tap 0 and both weights, in blocks of 8 (wa x8, wb x8) */
-    size_t nk = row_floats;
-    if (!rill__img_grow(&s->hidx, &s->hidx_cap, nk * sizeof(int32_t)) ||
-        !rill__img_grow(&s->hw, &s->hw_cap, (nk + 8) * 2 * sizeof(float)) ||
-        !rill__img_grow(&s->rowf, &s->rowf_cap, ((size_t)w * C + 8) * sizeof(float)))
-      return RILL_ENOMEM;
-    for (size_t k = 0; k < nk; k++) {
-      size_t o = k / (size_t)C, blk = (k / 8) * 16, j = k % 8;
-      s->hidx[k] = cx.start[o] * C + (int32_t)(k % (size_t)C);
-      s->hw[blk + j] = cx.w[2 * o];
-      s->hw[blk + 8 + j] = cx.w[2 * o + 1];
-    }
-    for (int y = ymin; y < ymax; y++)
-      hpass2_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, w * C, C, (int)nk, s->hidx, s->hw, s->rowf,
-                  s->tmp + (size_t)(y - ymin) * row_floats);
-  } else
-#endif
-  {
-    for (int y = ymin; y < ymax; y++)
-      hpass(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, C, out_w, &cx, s->tmp + (size_t)(y - ymin) * row_floats);
-  }
-  for (int o = 0; o < out_h; o++) {
-    for (int k = 0; k < ty; k++) s->rows[k] = s->tmp + (size_t)(cy.start[o] + k - ymin) * row_floats;
-    vpass(s->rows, cy.w + (size_t)o * ty, ty, (int64_t)row_floats, dst + (size_t)o * row_floats);
-  }
-  return RILL_OK;
-}
-
 /* ---------------------------------------------------------------- normalize kernels */
 
 /* float -> IEEE half, round to nearest even (the same results as F16C's vcvtps2ph). */
@@ -558,32 +470,192 @@ __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* sr
 }
 #endif
 
-/* A whole image (H x W x C uint8, packed) to dst. */
-void rill__img_normalize(const uint8_t* src, int H, int W, int C, int flip, const rill__img_norm_t* k, int f16,
-                            int chw, void* dst) {
-  size_t es = f16 ? 2 : 4;
-  int64_t plane = (int64_t)H * W;
+/* A float image being written row by row: its size and layout, and whether its vector stores
+ * stream past the caches. */
+typedef struct norm_dst {
+  int H, W, C, flip, f16, chw, nt;
+  const rill__img_norm_t* k;
+  void* dst;
+} norm_dst_t;
+
+static void norm_dst_init(norm_dst_t* nd, int H, int W, int C, int flip, const rill__img_norm_t* k, int f16, int chw,
+                          void* dst) {
+  *nd = (norm_dst_t){.H = H, .W = W, .C = C, .flip = flip, .f16 = f16, .chw = chw, .k = k, .dst = dst};
 #if RILL_IMG_X86
   /* streaming stores for outputs larger than a core's share of the cache, when every vector
    * store is aligned: f32 rows of W % 8 == 0 are 32-byte multiples, f16 ones 16-byte */
-  size_t vec = f16 ? 16 : 32;
-  int nt = (size_t)plane * C * es >= RILL__IMG_STREAM_BYTES && W % 8 == 0 && (uintptr_t)dst % vec == 0 &&
-           ((size_t)plane * es) % vec == 0;
+  size_t es = f16 ? 2 : 4, vec = f16 ? 16 : 32, plane = (size_t)H * (size_t)W;
+  nd->nt = chw && C == 3 && simd_on() && plane * (size_t)C * es >= RILL__IMG_STREAM_BYTES && W % 8 == 0 &&
+           (uintptr_t)dst % vec == 0 && (plane * es) % vec == 0;
 #endif
-  for (int y = 0; y < H; y++) {
-    const uint8_t* row = src + (size_t)y * W * C;
-    uint8_t* d = (uint8_t*)dst + (chw ? (size_t)y * W * es : (size_t)y * W * C * es);
+}
+
+/* Row y (W x C uint8, packed) of the image. */
+static void norm_row(const norm_dst_t* nd, int y, const uint8_t* row) {
+  size_t es = nd->f16 ? 2 : 4;
+  int64_t plane = (int64_t)nd->H * nd->W;
+  uint8_t* d = (uint8_t*)nd->dst + (nd->chw ? (size_t)y * nd->W * es : (size_t)y * nd->W * nd->C * es);
 #if RILL_IMG_X86
-    if (chw && C == 3 && simd_on()) {
-      norm_row_avx2(row, W, flip, k, f16, d, plane, nt);
-      continue;
-    }
-#endif
-    norm_row_c(row, W, C, flip, k, f16, chw, d, plane);
+  if (nd->chw && nd->C == 3 && simd_on()) {
+    norm_row_avx2(row, nd->W, nd->flip, nd->k, nd->f16, d, plane, nd->nt);
+    return;
   }
-#if RILL_IMG_X86
-  if (nt && chw && C == 3 && simd_on()) _mm_sfence(); /* streaming stores are visible before the cell is handed on */
 #endif
+  norm_row_c(row, nd->W, nd->C, nd->flip, nd->k, nd->f16, nd->chw, d, plane);
+}
+
+static void norm_dst_end(const norm_dst_t* nd) {
+#if RILL_IMG_X86
+  if (nd->nt) _mm_sfence(); /* streaming stores are visible before the cell is handed on */
+#else
+  (void)nd;
+#endif
+}
+
+/* A whole image (H x W x C uint8, packed) to dst. */
+void rill__img_normalize(const uint8_t* src, int H, int W, int C, int flip, const rill__img_norm_t* k, int f16,
+                         int chw, void* dst) {
+  norm_dst_t nd;
+  norm_dst_init(&nd, H, W, C, flip, k, f16, chw, dst);
+  for (int y = 0; y < H; y++) norm_row(&nd, y, src + (size_t)y * W * C);
+  norm_dst_end(&nd);
+}
+
+/* ---------------------------------------------------------------- resize, fused with normalize */
+
+/* Where the rows of a resize go: packed uint8 rows (u8), or each row normalized into a float
+ * image as rill__img_normalize does with the whole uint8 result (the same bytes), from one
+ * uint8 row of scratch that stays in the cache. */
+typedef struct rows_out {
+  uint8_t* u8;                   /* packed uint8 output; NULL: normalize */
+  uint8_t* row;                  /* normalize: one row of uint8 values */
+  norm_dst_t nd;
+} rows_out_t;
+
+static uint8_t* row_at(rows_out_t* ro, int y) {
+  return ro->u8 ? ro->u8 + (size_t)y * ro->nd.W * ro->nd.C : ro->row;
+}
+
+static void row_done(rows_out_t* ro, int y, const uint8_t* row) {
+  if (!ro->u8) norm_row(&ro->nd, y, row);
+}
+
+/* Resamples the sub-region (fx, fy, fw, fh) (fractional, relative to the window) of the
+ * window (x0, y0, w, h) of a C-channel image (row stride in bytes) into out_h rows of
+ * out_w x C uint8 values, handed to `ro` one by one. Pixels outside the window are never
+ * read. */
+static int resize_rows(rill__img_scratch_t* s, const uint8_t* src, int64_t stride, int C, int x0, int y0, int w, int h,
+                       double fx, double fy, double fw, double fh, int out_w, int out_h, rill_interp_t interp,
+                       rows_out_t* ro) {
+  if (w == out_w && h == out_h && fx == 0 && fy == 0 && fw == w && fh == h) {
+    for (int y = 0; y < h; y++) {
+      const uint8_t* row = src + (size_t)(y0 + y) * stride + (size_t)x0 * C;
+      if (ro->u8) memcpy(ro->u8 + (size_t)y * out_w * C, row, (size_t)w * C);
+      else row_done(ro, y, row);
+    }
+    return RILL_OK;
+  }
+  int tx = coefs_taps(w, fw, out_w, interp), ty = coefs_taps(h, fh, out_h, interp);
+  if (tx > 64 || ty > 64) { /* more than 62x downscaling by area: use bilinear taps */
+    interp = RILL_INTERP_BILINEAR;
+    tx = coefs_taps(w, fw, out_w, interp);
+    ty = coefs_taps(h, fh, out_h, interp);
+  }
+  size_t nidx = (size_t)out_w + out_h, nw = (size_t)out_w * tx + (size_t)out_h * ty;
+  if (!rill__img_grow(&s->idx, &s->idx_cap, nidx * sizeof(int32_t)) || !rill__img_grow(&s->w, &s->w_cap, nw * sizeof(float)) ||
+      !rill__img_grow(&s->rows, &s->rows_cap, (size_t)ty * sizeof(float*)))
+    return RILL_ENOMEM;
+  coefs_t cx = {s->idx, s->w, tx}, cy = {s->idx + out_w, s->w + (size_t)out_w * tx, ty};
+  coefs_fill(w, fx, fw, out_w, interp, tx, cx.start, cx.w);
+  coefs_fill(h, fy, fh, out_h, interp, ty, cy.start, cy.w);
+  int ymin = cy.start[0], ymax = cy.start[out_h - 1] + ty; /* rows [ymin, ymax) are needed */
+  size_t row_floats = (size_t)out_w * C;
+  if (tx == 2 && ty == 2 && ymax - ymin > out_h) {
+    /* Fewer output rows than source rows: blend the two source rows of each output row
+     * first, then resample that one row horizontally (one horizontal pass per output row
+     * instead of one per source row). */
+    size_t n_in = (size_t)w * C;
+    if (!rill__img_grow(&s->rowf, &s->rowf_cap, (n_in + 8) * sizeof(float)) ||
+        !rill__img_grow(&s->tmp, &s->tmp_cap, (row_floats + 8) * sizeof(float)))
+      return RILL_ENOMEM;
+    for (int k = 0; k < 4; k++) s->rowf[n_in + k] = 0.0f;
+    const float one = 1.0f;
+    for (int o = 0; o < out_h; o++) {
+      const uint8_t* a = src + (size_t)(y0 + cy.start[o]) * stride + (size_t)x0 * C;
+      const float* wy = cy.w + (size_t)o * 2;
+#if RILL_IMG_X86
+      if (simd_on()) {
+        vblend_avx2(a, a + stride, wy[0], wy[1], (int)n_in, s->rowf);
+        if (C == 3 || C == 4) hpass2_pxf_avx2(s->rowf, C, out_w, &cx, s->tmp);
+        else hpass_f(s->rowf, C, out_w, &cx, s->tmp);
+      } else
+#endif
+      {
+        vblend_c(a, a + stride, wy[0], wy[1], (int)n_in, s->rowf);
+        hpass_f(s->rowf, C, out_w, &cx, s->tmp);
+      }
+      const float* r = s->tmp;
+      uint8_t* d = row_at(ro, o);
+      vpass(&r, &one, 1, (int64_t)row_floats, d);
+      row_done(ro, o, d);
+    }
+    return RILL_OK;
+  }
+  if (!rill__img_grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * row_floats * sizeof(float))) return RILL_ENOMEM;
+#if RILL_IMG_X86
+  if (tx == 2 && (C == 3 || C == 4) && simd_on()) {
+    if (!rill__img_grow(&s->rowf, &s->rowf_cap, ((size_t)w * C + 8) * sizeof(float))) return RILL_ENOMEM;
+    for (int y = ymin; y < ymax; y++)
+      hpass2_px_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, w * C, C, out_w, &cx, s->rowf,
+                     s->tmp + (size_t)(y - ymin) * row_floats);
+  } else if (tx == 2 && simd_on()) {
+    /* per output value: the index of tap 0 and both weights, in blocks of 8 (wa x8, wb x8) */
+    size_t nk = row_floats;
+    if (!rill__img_grow(&s->hidx, &s->hidx_cap, nk * sizeof(int32_t)) ||
+        !rill__img_grow(&s->hw, &s->hw_cap, (nk + 8) * 2 * sizeof(float)) ||
+        !rill__img_grow(&s->rowf, &s->rowf_cap, ((size_t)w * C + 8) * sizeof(float)))
+      return RILL_ENOMEM;
+    for (size_t k = 0; k < nk; k++) {
+      size_t o = k / (size_t)C, blk = (k / 8) * 16, j = k % 8;
+      s->hidx[k] = cx.start[o] * C + (int32_t)(k % (size_t)C);
+      s->hw[blk + j] = cx.w[2 * o];
+      s->hw[blk + 8 + j] = cx.w[2 * o + 1];
+    }
+    for (int y = ymin; y < ymax; y++)
+      hpass2_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, w * C, C, (int)nk, s->hidx, s->hw, s->rowf,
+                  s->tmp + (size_t)(y - ymin) * row_floats);
+  } else
+#endif
+  {
+    for (int y = ymin; y < ymax; y++)
+      hpass(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, C, out_w, &cx, s->tmp + (size_t)(y - ymin) * row_floats);
+  }
+  for (int o = 0; o < out_h; o++) {
+    for (int k = 0; k < ty; k++) s->rows[k] = s->tmp + (size_t)(cy.start[o] + k - ymin) * row_floats;
+    uint8_t* d = row_at(ro, o);
+    vpass(s->rows, cy.w + (size_t)o * ty, ty, (int64_t)row_floats, d);
+    row_done(ro, o, d);
+  }
+  return RILL_OK;
+}
+
+int rill__img_resize(rill__img_scratch_t* s, const uint8_t* src, int64_t stride, int C, int x0, int y0, int w, int h,
+                     double fx, double fy, double fw, double fh, uint8_t* dst, int out_w, int out_h,
+                     rill_interp_t interp) {
+  rows_out_t ro = {.u8 = dst, .nd = {.H = out_h, .W = out_w, .C = C}};
+  return resize_rows(s, src, stride, C, x0, y0, w, h, fx, fy, fw, fh, out_w, out_h, interp, &ro);
+}
+
+int rill__img_resize_normalize(rill__img_scratch_t* s, const uint8_t* src, int64_t stride, int C, int x0, int y0,
+                               int w, int h, double fx, double fy, double fw, double fh, int out_w, int out_h,
+                               rill_interp_t interp, int flip, const rill__img_norm_t* k, int f16, int chw,
+                               void* dst) {
+  if (!rill__img_grow(&s->row, &s->row_cap, (size_t)out_w * C + 32)) return RILL_ENOMEM;
+  rows_out_t ro = {.row = s->row};
+  norm_dst_init(&ro.nd, out_h, out_w, C, flip, k, f16, chw, dst);
+  int rc = resize_rows(s, src, stride, C, x0, y0, w, h, fx, fy, fw, fh, out_w, out_h, interp, &ro);
+  norm_dst_end(&ro.nd);
+  return rc;
 }
 
 /* ---------------------------------------------------------------- flip, centre crop, jitter */

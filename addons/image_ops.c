@@ -7,6 +7,7 @@
  * its per-image kernel (image_kernels.c does the pixel work). One map function runs them all:
  * it fetches each cell's image (decoded or not), calls the class and stores the result. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -66,6 +67,8 @@ struct op {
   rill_type_t out_type;
   int fixed_out;
   rill__img_memo_t verified; /* fused decode: files verified to their end (see decode_cell) */
+  int column;            /* the operator's column (its generator's), once added */
+  int in_col, path_col;  /* the map's input columns (path_col -1: none) */
 };
 
 /* Adds the map column of operator class `cls` with its options `opts` over `column` (below). */
@@ -462,6 +465,8 @@ typedef struct normalize {
   rill__img_norm_t nk;
   double p;              /* flip probability */
   int f16;
+  resample_t* pre;       /* a resize or random resized crop fused into this operator (see
+                            fuse_resample), or NULL */
 } normalize_t;
 
 static int normalize_validate(op_t* op, const void* opts, rill_error_t* err) {
@@ -505,6 +510,13 @@ static int normalize_kernel(const op_t* op, const img_t* im, rill_rng_t* rng, ri
   return RILL_OK;
 }
 
+static const op_class_t NORMALIZE;
+
+/* The resample operator fused into op, or NULL. */
+static const resample_t* fused_pre(const op_t* op) {
+  return op->cls == &NORMALIZE ? ((const normalize_t*)op)->pre : NULL;
+}
+
 static const op_class_t NORMALIZE = {.what = "normalize", .size = sizeof(normalize_t), .validate = normalize_validate,
                                      .output = normalize_output, .out_size = same_size, .kernel = normalize_kernel};
 
@@ -521,18 +533,49 @@ static void cell_shape(const op_t* op, int oh, int ow, int64_t* shape) {
   shape[2] = op->chw ? ow : op->C;
 }
 
+/* The image of cell i that op works on: decoded (fused decode) or the cell's, narrowed by the
+ * class's window. */
+static int fetch_image(const op_t* op, const rill_array_t* a, const rill_array_t* paths, int64_t i, rill_rng_t* rng,
+                       rill__img_scratch_t* s, img_t* im, rill_error_t* err) {
+  const char* why = "";
+  int rc = op->binary ? decode_cell(op, a, paths, i, rng, s, im, err) : cell_image(op, a, i, im, err);
+  if (rc < 0) return rc;
+  if (!op->binary && op->cls->window && (rc = op->cls->window(op, rng, im, &why)) < 0)
+    return cell_fail(err, i, op, paths, rc, why);
+  return RILL_OK;
+}
+
+/* Cell i of a normalize with a fused resample `pre` (fixed output, into dst): the resample's
+ * image and window from its own generator, as the resample's column would have drawn them,
+ * then the resized rows normalized one by one; errors are reported as the resample's. */
+static int fused_cell(const op_t* op, const resample_t* pre, const rill_array_t* a, const rill_array_t* paths,
+                      int64_t i, rill_exec_t* exec, rill__img_scratch_t* s, uint8_t* dst, rill_error_t* err) {
+  const normalize_t* n = (const normalize_t*)op;
+  rill_rng_t rng = rill__exec_rng_of(exec, i, pre->op.column);
+  img_t im = {0};
+  int rc = fetch_image(&pre->op, a, paths, i, &rng, s, &im, err);
+  if (rc < 0) return rc;
+  if (im.rw <= 0 || im.rh <= 0) return cell_fail(err, i, &pre->op, paths, RILL_EFORMAT, "empty image (0 pixels)");
+  rill_rng_t own = rill_exec_rng(exec, i);
+  int flip = n->p > 0 && rill_rng_uniform(&own) < n->p;
+  rc = rill__img_resize_normalize(s, im.px, im.stride, op->C, im.x0, im.y0, im.rw, im.rh, im.fx, im.fy, im.fw, im.fh,
+                                  pre->out_w, pre->out_h, pre->interp, flip, &n->nk, n->f16, op->chw, dst);
+  if (rc < 0) return cell_fail(err, i, &pre->op, paths, rc, "out of memory");
+  return RILL_OK;
+}
+
 /* Computes cell i into `dst` (fixed output), or into scratch (variable output; the result's
  * shape in `shape`, bytes returned through *res). */
 static int op_cell(const op_t* op, const rill_array_t* a, const rill_array_t* paths, int64_t i, rill_exec_t* exec,
                    rill__img_scratch_t* s, uint8_t* dst, const uint8_t** res, int64_t* shape, rill_error_t* err) {
+  const resample_t* pre = fused_pre(op);
+  if (pre) return fused_cell(op, pre, a, paths, i, exec, s, dst, err);
   const op_class_t* cls = op->cls;
   rill_rng_t rng = rill_exec_rng(exec, i);
   img_t im = {0};
   const char* why = "";
-  int rc = op->binary ? decode_cell(op, a, paths, i, &rng, s, &im, err) : cell_image(op, a, i, &im, err);
+  int rc = fetch_image(op, a, paths, i, &rng, s, &im, err);
   if (rc < 0) return rc;
-  if (!op->binary && cls->window && (rc = cls->window(op, &rng, &im, &why)) < 0)
-    return cell_fail(err, i, op, paths, rc, why);
   int oh, ow;
   cls->out_size(op, &im, &oh, &ow);
   if (!dst) {
@@ -624,8 +667,36 @@ static int check_image_input(op_t* op, const rill_field_t* f, int allow_binary, 
 
 static void op_free(void* p) {
   op_t* op = p;
+  resample_t* pre = (resample_t*)fused_pre(op);
+  if (pre) op_free(pre);
   rill__img_memo_free(&op->verified);
   rill__free(op);
+}
+
+static _Atomic int g_fuse = 1;
+
+int rill__image_set_fuse(int on) { return atomic_exchange(&g_fuse, on ? 1 : 0); }
+
+/* Normalize over a fixed-size resize or random resized crop of this file: the normalize
+ * computes the resample itself from the resample's input, handing each resized row to the
+ * normalize kernel while it is in the cache, and writes the floats straight into its output
+ * (a batch slot when batched). The results are those of the two stages (the resample's
+ * generator is its column's); the resample's column is then computed only when something
+ * else asks for it. Leaves n->pre NULL when `column` is no such operator. */
+static int fuse_resample(normalize_t* n, rill_df_t* df, int column, rill_error_t* err) {
+  if (!atomic_load(&g_fuse) || rill__df_column_fn(df, column) != (rill__fn_t)op_map) return RILL_OK;
+  const op_t* src = rill__df_column_ctx(df, column);
+  if (!src || (src->cls != &RRC && src->cls != &RESIZE) || !src->fixed_out || src->C != n->op.C) return RILL_OK;
+  resample_t* pre = rill__alloc(sizeof *pre);
+  if (!pre) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", n->op.cls->what);
+  memcpy(pre, src, sizeof *pre);
+  pre->op.verified = (rill__img_memo_t){0};
+  if (src->verified.keys && rill__img_memo_init(&pre->op.verified, rill_df_rows(df)) < 0) {
+    rill__free(pre);
+    return rill__fail(err, RILL_ENOMEM, "%s: out of memory", n->op.cls->what);
+  }
+  n->pre = pre;
+  return RILL_OK;
 }
 
 /* Adds the map column of operator class `cls` with its options `opts` over `column`. */
@@ -658,6 +729,21 @@ static int op_add(rill_df_t* df, const char* name, int column, const op_class_t*
     rill__free(op);
     return rill__fail(err, RILL_ENOMEM, "%s: out of memory", cls->what);
   }
+  op->in_col = column;
+  op->path_col = nin > 1 ? inputs[1] : -1;
   rill_stage_opts_t so = {.where = RILL_STAGE_CPU, .on_error = op->on_error, .nullable = f->nullable};
-  return rill_df_map(df, name, op->out_type, inputs, nin, op_map, op, op_free, &so, err);
+  if (cls == &NORMALIZE && (rc = fuse_resample((normalize_t*)op, df, column, err)) < 0) {
+    op_free(op);
+    return rc;
+  }
+  const resample_t* pre = fused_pre(op);
+  if (pre) { /* the resample's inputs and error handling */
+    inputs[0] = pre->op.in_col;
+    inputs[1] = pre->op.path_col;
+    nin = pre->op.path_col >= 0 ? 2 : 1;
+    so.on_error = pre->op.on_error;
+  }
+  rc = rill_df_map(df, name, op->out_type, inputs, nin, op_map, op, op_free, &so, err);
+  if (rc >= 0) op->column = rc;
+  return rc;
 }

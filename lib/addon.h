@@ -28,6 +28,11 @@ typedef void (*rill__fn_t)(void);
  * a view's column: its parent's), to recognise one's own columns; NULL for other columns. */
 rill__fn_t rill__df_column_fn(const rill_df_t* df, int column);
 
+/* ---- another column's generator: what rill_exec_rng(exec, i) gives in a call of the stage of
+ * `column` (same seed, epoch and row), for an operator that computes a column it fused with
+ * its own. */
+rill_rng_t rill__exec_rng_of(const rill_exec_t* exec, int64_t i, int column);
+
 /* ---- dataframe references (exports that outlive the caller's handle) */
 /* A new reference to df, dropped with rill_df_free. Thread-safe. */
 void rill__df_retain(rill_df_t* df);

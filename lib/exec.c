@@ -6,9 +6,12 @@
 /* ---------------------------------------------------------------- execution context */
 
 rill_rng_t rill_exec_rng(const rill_exec_t* exec, int64_t i) {
+  return rill__exec_rng_of(exec, i, exec ? exec->column : 0);
+}
+rill_rng_t rill__exec_rng_of(const rill_exec_t* exec, int64_t i, int column) {
   if (!exec) return rill_rng_seeded(0, 0, i, 0);
   int64_t row = (i >= 0 && i < exec->n) ? exec->rows[i] : -1 - i;
-  return rill_rng_seeded(exec->seed, exec->epoch, row, exec->column);
+  return rill_rng_seeded(exec->seed, exec->epoch, row, column);
 }
 const int64_t* rill_exec_rows(const rill_exec_t* exec) { return exec ? exec->rows : NULL; }
 int64_t rill_exec_epoch(const rill_exec_t* exec) { return exec ? exec->epoch : 0; }

@@ -1203,3 +1203,276 @@ Test(image_ops, damaged_scan_data_fails_in_every_epoch_after_verified_files) {
   free(px);
 #endif
 }
+
+/* ---------------------------------------------------------------- resize fused with normalize */
+
+/* The fused kernel against the two it replaces (resize into a uint8 image, then normalize
+ * it): the same bytes for 1, 3 and 4 channels, odd sizes, windows at the image's edges with
+ * fractional regions, up- and downscaling, both interpolations, flip, float16, both layouts,
+ * a misaligned destination and one aligned for streaming stores (144 x 152 float32 CHW), the
+ * identity size (no resampling), portable and vector loops; nothing written past the end. */
+Test(image_ops, resize_normalize_kernel_matches_resize_then_normalize) {
+  enum { SW = 53, SH = 41, GUARD = 64 };
+  rill__img_scratch_t s = {0};
+  const rill__img_norm_t k = {{0.017f, 0.0171f, 0.0172f, 0.5f}, {-2.1f, -2.0f, -1.8f, 0.25f}};
+  /* windows (x0, y0, w, h) and regions (fx, fy, fw, fh) within them */
+  const int win[4][4] = {{0, 0, SW, SH}, {20, 9, SW - 20, SH - 9}, {0, 30, 17, SH - 30}, {5, 3, 24, 16}};
+  const double reg[4][4] = {{0, 0, SW, SH}, {0.25, 0.5, SW - 20 - 0.75, SH - 9 - 0.5}, {0, 0, 17, SH - 30},
+                            {0, 0, 24, 16}};
+  /* (h, w); 144 x 152 float32 CHW of 3 channels is large enough for streaming stores; the
+   * last: window 3's size */
+  const int outs[5][2] = {{37, 23}, {8, 64}, {13, 160}, {144, 152}, {16, 24}};
+  int have = rill__image_set_simd(1);
+  /* one pair of destinations, 64-byte aligned, for the largest output */
+  size_t cap = (size_t)144 * 152 * 4 * 4 + 64 + GUARD;
+  uint8_t* want = aligned_alloc(64, cap);
+  uint8_t* got = aligned_alloc(64, cap);
+  for (int C = 1; C <= 4; C++) {
+    if (C == 2) continue;
+    uint8_t* src = malloc((size_t)SW * SH * C);
+    uint32_t seed = 77u + (uint32_t)C;
+    for (int i = 0; i < SW * SH * C; i++) src[i] = (uint8_t)lcg(&seed);
+    for (int simd = 0; simd <= have; simd++) {
+      rill__image_set_simd(simd);
+      for (int wi = 0; wi < 4; wi++)
+        for (int oi = 0; oi < 5; oi++) {
+          if ((oi == 4) != (wi == 3)) continue; /* the identity size only with its window */
+          if (oi == 3 && C != 3) continue;      /* the large output: streaming stores need 3 channels */
+          int OH = outs[oi][0], OW = outs[oi][1];
+          uint8_t* u8 = malloc((size_t)OH * OW * C);
+          for (int interp = 0; interp < 2; interp++)
+            for (int f16 = 0; f16 <= 1; f16++)
+              for (int chw = 0; chw <= 1; chw++)
+                for (int flip = 0; flip <= 1; flip++)
+                  for (int mis = 0; mis <= 1; mis++) {
+                    rill_interp_t ip = interp ? RILL_INTERP_AREA : RILL_INTERP_BILINEAR;
+                    size_t bytes = (size_t)OH * OW * C * (f16 ? 2 : 4);
+                    size_t total = bytes + 64 + GUARD;
+                    size_t off = mis ? 4 : 0;
+                    memset(want, 0xab, total);
+                    memset(got, 0xab, total);
+                    cr_assert_eq(rill__img_resize(&s, src, (int64_t)SW * C, C, win[wi][0], win[wi][1], win[wi][2],
+                                                  win[wi][3], reg[wi][0], reg[wi][1], reg[wi][2], reg[wi][3], u8, OW,
+                                                  OH, ip),
+                                 RILL_OK);
+                    rill__img_normalize(u8, OH, OW, C, flip, &k, f16, chw, want + off);
+                    cr_assert_eq(rill__img_resize_normalize(&s, src, (int64_t)SW * C, C, win[wi][0], win[wi][1],
+                                                            win[wi][2], win[wi][3], reg[wi][0], reg[wi][1], reg[wi][2],
+                                                            reg[wi][3], OW, OH, ip, flip, &k, f16, chw, got + off),
+                                 RILL_OK);
+                    cr_assert(memcmp(want, got, total) == 0,
+                              "C %d simd %d window %d out %dx%d interp %d f16 %d chw %d flip %d misaligned %d", C, simd,
+                              wi, OH, OW, interp, f16, chw, flip, mis);
+                    for (size_t g = off + bytes; g < total; g++)
+                      cr_assert_eq(got[g], 0xab, "written past the end (C %d out %dx%d)", C, OH, OW);
+                  }
+          free(u8);
+        }
+    }
+    free(src);
+  }
+  rill__image_set_simd(1);
+  rill__img_scratch_free(&s);
+  free(want);
+  free(got);
+}
+
+/* One dataframe of the pipeline: source column `src` of encoded bytes (with paths) or uint8
+ * images, resample (random resized crop or resize) to OH x OW, normalize; fused unless
+ * rill__image_set_fuse(0) was called. Returns the normalize column. */
+typedef struct fuse_case {
+  int kind;          /* 0: JPEG 4:2:0, 1: JPEG 4:4:4, 2: progressive JPEG 4:2:0, 3: PNG, 4: uint8 images */
+  int C, rrc, OH, OW;
+  rill_interp_t interp;
+  double flip;
+  rill_dtype_t dtype;
+  rill_layout_t layout;
+} fuse_case_t;
+
+static int fuse_pipeline(rill_df_t* df, const fuse_case_t* fc, int* resample) {
+  rill_error_t err = {0};
+  int src = rill_df_column(df, fc->kind == 4 ? "img" : "bytes");
+  if (fc->rrc)
+    *resample = rill_image_random_resized_crop(
+        df, "r", src, &(rill_rrc_opts_t){.size = {fc->OH, fc->OW}, .interpolation = fc->interp, .channels = fc->kind == 4 ? 0 : fc->C},
+        &err);
+  else
+    *resample = rill_image_resize(
+        df, "r", src, &(rill_resize_opts_t){.size = {fc->OH, fc->OW}, .interpolation = fc->interp, .channels = fc->kind == 4 ? 0 : fc->C},
+        &err);
+  cr_assert_geq(*resample, 0, "%s", err.message);
+  int x = rill_image_normalize(df, "x", *resample,
+                               &(rill_normalize_opts_t){.flip = fc->flip, .mean = {0.485, 0.456, 0.406, 0.5},
+                                                        .std = {0.229, 0.224, 0.225, 0.25}, .dtype = fc->dtype,
+                                                        .layout = fc->layout},
+                               &err);
+  cr_assert_geq(x, 0, "%s", err.message);
+  return x;
+}
+
+/* Normalize over a resample computes both itself (rill_image_normalize fuses them): the
+ * results equal those of the two stages, unbatched and batched, with 0 and 2 threads, for
+ * JPEG (4:2:0, 4:4:4, progressive, gray, RGBA), PNG and uint8 inputs; the resample's column
+ * keeps its own results. */
+Test(image_ops, normalize_fused_with_resample_matches_two_stages) {
+  enum { N = 7, W = 83, H = 61 };
+  const fuse_case_t cases[] = {
+      {0, 3, 1, 24, 24, RILL_INTERP_BILINEAR, 0.5, RILL_FLOAT32, RILL_LAYOUT_CHW},
+      {1, 3, 1, 17, 13, RILL_INTERP_AREA, 1.0, RILL_FLOAT16, RILL_LAYOUT_CHW},
+      {2, 3, 1, 40, 32, RILL_INTERP_BILINEAR, 0.5, RILL_FLOAT32, RILL_LAYOUT_HWC},
+      {0, 1, 1, 15, 21, RILL_INTERP_BILINEAR, 0.5, RILL_FLOAT32, RILL_LAYOUT_CHW},
+      {0, 4, 0, 30, 50, RILL_INTERP_AREA, 0.5, RILL_FLOAT16, RILL_LAYOUT_HWC},
+      {2, 3, 0, 160, 160, RILL_INTERP_BILINEAR, 0.5, RILL_FLOAT32, RILL_LAYOUT_CHW},
+      {3, 3, 1, 19, 23, RILL_INTERP_BILINEAR, 0.5, RILL_FLOAT32, RILL_LAYOUT_CHW},
+      {4, 3, 1, 24, 16, RILL_INTERP_BILINEAR, 0.5, RILL_FLOAT32, RILL_LAYOUT_CHW},
+      {4, 1, 0, 9, 31, RILL_INTERP_AREA, 0.0, RILL_FLOAT16, RILL_LAYOUT_HWC},
+      {4, 4, 1, 12, 12, RILL_INTERP_BILINEAR, 1.0, RILL_FLOAT32, RILL_LAYOUT_CHW},
+  };
+  rill_error_t err = {0};
+  uint8_t* px = malloc((size_t)W * H * 3);
+  uint32_t seed = 21;
+  gradient(px, H, W, 3);
+  for (int i = 0; i < W * H * 3; i++) px[i] = (uint8_t)(px[i] / 2 + (lcg(&seed) & 63)); /* texture */
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    const fuse_case_t* fc = &cases[ci];
+#if !RILL_HAVE_JPEG
+    if (fc->kind <= 2) continue;
+#endif
+#if !RILL_HAVE_PNG
+    if (fc->kind == 3) continue;
+#endif
+    rill_array_t *col = NULL, *paths = NULL;
+    buf_t enc[N] = {{0}};
+    if (fc->kind == 4) {
+      col = random_images(N, H, W, fc->C, 30u + (uint32_t)ci);
+    } else {
+      const void* bufs[N];
+      int64_t sizes[N];
+      const void* names[N];
+      int64_t nlen[N];
+      char name[N][24];
+      for (int i = 0; i < N; i++) {
+        for (int k = 0; k < W * H * 3; k++) px[k] = (uint8_t)(px[k] + 13 * i);
+#if RILL_HAVE_JPEG
+        if (fc->kind <= 2)
+          enc[i] = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 85, .hs = fc->kind == 1 ? 1 : 2,
+                                                    .vs = fc->kind == 1 ? 1 : 2, .progressive = fc->kind == 2});
+#endif
+#if RILL_HAVE_PNG
+        if (fc->kind == 3) enc[i] = enc_png(px, W, H, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0);
+#endif
+        bufs[i] = enc[i].p;
+        sizes[i] = (int64_t)enc[i].n;
+        snprintf(name[i], sizeof name[i], "f%d.img", i);
+        names[i] = name[i];
+        nlen[i] = (int64_t)strlen(name[i]);
+      }
+      col = binary_array(N, bufs, sizes, RILL_BINARY);
+      paths = binary_array(N, names, nlen, RILL_STRING);
+    }
+    rill_df_t* df[2];
+    int x[2], r[2];
+    for (int f = 0; f < 2; f++) {
+      const char* cn[2] = {fc->kind == 4 ? "img" : "bytes", "path"};
+      const rill_array_t* arrays[2] = {col, paths};
+      RT_OK(rill_df_from_arrays(cn, arrays, paths ? 2 : 1, 1, &df[f], &err), err);
+      int was = rill__image_set_fuse(f == 0);
+      x[f] = fuse_pipeline(df[f], fc, &r[f]);
+      rill__image_set_fuse(was);
+      cr_assert(x[f] == x[0] && r[f] == r[0]); /* the same columns: the same generators */
+    }
+    size_t cell = (size_t)fc->OH * fc->OW * fc->C * rill_dtype_size(fc->dtype);
+    for (int threads = 0; threads <= 2; threads += 2) {
+      int th = threads ? threads : RILL_THREADS_NONE;
+      rill_array_t** fused = collect(df[0], x[0], 9, th);
+      rill_array_t** plain = collect(df[1], x[1], 9, th);
+      rill_array_t** crop_f = collect(df[0], r[0], 9, th);
+      rill_array_t** crop_p = collect(df[1], r[1], 9, th);
+      for (int i = 0; i < N; i++) {
+        cr_assert(memcmp(fused[i]->data, plain[i]->data, cell) == 0, "case %zu row %d threads %d: fused differs", ci, i,
+                  threads);
+        cr_assert(memcmp(crop_f[i]->data, crop_p[i]->data, (size_t)fc->OH * fc->OW * fc->C) == 0, "case %zu row %d", ci,
+                  i);
+      }
+      /* batched: the fused stage writes into the batch's slots */
+      rill_df_t* b = NULL;
+      RT_OK(rill_df_batch(df[0], &x[0], 1, 3, NULL, &b, &err), err);
+      rill_iter_t* it = NULL;
+      RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.seed = 9, .threads = th}, &it, &err), err);
+      rill_row_t row;
+      int seen = 0, rc;
+      while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+        const rill_array_t* t = rill_row_get(&row, 0);
+        for (int64_t j = 0; j < t->length; j++, seen++)
+          cr_assert(memcmp((const uint8_t*)t->data + (size_t)j * cell, plain[seen]->data, cell) == 0,
+                    "case %zu batched row %d", ci, seen);
+      }
+      cr_assert_eq(rc, RILL_END, "%s", err.message);
+      cr_assert_eq(seen, N);
+      rill_iter_free(it);
+      rill_df_free(b);
+      release_all(fused, N);
+      release_all(plain, N);
+      release_all(crop_f, N);
+      release_all(crop_p, N);
+    }
+    for (int f = 0; f < 2; f++) rill_df_free(df[f]);
+    rill_array_release(col);
+    rill_array_release(paths);
+    for (int i = 0; i < N; i++) free(enc[i].p);
+  }
+  free(px);
+}
+
+/* Errors of a normalize fused with a random resized crop are the crop's: its name, the file
+ * and the row under RAISE; the rows dropped and counted under SKIP. */
+Test(image_ops, normalize_fused_with_crop_reports_bad_images) {
+#if !RILL_HAVE_JPEG || !RILL_HAVE_PNG
+  cr_skip_test("built without libjpeg or libpng");
+#else
+  rill_error_t err = {0};
+  for (int skip = 0; skip <= 1; skip++) {
+    rill_array_t* keep[2];
+    void* jpg;
+    rill_df_t* df = bad_files_df(keep, &jpg);
+    int crop = rill_image_random_resized_crop(
+        df, "crop", 1,
+        &(rill_rrc_opts_t){.size = {16, 16}, .on_error = skip ? RILL_ON_ERROR_SKIP : RILL_ON_ERROR_RAISE}, &err);
+    int x = rill_image_normalize(df, "x", crop, &(rill_normalize_opts_t){.flip = 0.5, .layout = RILL_LAYOUT_CHW},
+                                 &err);
+    cr_assert_geq(x, 0, "%s", err.message);
+    rill_iter_t* it = NULL;
+    rill_row_t row;
+    RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &x, .ncolumns = 1, .threads = 2}, &it, &err), err);
+    if (skip) {
+      int64_t rows[6], k = 0;
+      int rc;
+      while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) rows[k++] = row.index;
+      cr_assert_eq(rc, RILL_END, "%s", err.message);
+      cr_assert(k == 2 && rows[0] == 0 && rows[1] == 4);
+      rill_iter_stats_t st;
+      rill_iter_stats(it, &st);
+      cr_assert_eq(st.skipped, 4);
+    } else {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "random_resized_crop: 'empty.jpg'", err);
+      cr_assert_eq(err.row, 1);
+      int rc = rill_iter_next(it, &row, &err);
+      cr_assert(rc == RILL_EFORMAT || rc == RILL_ENOTSUP, "junk: %d %s", rc, err.message);
+      cr_assert(strstr(err.message, "junk.jpg"), "%s", err.message);
+      cr_assert_eq(err.row, 2);
+      RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "random_resized_crop: 'cut.jpg'", err);
+      cr_assert_eq(err.row, 3);
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      RT_FAILS(rill_iter_next(it, &row, &err), RILL_ERANGE, "huge.png", err);
+      cr_assert_eq(err.row, 5);
+      cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+    }
+    rill_iter_free(it);
+    rill_df_free(df);
+    rill_array_release(keep[0]);
+    rill_array_release(keep[1]);
+    free(jpg);
+  }
+#endif
+}
