@@ -30,6 +30,7 @@
 typedef struct rill__group {
   int64_t pending; /* tasks submitted and not finished; guarded by the pool's mutex */
   int64_t prio;    /* priority of the group's tasks: lower runs first (set before submitting) */
+  int waiters;     /* threads asleep in rill__workers_wait on this group; guarded by the mutex */
 } rill__group_t;
 
 typedef struct rill__task {

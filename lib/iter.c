@@ -163,6 +163,7 @@ static void schedule_upto(rill_iter_t* it, int64_t max, int asked) {
     if (worth_a_thread(it, asked)) {
       s->queued = 1;
       s->group.pending = 0;
+      s->group.waiters = 0;
       s->group.prio = s->chunk.prio;
       s->task.fn = slot_main;
       s->task.arg = s;

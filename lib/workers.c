@@ -29,7 +29,8 @@
  * group waiters (asleep on `done_cv`, counted) if one of them may run the task (its priority
  * is not above theirs); other waiters are not needed for progress, since every task a waiter
  * waits for is queued where it may take it, or runs on a thread that will finish it. A
- * group reaching zero pending tasks wakes the waiters only. Every sleeper rechecks its
+ * group reaching zero pending tasks wakes the waiters only, and only when one of them waits
+ * for that group (a consumer waiting for the oldest chunk sleeps on while later chunks end). Every sleeper rechecks its
  * condition under the mutex before sleeping, so no wake-up is lost.
  *
  * A waiter of a queue with threads first spins for a moment (WAIT_SPIN_NS, reading a counter
@@ -138,7 +139,7 @@ static void run_locked(rill__workers_t* w, rill__task_t* t) {
   pthread_mutex_lock(&w->mu);
   if (--g->pending == 0) {
     event_locked(w);
-    if (w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
+    if (g->waiters > 0) pthread_cond_broadcast(&w->done_cv);
   }
 }
 
@@ -362,7 +363,9 @@ void rill__workers_wait(rill__workers_t* w, rill__group_t* group) {
       pthread_mutex_lock(&w->mu);
     } else {
       if (w->waiting++ == 0 || group->prio > w->waiting_prio) w->waiting_prio = group->prio;
+      group->waiters++;
       pthread_cond_wait(&w->done_cv, &w->mu);
+      group->waiters--;
       w->waiting--;
     }
   }
@@ -387,7 +390,7 @@ int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group) {
   }
   if (n && group->pending == 0) {
     event_locked(w);
-    if (w->waiting > 0) pthread_cond_broadcast(&w->done_cv);
+    if (group->waiters > 0) pthread_cond_broadcast(&w->done_cv);
   }
   pthread_mutex_unlock(&w->mu);
   return n;
