@@ -907,39 +907,66 @@ __attribute__((unused)) static rill_df_t* bad_files_df(rill_array_t** keep, void
   return df;
 }
 
-Test(image_ops, bad_images_raise_with_row_and_file) {
-#if !RILL_HAVE_JPEG || !RILL_HAVE_PNG
-  cr_skip_test("built without libjpeg or libpng");
-#else
+#if RILL_HAVE_JPEG && RILL_HAVE_PNG
+/* The rows of bad_files_df through a random resized crop, alone or under a normalize fused
+ * with it (whose errors are the crop's), on 2 threads. RAISE: each bad file fails its row
+ * with the crop's name, the file and the reason; SKIP: the rows are dropped and counted. */
+static void bad_files_run(int skip, int fused) {
   rill_error_t err = {0};
   rill_array_t* keep[2];
   void* jpg;
   rill_df_t* df = bad_files_df(keep, &jpg);
-  int col = rill_image_random_resized_crop(df, "crop", 1, &(rill_rrc_opts_t){.size = {16, 16}}, &err);
+  int col = rill_image_random_resized_crop(
+      df, "crop", 1,
+      &(rill_rrc_opts_t){.size = {16, 16}, .on_error = skip ? RILL_ON_ERROR_SKIP : RILL_ON_ERROR_RAISE}, &err);
   cr_assert_geq(col, 0, "%s", err.message);
+  if (fused) {
+    col = rill_image_normalize(df, "x", col, &(rill_normalize_opts_t){.flip = 0.5, .layout = RILL_LAYOUT_CHW}, &err);
+    cr_assert_geq(col, 0, "%s", err.message);
+  }
   rill_iter_t* it = NULL;
   rill_row_t row;
   RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &col, .ncolumns = 1, .threads = 2}, &it, &err), err);
-  RT_OK(rill_iter_next(it, &row, &err), err);
-  RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "empty.jpg", err);
-  cr_assert_eq(err.row, 1);
-  cr_assert(strstr(err.message, "0 bytes"), "%s", err.message);
-  int rc = rill_iter_next(it, &row, &err);
-  cr_assert(rc == RILL_EFORMAT || rc == RILL_ENOTSUP, "junk: %d %s", rc, err.message);
-  cr_assert(strstr(err.message, "junk.jpg"), "%s", err.message);
-  cr_assert_eq(err.row, 2);
-  RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "cut.jpg", err);
-  cr_assert_eq(err.row, 3);
-  RT_OK(rill_iter_next(it, &row, &err), err);
-  RT_FAILS(rill_iter_next(it, &row, &err), RILL_ERANGE, "huge.png", err);
-  cr_assert(strstr(err.message, "65000 x 65000"), "%s", err.message);
-  cr_assert_eq(err.row, 5);
-  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  if (skip) {
+    int64_t rows[6], k = 0;
+    int rc;
+    while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) rows[k++] = row.index;
+    cr_assert_eq(rc, RILL_END, "%s", err.message);
+    cr_assert_eq(k, 2);
+    cr_assert(rows[0] == 0 && rows[1] == 4);
+    rill_iter_stats_t st;
+    rill_iter_stats(it, &st);
+    cr_assert_eq(st.skipped, 4);
+  } else {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "random_resized_crop: 'empty.jpg'", err);
+    cr_assert_eq(err.row, 1);
+    cr_assert(strstr(err.message, "0 bytes"), "%s", err.message);
+    int rc = rill_iter_next(it, &row, &err);
+    cr_assert(rc == RILL_EFORMAT || rc == RILL_ENOTSUP, "junk: %d %s", rc, err.message);
+    cr_assert(strstr(err.message, "random_resized_crop: 'junk.jpg'"), "%s", err.message);
+    cr_assert_eq(err.row, 2);
+    RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "random_resized_crop: 'cut.jpg'", err);
+    cr_assert_eq(err.row, 3);
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    RT_FAILS(rill_iter_next(it, &row, &err), RILL_ERANGE, "huge.png", err);
+    cr_assert(strstr(err.message, "65000 x 65000"), "%s", err.message);
+    cr_assert_eq(err.row, 5);
+    cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  }
   rill_iter_free(it);
   rill_df_free(df);
   rill_array_release(keep[0]);
   rill_array_release(keep[1]);
   free(jpg);
+}
+#endif
+
+Test(image_ops, bad_images_raise_with_row_and_file) {
+#if !RILL_HAVE_JPEG || !RILL_HAVE_PNG
+  cr_skip_test("built without libjpeg or libpng");
+#else
+  bad_files_run(0, 0);
 #endif
 }
 
@@ -947,30 +974,7 @@ Test(image_ops, bad_images_skipped_and_counted) {
 #if !RILL_HAVE_JPEG || !RILL_HAVE_PNG
   cr_skip_test("built without libjpeg or libpng");
 #else
-  rill_error_t err = {0};
-  rill_array_t* keep[2];
-  void* jpg;
-  rill_df_t* df = bad_files_df(keep, &jpg);
-  int col = rill_image_random_resized_crop(df, "crop", 1,
-                                           &(rill_rrc_opts_t){.size = {16, 16}, .on_error = RILL_ON_ERROR_SKIP}, &err);
-  cr_assert_geq(col, 0, "%s", err.message);
-  rill_iter_t* it = NULL;
-  rill_row_t row;
-  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &col, .ncolumns = 1, .threads = 2}, &it, &err), err);
-  int64_t rows[6], k = 0;
-  int rc;
-  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) rows[k++] = row.index;
-  cr_assert_eq(rc, RILL_END, "%s", err.message);
-  cr_assert_eq(k, 2);
-  cr_assert(rows[0] == 0 && rows[1] == 4);
-  rill_iter_stats_t st;
-  rill_iter_stats(it, &st);
-  cr_assert_eq(st.skipped, 4);
-  rill_iter_free(it);
-  rill_df_free(df);
-  rill_array_release(keep[0]);
-  rill_array_release(keep[1]);
-  free(jpg);
+  bad_files_run(1, 0);
 #endif
 }
 
@@ -1430,49 +1434,7 @@ Test(image_ops, normalize_fused_with_crop_reports_bad_images) {
 #if !RILL_HAVE_JPEG || !RILL_HAVE_PNG
   cr_skip_test("built without libjpeg or libpng");
 #else
-  rill_error_t err = {0};
-  for (int skip = 0; skip <= 1; skip++) {
-    rill_array_t* keep[2];
-    void* jpg;
-    rill_df_t* df = bad_files_df(keep, &jpg);
-    int crop = rill_image_random_resized_crop(
-        df, "crop", 1,
-        &(rill_rrc_opts_t){.size = {16, 16}, .on_error = skip ? RILL_ON_ERROR_SKIP : RILL_ON_ERROR_RAISE}, &err);
-    int x = rill_image_normalize(df, "x", crop, &(rill_normalize_opts_t){.flip = 0.5, .layout = RILL_LAYOUT_CHW},
-                                 &err);
-    cr_assert_geq(x, 0, "%s", err.message);
-    rill_iter_t* it = NULL;
-    rill_row_t row;
-    RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &x, .ncolumns = 1, .threads = 2}, &it, &err), err);
-    if (skip) {
-      int64_t rows[6], k = 0;
-      int rc;
-      while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) rows[k++] = row.index;
-      cr_assert_eq(rc, RILL_END, "%s", err.message);
-      cr_assert(k == 2 && rows[0] == 0 && rows[1] == 4);
-      rill_iter_stats_t st;
-      rill_iter_stats(it, &st);
-      cr_assert_eq(st.skipped, 4);
-    } else {
-      RT_OK(rill_iter_next(it, &row, &err), err);
-      RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "random_resized_crop: 'empty.jpg'", err);
-      cr_assert_eq(err.row, 1);
-      int rc = rill_iter_next(it, &row, &err);
-      cr_assert(rc == RILL_EFORMAT || rc == RILL_ENOTSUP, "junk: %d %s", rc, err.message);
-      cr_assert(strstr(err.message, "junk.jpg"), "%s", err.message);
-      cr_assert_eq(err.row, 2);
-      RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "random_resized_crop: 'cut.jpg'", err);
-      cr_assert_eq(err.row, 3);
-      RT_OK(rill_iter_next(it, &row, &err), err);
-      RT_FAILS(rill_iter_next(it, &row, &err), RILL_ERANGE, "huge.png", err);
-      cr_assert_eq(err.row, 5);
-      cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
-    }
-    rill_iter_free(it);
-    rill_df_free(df);
-    rill_array_release(keep[0]);
-    rill_array_release(keep[1]);
-    free(jpg);
-  }
+  bad_files_run(0, 1);
+  bad_files_run(1, 1);
 #endif
 }

@@ -569,79 +569,38 @@ Test(threads, first_chunk_of_a_cheap_stage_is_not_split) {
   cr_assert_gt(on_workers, 0, "no task of an expensive stage ran on a worker thread");
 }
 
-/* Source: int64 cell = row id; sleeps 5 ms in the calls for batch 3 (of 1024 rows); counts
- * the calls per batch. */
+/* Source: int64 cell = row id, in batches of `rows`; the calls for batch `slow` sleep 5 ms;
+ * counts the calls per batch and records the batches computed off the iterating thread. */
 typedef struct spike {
-  _Atomic int64_t calls[8];
+  int64_t rows, slow;
+  pthread_t consumer;
+  _Atomic int64_t calls[32];
+  _Atomic int on_worker[32];
 } spike_t;
 
 static int src_spike(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
                      rill_error_t* err) {
   spike_t* s = ctx;
-  int64_t b = rows[0] / 1024;
+  int64_t b = rows[0] / s->rows;
   atomic_fetch_add(&s->calls[b], 1);
-  if (b == 3) nanosleep(&(struct timespec){0, 5000000}, NULL);
+  if (!pthread_equal(pthread_self(), s->consumer)) atomic_store(&s->on_worker[b], 1);
+  if (b == s->slow) nanosleep(&(struct timespec){0, 5000000}, NULL);
   int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
   if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
   for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
   return RILL_OK;
 }
 
-/* One slow batch (a preempted thread looks the same) does not make the next batches of a
- * cheap stage split into tasks: its measured cost rises at most fourfold per batch. */
-Test(threads, one_slow_batch_does_not_split_the_next) {
-  spike_t s = {0};
+/* Iterates `nbatches` batches of the spike source on 2 threads and checks every row. */
+static void spike_run(spike_t* s, int64_t nbatches, int prefetch) {
   rill_error_t err;
   rill_df_t *df, *b;
-  RT_OK(rill_df_new(8 * 1024, &df, &err), err);
-  int col = rill_df_add_source(df, "s", rill_type_scalar(RILL_INT64), src_spike, &s, NULL, NULL, &err);
+  s->consumer = pthread_self();
+  RT_OK(rill_df_new(nbatches * s->rows, &df, &err), err);
+  int col = rill_df_add_source(df, "s", rill_type_scalar(RILL_INT64), src_spike, s, NULL, NULL, &err);
   cr_assert_eq(col, 0, "%s", err.message);
-  RT_OK(rill_df_batch(df, &col, 1, 1024, NULL, &b, &err), err);
-  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 2, .prefetch = RILL_PREFETCH_NONE});
-  rill_row_t row;
-  int64_t n = 0;
-  while (rill_iter_next(it, &row, &err) == RILL_OK) n += rill_row_get(&row, 0)->length;
-  cr_assert_eq(n, 8 * 1024);
-  rill_iter_free(it);
-  rill_df_free(b);
-  rill_df_free(df);
-  /* batch 3 was split (its own first call was slow) or not; batch 4 is measured at most 4x
-   * a cheap batch's cost: far below a hand-off per 1024 rows */
-  cr_assert_leq(atomic_load(&s.calls[4]), 2, "batch 4: %lld calls", (long long)atomic_load(&s.calls[4]));
-  cr_assert_leq(atomic_load(&s.calls[5]), 2, "batch 5: %lld calls", (long long)atomic_load(&s.calls[5]));
-}
-
-/* Source: int64 cell = row id; chunk 5 (of 16 rows each) sleeps 5 ms; records, per chunk,
- * whether it ran on the thread that iterates. */
-typedef struct where_run {
-  pthread_t consumer;
-  _Atomic int on_worker[32];
-} where_run_t;
-
-static int src_where(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
-                     rill_error_t* err) {
-  where_run_t* w = ctx;
-  int64_t c = rows[0] / 16;
-  if (!pthread_equal(pthread_self(), w->consumer)) atomic_store(&w->on_worker[c], 1);
-  if (c == 5) nanosleep(&(struct timespec){0, 5000000}, NULL);
-  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
-  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
-  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
-  return RILL_OK;
-}
-
-/* Cheap chunks are computed by the iterating thread; one slow chunk (a preempted one looks
- * the same) does not send the next ones to the workers: the decision needs two slow chunks
- * in a row. */
-Test(threads, one_slow_chunk_keeps_the_next_on_the_calling_thread) {
-  where_run_t w = {.consumer = pthread_self()};
-  rill_error_t err;
-  rill_df_t *df, *b;
-  RT_OK(rill_df_new(32 * 16, &df, &err), err);
-  int col = rill_df_add_source(df, "w", rill_type_scalar(RILL_INT64), src_where, &w, NULL, NULL, &err);
-  cr_assert_eq(col, 0, "%s", err.message);
-  RT_OK(rill_df_batch(df, &col, 1, 16, NULL, &b, &err), err);
-  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 2, .prefetch = 2});
+  RT_OK(rill_df_batch(df, &col, 1, s->rows, NULL, &b, &err), err);
+  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 2, .prefetch = prefetch});
   rill_row_t row;
   int64_t n = 0;
   int rc;
@@ -651,9 +610,28 @@ Test(threads, one_slow_chunk_keeps_the_next_on_the_calling_thread) {
     n += a->length;
   }
   cr_assert_eq(rc, RILL_END, "%s", err.message);
-  cr_assert_eq(n, 32 * 16);
+  cr_assert_eq(n, nbatches * s->rows);
   rill_iter_free(it);
   rill_df_free(b);
   rill_df_free(df);
-  for (int c = 6; c < 32; c++) cr_assert_eq(atomic_load(&w.on_worker[c]), 0, "chunk %d ran on a worker", c);
+}
+
+/* One slow batch (a preempted thread looks the same) does not make the next batches of a
+ * cheap stage split into tasks: its measured cost rises at most fourfold per batch. */
+Test(threads, one_slow_batch_does_not_split_the_next) {
+  spike_t s = {.rows = 1024, .slow = 3};
+  spike_run(&s, 8, RILL_PREFETCH_NONE);
+  /* batch 3 was split (its own first call was slow) or not; batch 4 is measured at most 4x
+   * a cheap batch's cost: far below a hand-off per 1024 rows */
+  cr_assert_leq(atomic_load(&s.calls[4]), 2, "batch 4: %lld calls", (long long)atomic_load(&s.calls[4]));
+  cr_assert_leq(atomic_load(&s.calls[5]), 2, "batch 5: %lld calls", (long long)atomic_load(&s.calls[5]));
+}
+
+/* Cheap chunks are computed by the iterating thread; one slow chunk (a preempted one looks
+ * the same) does not send the next ones to the workers: the decision needs two slow chunks
+ * in a row. */
+Test(threads, one_slow_chunk_keeps_the_next_on_the_calling_thread) {
+  spike_t s = {.rows = 16, .slow = 5};
+  spike_run(&s, 32, 2);
+  for (int c = 6; c < 32; c++) cr_assert_eq(atomic_load(&s.on_worker[c]), 0, "chunk %d ran on a worker", c);
 }
