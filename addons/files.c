@@ -378,6 +378,18 @@ int rill_df_from_file_list(const char* list_path, const rill_files_opts_t* opts,
 
 /* ---------------------------------------------------------------- rill_file_read */
 
+/* Cell i of the STRING column `paths` as a NUL-terminated path in buf; 0 when the cell is null,
+ * does not fit or holds a NUL byte. */
+static int cell_path(const rill_array_t* paths, int64_t i, char* buf, size_t cap) {
+  if (!rill_array_is_valid(paths, i)) return 0;
+  int64_t len = 0;
+  const char* p = rill_array_cell(paths, i, &len);
+  if (len >= (int64_t)cap || memchr(p, 0, (size_t)len)) return 0;
+  memcpy(buf, p, (size_t)len);
+  buf[len] = 0;
+  return 1;
+}
+
 static int read_map(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* exec, void* ctx,
                     rill_error_t* err) {
   const rill_array_t* paths = in[0];
@@ -385,21 +397,28 @@ static int read_map(const rill_array_t* const* in, int nin, rill_array_t* out, r
   int rc = rill_exec_alloc(exec, out, rill_type_scalar(RILL_BINARY), n);
   if (rc < 0) return rill_error_set(err, rc, "cannot allocate %lld file cells", (long long)n);
   char path[4096];
+  /* the files' bytes reserved at once (sizes by stat; a path that cannot be read counts 0 and
+   * names itself below), so that the cells take one allocation rather than one per doubling */
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; i++) {
+    struct stat st;
+    if (cell_path(paths, i, path, sizeof path) && stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+      total = st.st_size > INT64_MAX / 2 - total ? INT64_MAX / 2 : total + st.st_size;
+  }
+  if (total > 0) (void)rill_array_reserve(out, total);
   for (int64_t i = 0; i < n; i++) {
     if (!rill_array_is_valid(paths, i)) {
       if ((rc = rill_array_set_var(out, i, NULL, 0, NULL)) < 0 || (rc = rill_array_set_null(out, i)) < 0)
         return rill_error_set(err, rc, "out of memory");
       continue;
     }
-    int64_t len = 0;
-    const char* p = rill_array_cell(paths, i, &len);
-    if (len >= (int64_t)sizeof path || memchr(p, 0, (size_t)len)) {
+    if (!cell_path(paths, i, path, sizeof path)) {
+      int64_t len = 0;
+      const char* p = rill_array_cell(paths, i, &len);
       if (err) err->row = i;
       return rill_error_set(err, RILL_EIO, "%.*s: cannot open: %s", (int)(len > 200 ? 200 : len), p,
                             len >= (int64_t)sizeof path ? "path too long" : "NUL byte in path");
     }
-    memcpy(path, p, (size_t)len);
-    path[len] = 0;
     if ((rc = read_cell(out, i, path, err)) < 0) return rc;
   }
   return RILL_OK;

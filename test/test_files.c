@@ -162,7 +162,7 @@ static void write_sized(int i, int64_t size) {
 
 /* The bytes of a call's files are reserved at once: one buffer for the chunk's 32 files
  * instead of one per doubling; files that grew or shrank since their size was learnt are
- * still read whole. */
+ * still read whole. The same for rill_file_read over a column of paths. */
 Test(files, bytes_of_a_call_are_reserved_once, .fini = cleanup) {
   int64_t sizes[32], total = 0;
   const char* paths[32];
@@ -201,6 +201,29 @@ Test(files, bytes_of_a_call_are_reserved_once, .fini = cleanup) {
   rill_iter_free(it);
   RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &bc, .ncolumns = 1, .threads = 2}, &it, &err), err);
   read_all_files(it, sizes);
+  rill_iter_free(it);
+  rill_df_free(df);
+
+  /* rill_file_read over a STRING column of the same paths reserves a call's files at once */
+  total = 0;
+  for (int i = 0; i < 32; i++) total += sizes[i];
+  rill_array_t* a;
+  RT_OK(rill_array_new(rill_type_scalar(RILL_STRING), 32, &a, &err), err);
+  for (int i = 0; i < 32; i++) RT_OK(rill_array_set_var(a, i, paths[i], (int64_t)strlen(paths[i]), NULL), err);
+  const char* names_col[] = {"file"};
+  RT_OK(rill_df_from_arrays(names_col, (const rill_array_t* const*)&a, 1, 1, &df, &err), err);
+  rill_array_release(a);
+  int rc = rill_file_read(df, "data", 0, NULL, &err);
+  cr_assert_geq(rc, 0, "%s", err.message);
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &rc, .ncolumns = 1, .threads = RILL_THREADS_NONE}, &it, &err),
+        err);
+  bb = (big_blocks_t){.big = 16 << 10};
+  rill_set_allocator(&(rill_allocator_t){big_alloc, rt_sys_free, &bb});
+  read_all_files(it, sizes);
+  rill_set_allocator(NULL);
+  cr_assert_eq(atomic_load(&bb.n), 1, "rill_file_read: %lld blocks of 16 KiB or more for the chunk's files",
+               (long long)atomic_load(&bb.n));
+  cr_assert_geq(atomic_load(&bb.largest), (size_t)total);
   rill_iter_free(it);
   rill_df_free(df);
 }
