@@ -400,8 +400,10 @@ typedef struct rill_iter_opts {
    * than the dataframe holds: any value up to INT_MAX is valid and costs at most one
    * in-flight chunk per chunk of the dataframe. */
   int prefetch;
-  int threads;                /* worker threads; 0 = one per core; RILL_THREADS_NONE = none;
-                                 clamped to RILL_MAX_THREADS */
+  int threads;                /* worker threads; 0 = one per core this process may use
+                                 (its CPU affinity); RILL_THREADS_NONE = none; clamped to
+                                 RILL_MAX_THREADS. Waiting for a chunk, the calling thread
+                                 helps with its tasks only when threads < those cores. */
   uint64_t seed;              /* seed of rill_exec_rng */
   int64_t epoch;              /* first epoch */
   rill_stream_t* stream;      /* the consumer's stream; NULL = host */

@@ -53,8 +53,10 @@ int rill__workers_count(const rill__workers_t* w);
  * queued tasks whose group priority is lower or equal. */
 void rill__workers_submit(rill__workers_t* w, rill__task_t* task);
 /* Returns once every task of `group` has finished; meanwhile the caller runs queued tasks
- * whose priority is <= the group's (its own and older work) and otherwise sleeps. */
-void rill__workers_wait(rill__workers_t* w, rill__group_t* group);
+ * whose priority is <= the group's (its own and older work) when `help` is set (always on a
+ * queue without threads), else only the group's own tasks that no thread has started, and
+ * otherwise sleeps. */
+void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help);
 /* Removes the queued (not started) tasks of `group`; returns how many. */
 int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group);
 int rill__worker_index(void); /* index of the calling worker thread, -1 elsewhere */
@@ -211,6 +213,7 @@ struct rill_iter {
   int64_t chunk_rows;
   int ahead;
   int nthreads;
+  int consumer_helps; /* the caller runs queued tasks while it waits: a core is left to it */
   rill__workers_t* workers;
   rill__slot_t* slots;
   int nslots;

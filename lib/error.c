@@ -1,6 +1,7 @@
 /* Status codes, error reporting and small platform helpers. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -68,7 +69,9 @@ int rill__fail(rill_error_t* err, int code, const char* fmt, ...) {
   return code;
 }
 
-int rill__ncores(void) {
+int rill__ncores(void) { /* the cores this process may run on (taskset, cgroup cpusets) */
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
 }

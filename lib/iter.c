@@ -197,7 +197,7 @@ static void consumer_fence(rill_iter_t* it, rill__chunk_t* ch) {
 static void slot_finish(rill__slot_t* s, rill_iter_t* it) {
   if (s->queued) {
     rill__workers_cancel(it->workers, &s->group);
-    rill__workers_wait(it->workers, &s->group);
+    rill__workers_wait(it->workers, &s->group, 1);
     s->queued = 0;
   }
   consumer_fence(it, &s->chunk);
@@ -216,7 +216,7 @@ static void drop_all(rill_iter_t* it) {
 
 static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
   if (s->queued) {
-    rill__workers_wait(it->workers, &s->group);
+    rill__workers_wait(it->workers, &s->group, it->consumer_helps);
     s->queued = 0;
   } else if (!s->done) {
     slot_eval(s);
@@ -316,6 +316,11 @@ int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_iter_t** out
   it->nslots = 1 + it->ahead;
   it->nthreads = o.threads == 0 ? rill__ncores() : o.threads == RILL_THREADS_NONE ? 0 : o.threads;
   if (it->nthreads > RILL_MAX_THREADS) it->nthreads = RILL_MAX_THREADS;
+  /* Waiting for a chunk, the caller helps with the queued tasks only when the workers leave
+   * it a core: on a machine they fill, a third thread only preempts a worker midway through
+   * a task that the others then wait for (batch 32, 2 threads on 2 cores: 3.5% slower). A
+   * chunk that no worker has started yet it still runs itself (no wake-up to wait for). */
+  it->consumer_helps = it->nthreads < rill__ncores();
   if (rill__workers_new(it->nthreads, &it->workers) != RILL_OK) goto nomem;
   it->slots = rill__calloc((size_t)it->nslots, sizeof *it->slots);
   if (!it->slots) goto nomem;

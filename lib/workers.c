@@ -347,11 +347,13 @@ static void spin_while(rill__workers_t* w, uint64_t seen) {
   } while (rill__clk_now(scale) < until);
 }
 
-void rill__workers_wait(rill__workers_t* w, rill__group_t* group) {
+void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help) {
   pthread_mutex_lock(&w->mu);
   int spun = 0;
+  if (w->nthreads == 0) help = 1; /* nobody else would run the tasks */
   while (group->pending > 0) {
-    rill__task_t* t = take_locked(w, group->prio);
+    /* not helping: still runs the group's own task when no thread has taken it yet */
+    rill__task_t* t = help || (w->head && w->head->group == group) ? take_locked(w, group->prio) : NULL;
     if (t) {
       run_locked(w, t);
       spun = 0; /* the group's other tasks may be about to finish elsewhere */

@@ -3,6 +3,7 @@
  * reused, grown, shared by iterators on several threads, after fork). Also run under
  * ThreadSanitizer (make tsan). */
 #include <pthread.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -634,4 +635,88 @@ Test(threads, one_slow_chunk_keeps_the_next_on_the_calling_thread) {
   spike_t s = {.rows = 16, .slow = 5};
   spike_run(&s, 32, 2);
   for (int c = 6; c < 32; c++) cr_assert_eq(atomic_load(&s.on_worker[c]), 0, "chunk %d ran on a worker", c);
+}
+
+/* ---------------------------------------------------------------- the waiting consumer */
+
+enum { OWN_B = 8, OWN_BATCHES = 16 };
+
+/* Source: int64 cell = row id, one call per row (grain 1), 300 us each; records for every
+ * batch whether the iterating thread computed its first row (the chunk's owner runs it) and
+ * whether it computed any row. */
+typedef struct owner_src {
+  pthread_t consumer;
+  _Atomic int first[OWN_BATCHES], any[OWN_BATCHES];
+} owner_src_t;
+
+static int src_owner(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                     rill_error_t* err) {
+  owner_src_t* s = ctx;
+  int64_t b = rows[0] / OWN_B;
+  if (pthread_equal(pthread_self(), s->consumer)) {
+    atomic_store(&s->any[b], 1);
+    if (rows[0] % OWN_B == 0) atomic_store(&s->first[b], 1);
+  }
+  nanosleep(&(struct timespec){0, 300000}, NULL);
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
+  return RILL_OK;
+}
+
+/* Runs the owner source on the first `cores` CPUs this process may use with one worker
+ * thread; returns the batches whose rows the iterating thread helped with although a worker
+ * ran the batch (computed its first row). */
+static int helped_batches(int cores) {
+  cpu_set_t all, some;
+  cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+  CPU_ZERO(&some);
+  for (int c = 0, n = 0; c < CPU_SETSIZE && n < cores; c++)
+    if (CPU_ISSET(c, &all)) CPU_SET(c, &some), n++;
+  cr_assert_eq(sched_setaffinity(0, sizeof some, &some), 0);
+  owner_src_t s = {.consumer = pthread_self()};
+  rill_error_t err;
+  rill_df_t *df, *b;
+  RT_OK(rill_df_new(OWN_B * OWN_BATCHES, &df, &err), err);
+  rill_stage_opts_t o = {.grain = 1};
+  int col = rill_df_add_source(df, "o", rill_type_scalar(RILL_INT64), src_owner, &s, NULL, &o, &err);
+  cr_assert_eq(col, 0, "%s", err.message);
+  RT_OK(rill_df_batch(df, &col, 1, OWN_B, NULL, &b, &err), err);
+  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 1, .prefetch = 4});
+  rill_row_t row;
+  int64_t n = 0;
+  int rc;
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+    const rill_array_t* a = rill_row_get(&row, 0);
+    for (int64_t i = 0; i < a->length; i++) cr_assert_eq(((const int64_t*)a->data)[i], n + i);
+    n += a->length;
+  }
+  cr_assert_eq(rc, RILL_END, "%s", err.message);
+  cr_assert_eq(n, OWN_B * OWN_BATCHES);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+  cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
+  int helped = 0;
+  for (int i = 0; i < OWN_BATCHES; i++) helped += atomic_load(&s.any[i]) && !atomic_load(&s.first[i]);
+  return helped;
+}
+
+/* Workers that fill the cores: the consumer waiting for a batch a worker is computing does
+ * not take its rows (a third thread on two cores would only preempt the workers); it still
+ * computes batches that no worker has started. */
+Test(threads, waiting_consumer_leaves_a_full_machine_to_the_workers) {
+  int helped = helped_batches(1);
+  cr_assert_eq(helped, 0, "on 1 core with 1 worker, the consumer helped with %d batches a worker ran", helped);
+}
+
+/* A core the workers leave free: the waiting consumer helps with the rows of the batch it
+ * waits for (timing-dependent: up to three tries). */
+Test(threads, waiting_consumer_helps_when_a_core_is_free) {
+  cpu_set_t all;
+  cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+  if (CPU_COUNT(&all) < 2) cr_skip_test("needs 2 cores, this process may use %d", CPU_COUNT(&all));
+  int helped = 0;
+  for (int i = 0; i < 3 && helped == 0; i++) helped = helped_batches(2);
+  cr_assert_gt(helped, 0, "on 2 cores with 1 worker, the consumer never helped with a batch a worker ran");
 }
