@@ -3,7 +3,7 @@
  * is the stage's own, else picked from the last measured cost per row (tasks of about
  * RILL__HANDOFF_NS of work, engine.h). Fixed-shape outputs are written in place by every
  * task; variable-length outputs are filled per task and appended in order once every task
- * finished. */
+ * finished (in at most four tasks per thread). */
 #include "stage.h"
 
 typedef struct split {
@@ -181,6 +181,14 @@ void rill__run_cells(run_t* R) {
     /* never finer than the rule for an unknown cost: a probe slowed by preemption would
      * otherwise cut a cheap stage into tasks of a row or two */
     int64_t g = pick_grain(R, nthreads, probe(R, &a0));
+    if (g > grain) grain = g;
+  }
+  /* Variable-length outputs: each task fills arrays of its own, appended in order at the end.
+   * Cut finer than the rule for an unknown cost (four tasks per thread), every task would take
+   * pooled arrays fit to its few cells, and cells of varied sizes (files) would keep outgrowing
+   * and trimming them: an allocation per task in the steady state instead of none. */
+  if (!R->fixed) {
+    int64_t g = pick_grain(R, nthreads, 0);
     if (g > grain) grain = g;
   }
   int64_t ntasks = R->n - a0 > grain ? (R->n - a0 + grain - 1) / grain : 1;

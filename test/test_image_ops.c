@@ -1281,6 +1281,48 @@ Test(image_ops, resize_normalize_kernel_matches_resize_then_normalize) {
   free(got);
 }
 
+/* A training-sized downscale (a 3-channel window of 301 x 263 to 224 x 224, and to 224 x 220,
+ * whose rows are not a multiple of eight pixels): the blend-then-resample path of every
+ * output row, with streaming stores when aligned; the same bytes as resizing to uint8 and
+ * then normalizing, float32 and float16, flipped or not, aligned or not. */
+Test(image_ops, resize_normalize_downscale_matches_resize_then_normalize) {
+  enum { SW = 320, SH = 280, GUARD = 64 };
+  rill__img_scratch_t s = {0};
+  const rill__img_norm_t k = {{0.0171f, 0.0175f, 0.0174f, 0}, {-2.1179f, -2.0357f, -1.8044f, 0}};
+  uint8_t* src = malloc((size_t)SW * SH * 3);
+  uint32_t seed = 991;
+  for (int i = 0; i < SW * SH * 3; i++) src[i] = (uint8_t)lcg(&seed);
+  const int ows[2] = {224, 220};
+  size_t cap = (size_t)224 * 224 * 3 * 4 + 64 + GUARD;
+  uint8_t* want = aligned_alloc(64, cap);
+  uint8_t* got = aligned_alloc(64, cap);
+  uint8_t* u8 = malloc((size_t)224 * 224 * 3);
+  int have = rill__image_set_simd(1);
+  for (int z = 0; z < 2; z++)
+    for (int f16 = 0; f16 <= 1; f16++)
+      for (int flip = 0; flip <= 1; flip++)
+        for (int mis = 0; mis <= 1; mis++) {
+          int OW = ows[z], OH = 224;
+          size_t bytes = (size_t)OH * OW * 3 * (f16 ? 2 : 4), total = bytes + 64 + GUARD, off = mis ? 4 : 0;
+          memset(want, 0xab, total);
+          memset(got, 0xab, total);
+          cr_assert_eq(rill__img_resize(&s, src, SW * 3, 3, 11, 7, 301, 263, 0.5, 0.25, 300.0, 262.5, u8, OW, OH,
+                                        RILL_INTERP_BILINEAR),
+                       RILL_OK);
+          rill__img_normalize(u8, OH, OW, 3, flip, &k, f16, 1, want + off);
+          cr_assert_eq(rill__img_resize_normalize(&s, src, SW * 3, 3, 11, 7, 301, 263, 0.5, 0.25, 300.0, 262.5, OW, OH,
+                                                  RILL_INTERP_BILINEAR, flip, &k, f16, 1, got + off),
+                       RILL_OK);
+          cr_assert(memcmp(want, got, total) == 0, "out %dx%d f16 %d flip %d misaligned %d (simd %d)", OH, OW, f16,
+                    flip, mis, have);
+        }
+  rill__img_scratch_free(&s);
+  free(src);
+  free(u8);
+  free(want);
+  free(got);
+}
+
 /* One dataframe of the pipeline: source column `src` of encoded bytes (with paths) or uint8
  * images, resample (random resized crop or resize) to OH x OW, normalize; fused unless
  * rill__image_set_fuse(0) was called. Returns the normalize column. */
