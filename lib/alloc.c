@@ -2,6 +2,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -70,6 +72,18 @@ void* rill__realloc(void* p, size_t old_size, size_t new_size) {
     rill__free(p);
   }
   return q;
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+void rill__prefault(void* p, size_t size) {
+  if (!p || size < ((size_t)4 << 20)) return;
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  if (page == 0 || (page & (page - 1))) return;
+  uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + size) & ~(page - 1);
+  if (hi > lo) (void)madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE); /* EINVAL on older kernels: faults as usual */
 }
 
 char* rill__strdup(const char* s) {

@@ -278,6 +278,8 @@ static int prepare_fixed(rill_array_t* a, int64_t cell, int64_t length, bool zer
   if (r < 0) return r;
   p->data_buf = b;
   *allocated = r;
+  /* a fresh buffer of fixed cells is written whole (a batch of images: 150 MB) */
+  if (r == 1 && (a->device.type == 0 || a->device.type == RILL_DEVICE_CPU)) rill__prefault(b, (size_t)bytes);
   if (zero && bytes && rill__device_is_host(a->device)) memset(p->data_buf, 0, (size_t)bytes);
   a->offsets = NULL;
   a->shapes = NULL;

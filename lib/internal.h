@@ -17,6 +17,10 @@ void* rill__calloc(size_t n, size_t size);    /* zeroed; NULL on failure or over
 void* rill__realloc(void* p, size_t old_size, size_t new_size); /* copies old_size bytes */
 void rill__free(void* p);
 char* rill__strdup(const char* s);
+/* Maps the pages of a fresh host block that is about to be written whole, in one call
+ * (Linux's MADV_POPULATE_WRITE), instead of a page fault per page; blocks under a few MB,
+ * and kernels without it, are left to fault page by page. */
+void rill__prefault(void* p, size_t size);
 /* Frees v[0..n) and then v itself (v may be NULL). */
 void rill__free_vec(void** v, int64_t n);
 

@@ -1,5 +1,7 @@
 /* Arrays, types, errors, allocation and random numbers. */
 #include <stdatomic.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "internal.h"
@@ -223,6 +225,39 @@ Test(pool, reuses_buffers_after_release) {
   rill__pool_free(pool);
   ((float*)b->data)[499] = 1.5f;
   rill_array_release(b);
+}
+
+/* Pages of [p, p + n) that are not resident. */
+static size_t pages_absent(const void* p, size_t n) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)p + page - 1) & ~(uintptr_t)(page - 1), hi = ((uintptr_t)p + n) & ~(uintptr_t)(page - 1);
+  size_t np = (hi - lo) / page, absent = 0;
+  unsigned char* vec = malloc(np ? np : 1);
+  cr_assert_eq(mincore((void*)lo, hi - lo, vec), 0);
+  for (size_t i = 0; i < np; i++) absent += !(vec[i] & 1);
+  free(vec);
+  return absent;
+}
+
+/* A fresh buffer of fixed cells (4 MB and more) is mapped in one call, not by a page fault
+ * per page when it is written: every page is resident right after prepare. */
+Test(pool, large_fresh_fixed_buffer_is_mapped_at_once) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  void* probe = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  cr_assert_neq(probe, MAP_FAILED);
+  int supported = madvise(probe, 4 * page, 23 /* MADV_POPULATE_WRITE */) == 0;
+  munmap(probe, 4 * page);
+  if (!supported) cr_skip_test("this kernel has no MADV_POPULATE_WRITE (Linux 5.14)");
+  rill_pool_t* pool = rill__pool_new((rill_device_t){RILL_DEVICE_CPU, 0});
+  rill_array_t* a;
+  cr_assert_eq(rill__pool_acquire(pool, &a), RILL_OK);
+  cr_assert_eq(rill__array_prepare(a, rill_type_scalar(RILL_FLOAT32), 4 << 20, false), RILL_OK);
+  cr_assert_eq(a->data_size, (int64_t)16 << 20);
+  size_t absent = pages_absent(a->data, (size_t)a->data_size);
+  cr_assert_eq(absent, 0, "%zu of the 16 MB buffer's pages are not mapped yet", absent);
+  ((float*)a->data)[(4 << 20) - 1] = 2.5f;
+  rill_array_release(a);
+  rill__pool_free(pool);
 }
 
 /* The array released last waits in the pool's slot, the others in its list: a request takes
