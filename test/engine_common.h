@@ -52,6 +52,14 @@ static inline int counter_alloc(counter_t* c, rill_exec_t* ex, rill_array_t* out
   return RILL_OK;
 }
 
+/* The end of the test sources whose cells are their row ids: out = rows[0..n). */
+static inline int out_row_ids(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, rill_error_t* err) {
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
+  return RILL_OK;
+}
+
 /* Source: int64 cell = row id + offset. */
 static inline int src_i64(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
                    rill_error_t* err) {

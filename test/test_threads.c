@@ -377,10 +377,7 @@ static int src_slow(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec
   if (c < 64) atomic_fetch_or(&s->started, (uint64_t)1 << c);
   atomic_fetch_add(&s->calls, 1);
   nanosleep(&(struct timespec){0, 2000000}, NULL);
-  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
-  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
-  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
-  return RILL_OK;
+  return out_row_ids(rows, n, out, ex, err);
 }
 
 /* A batched dataframe (B rows per batch, one split task per row) iterated with prefetch 8
@@ -651,22 +648,20 @@ static int src_spike(const int64_t* rows, int64_t n, rill_array_t* out, rill_exe
   atomic_fetch_add(&s->calls[b], 1);
   if (!pthread_equal(pthread_self(), s->consumer)) atomic_store(&s->on_worker[b], 1);
   if (b == s->slow) nanosleep(&(struct timespec){0, 5000000}, NULL);
-  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
-  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
-  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
-  return RILL_OK;
+  return out_row_ids(rows, n, out, ex, err);
 }
 
-/* Iterates `nbatches` batches of the spike source on 2 threads and checks every row. */
-static void spike_run(spike_t* s, int64_t nbatches, int prefetch) {
+/* Iterates `nbatches` batches of `rows` rows of a source whose cells are their row ids
+ * (out_row_ids), with stage options `o` and iterator options `io`, and checks every row. */
+static void row_id_batches(rill_source_fn src, void* ctx, const rill_stage_opts_t* o, int64_t rows, int64_t nbatches,
+                           const rill_iter_opts_t* io) {
   rill_error_t err;
   rill_df_t *df, *b;
-  s->consumer = pthread_self();
-  RT_OK(rill_df_new(nbatches * s->rows, &df, &err), err);
-  int col = rill_df_add_source(df, "s", rill_type_scalar(RILL_INT64), src_spike, s, NULL, NULL, &err);
+  RT_OK(rill_df_new(nbatches * rows, &df, &err), err);
+  int col = rill_df_add_source(df, "s", rill_type_scalar(RILL_INT64), src, ctx, NULL, o, &err);
   cr_assert_eq(col, 0, "%s", err.message);
-  RT_OK(rill_df_batch(df, &col, 1, s->rows, NULL, &b, &err), err);
-  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 2, .prefetch = prefetch});
+  RT_OK(rill_df_batch(df, &col, 1, rows, NULL, &b, &err), err);
+  rill_iter_t* it = open_iter(b, io);
   rill_row_t row;
   int64_t n = 0;
   int rc;
@@ -676,10 +671,16 @@ static void spike_run(spike_t* s, int64_t nbatches, int prefetch) {
     n += a->length;
   }
   cr_assert_eq(rc, RILL_END, "%s", err.message);
-  cr_assert_eq(n, nbatches * s->rows);
+  cr_assert_eq(n, nbatches * rows);
   rill_iter_free(it);
   rill_df_free(b);
   rill_df_free(df);
+}
+
+/* Iterates `nbatches` batches of the spike source on 2 threads and checks every row. */
+static void spike_run(spike_t* s, int64_t nbatches, int prefetch) {
+  s->consumer = pthread_self();
+  row_id_batches(src_spike, s, NULL, s->rows, nbatches, &(rill_iter_opts_t){.threads = 2, .prefetch = prefetch});
 }
 
 /* One slow batch (a preempted thread looks the same) does not make the next batches of a
@@ -723,10 +724,7 @@ static int src_owner(const int64_t* rows, int64_t n, rill_array_t* out, rill_exe
     if (rows[0] % OWN_B == 0) atomic_store(&s->first[b], 1);
   }
   nanosleep(&(struct timespec){0, 300000}, NULL);
-  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
-  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
-  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
-  return RILL_OK;
+  return out_row_ids(rows, n, out, ex, err);
 }
 
 /* Runs the owner source on the first `cores` CPUs this process may use with one worker
@@ -740,27 +738,8 @@ static int helped_batches(int cores) {
     if (CPU_ISSET(c, &all)) CPU_SET(c, &some), n++;
   cr_assert_eq(sched_setaffinity(0, sizeof some, &some), 0);
   owner_src_t s = {.consumer = pthread_self()};
-  rill_error_t err;
-  rill_df_t *df, *b;
-  RT_OK(rill_df_new(OWN_B * OWN_BATCHES, &df, &err), err);
-  rill_stage_opts_t o = {.grain = 1};
-  int col = rill_df_add_source(df, "o", rill_type_scalar(RILL_INT64), src_owner, &s, NULL, &o, &err);
-  cr_assert_eq(col, 0, "%s", err.message);
-  RT_OK(rill_df_batch(df, &col, 1, OWN_B, NULL, &b, &err), err);
-  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 1, .prefetch = 4});
-  rill_row_t row;
-  int64_t n = 0;
-  int rc;
-  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
-    const rill_array_t* a = rill_row_get(&row, 0);
-    for (int64_t i = 0; i < a->length; i++) cr_assert_eq(((const int64_t*)a->data)[i], n + i);
-    n += a->length;
-  }
-  cr_assert_eq(rc, RILL_END, "%s", err.message);
-  cr_assert_eq(n, OWN_B * OWN_BATCHES);
-  rill_iter_free(it);
-  rill_df_free(b);
-  rill_df_free(df);
+  row_id_batches(src_owner, &s, &(rill_stage_opts_t){.grain = 1}, OWN_B, OWN_BATCHES,
+                 &(rill_iter_opts_t){.threads = 1, .prefetch = 4});
   cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
   int helped = 0;
   for (int i = 0; i < OWN_BATCHES; i++) helped += atomic_load(&s.any[i]) && !atomic_load(&s.first[i]);
