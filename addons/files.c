@@ -174,6 +174,10 @@ static int64_t size_hint(files_ctx_t* c, int64_t row) {
   return (int64_t)st.st_size;
 }
 
+/* total + s, both >= 0, saturating at INT64_MAX / 2 (a reservation that large fails and the
+ * cells then grow one by one) */
+static int64_t add_size(int64_t total, int64_t s) { return s > INT64_MAX / 2 - total ? INT64_MAX / 2 : total + s; }
+
 static int bytes_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
                         rill_error_t* err) {
   files_ctx_t* c = ctx;
@@ -183,8 +187,7 @@ static int bytes_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_
    * if that fails, the cells grow one by one and a file that cannot fit names itself */
   int64_t total = 0;
   for (int64_t i = 0; i < n; i++) {
-    int64_t s = size_hint(c, rows[i]);
-    total = s > INT64_MAX / 2 - total ? INT64_MAX / 2 : total + s;
+    total = add_size(total, size_hint(c, rows[i]));
   }
   if (total > 0) (void)rill_array_reserve(out, total);
   for (int64_t i = 0; rc == RILL_OK && i < n; i++) {
@@ -403,7 +406,7 @@ static int read_map(const rill_array_t* const* in, int nin, rill_array_t* out, r
   for (int64_t i = 0; i < n; i++) {
     struct stat st;
     if (cell_path(paths, i, path, sizeof path) && stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
-      total = st.st_size > INT64_MAX / 2 - total ? INT64_MAX / 2 : total + st.st_size;
+      total = add_size(total, st.st_size);
   }
   if (total > 0) (void)rill_array_reserve(out, total);
   for (int64_t i = 0; i < n; i++) {

@@ -174,23 +174,16 @@ void rill__run_cells(run_t* R) {
     return;
   }
   int64_t a0 = 0; /* cells computed by the probe */
-  int64_t grain;
-  if (nspr > 0 || R->n <= (grain = pick_grain(R, nthreads, 0))) {
-    grain = pick_grain(R, nthreads, nspr);
-  } else {
-    /* never finer than the rule for an unknown cost: a probe slowed by preemption would
-     * otherwise cut a cheap stage into tasks of a row or two */
-    int64_t g = pick_grain(R, nthreads, probe(R, &a0));
-    if (g > grain) grain = g;
-  }
-  /* Variable-length outputs: each task fills arrays of its own, appended in order at the end.
-   * Cut finer than the rule for an unknown cost (four tasks per thread), every task would take
-   * pooled arrays fit to its few cells, and cells of varied sizes (files) would keep outgrowing
-   * and trimming them: an allocation per task in the steady state instead of none. */
-  if (!R->fixed) {
-    int64_t g = pick_grain(R, nthreads, 0);
-    if (g > grain) grain = g;
-  }
+  int64_t coarse = pick_grain(R, nthreads, 0); /* the rule for an unknown cost */
+  int64_t grain = nspr > 0       ? pick_grain(R, nthreads, nspr)
+                  : R->n <= coarse ? coarse /* one task: nothing to probe */
+                                   : pick_grain(R, nthreads, probe(R, &a0));
+  /* Never finer than `coarse` after a probe, which preemption may have slowed (a cheap stage
+   * would be cut into tasks of a row or two), nor for variable-length outputs: each task
+   * fills arrays of its own, appended in order at the end, and cut finer every task would
+   * take pooled arrays fit to its few cells that cells of varied sizes (files) keep
+   * outgrowing and trimming: an allocation per task in the steady state instead of none. */
+  if ((nspr <= 0 || !R->fixed) && grain < coarse) grain = coarse;
   int64_t ntasks = R->n - a0 > grain ? (R->n - a0 + grain - 1) / grain : 1;
   /* parallel call ranges share the run's mutex, made here (a run on one thread has none); set
    * before any task is queued (the queue's mutex publishes it) */

@@ -20,7 +20,8 @@
  *
  * A thread that waits for a group runs only queued tasks that are at least as urgent as the
  * group (priority <= the group's): the group's own tasks and those of older chunks, never
- * the work of later chunks; otherwise it sleeps. Nested splitting (a chunk task that splits
+ * the work of later chunks; otherwise it sleeps. A waiter asked not to help (rill__workers_wait
+ * with help 0) runs only the group's own tasks that no thread has started. Nested splitting (a chunk task that splits
  * a stage into row tasks and waits for them) cannot deadlock: the waiter runs its own queued
  * tasks itself, and a queue without threads runs everything on the waiting thread.
  *
@@ -29,9 +30,11 @@
  * group waiters (asleep on `done_cv`, counted) if one of them may run the task (its priority
  * is not above theirs); other waiters are not needed for progress, since every task a waiter
  * waits for is queued where it may take it, or runs on a thread that will finish it. A
- * group reaching zero pending tasks wakes the waiters only, and only when one of them waits
- * for that group (a consumer waiting for the oldest chunk sleeps on while later chunks end). Every sleeper rechecks its
- * condition under the mutex before sleeping, so no wake-up is lost.
+ * waiter that does not help (an iterating thread whose workers fill the cores) is not counted
+ * there: no submit wakes it. A group reaching zero pending tasks wakes the waiters only, and
+ * only when one of them waits for that group (a consumer waiting for the oldest chunk sleeps
+ * on while later chunks end). Every sleeper rechecks its condition under the mutex before
+ * sleeping, so no wake-up is lost.
  *
  * A waiter of a queue with threads first spins for a moment (WAIT_SPIN_NS, reading a counter
  * that every submit and every finished group advances, without the mutex) before it sleeps:
@@ -363,12 +366,16 @@ void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help) {
       pthread_mutex_unlock(&w->mu);
       spin_while(w, seen);
       pthread_mutex_lock(&w->mu);
-    } else {
+    } else if (help) {
       if (w->waiting++ == 0 || group->prio > w->waiting_prio) w->waiting_prio = group->prio;
       group->waiters++;
       pthread_cond_wait(&w->done_cv, &w->mu);
       group->waiters--;
       w->waiting--;
+    } else { /* takes no submitted task: only the group's end wakes it */
+      group->waiters++;
+      pthread_cond_wait(&w->done_cv, &w->mu);
+      group->waiters--;
     }
   }
   pthread_mutex_unlock(&w->mu);

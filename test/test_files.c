@@ -151,6 +151,18 @@ static void read_all_files(rill_iter_t* it, const int64_t* sizes) {
   cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
 }
 
+/* read_all_files under an allocator that counts blocks of 16 KiB or more: the 32 files of
+ * the chunk (`total` bytes) must take exactly one such block, at least `total` long. */
+static void read_all_files_in_one_block(rill_iter_t* it, const int64_t* sizes, int64_t total, const char* who) {
+  big_blocks_t bb = {.big = 16 << 10};
+  rill_set_allocator(&(rill_allocator_t){big_alloc, rt_sys_free, &bb});
+  read_all_files(it, sizes);
+  rill_set_allocator(NULL);
+  cr_assert_eq(atomic_load(&bb.n), 1, "%s: %lld blocks of 16 KiB or more for the chunk's files", who,
+               (long long)atomic_load(&bb.n));
+  cr_assert_geq(atomic_load(&bb.largest), (size_t)total);
+}
+
 static void write_sized(int i, int64_t size) {
   uint8_t* d = malloc((size_t)size + 1);
   for (int64_t k = 0; k < size; k++) d[k] = (uint8_t)((i + k) & 0xff);
@@ -181,13 +193,7 @@ Test(files, bytes_of_a_call_are_reserved_once, .fini = cleanup) {
   rill_iter_t* it;
   RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &bc, .ncolumns = 1, .threads = RILL_THREADS_NONE}, &it, &err),
         err);
-  big_blocks_t bb = {.big = 16 << 10};
-  rill_set_allocator(&(rill_allocator_t){big_alloc, rt_sys_free, &bb});
-  read_all_files(it, sizes);
-  rill_set_allocator(NULL);
-  cr_assert_eq(atomic_load(&bb.n), 1, "%lld blocks of 16 KiB or more for the chunk's files",
-               (long long)atomic_load(&bb.n));
-  cr_assert_geq(atomic_load(&bb.largest), (size_t)total);
+  read_all_files_in_one_block(it, sizes, total, "file source");
   /* one file grows past its remembered size, another shrinks: read whole all the same */
   sizes[3] = 90000;
   sizes[5] = 10;
@@ -217,13 +223,7 @@ Test(files, bytes_of_a_call_are_reserved_once, .fini = cleanup) {
   cr_assert_geq(rc, 0, "%s", err.message);
   RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = &rc, .ncolumns = 1, .threads = RILL_THREADS_NONE}, &it, &err),
         err);
-  bb = (big_blocks_t){.big = 16 << 10};
-  rill_set_allocator(&(rill_allocator_t){big_alloc, rt_sys_free, &bb});
-  read_all_files(it, sizes);
-  rill_set_allocator(NULL);
-  cr_assert_eq(atomic_load(&bb.n), 1, "rill_file_read: %lld blocks of 16 KiB or more for the chunk's files",
-               (long long)atomic_load(&bb.n));
-  cr_assert_geq(atomic_load(&bb.largest), (size_t)total);
+  read_all_files_in_one_block(it, sizes, total, "rill_file_read");
   rill_iter_free(it);
   rill_df_free(df);
 }
