@@ -195,37 +195,71 @@ int rill__img_memo_init(rill__img_memo_t* m, int64_t files) {
   while (cap < (uint64_t)(files > 0 ? files : 0) + (uint64_t)(files > 0 ? files : 0) / 2 &&
          cap < ((uint64_t)1 << MEMO_MAX_LOG2))
     cap *= 2;
-  m->keys = rill__calloc((size_t)cap, sizeof *m->keys);
-  m->mask = m->keys ? cap - 1 : 0;
-  return m->keys ? RILL_OK : RILL_ENOMEM;
+  *m = (rill__img_memo_t){rill__calloc((size_t)cap, sizeof *m->keys), 0, rill__calloc((size_t)cap, sizeof *m->marks), 0};
+  if (!m->keys || !m->marks) {
+    rill__img_memo_free(m);
+    return RILL_ENOMEM;
+  }
+  m->mask = cap - 1;
+  return RILL_OK;
 }
+
+/* what a slot holds for a file without marks */
+static char no_marks;
+#define NO_MARKS ((rill__jpeg_marks_t*)(void*)&no_marks)
 
 void rill__img_memo_free(rill__img_memo_t* m) {
-  rill__free((void*)m->keys);
-  m->keys = NULL;
-}
-
-int rill__img_memo_has(const rill__img_memo_t* m, uint64_t key) {
-  if (!m->keys) return 0;
-  for (uint64_t i = 0; i < MEMO_PROBES; i++) {
-    uint64_t k = atomic_load_explicit(&m->keys[(key + i) & m->mask], memory_order_relaxed);
-    if (k == key) return 1;
-    if (k == 0) return 0;
-  }
-  return 0;
-}
-
-void rill__img_memo_add(rill__img_memo_t* m, uint64_t key) {
-  if (!m->keys) return;
-  for (uint64_t i = 0; i < MEMO_PROBES; i++) {
-    _Atomic uint64_t* slot = &m->keys[(key + i) & m->mask];
-    uint64_t k = atomic_load_explicit(slot, memory_order_relaxed);
-    if (k == key) return;
-    if (k == 0) {
-      if (atomic_compare_exchange_strong_explicit(slot, &k, key, memory_order_relaxed, memory_order_relaxed)) return;
-      if (k == key) return; /* another thread added the same file */
+  if (m->marks)
+    for (uint64_t i = 0; i <= m->mask; i++) {
+      rill__jpeg_marks_t* k = atomic_load_explicit(&m->marks[i], memory_order_acquire);
+      if (k && k != NO_MARKS) rill__free(k);
     }
+  rill__free((void*)m->keys);
+  rill__free((void*)m->marks);
+  m->keys = NULL;
+  m->marks = NULL;
+  m->mask = 0;
+}
+
+int64_t rill__img_memo_find(const rill__img_memo_t* m, uint64_t key) {
+  if (!m->keys) return -1;
+  for (uint64_t i = 0; i < MEMO_PROBES; i++) {
+    uint64_t slot = (key + i) & m->mask;
+    uint64_t k = atomic_load_explicit(&m->keys[slot], memory_order_relaxed);
+    if (k == key) return (int64_t)slot;
+    if (k == 0) return -1;
   }
+  return -1;
+}
+
+void rill__img_memo_add(rill__img_memo_t* m, uint64_t key, rill__jpeg_marks_t* marks) {
+  int64_t bytes = (int64_t)rill__jpeg_marks_bytes(marks);
+  if (marks && atomic_fetch_add_explicit(&m->marks_bytes, bytes, memory_order_relaxed) + bytes >
+                   RILL__IMG_MARKS_MAX_BYTES) {
+    atomic_fetch_sub_explicit(&m->marks_bytes, bytes, memory_order_relaxed);
+    rill__free(marks);
+    marks = NULL, bytes = 0;
+  }
+  for (uint64_t i = 0; m->keys && i < MEMO_PROBES; i++) {
+    uint64_t slot = (key + i) & m->mask;
+    uint64_t k = atomic_load_explicit(&m->keys[slot], memory_order_relaxed);
+    if (k == 0 && atomic_compare_exchange_strong_explicit(&m->keys[slot], &k, key, memory_order_relaxed,
+                                                          memory_order_relaxed))
+      k = key;
+    if (k != key) continue;
+    rill__jpeg_marks_t* none = NULL;
+    if (atomic_compare_exchange_strong_explicit(&m->marks[slot], &none, marks ? marks : NO_MARKS,
+                                                memory_order_release, memory_order_relaxed))
+      return;
+    break; /* another thread added the same file first */
+  }
+  if (marks) atomic_fetch_sub_explicit(&m->marks_bytes, bytes, memory_order_relaxed);
+  rill__free(marks);
+}
+
+rill__jpeg_marks_t* rill__img_memo_marks(const rill__img_memo_t* m, int64_t slot) {
+  rill__jpeg_marks_t* k = atomic_load_explicit(&m->marks[slot], memory_order_acquire);
+  return k == NO_MARKS ? NULL : k;
 }
 
 /* ---------------------------------------------------------------- rill_image_decode */

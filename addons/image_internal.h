@@ -40,6 +40,13 @@ typedef struct rill__img_request {
                                     region are not read. 0: they are entropy-decoded and the
                                     file is read to its end marker, so that damaged data is
                                     RILL_EFORMAT whatever the region */
+  struct rill__jpeg_marks* marks; /* JPEG, with tail_verified: the entropy marks of these bytes
+                                    (found as needed, see rill__jpeg_seek), so that the rows
+                                    above the region are not entropy-decoded either */
+  struct rill__jpeg_marks** marks_out; /* JPEG, without tail_verified: when not NULL, a new
+                                    set of entropy marks for these bytes is returned here (the
+                                    caller's; NULL for a file that cannot have them), with
+                                    the marks above the region found */
   int padded;                    /* JPEG: the rows may be left wider than the region, as the
                                     decoder writes them (see rill__img_out_t.x and .stride):
                                     no copy of a cropped region; dst must then hold
@@ -78,20 +85,60 @@ static inline size_t rill__img_padded_size(const rill__img_out_t* plan) {
  * (a hash of every byte and the size; never 0), open addressing, lock-free (any thread may
  * look up and add). A file is added only after a decode that read it to its end marker
  * without error, so a damaged file is never in the set and fails in every epoch whatever the
- * region; an intact one skips the rows below later regions. When the table is full a file
+ * region; an intact one skips the rows below later regions, and keeps its entropy marks
+ * (JPEG) so that later regions skip the rows above them too. When the table is full a file
  * is simply not remembered (it is verified again): the results never depend on the table. */
 typedef struct rill__img_memo {
   _Atomic uint64_t* keys;
   uint64_t mask;                 /* capacity - 1 (a power of two) */
+  /* per slot: the file's JPEG entropy marks, or a sentinel for a file without any (NULL
+   * until the file is added); set once, freed with the table */
+  _Atomic(struct rill__jpeg_marks*)* marks;
+  _Atomic int64_t marks_bytes;   /* held by the marks, at most RILL__IMG_MARKS_MAX_BYTES */
 } rill__img_memo_t;
+#define RILL__IMG_MARKS_MAX_BYTES ((int64_t)256 << 20)
 /* The fingerprint of n bytes (never 0). */
 uint64_t rill__img_fingerprint(const void* buf, size_t n);
 /* A table for about `files` files (capacity the next power of two >= 1.5 files, at most
  * 2^22 entries). RILL_ENOMEM when it cannot be allocated. */
 int rill__img_memo_init(rill__img_memo_t* m, int64_t files);
 void rill__img_memo_free(rill__img_memo_t* m);
-int rill__img_memo_has(const rill__img_memo_t* m, uint64_t key);
-void rill__img_memo_add(rill__img_memo_t* m, uint64_t key);
+/* The slot of a verified file, or -1. */
+int64_t rill__img_memo_find(const rill__img_memo_t* m, uint64_t key);
+/* Adds a verified file with its JPEG entropy marks (NULL: none), which the table then owns
+ * (it frees them when the file is already there, the table is full or the marks would pass
+ * RILL__IMG_MARKS_MAX_BYTES). */
+void rill__img_memo_add(rill__img_memo_t* m, uint64_t key, struct rill__jpeg_marks* marks);
+/* The entropy marks kept for the file in `slot`, or NULL. */
+struct rill__jpeg_marks* rill__img_memo_marks(const rill__img_memo_t* m, int64_t slot);
+
+/* ---- JPEG entropy marks (image_jpeg_marks.c; no libjpeg there): where runs of MCU rows
+ * start in the entropy-coded data of a baseline Huffman JPEG with one interleaved scan (or
+ * one component) and no restart intervals, found as seeks need them. */
+typedef struct rill__jpeg_marks rill__jpeg_marks_t;
+/* An empty set of marks for the file in buf (its header read); NULL when the file cannot
+ * have marks (or out of memory). Freed with rill__free; thread-safe once shared. */
+rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n);
+/* Marks found so far (for tests) and the bytes the set holds. */
+int rill__jpeg_marks_known(const rill__jpeg_marks_t* m);
+size_t rill__jpeg_marks_bytes(const rill__jpeg_marks_t* m);
+void rill__jpeg_marks_size(const rill__jpeg_marks_t* m, int* width, int* height, int* channels);
+/* A seek: the stream head[0, head) followed by the file's bytes from `rest` is a JPEG of
+ * `drop` fewer rows: its first MCU row is synthetic, and the rows after it are the
+ * original's from row drop + (rows of an MCU) on, the first of those excepted (its chroma
+ * context above is the synthetic row). */
+typedef struct rill__jpeg_seek {
+  size_t head, rest;
+  int drop;                      /* full-resolution rows */
+} rill__jpeg_seek_t;
+/* Builds the head of a seek to the lowest mark whose rows start above row y of the image
+ * scaled by num/denom, in *head (grown to *cap, rill__alloc'ed). A mark not known yet is
+ * walked to first from the last one known (unless another thread is walking this file's
+ * marks: then the last known mark serves), which checks the rows walked as libjpeg would.
+ * 1: done; 0: no mark serves (none above the row, the walk failed, or the bytes are not the
+ * ones the marks were made for): decode from the start; RILL_ENOMEM. */
+int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int num, int denom,
+                    uint8_t** head, size_t* cap, rill__jpeg_seek_t* out);
 
 /* Reads the header only: format, size, channels. RILL_EFORMAT for data that is no image or a
  * corrupt header, RILL_ENOTSUP for other formats or decoders not built in. */

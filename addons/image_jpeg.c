@@ -25,6 +25,14 @@ typedef struct jpeg_state {
   char message[JMSG_LENGTH_MAX];
   uint8_t* rows;                 /* MAX_ROWS scratch scanlines */
   size_t rows_cap;
+  uint8_t* head;                 /* the head of a seek's stream (rill__jpeg_seek) */
+  size_t head_cap;
+  struct source {                /* the stream: `first`, then `then` (a seek's rest) */
+    struct jpeg_source_mgr pub;
+    const uint8_t* then;
+    size_t then_n;
+    int part;                    /* 0: in `first`; 1: in `then`; 2: past the end */
+  } src;
   int ready;                     /* cinfo was created */
 } jpeg_state_t;
 
@@ -32,6 +40,52 @@ static void state_destroy(void* p) {
   jpeg_state_t* st = p;
   if (st->ready) jpeg_destroy_decompress(&st->cinfo);
   rill__free(st->rows);
+  rill__free(st->head);
+}
+
+/* ---- the source: bytes in memory in one or two parts. Past the end, like jpeg_mem_src, a
+ * premature-end warning (an error here) and an end marker. */
+static void src_init(j_decompress_ptr c) { (void)c; }
+
+static boolean src_fill(j_decompress_ptr c) {
+  struct source* s = (struct source*)c->src;
+  if (s->part == 0 && s->then_n) {
+    s->part = 1;
+    s->pub.next_input_byte = s->then;
+    s->pub.bytes_in_buffer = s->then_n;
+    return TRUE;
+  }
+  static const JOCTET eoi[2] = {0xFF, JPEG_EOI};
+  s->part = 2;
+  WARNMS(c, JWRN_JPEG_EOF);
+  s->pub.next_input_byte = eoi;
+  s->pub.bytes_in_buffer = 2;
+  return TRUE;
+}
+
+static void src_skip(j_decompress_ptr c, long k) {
+  struct source* s = (struct source*)c->src;
+  while (k > 0 && (size_t)k > s->pub.bytes_in_buffer) {
+    k -= (long)s->pub.bytes_in_buffer;
+    s->pub.bytes_in_buffer = 0;
+    int was = s->part;
+    src_fill(c);
+    if (was == 2) return;
+  }
+  if (k > 0) {
+    s->pub.next_input_byte += k;
+    s->pub.bytes_in_buffer -= (size_t)k;
+  }
+}
+
+static void src_term(j_decompress_ptr c) { (void)c; }
+
+static void src_set(jpeg_state_t* st, const uint8_t* first, size_t n, const uint8_t* then, size_t then_n) {
+  st->src.pub = (struct jpeg_source_mgr){first, n, src_init, src_fill, src_skip, jpeg_resync_to_restart, src_term};
+  st->src.then = then;
+  st->src.then_n = then_n;
+  st->src.part = 0;
+  st->cinfo.src = &st->src.pub;
 }
 
 /* one decompressor per thread, from the library's scratch registry */
@@ -141,21 +195,46 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
     jpeg_abort_decompress(c);
     return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG %s (%s)", probe ? "header" : "data", st->message);
   }
-  jpeg_mem_src(c, (const unsigned char*)buf, (unsigned long)n);
-  jpeg_read_header(c, TRUE);
-
-  rill__img_info_t info = {RILL__IMG_JPEG, (int)c->image_width, (int)c->image_height,
-                           stored_channels(c)};
-  if (probe) {
-    *probe = info;
-    jpeg_abort_decompress(c);
-    return RILL_OK;
-  }
+  rill__img_info_t info;
   rill__img_geom_t g;
-  int rc = rill__img_geometry(&info, req, &g, err);
-  if (rc < 0) {
-    jpeg_abort_decompress(c);
-    return rc;
+  int rc, seek = 0, drop = 0; /* drop: rows (scaled) of the image above the stream read */
+  rill__jpeg_seek_t sk;
+  rill__jpeg_marks_t* marks = probe ? NULL : req->tail_verified ? req->marks : NULL;
+  if (!probe && !req->tail_verified && req->marks_out) marks = *req->marks_out = rill__jpeg_marks_new(buf, n);
+  if (marks && req->w && req->h && req->y > 0) {
+    /* start at the last entropy mark above the region (walking to it if it is not known
+     * yet: the walk reads those rows in place of libjpeg, and checks them as strictly) */
+    info.format = RILL__IMG_JPEG;
+    rill__jpeg_marks_size(marks, &info.width, &info.height, &info.channels);
+    if ((rc = rill__img_geometry(&info, req, &g, err)) < 0) return rc;
+    rc = rill__jpeg_seek(marks, buf, n, g.y, g.num, g.denom, &st->head, &st->head_cap, &sk);
+    if (rc < 0) return rill_error_set(err, rc, "out of memory (JPEG seek)");
+    if (rc == 1) {
+      seek = 1;
+      drop = (int)((int64_t)sk.drop * g.num / g.denom);
+      src_set(st, st->head, sk.head, (const uint8_t*)buf + sk.rest, n - sk.rest);
+    }
+  }
+  if (!seek) src_set(st, buf, n, NULL, 0);
+  jpeg_read_header(c, TRUE);
+  if (seek) {
+    if ((int)c->image_width != info.width || (int)c->image_height != info.height - sk.drop ||
+        c->num_components != info.channels || c->progressive_mode) {
+      jpeg_abort_decompress(c);
+      return rill_error_set(err, RILL_EFORMAT, "JPEG seek produced a %ux%u image, expected %dx%d", c->image_width,
+                            c->image_height, info.width, info.height - sk.drop);
+    }
+  } else {
+    info = (rill__img_info_t){RILL__IMG_JPEG, (int)c->image_width, (int)c->image_height, stored_channels(c)};
+    if (probe) {
+      *probe = info;
+      jpeg_abort_decompress(c);
+      return RILL_OK;
+    }
+    if ((rc = rill__img_geometry(&info, req, &g, err)) < 0) {
+      jpeg_abort_decompress(c);
+      return rc;
+    }
   }
   /* A progressive file is decoded into whole-image coefficient buffers allocated (and
    * zeroed) before any data is read. Each block costs at least one Huffman-coded bit per
@@ -195,10 +274,10 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
   c->scale_num = (unsigned)g.num;
   c->scale_denom = (unsigned)g.denom;
   jpeg_start_decompress(c);
-  if ((int)c->output_width != g.sw || (int)c->output_height != g.sh) {
+  if ((int)c->output_width != g.sw || (int)c->output_height != g.sh - drop) {
     jpeg_abort_decompress(c);
     return rill_error_set(err, RILL_EFORMAT, "JPEG decoder produced %ux%u pixels, expected %dx%d",
-                          c->output_width, c->output_height, g.sw, g.sh);
+                          c->output_width, c->output_height, g.sw, g.sh - drop);
   }
 
   /* Crop: libjpeg moves the left edge down to an iMCU boundary; copy out the exact columns.
@@ -223,7 +302,7 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
     colskip = g.x - (int)xoff;
     cw = (int)width;
   }
-  if (g.y > 0 && jpeg_skip_scanlines(c, (JDIMENSION)g.y) != (JDIMENSION)g.y) {
+  if (g.y > drop && jpeg_skip_scanlines(c, (JDIMENSION)(g.y - drop)) != (JDIMENSION)(g.y - drop)) {
     jpeg_abort_decompress(c);
     return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (could not skip %d rows)", g.y);
   }
@@ -270,8 +349,9 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
    * (the same file in every epoch): they are entropy-decoded without the inverse DCT
    * (jpeg_skip_scanlines), the last one is decoded, and finishing reads to the end marker.
    * Progressive files were read whole by jpeg_start_decompress. Bytes already verified to
-   * their end (req->tail_verified) cannot fail there: the decoder stops after the region. */
-  if (req->tail_verified && c->output_scanline < c->output_height) {
+   * their end (req->tail_verified) cannot fail there: the decoder stops after the region
+   * (and does not look for the end marker again: the first check of the file decided). */
+  if (req->tail_verified) {
     jpeg_abort_decompress(c);
     if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom, g.num, xoff, (int64_t)stride};
     return RILL_OK;

@@ -145,20 +145,30 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
   }
   op->cls->pick(op, rng, info.width, info.height, &req);
   /* A JPEG region above the last row leaves rows that only the damage check reads: once
-   * these bytes have been read to their end without error, later regions skip them. */
+   * these bytes have been read to their end without error, later regions skip them. A
+   * region below the first row starts at the entropy mark above it (the file's marks are
+   * made on its first visit and found as its regions need them, then kept here) instead of
+   * entropy-decoding the rows above it. */
   uint64_t key = 0;
-  if (info.format == RILL__IMG_JPEG && req.w && req.h && req.y + req.h < info.height && op->verified.keys) {
+  rill__jpeg_marks_t* marks = NULL;
+  if (info.format == RILL__IMG_JPEG && req.w && req.h && (req.y > 0 || req.y + req.h < info.height) &&
+      op->verified.keys) {
     key = rill__img_fingerprint(buf, (size_t)nb);
-    req.tail_verified = rill__img_memo_has(&op->verified, key);
+    int64_t slot = rill__img_memo_find(&op->verified, key);
+    req.tail_verified = slot >= 0;
+    if (slot >= 0) req.marks = rill__img_memo_marks(&op->verified, slot);
+    else req.marks_out = &marks;
   }
   rill__img_out_t plan;
   if ((rc = rill__img_plan(&info, &req, &plan, e)) < 0) return cell_fail(err, i, op, paths, rc, e->message);
   size_t need = rill__img_padded_size(&plan);
   if (!rill__img_grow(&s->img, &s->img_cap, need ? need : 1)) return cell_fail(err, i, op, paths, RILL_ENOMEM, "out of memory");
   rill__img_out_t got;
-  if ((rc = rill__img_decode(buf, (size_t)nb, &req, s->img, s->img_cap, &got, e)) < 0)
+  if ((rc = rill__img_decode(buf, (size_t)nb, &req, s->img, s->img_cap, &got, e)) < 0) {
+    rill__free(marks);
     return cell_fail(err, i, op, paths, rc, e->message);
-  if (key && !req.tail_verified) rill__img_memo_add((rill__img_memo_t*)&op->verified, key);
+  }
+  if (key && !req.tail_verified) rill__img_memo_add((rill__img_memo_t*)&op->verified, key, marks);
   int64_t stride = got.stride ? got.stride : (int64_t)got.w * got.channels;
   if (got.channels != op->C || got.w <= 0 || got.h <= 0 || got.x < 0 ||
       stride < (int64_t)(got.x + got.w) * got.channels || (size_t)stride * (size_t)got.h > s->img_cap)

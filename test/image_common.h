@@ -34,6 +34,7 @@ typedef struct jpeg_spec {
   J_COLOR_SPACE in;          /* JCS_RGB, JCS_GRAYSCALE, JCS_CMYK */
   J_COLOR_SPACE store;       /* colorspace in the file (0 = libjpeg's default) */
   int quality, hs, vs, progressive; /* 0: quality 95, 1x1 luma sampling, baseline */
+  int restart_rows;          /* a restart marker every this many MCU rows (0: none) */
 } jpeg_spec_t;
 
 static inline buf_t enc_jpeg(const uint8_t* px, int w, int h, jpeg_spec_t s) {
@@ -57,6 +58,7 @@ static inline buf_t enc_jpeg(const uint8_t* px, int w, int h, jpeg_spec_t s) {
     c.comp_info[0].v_samp_factor = s.vs ? s.vs : 1;
   }
   if (s.progressive) jpeg_simple_progression(&c);
+  c.restart_in_rows = s.restart_rows;
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
     JSAMPROW row = (JSAMPROW)(px + (size_t)c.next_scanline * w * comps);

@@ -8,6 +8,7 @@
 
 #include "image_common.h"
 #include "image_internal.h"
+#include "internal.h" /* rill__free */
 
 #if RILL_HAVE_JPEG && RILL_HAVE_PNG
 #include <zlib.h>
@@ -898,6 +899,190 @@ Test(robustness, mutated_jpeg_and_png) {
   mutate_all(&b, 600, 2);
   mutate_all(&c, 600, 3);
   free(a.p), free(b.p), free(c.p), free(px);
+}
+
+/* ---------------------------------------------------------------- JPEG entropy marks */
+
+/* A photo-like test image: smooth shapes, edges and noise, so that the entropy-coded data has
+ * coefficients of every size and the MCU rows start at every bit of a byte. */
+static uint8_t* textured_pixels(int w, int h, int ch, unsigned seed) {
+  uint8_t* p = malloc((size_t)w * h * ch);
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++)
+      for (int c = 0; c < ch; c++) {
+        seed = seed * 1103515245u + 12345u;
+        int v = pattern(x, y, c) + (int)((seed >> 16) % 41) - 20 + ((x / 23 + y / 17) % 3 == 0 ? 60 : 0);
+        p[((size_t)y * w + x) * ch + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+      }
+  return p;
+}
+
+/* A region decoded from the file's start (rows above it entropy-decoded by libjpeg) */
+static uint8_t* plain_region(const buf_t* b, rill__img_request_t rq, rill__img_out_t* o) {
+  rq.marks = NULL, rq.marks_out = NULL, rq.tail_verified = 1;
+  return decode_ok(b, rq, o);
+}
+
+static size_t out_bytes(const rill__img_out_t* o) { return (size_t)o->w * (size_t)o->h * (size_t)o->channels; }
+
+/* Seeks to a mark and the walks to the marks give the pixels of a decode from the start,
+ * for every sampling, size, scale, channel count and region; in the first epoch (marks made
+ * by the decode that checks the file) and in later ones (marks kept). */
+Test(jpeg_marks, seek_decodes_the_same_pixels) {
+  struct {
+    int w, h, gray, hs, vs, q;
+  } cases[] = {{173, 131, 0, 1, 1, 95}, {173, 131, 0, 2, 2, 75}, {301, 263, 0, 2, 1, 90}, {96, 300, 0, 1, 2, 85},
+               {200, 150, 1, 0, 0, 100}, {500, 375, 0, 2, 2, 92}, {257, 513, 0, 2, 2, 60}, {64, 64, 0, 2, 2, 100}};
+  unsigned rng = 7;
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int W = cases[k].w, H = cases[k].h, ch = cases[k].gray ? 1 : 3;
+    uint8_t* px = textured_pixels(W, H, ch, (unsigned)k + 1);
+    buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = ch == 1 ? JCS_GRAYSCALE : JCS_RGB, .quality = cases[k].q,
+                                               .hs = cases[k].hs, .vs = cases[k].vs});
+    rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, b.n);
+    cr_assert_not_null(m, "case %zu: no marks for a baseline file", k);
+    cr_assert_eq(rill__jpeg_marks_known(m), 0, "marks are found only as seeks need them");
+    int seeks = 0;
+    for (int r = 0; r < 40; r++) {
+      rng = rng * 1103515245u + 12345u;
+      rill__img_request_t rq = {.channels = (r % 5 == 4) ? 1 : 3};
+      rq.h = 1 + (int)((rng >> 8) % (unsigned)H), rq.w = 1 + (int)((rng >> 4) % (unsigned)W);
+      rq.y = (int)((rng >> 12) % (unsigned)(H - rq.h + 1)), rq.x = (int)((rng >> 3) % (unsigned)(W - rq.w + 1));
+      if (r % 3 == 1) rq.min_w = rq.w / 3 + 1, rq.min_h = rq.h / 3 + 1;
+      if (r % 6 == 2) rq.min_w = rq.w / 5 + 1, rq.min_h = rq.h / 7 + 1, rq.scales = RILL__IMG_SCALES_ALL;
+      rill__img_out_t o1, o2, o3;
+      uint8_t* want = plain_region(&b, rq, &o1);
+      /* later epochs: the file verified, the marks kept from earlier regions */
+      rill__img_request_t later = rq;
+      later.tail_verified = 1, later.marks = m;
+      uint8_t* got = decode_ok(&b, later, &o2);
+      cr_assert(o1.w == o2.w && o1.h == o2.h && memcmp(want, got, out_bytes(&o1)) == 0,
+                "case %zu region (%d,%d) %dx%d at %d/%d: the seek's pixels differ", k, rq.x, rq.y, rq.w, rq.h,
+                o1.scale_num, o1.scale_denom);
+      /* the first epoch: new marks, the file checked to its end */
+      rill__jpeg_marks_t* fresh = NULL;
+      rill__img_request_t first = rq;
+      first.marks_out = &fresh;
+      uint8_t* got0 = decode_ok(&b, first, &o3);
+      cr_assert_not_null(fresh);
+      cr_assert(memcmp(want, got0, out_bytes(&o1)) == 0, "case %zu region (%d,%d) %dx%d: first-epoch seek differs", k,
+                rq.x, rq.y, rq.w, rq.h);
+      /* did the decode start at a mark? (the same choice rill__jpeg_seek makes) */
+      uint8_t* head = NULL;
+      size_t cap = 0;
+      rill__jpeg_seek_t sk;
+      rill__img_info_t info = {RILL__IMG_JPEG, W, H, ch};
+      rill__img_geom_t g;
+      RT_OK(rill__img_geometry(&info, &rq, &g, &(rill_error_t){0}), (rill_error_t){0});
+      if (rq.y > 0 && rill__jpeg_seek(m, b.p, b.n, g.y, g.num, g.denom, &head, &cap, &sk) == 1) {
+        seeks++;
+        cr_assert_gt(sk.head, 0);
+        cr_assert(sk.rest > 0 && sk.rest <= b.n);
+        cr_assert_eq(sk.drop % 8, 0, "whole MCU rows are dropped");
+      }
+      rill__free(head);
+      rill__free(fresh);
+      free(want), free(got), free(got0);
+    }
+    cr_assert_gt(seeks, 8, "case %zu: only %d of 40 regions started at a mark", k, seeks);
+    cr_assert_gt(rill__jpeg_marks_known(m), 0);
+    rill__free(m);
+    free(b.p), free(px);
+  }
+}
+
+/* Marks are walked to as regions need them, never past the one a region needs. */
+Test(jpeg_marks, found_as_needed) {
+  int W = 500, H = 375; /* 4:2:0: 24 MCU rows of 16 rows, a mark every 2 MCU rows (32 rows) */
+  uint8_t* px = textured_pixels(W, H, 3, 3);
+  buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2});
+  rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, b.n);
+  cr_assert_not_null(m);
+  struct {
+    int y, known;
+  } steps[] = {{10, 0}, {32, 0}, {33, 1}, {100, 3}, {50, 3}, {300, 9}, {374, 11}, {0, 11}, {200, 11}};
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    rill__img_request_t rq = {.channels = 3, .x = 17, .y = steps[i].y, .w = 100, .h = 1};
+    rill__img_out_t o1, o2;
+    uint8_t* want = plain_region(&b, rq, &o1);
+    rq.tail_verified = 1, rq.marks = m;
+    uint8_t* got = decode_ok(&b, rq, &o2);
+    cr_assert(memcmp(want, got, out_bytes(&o1)) == 0, "row %d differs", steps[i].y);
+    cr_assert_eq(rill__jpeg_marks_known(m), steps[i].known, "after a region at row %d: %d marks known, expected %d",
+                 steps[i].y, rill__jpeg_marks_known(m), steps[i].known);
+    free(want), free(got);
+  }
+  rill__free(m);
+  free(b.p), free(px);
+}
+
+/* Files the walk cannot follow as libjpeg does have no marks and decode as before. */
+Test(jpeg_marks, files_without_marks) {
+  int W = 120, H = 90;
+  uint8_t* px = textured_pixels(W, H, 3, 5);
+  uint8_t* cmyk = malloc((size_t)W * H * 4);
+  for (int i = 0; i < W * H; i++) memcpy(cmyk + i * 4, px + i * 3, 3), cmyk[i * 4 + 3] = 90;
+  buf_t files[] = {
+      enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .progressive = 1}),
+      enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2, .restart_rows = 1}),
+      enc_jpeg(px, W, 8, (jpeg_spec_t){.in = JCS_RGB}), /* one MCU row: nothing above a row */
+      enc_jpeg(cmyk, W, H, (jpeg_spec_t){.in = JCS_CMYK}),
+  };
+  const char* what[] = {"progressive", "restart intervals", "one MCU row", "CMYK"};
+  for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+    cr_assert_null(rill__jpeg_marks_new(files[k].p, files[k].n), "%s: marks", what[k]);
+    int h = k == 2 ? 8 : H;
+    rill__img_request_t rq = {.channels = 3, .x = 10, .y = h / 2, .w = 50, .h = h / 2};
+    rill__jpeg_marks_t* out = (rill__jpeg_marks_t*)&rq; /* overwritten with NULL */
+    rq.marks_out = &out;
+    rill__img_out_t o;
+    free(decode_ok(&files[k], rq, &o));
+    cr_assert_null(out, "%s: marks returned", what[k]);
+    free(files[k].p);
+  }
+  /* not JPEG data, or a header cut short */
+  cr_assert_null(rill__jpeg_marks_new("\xff\xd8\xff\xe0", 4));
+  cr_assert_null(rill__jpeg_marks_new("GIF89a..", 8));
+  buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB});
+  for (size_t cut = 0; cut < 300 && cut < b.n; cut += 7) {
+    rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, cut);
+    cr_assert_null(m, "a file cut at byte %zu has marks", cut);
+  }
+  free(b.p), free(px), free(cmyk);
+}
+
+/* A damaged file fails in the first epoch whatever the region, with marks as without: damage
+ * above the region (where the walk reads instead of libjpeg) and below it. */
+Test(jpeg_marks, damage_fails_whatever_the_region) {
+  int W = 256, H = 256;
+  uint8_t* px = textured_pixels(W, H, 3, 9);
+  buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2});
+  size_t sos = 0;
+  for (size_t i = 2; i + 1 < b.n && !sos; i++)
+    if (b.p[i] == 0xff && b.p[i + 1] == 0xda) sos = i + 2 + ((size_t)b.p[i + 2] << 8 | b.p[i + 3]);
+  cr_assert_gt(sos, 0);
+  double where[] = {0.1, 0.8}; /* into the top rows; into the bottom rows */
+  for (int d = 0; d < 2; d++) {
+    size_t at = sos + (size_t)((double)(b.n - 2 - sos) * where[d]);
+    buf_t bad = {malloc(b.n + 64), b.n + 64};
+    memcpy(bad.p, b.p, at);
+    memset(bad.p + at, 0x3c, 64); /* junk bits: the entropy decoding goes astray from here */
+    memcpy(bad.p + at + 64, b.p + at, b.n - at);
+    rill__img_request_t rq = {.channels = 3, .x = 30, .y = 120, .w = 100, .h = 40};
+    for (int marks = 0; marks < 2; marks++) {
+      rill__jpeg_marks_t* out = NULL;
+      rq.marks_out = marks ? &out : NULL;
+      rill_error_t err = {0};
+      int rc;
+      rill__img_out_t o;
+      cr_assert_null(decode(&bad, rq, &o, &err, &rc), "damage at %.0f%% decoded (marks %d)", where[d] * 100, marks);
+      cr_assert_eq(rc, RILL_EFORMAT, "damage at %.0f%%: %d %s", where[d] * 100, rc, err.message);
+      cr_assert(strstr(err.message, "orrupt JPEG data"), "%s", err.message);
+      rill__free(out);
+    }
+    free(bad.p);
+  }
+  free(b.p), free(px);
 }
 
 /* ---------------------------------------------------------------- real images */

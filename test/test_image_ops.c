@@ -837,6 +837,86 @@ Test(image_ops, fused_jpeg_crop_matches_decode_then_crop) {
 #endif
 }
 
+#if RILL_HAVE_JPEG
+/* All the crops of one epoch of an RRC pipeline over `files`, on `threads` workers. */
+static uint8_t* epoch_crops(rill_df_t* df, int col, int epoch, int threads, size_t each, int64_t rows) {
+  rill_error_t err = {0};
+  rill_iter_t* it = NULL;
+  rill_row_t row;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.seed = 3, .threads = threads, .prefetch = 2}, &it, &err), err);
+  RT_OK(rill_iter_set_epoch(it, epoch), err);
+  uint8_t* out = malloc(each * (size_t)rows);
+  int64_t n = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    cr_assert_lt(n, rows);
+    memcpy(out + each * (size_t)n++, rill_row_get(&row, col)->data, each);
+  }
+  cr_assert_eq(err.code, RILL_OK, "%s", err.message);
+  cr_assert_eq(n, rows);
+  rill_iter_free(it);
+  return out;
+}
+#endif
+
+/* The fused crop keeps each file's entropy marks across the epochs of an iterator (later
+ * crops start at the mark above them instead of decoding the rows above): every epoch's crops
+ * equal those of a new pipeline, whose operator has seen no file yet. */
+Test(image_ops, fused_jpeg_crops_equal_with_marks_kept_across_epochs) {
+#if !RILL_HAVE_JPEG
+  cr_skip_test("built without libjpeg");
+#else
+  rill_error_t err = {0};
+  enum { N = 9 };
+  int sizes[3][4] = {{300, 200, 2, 2}, {257, 311, 2, 1}, {200, 150, 1, 1}};
+  buf_t enc[N];
+  const void* bufs[N];
+  int64_t lens[N];
+  for (int i = 0; i < N; i++) {
+    int W = sizes[i % 3][0], H = sizes[i % 3][1];
+    uint8_t* px = malloc((size_t)W * H * 3);
+    gradient(px, H, W, 3);
+    unsigned seed = (unsigned)i + 1;
+    for (size_t k = 0; k < (size_t)W * H * 3; k++) { /* texture: coefficients of every size */
+      seed = seed * 1103515245u + 12345u;
+      px[k] = (uint8_t)(px[k] / 2 + (seed >> 17) % 128);
+    }
+    enc[i] = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = sizes[i % 3][2], .vs = sizes[i % 3][3]});
+    bufs[i] = enc[i].p, lens[i] = (int64_t)enc[i].n;
+    free(px);
+  }
+  rill_array_t* bin = binary_array(N, bufs, lens, RILL_BINARY);
+  rill_rrc_opts_t o = {.size = {40, 32}, .scale = {0.1, 0.6}};
+  size_t each = 40 * 32 * 3;
+  rill_df_t* kept = df_of("bytes", bin);
+  int col = rill_image_random_resized_crop(kept, "crop", 0, &o, &err);
+  cr_assert_geq(col, 0, "%s", err.message);
+  rill_iter_t* it = NULL;
+  rill_row_t row;
+  RT_OK(rill_iter_new(kept, &(rill_iter_opts_t){.seed = 3, .threads = 2, .prefetch = 2}, &it, &err), err);
+  for (int e = 0; e < 5; e++) {
+    if (e) RT_OK(rill_iter_set_epoch(it, e), err);
+    uint8_t* got = malloc(each * N);
+    for (int i = 0; i < N; i++) {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      memcpy(got + each * (size_t)i, rill_row_get(&row, col)->data, each);
+    }
+    cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+    rill_df_t* fresh = df_of("bytes", bin);
+    cr_assert_eq(rill_image_random_resized_crop(fresh, "crop", 0, &o, &err), col);
+    uint8_t* want = epoch_crops(fresh, col, e, RILL_THREADS_NONE, each, N);
+    for (int i = 0; i < N; i++)
+      cr_assert(memcmp(got + each * (size_t)i, want + each * (size_t)i, each) == 0,
+                "epoch %d row %d: the crop differs from a new pipeline's", e, i);
+    free(got), free(want);
+    rill_df_free(fresh);
+  }
+  rill_iter_free(it);
+  rill_df_free(kept);
+  rill_array_release(bin);
+  for (int i = 0; i < N; i++) free(enc[i].p);
+#endif
+}
+
 Test(image_ops, fused_png_crop_is_exact) {
 #if !RILL_HAVE_PNG
   cr_skip_test("built without libpng");

@@ -1,12 +1,54 @@
 /* libFuzzer target for the image decoders: probe, plan and decode arbitrary bytes as JPEG or
- * PNG, whole and as a region (packed and padded), with every output channel count. Any crash,
- * leak or sanitizer report is a bug; errors are expected. */
+ * PNG, whole and as a region (packed and padded), with every output channel count; and JPEG
+ * regions through the entropy marks (made by the decode that checks the file, then kept),
+ * which must give the outcome and the pixels of a decode from the file's start. Any crash,
+ * leak, sanitizer report or abort() is a bug; errors are expected. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "image_internal.h"
+#include "internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+/* A region of the lower half decoded from the file's start, then the first-epoch way (marks
+ * made, the rows above walked), then with the marks kept at several rows. */
+static void marks_case(const uint8_t* data, size_t size, const rill__img_info_t* info) {
+  rill_error_t err;
+  rill__img_request_t req = {.channels = 3, .max_pixels = 1 << 22, .x = info->width / 4, .y = info->height / 2,
+                             .w = info->width / 2, .h = info->height - info->height / 2};
+  rill__img_out_t plan, out;
+  if (rill__img_plan(info, &req, &plan, &err) != RILL_OK) return;
+  size_t bytes = (size_t)plan.w * (size_t)plan.h * 3;
+  uint8_t *a = malloc(bytes ? bytes : 1), *b = malloc(bytes ? bytes : 1);
+  if (!a || !b) abort();
+  int ra = rill__img_decode(data, size, &req, a, bytes, &out, &err);
+  rill__jpeg_marks_t* m = NULL;
+  req.marks_out = &m;
+  int rb = rill__img_decode(data, size, &req, b, bytes, &out, &err);
+  /* The same outcome: a damaged file never passes for having marks. The one exception is
+   * libjpeg's own: a few junk bytes before the end marker are seen or not depending on how
+   * far its bit reader had read ahead, which differs between the two streams. */
+  if ((ra == RILL_OK) != (rb == RILL_OK) && !strstr(err.message, "extraneous bytes")) abort();
+  if (ra == RILL_OK && rb == RILL_OK && memcmp(a, b, bytes) != 0) abort();
+  if (ra == RILL_OK && rb == RILL_OK && m) {
+    req.marks_out = NULL;
+    for (int k = 1; k <= 3; k++) { /* the file is verified: regions with the marks kept */
+      req.y = info->height * k / 4, req.h = info->height - req.y;
+      if (rill__img_plan(info, &req, &plan, &err) != RILL_OK) continue;
+      size_t n = (size_t)plan.w * (size_t)plan.h * 3;
+      if (n > bytes) continue;
+      req.tail_verified = 1, req.marks = NULL;
+      int r1 = rill__img_decode(data, size, &req, a, bytes, &out, &err);
+      req.marks = m;
+      int r2 = rill__img_decode(data, size, &req, b, bytes, &out, &err);
+      if (r1 != r2 || (r1 == RILL_OK && memcmp(a, b, n) != 0)) abort();
+    }
+  }
+  rill__free(m);
+  free(a), free(b);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rill_error_t err;
@@ -38,5 +80,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     free(dst);
   }
+  if (info.format == RILL__IMG_JPEG && info.width > 2 && info.height > 2 &&
+      (int64_t)info.width * info.height <= (1 << 22))
+    marks_case(data, size, &info);
   return 0;
 }

@@ -1,0 +1,593 @@
+/* Entropy marks of baseline JPEG files: where runs of MCU rows start in the Huffman-coded
+ * data (the byte, the bit in it and the DC predictions of the components there); and the
+ * seek that uses them. A sequential JPEG without restart markers can only be entropy-decoded
+ * from its first MCU, so a region in the lower rows of an image costs the Huffman decoding of
+ * every row above it, in every epoch. With a mark above the region the decoder is given a
+ * stream of its own instead: the file's tables and frame header (its height reduced), one
+ * synthetic MCU row whose blocks set the DC predictions of the mark and end on the bit where
+ * the mark starts, then the file's own bytes from the mark on (not copied). libjpeg decodes
+ * that stream to exactly the rows of the original from the mark down, the first one excepted
+ * (its chroma context above is the synthetic row).
+ *
+ * The marks are found as they are needed: a seek below the last mark known walks the rows
+ * from there to the mark it wants, recording the marks it passes. That walk costs what
+ * libjpeg's skipping of those rows would have cost, so no decode pays more than before, and
+ * once a file's upper rows have been walked its regions start at their marks.
+ *
+ * Nothing here calls libjpeg: image_jpeg.c feeds the stream to it. A file the walk cannot
+ * follow exactly as libjpeg does (progressive or arithmetic coding, restart intervals, more
+ * than one scan, 12-bit samples, damaged or unusual data) gets no marks and is decoded as
+ * before. */
+#include <limits.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "addon.h"
+#include "image_internal.h"
+
+#define MARKS_MAX 16   /* marks per file: 12 B each */
+#define LOOK 10        /* Huffman codes up to this length decode by one table lookup */
+
+struct rill__jpeg_marks {
+  int32_t width, height;
+  uint16_t mcu_rows;
+  uint16_t step;      /* MCU rows from one mark to the next: mark k is at MCU row (k + 1) * step */
+  uint16_t count;
+  uint8_t ncomp;      /* components of the frame and of its one scan (1 or 3) */
+  uint8_t mcu_h;      /* image rows per MCU row (8 x the largest vertical sampling factor) */
+  _Atomic int known;  /* marks found: mark[0, known) (written before `known` is raised) */
+  _Atomic int busy;   /* a thread is walking to more marks */
+  _Atomic int stuck;  /* a walk failed: no more marks */
+  struct {
+    uint32_t at;      /* byte << 3 | bits of that byte the row before used; UINT32_MAX: unusable */
+    int16_t dc[3];    /* DC predictions of the scan's components at the row's first MCU */
+  } mark[];
+};
+
+/* ---------------------------------------------------------------- headers and tables */
+
+typedef struct htab {
+  int present;
+  uint8_t bits[17];          /* codes of each length 1..16 */
+  uint8_t vals[256];
+  int nvals;
+  /* decoding (derived on demand) */
+  int32_t maxcode[18], valoff[17];
+  uint16_t look[1 << LOOK];  /* len << 8 | symbol; 0: a longer code (or none) */
+  uint16_t skip[1 << LOOK];  /* AC: a code and its value bits within LOOK bits, as the pass
+                                uses them: bits to drop | coefficients passed << 5 | SKIP_END
+                                (the block ends); 0: decode the symbol */
+  /* encoding */
+  uint16_t code[256];
+  uint8_t len[256];          /* 0: the symbol has no code */
+} htab_t;
+
+typedef struct jhead {
+  int width, height, nf, hmax, vmax;
+  int comp_id[3], comp_h[3], comp_v[3];
+  int ns, scan_comp[3], td[3], ta[3]; /* scan order: frame component, DC and AC table */
+  int dri;
+  size_t data;                        /* first byte of the entropy-coded data */
+  htab_t dc[4], ac[4];
+} jhead_t;
+
+static unsigned be16(const uint8_t* p) { return (unsigned)p[0] << 8 | p[1]; }
+
+/* Canonical codes of a table (JPEG Annex C); 0 when the lengths are over-subscribed. */
+static int derive_codes(htab_t* t) {
+  memset(t->len, 0, sizeof t->len);
+  unsigned code = 0;
+  int k = 0;
+  for (int l = 1; l <= 16; l++) {
+    for (int i = 0; i < t->bits[l]; i++, k++) {
+      t->code[t->vals[k]] = (uint16_t)code++;
+      t->len[t->vals[k]] = (uint8_t)l;
+    }
+    if (code > (1u << l)) return 0;
+    code <<= 1;
+  }
+  return 1;
+}
+
+#define SKIP_END 0x8000
+
+static void derive_decode(htab_t* t) {
+  memset(t->look, 0, sizeof t->look);
+  memset(t->skip, 0, sizeof t->skip);
+  int32_t code = 0;
+  int k = 0;
+  for (int l = 1; l <= 16; l++) {
+    if (t->bits[l]) {
+      t->valoff[l] = k - code;
+      for (int i = 0; i < t->bits[l]; i++, k++, code++)
+        if (l <= LOOK) {
+          int span = 1 << (LOOK - l);
+          for (int j = 0; j < span; j++) t->look[(code << (LOOK - l)) | j] = (uint16_t)(l << 8 | t->vals[k]);
+          int r = t->vals[k] >> 4, s = t->vals[k] & 15;
+          if (l + s <= LOOK) {
+            uint16_t e = (uint16_t)(l + s) | (uint16_t)((s ? r + 1 : 16) << 5) | (s == 0 && r != 15 ? SKIP_END : 0);
+            for (int j = 0; j < span; j++) t->skip[(code << (LOOK - l)) | j] = e;
+          }
+        }
+      t->maxcode[l] = code - 1;
+    } else {
+      t->maxcode[l] = -1;
+    }
+    code <<= 1;
+  }
+  t->maxcode[17] = INT32_MAX;
+}
+
+/* Reads the segments up to the first scan header. 0: not a file the marks can follow. */
+static int parse_head(const uint8_t* p, size_t n, jhead_t* h) {
+  memset(h, 0, offsetof(jhead_t, dc));
+  for (int i = 0; i < 4; i++) h->dc[i].present = h->ac[i].present = 0;
+  if (n < 4 || p[0] != 0xFF || p[1] != 0xD8) return 0;
+  size_t i = 2;
+  int sof = 0;
+  for (;;) {
+    if (i + 4 > n || p[i] != 0xFF) return 0;
+    while (i + 4 <= n && p[i + 1] == 0xFF) i++; /* fill bytes */
+    if (i + 4 > n) return 0;
+    int m = p[i + 1];
+    size_t len = be16(p + i + 2);
+    if (len < 2 || i + 2 + len > n) return 0;
+    const uint8_t* s = p + i + 4;
+    size_t sl = len - 2;
+    if (m == 0xC0 || m == 0xC1) {
+      if (sof || sl < 6 || s[0] != 8) return 0;
+      h->height = (int)be16(s + 1), h->width = (int)be16(s + 3), h->nf = s[5];
+      if (h->height < 1 || h->width < 1 || (h->nf != 1 && h->nf != 3) || sl != 6 + 3 * (size_t)h->nf) return 0;
+      for (int c = 0; c < h->nf; c++) {
+        h->comp_id[c] = s[6 + 3 * c];
+        h->comp_h[c] = s[7 + 3 * c] >> 4, h->comp_v[c] = s[7 + 3 * c] & 15;
+        if (h->comp_h[c] < 1 || h->comp_h[c] > 4 || h->comp_v[c] < 1 || h->comp_v[c] > 4) return 0;
+        if (h->comp_h[c] > h->hmax) h->hmax = h->comp_h[c];
+        if (h->comp_v[c] > h->vmax) h->vmax = h->comp_v[c];
+      }
+      /* one component: libjpeg's MCU is one block whatever the factors; keep to 1x1 */
+      if (h->nf == 1 && (h->hmax != 1 || h->vmax != 1)) return 0;
+      int blocks = 0;
+      for (int c = 0; c < h->nf; c++) blocks += h->comp_h[c] * h->comp_v[c];
+      if (blocks > 10) return 0; /* the standard's limit of blocks per MCU (libjpeg's too) */
+      sof = 1;
+    } else if (m >= 0xC2 && m <= 0xCF && m != 0xC4) {
+      return 0; /* progressive, lossless, arithmetic coding */
+    } else if (m == 0xC4) {
+      size_t k = 0;
+      while (k < sl) {
+        if (k + 17 > sl) return 0;
+        int cls = s[k] >> 4, id = s[k] & 15;
+        if (cls > 1 || id > 3) return 0;
+        htab_t* t = cls ? &h->ac[id] : &h->dc[id];
+        int total = 0;
+        t->bits[0] = 0;
+        for (int l = 1; l <= 16; l++) total += (t->bits[l] = s[k + l]);
+        if (total > 256 || k + 17 + (size_t)total > sl) return 0;
+        memcpy(t->vals, s + k + 17, (size_t)total);
+        t->nvals = total;
+        if (!cls)
+          for (int v = 0; v < total; v++)
+            if (t->vals[v] > 15) return 0;
+        if (!derive_codes(t)) return 0;
+        t->present = 1;
+        k += 17 + (size_t)total;
+      }
+    } else if (m == 0xDD) {
+      if (sl < 2) return 0;
+      h->dri = (int)be16(s);
+    } else if (m == 0xDA) {
+      if (!sof || sl < 1) return 0;
+      h->ns = s[0];
+      if (h->ns != h->nf || sl != 4 + 2 * (size_t)h->ns) return 0;
+      for (int c = 0; c < h->ns; c++) {
+        int id = s[1 + 2 * c], f = -1;
+        for (int j = 0; j < h->nf; j++)
+          if (h->comp_id[j] == id) f = j;
+        for (int j = 0; j < c; j++)
+          if (h->scan_comp[j] == f) f = -1;
+        if (f < 0) return 0;
+        h->scan_comp[c] = f;
+        h->td[c] = s[2 + 2 * c] >> 4, h->ta[c] = s[2 + 2 * c] & 15;
+        if (h->td[c] > 3 || h->ta[c] > 3 || !h->dc[h->td[c]].present || !h->ac[h->ta[c]].present) return 0;
+      }
+      const uint8_t* q = s + 1 + 2 * h->ns;
+      if (q[0] != 0 || q[1] != 63 || q[2] != 0) return 0; /* Ss, Se, Ah/Al of a sequential scan */
+      h->data = i + 2 + len;
+      return h->dri == 0;
+    } else if (m == 0xD8 || m == 0xD9 || (m >= 0xD0 && m <= 0xD7) || m == 0xDC) {
+      return 0; /* a second SOI, an early end, a stray restart marker, DNL */
+    }
+    i += 2 + len;
+  }
+}
+
+/* ---------------------------------------------------------------- the pass over the data */
+
+/* The bits of the entropy-coded data: a 64-bit buffer (bits first in the top) kept in the
+ * pass's locals, refilled from the bytes by `refill`, which returns the new state. */
+typedef struct bits {
+  uint64_t buf;
+  int cnt;
+} bits_t;
+
+typedef struct source {
+  const uint8_t* p;
+  size_t n, pos;          /* next byte to load */
+  uint32_t real, fake;    /* data bytes loaded; zero bytes loaded past the data's end */
+  int marker;             /* the data ended at a marker (or at the end of the file) */
+} source_t;
+
+static inline int has_ff(uint64_t w) {
+  uint64_t x = ~w;
+  return ((x - 0x0101010101010101ull) & ~x & 0x8080808080808080ull) != 0;
+}
+
+/* Loads bytes until more than 56 bits are buffered; past the data (a marker or the end of
+ * the file), zero bytes. */
+static bits_t refill(source_t* s, bits_t b) {
+  if (b.cnt <= 56 && s->pos + 8 <= s->n) {
+    uint64_t w;
+    memcpy(&w, s->p + s->pos, 8);
+    w = __builtin_bswap64(w);
+    if (!has_ff(w) && !s->marker) { /* no stuffing, no marker: as many bytes as fit at once */
+      int k = (64 - b.cnt) >> 3;
+      b.buf |= (w >> (64 - 8 * k)) << (64 - b.cnt - 8 * k);
+      s->real += (uint32_t)k;
+      s->pos += (size_t)k;
+      b.cnt += 8 * k;
+      return b;
+    }
+  }
+  while (b.cnt <= 56) {
+    uint64_t v = 0;
+    if (!s->marker) {
+      if (s->pos >= s->n) {
+        s->marker = 1;
+      } else if (s->p[s->pos] != 0xFF) {
+        s->real++;
+        v = s->p[s->pos++];
+      } else if (s->pos + 1 < s->n && s->p[s->pos + 1] == 0) {
+        s->real++;
+        v = 0xFF;
+        s->pos += 2;
+      } else {
+        s->marker = 1;
+      }
+    }
+    if (s->marker) s->fake++;
+    b.buf |= v << (56 - b.cnt);
+    b.cnt += 8;
+  }
+  return b;
+}
+
+#define DROP(b, l) ((b).buf <<= (l), (b).cnt -= (l))
+
+/* The next symbol of t (needs 16 bits buffered); -1 for a code the table lacks. */
+static inline int decode(bits_t* b, const htab_t* t) {
+  uint16_t e = t->look[b->buf >> (64 - LOOK)];
+  if (e) {
+    DROP(*b, e >> 8);
+    return e & 0xFF;
+  }
+  for (int l = LOOK + 1; l <= 16; l++) {
+    int32_t code = (int32_t)(b->buf >> (64 - l));
+    if (code <= t->maxcode[l]) {
+      int k = t->valoff[l] + code;
+      if (k < 0 || k >= t->nvals) return -1;
+      DROP(*b, l);
+      return t->vals[k];
+    }
+  }
+  return -1;
+}
+
+/* The bit position reached (the byte in the file << 3 | bits of it used), or UINT32_MAX
+ * past the data. The byte is found from the next one to load, back over the data bytes
+ * still buffered (a 0x00 after 0xFF is stuffing, not data). */
+static uint32_t position(const source_t* s, bits_t b) {
+  uint64_t d = ((uint64_t)s->real + s->fake) * 8 - (uint64_t)b.cnt;
+  if (d >= (uint64_t)s->real * 8) return UINT32_MAX;
+  size_t q = s->pos;
+  for (uint32_t back = s->real - (uint32_t)(d >> 3); back > 0; back--) {
+    q--;
+    if (s->p[q] == 0 && q > 0 && s->p[q - 1] == 0xFF) q--;
+  }
+  uint64_t at = (uint64_t)q << 3 | (d & 7);
+  return at < UINT32_MAX ? (uint32_t)at : UINT32_MAX;
+}
+
+/* One block as libjpeg reads it (jdhuff.c: a coefficient index may run past 63 on a last
+ * run, which libjpeg accepts). 0 on a code the tables lack. */
+static inline int walk_block(source_t* src, bits_t* bp, const htab_t* dc, const htab_t* ac, int32_t* pred) {
+  bits_t b = *bp;
+  if (b.cnt < 32) b = refill(src, b);
+  int s = decode(&b, dc);
+  if (s < 0) return 0;
+  if (s) {
+    int32_t v = (int32_t)(b.buf >> (64 - s));
+    DROP(b, s);
+    if (v < (1 << (s - 1))) v -= (1 << s) - 1;
+    *pred += v;
+    if (*pred > 32767 || *pred < -32768) return 0;
+  }
+  for (int k = 1; k < 64; k++) {
+    if (b.cnt < 32) b = refill(src, b);
+    uint16_t e = ac->skip[b.buf >> (64 - LOOK)];
+    if (e) {
+      DROP(b, e & 31);
+      if (e & SKIP_END) break;
+      k += ((e >> 5) & 31) - 1;
+      continue;
+    }
+    int rs = decode(&b, ac);
+    if (rs < 0) return 0;
+    int r = rs >> 4;
+    s = rs & 15;
+    if (s) {
+      k += r;
+      DROP(b, s);
+    } else {
+      if (r != 15) break;
+      k += 15;
+    }
+  }
+  *bp = b;
+  return 1;
+}
+
+/* MCUs per row and rows of the scan. */
+static void mcu_grid(const jhead_t* h, int* mx, int* my) {
+  int cw = 8 * h->hmax, ch = 8 * h->vmax;
+  *mx = (h->width + cw - 1) / cw;
+  *my = (h->height + ch - 1) / ch;
+}
+
+/* The scan component of each block of an MCU, in coding order; returns the block count. */
+static int mcu_blocks(const jhead_t* h, int* comp) {
+  int nb = 0;
+  for (int c = 0; c < h->ns; c++) {
+    int f = h->scan_comp[c], k = h->nf == 1 ? 1 : h->comp_h[f] * h->comp_v[f];
+    for (int j = 0; j < k; j++) comp[nb++] = c;
+  }
+  return nb;
+}
+
+rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n) {
+  jhead_t hd, *h = &hd;
+  int mx, my;
+  if (n >= (size_t)1 << 29 || !parse_head(buf, n, h)) return NULL;
+  mcu_grid(h, &mx, &my);
+  if (my < 2) return NULL; /* nothing above a row to skip */
+  int step = (my + MARKS_MAX) / (MARKS_MAX + 1), count = (my - 1) / step;
+  if (count > MARKS_MAX) count = MARKS_MAX;
+  rill__jpeg_marks_t* m = rill__alloc(sizeof *m + (size_t)count * sizeof m->mark[0]);
+  if (!m) return NULL;
+  *m = (rill__jpeg_marks_t){h->width, h->height, (uint16_t)my, (uint16_t)step, (uint16_t)count, (uint8_t)h->ns,
+                            (uint8_t)(8 * h->vmax), 0, 0, 0};
+  return m;
+}
+
+/* Walks the MCU rows from mark `from` (a usable one, or -1: the data's start) to mark `to`,
+ * recording the marks `first` .. `to` (those between `from` and `first` are known). 0 when
+ * the walk fails: a code the tables lack, a DC value out of range, or the data ending before
+ * the mark. */
+static int walk_marks(rill__jpeg_marks_t* m, jhead_t* h, const uint8_t* buf, size_t n, int from, int first,
+                      int to) {
+  int mx, my, comp[10];
+  mcu_grid(h, &mx, &my);
+  int nb = mcu_blocks(h, comp);
+  for (int c = 0; c < h->ns; c++) derive_decode(&h->dc[h->td[c]]), derive_decode(&h->ac[h->ta[c]]);
+  source_t src = {.p = buf, .n = n, .pos = h->data};
+  bits_t b = {0, 0};
+  int32_t pred[3] = {0, 0, 0};
+  int y = 0;
+  if (from >= 0) {
+    uint32_t at = m->mark[from].at;
+    src.pos = at >> 3;
+    b = refill(&src, b);
+    DROP(b, (int)(at & 7));
+    for (int c = 0; c < h->ns; c++) pred[c] = m->mark[from].dc[c];
+    y = (from + 1) * m->step;
+  }
+  for (;; y++) {
+    int k = y / m->step - 1;
+    if (y % m->step == 0 && k >= first) {
+      uint32_t at = position(&src, b);
+      if (at == UINT32_MAX) return 0;
+      int ok = 1;
+      for (int c = 0; c < 3; c++) {
+        ok &= c >= h->ns || (pred[c] >= -2047 && pred[c] <= 2047);
+        m->mark[k].dc[c] = (int16_t)(c < h->ns ? pred[c] : 0);
+      }
+      m->mark[k].at = ok ? at : UINT32_MAX; /* a DC value no 8-bit table can code */
+      if (k == to) return 1;
+    }
+    for (int x = 0; x < mx; x++)
+      for (int j = 0; j < nb; j++) {
+        int c = comp[j];
+        if (!walk_block(&src, &b, &h->dc[h->td[c]], &h->ac[h->ta[c]], &pred[c])) return 0;
+      }
+  }
+}
+
+int rill__jpeg_marks_known(const rill__jpeg_marks_t* m) {
+  return atomic_load_explicit(&((rill__jpeg_marks_t*)m)->known, memory_order_acquire);
+}
+
+size_t rill__jpeg_marks_bytes(const rill__jpeg_marks_t* m) {
+  return m ? sizeof *m + (size_t)m->count * sizeof m->mark[0] : 0;
+}
+
+void rill__jpeg_marks_size(const rill__jpeg_marks_t* m, int* width, int* height, int* channels) {
+  *width = m->width, *height = m->height, *channels = m->ncomp;
+}
+
+/* ---------------------------------------------------------------- the seek */
+
+typedef struct bitwriter {
+  uint8_t* p;
+  size_t n;
+  uint64_t acc;
+  int cnt;     /* bits in acc not yet written (< 8 between calls) */
+  size_t bits; /* written in all */
+} bitwriter_t;
+
+static void put(bitwriter_t* w, uint32_t v, int len) {
+  w->bits += (size_t)len;
+  if (!w->p) return; /* counting only */
+  w->acc = w->acc << len | (v & ((1u << len) - 1));
+  w->cnt += len;
+  while (w->cnt >= 8) {
+    uint8_t byte = (uint8_t)(w->acc >> (w->cnt - 8));
+    w->p[w->n++] = byte;
+    if (byte == 0xFF) w->p[w->n++] = 0;
+    w->cnt -= 8;
+  }
+}
+
+static int category(int v) {
+  int a = v < 0 ? -v : v, s = 0;
+  while (a) s++, a >>= 1;
+  return s;
+}
+
+/* One extra AC coefficient (run 0, size s, all value bits set) in the first block of a scan
+ * component: what the synthetic row uses to end on the mark's bit. */
+typedef struct extra {
+  int comp, s;
+} extra_t;
+
+/* Writes the synthetic MCU row (or counts its bits when w->p is NULL). 0 when a code it needs
+ * is missing from the tables. */
+static int synthetic_row(bitwriter_t* w, const jhead_t* h, const int16_t* dc, const extra_t* ex, int nex) {
+  int mx, my, comp[10];
+  mcu_grid(h, &mx, &my);
+  int nb = mcu_blocks(h, comp);
+  for (int x = 0; x < mx; x++)
+    for (int j = 0; j < nb; j++) {
+      int c = comp[j], first = x == 0 && (j == 0 || comp[j - 1] != c);
+      const htab_t *d = &h->dc[h->td[c]], *a = &h->ac[h->ta[c]];
+      int v = first ? dc[c] : 0, s = category(v);
+      if (!d->len[s]) return 0;
+      put(w, d->code[s], d->len[s]);
+      if (s) put(w, (uint32_t)(v < 0 ? v + (1 << s) - 1 : v), s);
+      if (first)
+        for (int e = 0; e < nex; e++)
+          if (ex[e].comp == c) {
+            put(w, a->code[ex[e].s], a->len[ex[e].s]);
+            put(w, (1u << ex[e].s) - 1, ex[e].s);
+          }
+      if (!a->len[0]) return 0;
+      put(w, a->code[0], a->len[0]);
+    }
+  return 1;
+}
+
+/* Extra coefficients that make `bits` more bits a multiple of 8 plus `want`: a shortest
+ * sequence by breadth-first search over the residues mod 8. Returns their count, -1 if none. */
+static int align_extras(const jhead_t* h, size_t bits, int want, extra_t* ex) {
+  int from[8], by_c[8], by_s[8], queue[8], head = 0, tail = 0;
+  for (int r = 0; r < 8; r++) from[r] = -2;
+  int r0 = (int)(bits & 7);
+  from[r0] = -1;
+  queue[tail++] = r0;
+  while (head < tail && from[want] == -2) {
+    int r = queue[head++];
+    for (int c = 0; c < h->ns; c++)
+      for (int s = 1; s <= 10; s++) {
+        const htab_t* a = &h->ac[h->ta[c]];
+        if (!a->len[s]) continue;
+        int q = (r + a->len[s] + s) & 7;
+        if (from[q] != -2) continue;
+        from[q] = r, by_c[q] = c, by_s[q] = s;
+        queue[tail++] = q;
+      }
+  }
+  if (from[want] == -2) return -1;
+  int k = 0;
+  for (int r = want; from[r] != -1; r = from[r]) ex[k++] = (extra_t){by_c[r], by_s[r]};
+  return k;
+}
+
+int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int num, int denom, uint8_t** head,
+                    size_t* cap, rill__jpeg_seek_t* out) {
+  /* the lowest mark whose rows start above row y of the image scaled by num/denom */
+  int t = -1;
+  for (int i = m->count - 1; i >= 0 && t < 0; i--)
+    if ((int64_t)(i + 1) * m->step * m->mcu_h * num < (int64_t)y * denom) t = i;
+  if (t < 0) return 0;
+  jhead_t hd, *h = &hd;
+  const uint8_t* p = buf;
+  if (!parse_head(p, n, h) || h->width != m->width || h->height != m->height || h->ns != m->ncomp) return 0;
+  int known = atomic_load_explicit(&m->known, memory_order_acquire);
+  if (known <= t && !atomic_load_explicit(&m->stuck, memory_order_relaxed) &&
+      !atomic_exchange_explicit(&m->busy, 1, memory_order_acquire)) {
+    known = atomic_load_explicit(&m->known, memory_order_acquire);
+    int from = known - 1; /* the last usable mark known */
+    while (from >= 0 && m->mark[from].at == UINT32_MAX) from--;
+    if (known <= t) {
+      if (walk_marks(m, h, p, n, from, known, t))
+        atomic_store_explicit(&m->known, known = t + 1, memory_order_release);
+      else
+        atomic_store_explicit(&m->stuck, 1, memory_order_relaxed);
+    }
+    atomic_store_explicit(&m->busy, 0, memory_order_release);
+  }
+  int k = known - 1 < t ? known - 1 : t;
+  while (k >= 0 && m->mark[k].at == UINT32_MAX) k--;
+  if (k < 0) return 0;
+  size_t at = m->mark[k].at >> 3;
+  int bit = (int)(m->mark[k].at & 7);
+  if (at >= n) return 0;
+  int16_t dc[3];
+  memcpy(dc, m->mark[k].dc, sizeof dc);
+  /* the synthetic row's length without extras, then the extras that align it */
+  extra_t ex[8] = {{0, 0}};
+  bitwriter_t w = {0};
+  if (!synthetic_row(&w, h, dc, ex, 0)) return 0;
+  int nex = align_extras(h, w.bits, bit, ex);
+  if (nex < 0) return 0;
+  size_t row_bits = w.bits + 32 * (size_t)nex;
+  size_t need = h->data + 2 * (row_bits / 8 + 2) + 8;
+  if (need > *cap) {
+    uint8_t* q = rill__alloc(need);
+    if (!q) return RILL_ENOMEM;
+    rill__free(*head);
+    *head = q, *cap = need;
+  }
+  /* the segments up to the scan, less the metadata; the frame's height reduced */
+  int drop = ((k + 1) * m->step - 1) * m->mcu_h; /* rows the synthetic one stands for */
+  uint8_t* o = *head;
+  size_t len = 0, i = 2;
+  o[len++] = 0xFF, o[len++] = 0xD8;
+  while (i < h->data) {
+    while (p[i + 1] == 0xFF) i++;
+    int mk = p[i + 1];
+    size_t sl = 2 + be16(p + i + 2);
+    int keep = !((mk >= 0xE1 && mk <= 0xED) || mk == 0xEF || mk == 0xFE);
+    if (keep) {
+      memcpy(o + len, p + i, sl);
+      if (mk == 0xC0 || mk == 0xC1) {
+        unsigned hh = (unsigned)(m->height - drop);
+        o[len + 5] = (uint8_t)(hh >> 8), o[len + 6] = (uint8_t)hh;
+      }
+      len += sl;
+    }
+    i += sl;
+  }
+  w = (bitwriter_t){.p = o, .n = len};
+  if (!synthetic_row(&w, h, dc, ex, nex) || w.cnt != bit) return 0;
+  /* the mark's byte: the row's last bits, then the bits the mark starts with */
+  size_t rest = at;
+  if (bit) {
+    uint8_t byte = (uint8_t)((w.acc & ((1u << bit) - 1)) << (8 - bit) | (p[at] & ((1u << (8 - bit)) - 1)));
+    o[w.n++] = byte;
+    if (byte == 0xFF) o[w.n++] = 0;
+    rest = at + 1 + (p[at] == 0xFF);
+  }
+  if (rest > n) return 0;
+  *out = (rill__jpeg_seek_t){w.n, rest, drop};
+  return 1;
+}
