@@ -44,6 +44,7 @@ awk -v d="$(val direct_full_decode_1t)" -v dc="$(val direct_full_decode_per_cpu_
     -v p="$peer" -v pc="$peer_cpu" 'function q(a, b) { return b > 0 ? a / b : 0 } BEGIN {
   printf "rill 1 thread / direct full decode:              %.2fx (per CPU s: %.2fx)\n", q(r1, d), q(c1, dc)
   printf "rill 2 threads / (2 x direct full decode):       %.2fx (per CPU s: %.2fx)\n", q(r2, 2 * d), q(c2, dc)
-  printf "(batches 32 and 64: the ratio_vs_direct_*_b32 / _b64 lines above)\n"
+  printf "(batches 32 and 64: the ratio_vs_direct_*_b32 / _b64 lines above; epoch 3, once the\n"
+  printf " entropy marks of the files are found: the ratio_vs_direct_later_* lines)\n"
   if (p != "") printf "rill 2 threads / DataLoader(num_workers=2):      %.2fx (per CPU s: %.2fx)\n", q(r2, p), q(c2, pc)
 }'
