@@ -195,7 +195,8 @@ int rill__img_memo_init(rill__img_memo_t* m, int64_t files) {
   while (cap < (uint64_t)(files > 0 ? files : 0) + (uint64_t)(files > 0 ? files : 0) / 2 &&
          cap < ((uint64_t)1 << MEMO_MAX_LOG2))
     cap *= 2;
-  *m = (rill__img_memo_t){rill__calloc((size_t)cap, sizeof *m->keys), 0, rill__calloc((size_t)cap, sizeof *m->marks), 0};
+  *m = (rill__img_memo_t){rill__calloc((size_t)cap, sizeof *m->keys), 0, rill__calloc((size_t)cap, sizeof *m->marks), 0,
+                          RILL__IMG_MARKS_MAX_BYTES};
   if (!m->keys || !m->marks) {
     rill__img_memo_free(m);
     return RILL_ENOMEM;
@@ -234,8 +235,7 @@ int64_t rill__img_memo_find(const rill__img_memo_t* m, uint64_t key) {
 
 void rill__img_memo_add(rill__img_memo_t* m, uint64_t key, rill__jpeg_marks_t* marks) {
   int64_t bytes = (int64_t)rill__jpeg_marks_bytes(marks);
-  if (marks && atomic_fetch_add_explicit(&m->marks_bytes, bytes, memory_order_relaxed) + bytes >
-                   RILL__IMG_MARKS_MAX_BYTES) {
+  if (marks && atomic_fetch_add_explicit(&m->marks_bytes, bytes, memory_order_relaxed) + bytes > m->marks_max) {
     atomic_fetch_sub_explicit(&m->marks_bytes, bytes, memory_order_relaxed);
     rill__free(marks);
     marks = NULL, bytes = 0;

@@ -94,7 +94,8 @@ typedef struct rill__img_memo {
   /* per slot: the file's JPEG entropy marks, or a sentinel for a file without any (NULL
    * until the file is added); set once, freed with the table */
   _Atomic(struct rill__jpeg_marks*)* marks;
-  _Atomic int64_t marks_bytes;   /* held by the marks, at most RILL__IMG_MARKS_MAX_BYTES */
+  _Atomic int64_t marks_bytes;   /* held by the marks, at most marks_max */
+  int64_t marks_max;             /* RILL__IMG_MARKS_MAX_BYTES unless set after init */
 } rill__img_memo_t;
 #define RILL__IMG_MARKS_MAX_BYTES ((int64_t)256 << 20)
 /* The fingerprint of n bytes (never 0). */
@@ -107,7 +108,7 @@ void rill__img_memo_free(rill__img_memo_t* m);
 int64_t rill__img_memo_find(const rill__img_memo_t* m, uint64_t key);
 /* Adds a verified file with its JPEG entropy marks (NULL: none), which the table then owns
  * (it frees them when the file is already there, the table is full or the marks would pass
- * RILL__IMG_MARKS_MAX_BYTES). */
+ * marks_max bytes). */
 void rill__img_memo_add(rill__img_memo_t* m, uint64_t key, struct rill__jpeg_marks* marks);
 /* The entropy marks kept for the file in `slot`, or NULL. */
 struct rill__jpeg_marks* rill__img_memo_marks(const rill__img_memo_t* m, int64_t slot);

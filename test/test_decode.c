@@ -1051,6 +1051,39 @@ Test(jpeg_marks, files_without_marks) {
   free(b.p), free(px), free(cmyk);
 }
 
+/* The verified-file table owns the marks it is given: kept once per file, freed when the file
+ * is there already or when they would pass the table's limit (ASan checks that nothing leaks
+ * and nothing is freed twice). */
+Test(jpeg_marks, verified_table_keeps_marks_within_its_limit) {
+  uint8_t* px = textured_pixels(160, 120, 3, 11);
+  buf_t b = enc_jpeg(px, 160, 120, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2});
+  rill__img_memo_t memo;
+  RT_OK(rill__img_memo_init(&memo, 10), (rill_error_t){0});
+  rill__jpeg_marks_t* one = rill__jpeg_marks_new(b.p, b.n);
+  cr_assert_not_null(one);
+  size_t each = rill__jpeg_marks_bytes(one);
+  cr_assert_gt(each, 0);
+  memo.marks_max = (int64_t)each * 2; /* room for two sets */
+  cr_assert_eq(rill__img_memo_find(&memo, 11), -1);
+  rill__img_memo_add(&memo, 11, one);
+  int64_t slot = rill__img_memo_find(&memo, 11);
+  cr_assert_geq(slot, 0);
+  cr_assert_eq(rill__img_memo_marks(&memo, slot), one, "the marks given are kept");
+  rill__img_memo_add(&memo, 11, rill__jpeg_marks_new(b.p, b.n)); /* the same file again: freed */
+  cr_assert_eq(rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 11)), one);
+  rill__img_memo_add(&memo, 22, rill__jpeg_marks_new(b.p, b.n));
+  cr_assert_not_null(rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 22)));
+  rill__img_memo_add(&memo, 33, rill__jpeg_marks_new(b.p, b.n)); /* past the limit: no marks */
+  int64_t s3 = rill__img_memo_find(&memo, 33);
+  cr_assert_geq(s3, 0, "the file is verified all the same");
+  cr_assert_null(rill__img_memo_marks(&memo, s3));
+  cr_assert_eq(atomic_load(&memo.marks_bytes), (int64_t)each * 2);
+  rill__img_memo_add(&memo, 44, NULL); /* a file without marks */
+  cr_assert_null(rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 44)));
+  rill__img_memo_free(&memo);
+  free(b.p), free(px);
+}
+
 /* A damaged file fails in the first epoch whatever the region, with marks as without: damage
  * above the region (where the walk reads instead of libjpeg) and below it. */
 Test(jpeg_marks, damage_fails_whatever_the_region) {
