@@ -47,7 +47,7 @@ struct rill__jpeg_marks {
 /* ---------------------------------------------------------------- headers and tables */
 
 typedef struct htab {
-  int present;
+  int present, derived;      /* derived: the decoding tables below are made */
   uint8_t bits[17];          /* codes of each length 1..16 */
   uint8_t vals[256];
   int nvals;
@@ -92,6 +92,8 @@ static int derive_codes(htab_t* t) {
 #define SKIP_END 0x8000
 
 static void derive_decode(htab_t* t) {
+  if (t->derived) return; /* tables shared by components are made once */
+  t->derived = 1;
   memset(t->look, 0, sizeof t->look);
   memset(t->skip, 0, sizeof t->skip);
   int32_t code = 0;
@@ -121,7 +123,7 @@ static void derive_decode(htab_t* t) {
 /* Reads the segments up to the first scan header. 0: not a file the marks can follow. */
 static int parse_head(const uint8_t* p, size_t n, jhead_t* h) {
   memset(h, 0, offsetof(jhead_t, dc));
-  for (int i = 0; i < 4; i++) h->dc[i].present = h->ac[i].present = 0;
+  for (int i = 0; i < 4; i++) h->dc[i].present = h->ac[i].present = h->dc[i].derived = h->ac[i].derived = 0;
   if (n < 4 || p[0] != 0xFF || p[1] != 0xD8) return 0;
   size_t i = 2;
   int sof = 0;
@@ -170,7 +172,7 @@ static int parse_head(const uint8_t* p, size_t n, jhead_t* h) {
           for (int v = 0; v < total; v++)
             if (t->vals[v] > 15) return 0;
         if (!derive_codes(t)) return 0;
-        t->present = 1;
+        t->present = 1, t->derived = 0; /* a table may be defined again */
         k += 17 + (size_t)total;
       }
     } else if (m == 0xDD) {
