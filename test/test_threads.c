@@ -686,21 +686,37 @@ static void spike_run(spike_t* s, int64_t nbatches, int prefetch) {
 /* One slow batch (a preempted thread looks the same) does not make the next batches of a
  * cheap stage split into tasks: its measured cost rises at most fourfold per batch. */
 Test(threads, one_slow_batch_does_not_split_the_next) {
-  spike_t s = {.rows = 1024, .slow = 3};
-  spike_run(&s, 8, RILL_PREFETCH_NONE);
   /* batch 3 was split (its own first call was slow) or not; batch 4 is measured at most 4x
-   * a cheap batch's cost: far below a hand-off per 1024 rows */
-  cr_assert_leq(atomic_load(&s.calls[4]), 2, "batch 4: %lld calls", (long long)atomic_load(&s.calls[4]));
-  cr_assert_leq(atomic_load(&s.calls[5]), 2, "batch 5: %lld calls", (long long)atomic_load(&s.calls[5]));
+   * a cheap batch's cost: far below a hand-off per 1024 rows. A busy machine can also
+   * preempt batch 2 (two slow batches in a row, which do split the next), so the run is
+   * tried up to five times: code that splits after one slow batch fails every try. */
+  int64_t c4 = 0, c5 = 0;
+  for (int attempt = 0; attempt < 5; attempt++) {
+    spike_t s = {.rows = 1024, .slow = 3};
+    spike_run(&s, 8, RILL_PREFETCH_NONE);
+    c4 = atomic_load(&s.calls[4]);
+    c5 = atomic_load(&s.calls[5]);
+    if (c4 <= 2 && c5 <= 2) break;
+  }
+  cr_assert_leq(c4, 2, "batch 4: %lld calls", (long long)c4);
+  cr_assert_leq(c5, 2, "batch 5: %lld calls", (long long)c5);
 }
 
 /* Cheap chunks are computed by the iterating thread; one slow chunk (a preempted one looks
  * the same) does not send the next ones to the workers: the decision needs two slow chunks
  * in a row. */
 Test(threads, one_slow_chunk_keeps_the_next_on_the_calling_thread) {
-  spike_t s = {.rows = 16, .slow = 5};
-  spike_run(&s, 32, 2);
-  for (int c = 6; c < 32; c++) cr_assert_eq(atomic_load(&s.on_worker[c]), 0, "chunk %d ran on a worker", c);
+  /* tried up to five times, as above: two preempted chunks in a row do send the next ones
+   * to the workers, and a busy machine can make them */
+  int on_worker = -1;
+  for (int attempt = 0; attempt < 5 && on_worker != 0; attempt++) {
+    spike_t s = {.rows = 16, .slow = 5};
+    spike_run(&s, 32, 2);
+    on_worker = 0;
+    for (int c = 6; c < 32 && !on_worker; c++)
+      if (atomic_load(&s.on_worker[c])) on_worker = c;
+  }
+  cr_assert_eq(on_worker, 0, "chunk %d ran on a worker", on_worker);
 }
 
 /* ---------------------------------------------------------------- the waiting consumer */
