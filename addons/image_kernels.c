@@ -470,6 +470,75 @@ __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* sr
 }
 #endif
 
+#if RILL_IMG_X86
+/* The vertical pass of one or two taps and the normalize of its row in one loop, for 3
+ * channels into CHW planes: per eight pixels, the 24 interleaved values of each source row
+ * are blended, rounded to uint8 values (kept as floats), scaled and biased with the channel
+ * pattern of their lanes, then split into three planes by two blends and a permute. The same
+ * operations per value as vpass12_avx2 followed by norm_row_avx2, so the same bytes, without
+ * the uint8 row between them; the stores are spread over the arithmetic instead of coming in
+ * one burst per row. r1 NULL: one tap. Stores as norm_row_avx2 (`nt`: W % 8 == 0, aligned). */
+__attribute__((target("avx2,f16c"))) static void vnorm_row_avx2(const float* r0, const float* r1, float wa, float wb,
+                                                                int W, int flip, const rill__img_norm_t* k, int f16,
+                                                                void* dst, int64_t plane, int nt) {
+  const __m256 w0 = _mm256_set1_ps(wa), w1 = _mm256_set1_ps(wb);
+  const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f), half = _mm256_set1_ps(0.5f);
+  float sc[24], bi[24];
+  for (int l = 0; l < 24; l++) {
+    sc[l] = k->scale[l % 3];
+    bi[l] = k->bias[l % 3];
+  }
+  __m256 s[3], b[3];
+  for (int j = 0; j < 3; j++) {
+    s[j] = _mm256_loadu_ps(sc + 8 * j);
+    b[j] = _mm256_loadu_ps(bi + 8 * j);
+  }
+  /* lanes of each channel after the blends, in pixel order (reversed when flipped) */
+  const __m256i pr = flip ? _mm256_setr_epi32(5, 2, 7, 4, 1, 6, 3, 0) : _mm256_setr_epi32(0, 3, 6, 1, 4, 7, 2, 5);
+  const __m256i pg = flip ? _mm256_setr_epi32(6, 3, 0, 5, 2, 7, 4, 1) : _mm256_setr_epi32(1, 4, 7, 2, 5, 0, 3, 6);
+  const __m256i pb = flip ? _mm256_setr_epi32(7, 4, 1, 6, 3, 0, 5, 2) : _mm256_setr_epi32(2, 5, 0, 3, 6, 1, 4, 7);
+  int x = 0;
+  for (; x + 8 <= W; x += 8) {
+    __m256 v[3];
+    for (int j = 0; j < 3; j++) {
+      size_t at = (size_t)x * 3 + 8 * (size_t)j;
+      __m256 acc = _mm256_mul_ps(w0, _mm256_loadu_ps(r0 + at));
+      if (r1) acc = _mm256_add_ps(acc, _mm256_mul_ps(w1, _mm256_loadu_ps(r1 + at)));
+      acc = _mm256_min_ps(_mm256_max_ps(acc, zero), top);
+      __m256 u = _mm256_cvtepi32_ps(_mm256_cvttps_epi32(_mm256_add_ps(acc, half)));
+      v[j] = _mm256_add_ps(_mm256_mul_ps(u, s[j]), b[j]);
+    }
+    /* v0 = R0 G0 B0 R1 G1 B1 R2 G2, v1 = B2 R3 G3 B3 R4 G4 B4 R5, v2 = G5 B5 R6 G6 B6 R7 G7 B7 */
+    __m256 r = _mm256_permutevar8x32_ps(_mm256_blend_ps(_mm256_blend_ps(v[0], v[1], 0x92), v[2], 0x24), pr);
+    __m256 g = _mm256_permutevar8x32_ps(_mm256_blend_ps(_mm256_blend_ps(v[0], v[1], 0x24), v[2], 0x49), pg);
+    __m256 bl = _mm256_permutevar8x32_ps(_mm256_blend_ps(_mm256_blend_ps(v[0], v[1], 0x49), v[2], 0x92), pb);
+    int64_t o = flip ? W - 8 - x : x;
+    if (f16) {
+      uint16_t* d = dst;
+      store8_ph(d + o, r, nt);
+      store8_ph(d + plane + o, g, nt);
+      store8_ph(d + 2 * plane + o, bl, nt);
+    } else {
+      float* d = dst;
+      store8_ps(d + o, r, nt);
+      store8_ps(d + plane + o, g, nt);
+      store8_ps(d + 2 * plane + o, bl, nt);
+    }
+  }
+  for (; x < W; x++) {
+    int64_t o = flip ? W - 1 - x : x;
+    for (int c = 0; c < 3; c++) {
+      size_t at = (size_t)x * 3 + (size_t)c;
+      float acc = wa * r0[at];
+      if (r1) acc = acc + wb * r1[at];
+      float v = (float)to_u8(acc) * k->scale[c] + k->bias[c];
+      if (f16) ((uint16_t*)dst)[c * plane + o] = f32_to_f16(v);
+      else ((float*)dst)[c * plane + o] = v;
+    }
+  }
+}
+#endif
+
 /* A float image being written row by row: its size and layout, and whether its vector stores
  * stream past the caches. */
 typedef struct norm_dst {
@@ -540,6 +609,23 @@ static void row_done(rows_out_t* ro, int y, const uint8_t* row) {
   if (!ro->u8) norm_row(&ro->nd, y, row);
 }
 
+/* Output row y: the vertical pass of `taps` float rows with weights w, to uint8 and on to
+ * `ro` (3-channel CHW normalize of one or two taps: both in one loop). */
+static void out_row(rows_out_t* ro, int y, const float* const* rows, const float* w, int taps) {
+  const norm_dst_t* nd = &ro->nd;
+#if RILL_IMG_X86
+  if (!ro->u8 && nd->chw && nd->C == 3 && taps <= 2 && simd_on()) {
+    size_t es = nd->f16 ? 2 : 4;
+    vnorm_row_avx2(rows[0], taps == 2 ? rows[1] : NULL, w[0], taps == 2 ? w[1] : 0.0f, nd->W, nd->flip, nd->k,
+                   nd->f16, (uint8_t*)nd->dst + (size_t)y * nd->W * es, (int64_t)nd->H * nd->W, nd->nt);
+    return;
+  }
+#endif
+  uint8_t* d = row_at(ro, y);
+  vpass(rows, w, taps, (int64_t)nd->W * nd->C, d);
+  row_done(ro, y, d);
+}
+
 /* Resamples the sub-region (fx, fy, fw, fh) (fractional, relative to the window) of the
  * window (x0, y0, w, h) of a C-channel image (row stride in bytes) into out_h rows of
  * out_w x C uint8 values, handed to `ro` one by one. Pixels outside the window are never
@@ -595,9 +681,7 @@ static int resize_rows(rill__img_scratch_t* s, const uint8_t* src, int64_t strid
         hpass_f(s->rowf, C, out_w, &cx, s->tmp);
       }
       const float* r = s->tmp;
-      uint8_t* d = row_at(ro, o);
-      vpass(&r, &one, 1, (int64_t)row_floats, d);
-      row_done(ro, o, d);
+      out_row(ro, o, &r, &one, 1);
     }
     return RILL_OK;
   }
@@ -632,9 +716,7 @@ static int resize_rows(rill__img_scratch_t* s, const uint8_t* src, int64_t strid
   }
   for (int o = 0; o < out_h; o++) {
     for (int k = 0; k < ty; k++) s->rows[k] = s->tmp + (size_t)(cy.start[o] + k - ymin) * row_floats;
-    uint8_t* d = row_at(ro, o);
-    vpass(s->rows, cy.w + (size_t)o * ty, ty, (int64_t)row_floats, d);
-    row_done(ro, o, d);
+    out_row(ro, o, s->rows, cy.w + (size_t)o * ty, ty);
   }
   return RILL_OK;
 }
