@@ -547,6 +547,116 @@ typedef struct norm_dst {
   void* dst;
 } norm_dst_t;
 
+#if RILL_IMG_X86
+/* Planar upscaling for the 3-channel CHW normalize. Each source row is split into three
+ * float planes; each block of eight outputs of a plane reads its two taps from two 8-float
+ * loads at the block's first tap (start[8j]) and start[8j] + 1 through one permute index
+ * per block (start[8j + l] - start[8j], which must be below 8: rows widened, not narrowed).
+ * The arithmetic per value is that of hpass2_pxf_avx2, vpass12_avx2 and norm_row_avx2, so
+ * the bytes are the same; no shuffles of interleaved pixels. */
+
+/* Whether every block of eight outputs spans at most eight taps (then hperm_fill applies). */
+static int hperm_fits(const coefs_t* cx, int out_w) {
+  for (int j = 0; j < out_w; j += 8) {
+    int last = j + 7 < out_w ? j + 7 : out_w - 1;
+    if (cx->start[last] - cx->start[j] > 7) return 0;
+  }
+  return 1;
+}
+
+/* Per block j of eight outputs: the permute indices (idx[8j + l]) and the weights of both
+ * taps (w[16j + l], w[16j + 8 + l]); lanes past out_w read tap 0 with weight 0. */
+static void hperm_fill(const coefs_t* cx, int out_w, int32_t* idx, float* w) {
+  for (int j = 0; j < out_w; j += 8)
+    for (int l = 0; l < 8; l++) {
+      int o = j + l, in = o < out_w;
+      idx[j + l] = in ? cx->start[o] - cx->start[j] : 0;
+      w[2 * j + l] = in ? cx->w[2 * o] : 0.0f;
+      w[2 * j + 8 + l] = in ? cx->w[2 * o + 1] : 0.0f;
+    }
+}
+
+/* One uint8 RGB row of n pixels into three float planes of `pstride` floats (each plane's
+ * n values followed by zeros up to n + 8). */
+__attribute__((target("avx2"))) static void split3_avx2(const uint8_t* src, int n, float* planes, size_t pstride) {
+  const __m128i shuf = _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -1, -1, -1, -1);
+  float* r = planes;
+  float* g = planes + pstride;
+  float* b = planes + 2 * pstride;
+  int x = 0;
+  for (; x + 10 <= n; x += 8) { /* the loads read 28 bytes from pixel x: within the row */
+    const uint8_t* p = src + (size_t)x * 3;
+    __m128i lo = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)p), shuf);
+    __m128i hi = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(p + 12)), shuf);
+    __m128i rg = _mm_unpacklo_epi32(lo, hi), bx = _mm_unpackhi_epi32(lo, hi);
+    _mm256_storeu_ps(r + x, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rg)));
+    _mm256_storeu_ps(g + x, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(rg, 8))));
+    _mm256_storeu_ps(b + x, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bx)));
+  }
+  for (; x < n; x++) {
+    r[x] = src[(size_t)x * 3];
+    g[x] = src[(size_t)x * 3 + 1];
+    b[x] = src[(size_t)x * 3 + 2];
+  }
+  for (int k = 0; k < 8; k++) r[n + k] = g[n + k] = b[n + k] = 0.0f;
+}
+
+/* The horizontal pass of one plane: out_w outputs (rounded up to 8) from `plane`. */
+__attribute__((target("avx2"))) static void hperm_avx2(const float* plane, int out_w, const int32_t* start,
+                                                       const int32_t* idx, const float* w, float* dst) {
+  for (int j = 0; j < out_w; j += 8) {
+    const float* p = plane + start[j];
+    __m256i ix = _mm256_loadu_si256((const __m256i*)(idx + j));
+    __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), ix);
+    __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 1), ix);
+    __m256 r = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(w + 2 * j), a), _mm256_mul_ps(_mm256_loadu_ps(w + 2 * j + 8), b));
+    _mm256_storeu_ps(dst + j, r);
+  }
+}
+
+/* Output row y of the CHW image `nd` from two rows of planes (r0, r1: three planes of
+ * `pstride` floats each) with weights wa, wb: rounded to uint8 values and normalized. */
+__attribute__((target("avx2,f16c"))) static void vnorm_planes_avx2(const norm_dst_t* nd, int y, const float* r0,
+                                                                   const float* r1, float wa, float wb,
+                                                                   size_t pstride) {
+  const __m256 w0 = _mm256_set1_ps(wa), w1 = _mm256_set1_ps(wb);
+  const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f), half = _mm256_set1_ps(0.5f);
+  const __m256i rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+  int W = nd->W, flip = nd->flip, nt = nd->nt;
+  int64_t plane = (int64_t)nd->H * W;
+  size_t es = nd->f16 ? 2 : 4;
+  for (int c = 0; c < 3; c++) {
+    const float* a = r0 + (size_t)c * pstride;
+    const float* b = r1 + (size_t)c * pstride;
+    const __m256 sc = _mm256_set1_ps(nd->k->scale[c]), bi = _mm256_set1_ps(nd->k->bias[c]);
+    uint8_t* row = (uint8_t*)nd->dst + ((size_t)c * (size_t)plane + (size_t)y * (size_t)W) * es;
+    int x = 0;
+    for (; x + 8 <= W; x += 8) {
+      __m256 acc = _mm256_add_ps(_mm256_mul_ps(w0, _mm256_loadu_ps(a + x)), _mm256_mul_ps(w1, _mm256_loadu_ps(b + x)));
+      acc = _mm256_min_ps(_mm256_max_ps(acc, zero), top);
+      __m256 u = _mm256_cvtepi32_ps(_mm256_cvttps_epi32(_mm256_add_ps(acc, half)));
+      __m256 v = _mm256_add_ps(_mm256_mul_ps(u, sc), bi);
+      int64_t o = x;
+      if (flip) {
+        v = _mm256_permutevar8x32_ps(v, rev);
+        o = W - 8 - x;
+      }
+      if (nd->f16) store8_ph((uint16_t*)row + o, v, nt);
+      else store8_ps((float*)row + o, v, nt);
+    }
+    for (; x < W; x++) {
+      float acc = wa * a[x];
+      acc = acc + wb * b[x];
+      float v = (float)to_u8(acc) * nd->k->scale[c] + nd->k->bias[c];
+      int64_t o = flip ? W - 1 - x : x;
+      if (nd->f16) ((uint16_t*)row)[o] = f32_to_f16(v);
+      else ((float*)row)[o] = v;
+    }
+  }
+}
+#endif
+
+
 static void norm_dst_init(norm_dst_t* nd, int H, int W, int C, int flip, const rill__img_norm_t* k, int f16, int chw,
                           void* dst) {
   *nd = (norm_dst_t){.H = H, .W = W, .C = C, .flip = flip, .f16 = f16, .chw = chw, .k = k, .dst = dst};
@@ -626,6 +736,32 @@ static void out_row(rows_out_t* ro, int y, const float* const* rows, const float
   row_done(ro, y, d);
 }
 
+#if RILL_IMG_X86
+/* resize_rows for a two-tap resample that widens every block of eight outputs (hperm_fits)
+ * into a 3-channel CHW normalize: the horizontal pass into planes, then each output row. */
+static int resize_planes(rill__img_scratch_t* s, const uint8_t* src, int64_t stride, int x0, int y0, int w,
+                         const coefs_t* cx, const coefs_t* cy, int ymin, int ymax, int out_w, int out_h,
+                         const norm_dst_t* nd) {
+  size_t P = ((size_t)out_w + 7) & ~(size_t)7, ps = ((size_t)w + 16) & ~(size_t)7; /* floats per plane row */
+  if (!rill__img_grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * 3 * P * sizeof(float)) ||
+      !rill__img_grow(&s->rowf, &s->rowf_cap, 3 * ps * sizeof(float)) ||
+      !rill__img_grow(&s->hidx, &s->hidx_cap, P * sizeof(int32_t)) ||
+      !rill__img_grow(&s->hw, &s->hw_cap, 2 * P * sizeof(float)))
+    return RILL_ENOMEM;
+  hperm_fill(cx, out_w, s->hidx, s->hw);
+  for (int y = ymin; y < ymax; y++) {
+    split3_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * 3, w, s->rowf, ps);
+    float* t = s->tmp + (size_t)(y - ymin) * 3 * P;
+    for (int c = 0; c < 3; c++) hperm_avx2(s->rowf + (size_t)c * ps, out_w, cx->start, s->hidx, s->hw, t + (size_t)c * P);
+  }
+  for (int o = 0; o < out_h; o++) {
+    const float* r0 = s->tmp + (size_t)(cy->start[o] - ymin) * 3 * P;
+    vnorm_planes_avx2(nd, o, r0, r0 + 3 * P, cy->w[2 * o], cy->w[2 * o + 1], P);
+  }
+  return RILL_OK;
+}
+#endif
+
 /* Resamples the sub-region (fx, fy, fw, fh) (fractional, relative to the window) of the
  * window (x0, y0, w, h) of a C-channel image (row stride in bytes) into out_h rows of
  * out_w x C uint8 values, handed to `ro` one by one. Pixels outside the window are never
@@ -685,6 +821,10 @@ static int resize_rows(rill__img_scratch_t* s, const uint8_t* src, int64_t strid
     }
     return RILL_OK;
   }
+#if RILL_IMG_X86
+  if (!ro->u8 && ro->nd.chw && C == 3 && tx == 2 && ty == 2 && simd_on() && hperm_fits(&cx, out_w))
+    return resize_planes(s, src, stride, x0, y0, w, &cx, &cy, ymin, ymax, out_w, out_h, &ro->nd);
+#endif
   if (!rill__img_grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * row_floats * sizeof(float))) return RILL_ENOMEM;
 #if RILL_IMG_X86
   if (tx == 2 && (C == 3 || C == 4) && simd_on()) {
