@@ -548,20 +548,25 @@ typedef struct norm_dst {
 } norm_dst_t;
 
 #if RILL_IMG_X86
-/* Planar upscaling for the 3-channel CHW normalize. Each source row is split into three
- * float planes; each block of eight outputs of a plane reads its two taps from two 8-float
- * loads at the block's first tap (start[8j]) and start[8j] + 1 through one permute index
- * per block (start[8j + l] - start[8j], which must be below 8: rows widened, not narrowed).
- * The arithmetic per value is that of hpass2_pxf_avx2, vpass12_avx2 and norm_row_avx2, so
- * the bytes are the same; no shuffles of interleaved pixels. */
+/* Planar two-tap resampling for the 3-channel CHW normalize. Each source row is split into
+ * three float planes; each block of eight outputs of a plane reads its
+ * two taps from 8-float loads at the block's first tap (start[8j]) and start[8j] + 1 through
+ * one permute index per block (start[8j + l] - start[8j]): one load each when the indices
+ * stay below 8 (rows widened), two and a blend when they stay below 16 (narrowed up to
+ * about twofold). The arithmetic per value is that of hpass2_px_avx2, vpass12_avx2 and
+ * norm_row_avx2, so the bytes are the same; no shuffles of interleaved pixels. (Where the
+ * output has fewer rows than the source, blending two source rows per output row first,
+ * the interleaved path with vnorm_row_avx2 measured faster: that path stays.) */
 
-/* Whether every block of eight outputs spans at most eight taps (then hperm_fill applies). */
-static int hperm_fits(const coefs_t* cx, int out_w) {
+/* The window of taps every block of eight outputs fits in: 8, 16, or 0 (wider). */
+static int hperm_span(const coefs_t* cx, int out_w) {
+  int span = 8;
   for (int j = 0; j < out_w; j += 8) {
-    int last = j + 7 < out_w ? j + 7 : out_w - 1;
-    if (cx->start[last] - cx->start[j] > 7) return 0;
+    int last = j + 7 < out_w ? j + 7 : out_w - 1, d = cx->start[last] - cx->start[j];
+    if (d > 15) return 0;
+    if (d > 7) span = 16;
   }
-  return 1;
+  return span;
 }
 
 /* Per block j of eight outputs: the permute indices (idx[8j + l]) and the weights of both
@@ -576,39 +581,48 @@ static void hperm_fill(const coefs_t* cx, int out_w, int32_t* idx, float* w) {
     }
 }
 
-/* One uint8 RGB row of n pixels into three float planes of `pstride` floats (each plane's
- * n values followed by zeros up to n + 8). */
-__attribute__((target("avx2"))) static void split3_avx2(const uint8_t* src, int n, float* planes, size_t pstride) {
+/* Eight pixels (24 bytes from p, 28 read) as three vectors of R, G and B values. */
+__attribute__((target("avx2"))) static inline void px8_avx2(const uint8_t* p, __m256* r, __m256* g, __m256* b) {
   const __m128i shuf = _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -1, -1, -1, -1);
-  float* r = planes;
-  float* g = planes + pstride;
-  float* b = planes + 2 * pstride;
-  int x = 0;
-  for (; x + 10 <= n; x += 8) { /* the loads read 28 bytes from pixel x: within the row */
-    const uint8_t* p = src + (size_t)x * 3;
-    __m128i lo = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)p), shuf);
-    __m128i hi = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(p + 12)), shuf);
-    __m128i rg = _mm_unpacklo_epi32(lo, hi), bx = _mm_unpackhi_epi32(lo, hi);
-    _mm256_storeu_ps(r + x, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rg)));
-    _mm256_storeu_ps(g + x, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(rg, 8))));
-    _mm256_storeu_ps(b + x, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bx)));
-  }
-  for (; x < n; x++) {
-    r[x] = src[(size_t)x * 3];
-    g[x] = src[(size_t)x * 3 + 1];
-    b[x] = src[(size_t)x * 3 + 2];
-  }
-  for (int k = 0; k < 8; k++) r[n + k] = g[n + k] = b[n + k] = 0.0f;
+  __m128i lo = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)p), shuf);
+  __m128i hi = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(p + 12)), shuf);
+  __m128i rg = _mm_unpacklo_epi32(lo, hi), bx = _mm_unpackhi_epi32(lo, hi);
+  *r = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rg));
+  *g = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(rg, 8)));
+  *b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bx));
 }
 
-/* The horizontal pass of one plane: out_w outputs (rounded up to 8) from `plane`. */
+/* One uint8 RGB row of n pixels into three float planes of `pstride` floats, each plane's n
+ * values followed by 24 zeros. */
+__attribute__((target("avx2"))) static void split3_avx2(const uint8_t* src, int n, float* planes, size_t pstride) {
+  float* pl[3] = {planes, planes + pstride, planes + 2 * pstride};
+  int x = 0;
+  for (; x + 10 <= n; x += 8) { /* the loads read 28 bytes from pixel x: within the row */
+    __m256 v[3];
+    px8_avx2(src + (size_t)x * 3, &v[0], &v[1], &v[2]);
+    for (int c = 0; c < 3; c++) _mm256_storeu_ps(pl[c] + x, v[c]);
+  }
+  for (; x < n; x++)
+    for (int c = 0; c < 3; c++) pl[c][x] = src[(size_t)x * 3 + (size_t)c];
+  for (int c = 0; c < 3; c++)
+    for (int k = 0; k < 24; k++) pl[c][n + k] = 0.0f;
+}
+
+/* The horizontal pass of one plane: out_w outputs (rounded up to 8) from `plane`, whose
+ * blocks fit in `span` (8 or 16) taps. */
 __attribute__((target("avx2"))) static void hperm_avx2(const float* plane, int out_w, const int32_t* start,
-                                                       const int32_t* idx, const float* w, float* dst) {
+                                                       const int32_t* idx, const float* w, int span, float* dst) {
+  const __m256i seven = _mm256_set1_epi32(7);
   for (int j = 0; j < out_w; j += 8) {
     const float* p = plane + start[j];
     __m256i ix = _mm256_loadu_si256((const __m256i*)(idx + j));
     __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), ix);
     __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 1), ix);
+    if (span > 8) { /* lanes whose index is 8..15 take the next eight taps */
+      __m256 hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(ix, seven));
+      a = _mm256_blendv_ps(a, _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8), ix), hi);
+      b = _mm256_blendv_ps(b, _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 9), ix), hi);
+    }
     __m256 r = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(w + 2 * j), a), _mm256_mul_ps(_mm256_loadu_ps(w + 2 * j + 8), b));
     _mm256_storeu_ps(dst + j, r);
   }
@@ -737,12 +751,13 @@ static void out_row(rows_out_t* ro, int y, const float* const* rows, const float
 }
 
 #if RILL_IMG_X86
-/* resize_rows for a two-tap resample that widens every block of eight outputs (hperm_fits)
- * into a 3-channel CHW normalize: the horizontal pass into planes, then each output row. */
+/* resize_rows for a two-tap resample with at least as many output rows as source rows,
+ * whose blocks of eight outputs fit in `span` taps (hperm_span), into a 3-channel CHW
+ * normalize: each source row passed once into planes, then each output row from two. */
 static int resize_planes(rill__img_scratch_t* s, const uint8_t* src, int64_t stride, int x0, int y0, int w,
-                         const coefs_t* cx, const coefs_t* cy, int ymin, int ymax, int out_w, int out_h,
+                         const coefs_t* cx, const coefs_t* cy, int ymin, int ymax, int out_w, int out_h, int span,
                          const norm_dst_t* nd) {
-  size_t P = ((size_t)out_w + 7) & ~(size_t)7, ps = ((size_t)w + 16) & ~(size_t)7; /* floats per plane row */
+  size_t P = ((size_t)out_w + 7) & ~(size_t)7, ps = ((size_t)w + 31) & ~(size_t)7; /* floats per plane row */
   if (!rill__img_grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * 3 * P * sizeof(float)) ||
       !rill__img_grow(&s->rowf, &s->rowf_cap, 3 * ps * sizeof(float)) ||
       !rill__img_grow(&s->hidx, &s->hidx_cap, P * sizeof(int32_t)) ||
@@ -752,7 +767,8 @@ static int resize_planes(rill__img_scratch_t* s, const uint8_t* src, int64_t str
   for (int y = ymin; y < ymax; y++) {
     split3_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * 3, w, s->rowf, ps);
     float* t = s->tmp + (size_t)(y - ymin) * 3 * P;
-    for (int c = 0; c < 3; c++) hperm_avx2(s->rowf + (size_t)c * ps, out_w, cx->start, s->hidx, s->hw, t + (size_t)c * P);
+    for (int c = 0; c < 3; c++)
+      hperm_avx2(s->rowf + (size_t)c * ps, out_w, cx->start, s->hidx, s->hw, span, t + (size_t)c * P);
   }
   for (int o = 0; o < out_h; o++) {
     const float* r0 = s->tmp + (size_t)(cy->start[o] - ymin) * 3 * P;
@@ -822,8 +838,10 @@ static int resize_rows(rill__img_scratch_t* s, const uint8_t* src, int64_t strid
     return RILL_OK;
   }
 #if RILL_IMG_X86
-  if (!ro->u8 && ro->nd.chw && C == 3 && tx == 2 && ty == 2 && simd_on() && hperm_fits(&cx, out_w))
-    return resize_planes(s, src, stride, x0, y0, w, &cx, &cy, ymin, ymax, out_w, out_h, &ro->nd);
+  if (!ro->u8 && ro->nd.chw && C == 3 && tx == 2 && ty == 2 && simd_on()) {
+    int span = hperm_span(&cx, out_w);
+    if (span) return resize_planes(s, src, stride, x0, y0, w, &cx, &cy, ymin, ymax, out_w, out_h, span, &ro->nd);
+  }
 #endif
   if (!rill__img_grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * row_floats * sizeof(float))) return RILL_ENOMEM;
 #if RILL_IMG_X86

@@ -1363,8 +1363,10 @@ Test(image_ops, resize_normalize_kernel_matches_resize_then_normalize) {
 
 /* A training-sized downscale (a 3-channel window of 301 x 263 to 224 x 224, and to 224 x 220,
  * whose rows are not a multiple of eight pixels): the blend-then-resample path of every
- * output row, with streaming stores when aligned; the same bytes as resizing to uint8 and
- * then normalizing, float32 and float16, flipped or not, aligned or not. */
+ * output row; and the same window narrowed but heightened (to 300 x 224 and 300 x 220: the
+ * planar path with two-load blocks); with streaming stores when aligned; the same bytes as
+ * resizing to uint8 and then normalizing, float32 and float16, flipped or not, aligned or
+ * not. */
 Test(image_ops, resize_normalize_downscale_matches_resize_then_normalize) {
   enum { SW = 320, SH = 280, GUARD = 64 };
   rill__img_scratch_t s = {0};
@@ -1372,17 +1374,17 @@ Test(image_ops, resize_normalize_downscale_matches_resize_then_normalize) {
   uint8_t* src = malloc((size_t)SW * SH * 3);
   uint32_t seed = 991;
   for (int i = 0; i < SW * SH * 3; i++) src[i] = (uint8_t)lcg(&seed);
-  const int ows[2] = {224, 220};
-  size_t cap = (size_t)224 * 224 * 3 * 4 + 64 + GUARD;
+  const int ows[2] = {224, 220}, ohs[2] = {224, 300};
+  size_t cap = (size_t)300 * 224 * 3 * 4 + 64 + GUARD;
   uint8_t* want = aligned_alloc(64, cap);
   uint8_t* got = aligned_alloc(64, cap);
-  uint8_t* u8 = malloc((size_t)224 * 224 * 3);
+  uint8_t* u8 = malloc((size_t)300 * 224 * 3);
   int have = rill__image_set_simd(1);
-  for (int z = 0; z < 2; z++)
+  for (int z = 0; z < 4; z++)
     for (int f16 = 0; f16 <= 1; f16++)
       for (int flip = 0; flip <= 1; flip++)
         for (int mis = 0; mis <= 1; mis++) {
-          int OW = ows[z], OH = 224;
+          int OW = ows[z % 2], OH = ohs[z / 2];
           size_t bytes = (size_t)OH * OW * 3 * (f16 ? 2 : 4), total = bytes + 64 + GUARD, off = mis ? 4 : 0;
           memset(want, 0xab, total);
           memset(got, 0xab, total);
