@@ -381,6 +381,12 @@ static uint16_t f32_to_f16(float f) {
   return (uint16_t)(sign | r);
 }
 
+/* v as element i of a float32 or float16 array. */
+static inline void store1(void* dst, int64_t i, float v, int f16) {
+  if (f16) ((uint16_t*)dst)[i] = f32_to_f16(v);
+  else ((float*)dst)[i] = v;
+}
+
 /* One image row: W pixels of C channels -> float32/float16, CHW (plane stride in elements)
  * or HWC; `flip` mirrors the row. */
 static void norm_row_c(const uint8_t* src, int W, int C, int flip, const rill__img_norm_t* k, int f16, int chw,
@@ -390,8 +396,7 @@ static void norm_row_c(const uint8_t* src, int W, int C, int flip, const rill__i
     for (int c = 0; c < C; c++) {
       float v = (float)p[c] * k->scale[c] + k->bias[c];
       int64_t o = chw ? c * plane + x : (int64_t)x * C + c;
-      if (f16) ((uint16_t*)dst)[o] = f32_to_f16(v);
-      else ((float*)dst)[o] = v;
+      store1(dst, o, v, f16);
     }
   }
 }
@@ -407,6 +412,22 @@ __attribute__((target("avx2,f16c"))) static inline void store8_ph(uint16_t* d, _
   __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
   if (nt) _mm_stream_si128((__m128i*)d, h);
   else _mm_storeu_si128((__m128i*)d, h);
+}
+
+/* Eight pixels of three channels at element o of each of the planes of a CHW image. */
+__attribute__((target("avx2,f16c"))) static inline void store3x8(void* dst, int64_t plane, int64_t o, __m256 r,
+                                                                 __m256 g, __m256 b, int f16, int nt) {
+  if (f16) {
+    uint16_t* d = dst;
+    store8_ph(d + o, r, nt);
+    store8_ph(d + plane + o, g, nt);
+    store8_ph(d + 2 * plane + o, b, nt);
+  } else {
+    float* d = dst;
+    store8_ps(d + o, r, nt);
+    store8_ps(d + plane + o, g, nt);
+    store8_ps(d + 2 * plane + o, b, nt);
+  }
 }
 
 /* CHW, C == 3: eight pixels at a time (deinterleave with pshufb). With `nt` (W a multiple of
@@ -446,25 +467,14 @@ __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* sr
       bl = _mm256_permutevar8x32_ps(bl, rev);
       o = W - 8 - x;
     }
-    if (f16) {
-      uint16_t* d = dst;
-      store8_ph(d + o, r, nt);
-      store8_ph(d + plane + o, g, nt);
-      store8_ph(d + 2 * plane + o, bl, nt);
-    } else {
-      float* d = dst;
-      store8_ps(d + o, r, nt);
-      store8_ps(d + plane + o, g, nt);
-      store8_ps(d + 2 * plane + o, bl, nt);
-    }
+    store3x8(dst, plane, o, r, g, bl, f16, nt);
   }
   for (; x < W; x++) {
     const uint8_t* p = src + (size_t)x * 3;
     int64_t o = flip ? W - 1 - x : x;
     for (int c = 0; c < 3; c++) {
       float v = (float)p[c] * k->scale[c] + k->bias[c];
-      if (f16) ((uint16_t*)dst)[c * plane + o] = f32_to_f16(v);
-      else ((float*)dst)[c * plane + o] = v;
+      store1(dst, c * plane + o, v, f16);
     }
   }
 }
@@ -513,17 +523,7 @@ __attribute__((target("avx2,f16c"))) static void vnorm_row_avx2(const float* r0,
     __m256 g = _mm256_permutevar8x32_ps(_mm256_blend_ps(_mm256_blend_ps(v[0], v[1], 0x24), v[2], 0x49), pg);
     __m256 bl = _mm256_permutevar8x32_ps(_mm256_blend_ps(_mm256_blend_ps(v[0], v[1], 0x49), v[2], 0x92), pb);
     int64_t o = flip ? W - 8 - x : x;
-    if (f16) {
-      uint16_t* d = dst;
-      store8_ph(d + o, r, nt);
-      store8_ph(d + plane + o, g, nt);
-      store8_ph(d + 2 * plane + o, bl, nt);
-    } else {
-      float* d = dst;
-      store8_ps(d + o, r, nt);
-      store8_ps(d + plane + o, g, nt);
-      store8_ps(d + 2 * plane + o, bl, nt);
-    }
+    store3x8(dst, plane, o, r, g, bl, f16, nt);
   }
   for (; x < W; x++) {
     int64_t o = flip ? W - 1 - x : x;
@@ -532,8 +532,7 @@ __attribute__((target("avx2,f16c"))) static void vnorm_row_avx2(const float* r0,
       float acc = wa * r0[at];
       if (r1) acc = acc + wb * r1[at];
       float v = (float)to_u8(acc) * k->scale[c] + k->bias[c];
-      if (f16) ((uint16_t*)dst)[c * plane + o] = f32_to_f16(v);
-      else ((float*)dst)[c * plane + o] = v;
+      store1(dst, c * plane + o, v, f16);
     }
   }
 }
@@ -663,8 +662,7 @@ __attribute__((target("avx2,f16c"))) static void vnorm_planes_avx2(const norm_ds
       acc = acc + wb * b[x];
       float v = (float)to_u8(acc) * nd->k->scale[c] + nd->k->bias[c];
       int64_t o = flip ? W - 1 - x : x;
-      if (nd->f16) ((uint16_t*)row)[o] = f32_to_f16(v);
-      else ((float*)row)[o] = v;
+      store1(row, o, v, nd->f16);
     }
   }
 }
