@@ -1405,6 +1405,57 @@ Test(image_ops, resize_normalize_downscale_matches_resize_then_normalize) {
   free(got);
 }
 
+/* Random shapes through the fused 3-channel CHW kernels: source windows of 1-120 pixels
+ * each way, fractional regions, outputs of 1-160 (so blocks of eight outputs span 0-31
+ * source pixels, on both sides of the planar paths' 8 and 16), both interpolations, flip,
+ * float16, aligned (streaming stores where large) or not. Each source image is allocated to
+ * its exact size, so a read past it is seen by AddressSanitizer; the bytes must equal
+ * resize-then-normalize and nothing may be written past the output. */
+Test(image_ops, resize_normalize_random_shapes_match_resize_then_normalize) {
+  enum { GUARD = 64, CASES = 400 };
+  rill__img_scratch_t s = {0};
+  const rill__img_norm_t k = {{0.0171f, 0.0175f, 0.0174f, 0}, {-2.1179f, -2.0357f, -1.8044f, 0}};
+  size_t cap = (size_t)160 * 160 * 3 * 4 + 64 + GUARD;
+  uint8_t* want = aligned_alloc(64, cap);
+  uint8_t* got = aligned_alloc(64, cap);
+  uint8_t* u8 = malloc((size_t)160 * 160 * 3);
+  uint32_t seed = 4242;
+  int have = rill__image_set_simd(1);
+  for (int t = 0; t < CASES; t++) {
+    int SW = 1 + (int)(lcg(&seed) % 120), SH = 1 + (int)(lcg(&seed) % 120);
+    int w = 1 + (int)(lcg(&seed) % (uint32_t)SW), h = 1 + (int)(lcg(&seed) % (uint32_t)SH);
+    int x0 = (int)(lcg(&seed) % (uint32_t)(SW - w + 1)), y0 = (int)(lcg(&seed) % (uint32_t)(SH - h + 1));
+    if (lcg(&seed) % 2) x0 = SW - w, y0 = SH - h; /* half the windows end at the image's last byte */
+    double fx = (lcg(&seed) % 4) * 0.25 * (w > 1), fy = (lcg(&seed) % 4) * 0.25 * (h > 1);
+    double fw = w - fx - (lcg(&seed) % 3) * 0.25 * (w > 1), fh = h - fy - (lcg(&seed) % 3) * 0.25 * (h > 1);
+    if (fw <= 0) fw = w - fx;
+    if (fh <= 0) fh = h - fy;
+    int OW = 1 + (int)(lcg(&seed) % 160), OH = 1 + (int)(lcg(&seed) % 160);
+    rill_interp_t ip = lcg(&seed) % 2 ? RILL_INTERP_AREA : RILL_INTERP_BILINEAR;
+    int flip = (int)(lcg(&seed) % 2), f16 = (int)(lcg(&seed) % 2), mis = (int)(lcg(&seed) % 2);
+    rill__image_set_simd(t % 4 == 3 ? 0 : have);
+    uint8_t* src = malloc((size_t)SW * SH * 3);
+    for (int i = 0; i < SW * SH * 3; i++) src[i] = (uint8_t)lcg(&seed);
+    size_t bytes = (size_t)OH * OW * 3 * (f16 ? 2 : 4), total = bytes + 64 + GUARD, off = mis ? 4 : 0;
+    memset(want, 0xab, total);
+    memset(got, 0xab, total);
+    cr_assert_eq(rill__img_resize(&s, src, (int64_t)SW * 3, 3, x0, y0, w, h, fx, fy, fw, fh, u8, OW, OH, ip), RILL_OK);
+    rill__img_normalize(u8, OH, OW, 3, flip, &k, f16, 1, want + off);
+    cr_assert_eq(rill__img_resize_normalize(&s, src, (int64_t)SW * 3, 3, x0, y0, w, h, fx, fy, fw, fh, OW, OH, ip, flip,
+                                            &k, f16, 1, got + off),
+                 RILL_OK);
+    cr_assert(memcmp(want, got, total) == 0,
+              "case %d: %dx%d image, window (%d,%d) %dx%d, region (%g,%g) %gx%g -> %dx%d interp %d flip %d f16 %d mis %d", t,
+              SW, SH, x0, y0, w, h, fx, fy, fw, fh, OW, OH, (int)ip, flip, f16, mis);
+    free(src);
+  }
+  rill__image_set_simd(have);
+  rill__img_scratch_free(&s);
+  free(u8);
+  free(want);
+  free(got);
+}
+
 /* One dataframe of the pipeline: source column `src` of encoded bytes (with paths) or uint8
  * images, resample (random resized crop or resize) to OH x OW, normalize; fused unless
  * rill__image_set_fuse(0) was called. Returns the normalize column. */
