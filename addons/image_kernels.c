@@ -548,11 +548,10 @@ typedef struct norm_dst {
 
 #if RILL_IMG_X86
 /* Planar two-tap resampling for the 3-channel CHW normalize. Each source row is split into
- * three float planes; each block of eight outputs of a plane reads its
- * two taps from 8-float loads at the block's first tap (start[8j]) and start[8j] + 1 through
- * one permute index per block (start[8j + l] - start[8j]): one load each when the indices
- * stay below 8 (rows widened), two and a blend when they stay below 16 (narrowed up to
- * about twofold). The arithmetic per value is that of hpass2_px_avx2, vpass12_avx2 and
+ * three float planes; each block of eight outputs of a plane reads its two taps from 8-float
+ * loads at the block's first tap (start[8j]) and start[8j] + 1 through one permute index per
+ * block (start[8j + l] - start[8j]): one load each when the indices stay below 8 (rows
+ * widened), two and a blend when they stay below 16 (narrowed up to about twofold). The arithmetic per value is that of hpass2_px_avx2, vpass12_avx2 and
  * norm_row_avx2, so the bytes are the same; no shuffles of interleaved pixels. (Where the
  * output has fewer rows than the source, blending two source rows per output row first,
  * the interleaved path with vnorm_row_avx2 measured faster: that path stays.) */
@@ -568,8 +567,9 @@ static int hperm_span(const coefs_t* cx, int out_w) {
   return span;
 }
 
-/* Per block j of eight outputs: the permute indices (idx[8j + l]) and the weights of both
- * taps (w[16j + l], w[16j + 8 + l]); lanes past out_w read tap 0 with weight 0. */
+/* For the block of eight outputs from output j (a multiple of 8): the permute indices
+ * (idx[j + l]) and the weights of both taps (w[2j + l], w[2j + 8 + l]); lanes past out_w
+ * read tap 0 with weight 0. */
 static void hperm_fill(const coefs_t* cx, int out_w, int32_t* idx, float* w) {
   for (int j = 0; j < out_w; j += 8)
     for (int l = 0; l < 8; l++) {
@@ -667,7 +667,6 @@ __attribute__((target("avx2,f16c"))) static void vnorm_planes_avx2(const norm_ds
   }
 }
 #endif
-
 
 static void norm_dst_init(norm_dst_t* nd, int H, int W, int C, int flip, const rill__img_norm_t* k, int f16, int chw,
                           void* dst) {
