@@ -287,13 +287,18 @@ static void vpass_c(const float* const* rows, const float* w, int taps, int64_t 
 }
 
 #if RILL_IMG_X86
+/* Eight values clamped to [0, 255] and rounded as to_u8, as int32. */
+__attribute__((target("avx2"))) static inline __m256i round8_avx2(__m256 acc) {
+  acc = _mm256_min_ps(_mm256_max_ps(acc, _mm256_setzero_ps()), _mm256_set1_ps(255.0f));
+  return _mm256_cvttps_epi32(_mm256_add_ps(acc, _mm256_set1_ps(0.5f)));
+}
+
 /* Eight sums of one or two taps, clamped to [0, 255] and rounded (as to_u8) to int32. */
 __attribute__((target("avx2"))) static inline __m256i vsum12_avx2(const float* r0, const float* r1, __m256 w0,
                                                                    __m256 w1, int64_t x) {
   __m256 acc = _mm256_mul_ps(w0, _mm256_loadu_ps(r0 + x));
   if (r1) acc = _mm256_add_ps(acc, _mm256_mul_ps(w1, _mm256_loadu_ps(r1 + x)));
-  acc = _mm256_min_ps(_mm256_max_ps(acc, _mm256_setzero_ps()), _mm256_set1_ps(255.0f));
-  return _mm256_cvttps_epi32(_mm256_add_ps(acc, _mm256_set1_ps(0.5f)));
+  return round8_avx2(acc);
 }
 
 /* The vertical pass of one or two taps (every bilinear resize), sixteen values a step, with
@@ -328,14 +333,12 @@ __attribute__((target("avx2"))) static void vpass_avx2(const float* const* rows,
     vpass12_avx2(rows, w, taps, n, dst);
     return;
   }
-  const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f), half = _mm256_set1_ps(0.5f);
   int64_t x = 0;
   for (; x + 8 <= n; x += 8) {
     __m256 acc = _mm256_mul_ps(_mm256_set1_ps(w[0]), _mm256_loadu_ps(rows[0] + x));
     for (int k = 1; k < taps; k++)
       acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[k]), _mm256_loadu_ps(rows[k] + x)));
-    acc = _mm256_min_ps(_mm256_max_ps(acc, zero), top);
-    __m256i v = _mm256_cvttps_epi32(_mm256_add_ps(acc, half));
+    __m256i v = round8_avx2(acc);
     __m256i p16 = _mm256_packus_epi32(v, v);
     __m256i p8 = _mm256_packus_epi16(p16, p16);
     __m128i lo = _mm256_castsi256_si128(p8), hi = _mm256_extracti128_si256(p8, 1);
@@ -430,6 +433,17 @@ __attribute__((target("avx2,f16c"))) static inline void store3x8(void* dst, int6
   }
 }
 
+/* Eight pixels (24 bytes from p, 28 read) as three vectors of R, G and B values. */
+__attribute__((target("avx2"))) static inline void px8_avx2(const uint8_t* p, __m256* r, __m256* g, __m256* b) {
+  const __m128i shuf = _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -1, -1, -1, -1);
+  __m128i lo = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)p), shuf);
+  __m128i hi = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(p + 12)), shuf);
+  __m128i rg = _mm_unpacklo_epi32(lo, hi), bx = _mm_unpackhi_epi32(lo, hi);
+  *r = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rg));
+  *g = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(rg, 8)));
+  *b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bx));
+}
+
 /* CHW, C == 3: eight pixels at a time (deinterleave with pshufb). With `nt` (W a multiple of
  * 8, the rows and planes aligned to the vector size) every value is written by a streaming
  * store, the last eight pixels from a copy of their bytes: the output then bypasses the
@@ -437,7 +451,6 @@ __attribute__((target("avx2,f16c"))) static inline void store3x8(void* dst, int6
 __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* src, int W, int flip,
                                                                const rill__img_norm_t* k, int f16, void* dst,
                                                                int64_t plane, int nt) {
-  const __m128i shuf = _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -1, -1, -1, -1);
   const __m256i rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
   const __m256 s0 = _mm256_set1_ps(k->scale[0]), s1 = _mm256_set1_ps(k->scale[1]), s2 = _mm256_set1_ps(k->scale[2]);
   const __m256 b0 = _mm256_set1_ps(k->bias[0]), b1 = _mm256_set1_ps(k->bias[1]), b2 = _mm256_set1_ps(k->bias[2]);
@@ -451,12 +464,8 @@ __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* sr
       memset(last + 24, 0, 8);
       p = last;
     }
-    __m128i a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)p), shuf);
-    __m128i b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(p + 12)), shuf);
-    __m128i rg = _mm_unpacklo_epi32(a, b), bx = _mm_unpackhi_epi32(a, b);
-    __m256 r = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rg));
-    __m256 g = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(rg, 8)));
-    __m256 bl = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bx));
+    __m256 r, g, bl;
+    px8_avx2(p, &r, &g, &bl);
     r = _mm256_add_ps(_mm256_mul_ps(r, s0), b0);
     g = _mm256_add_ps(_mm256_mul_ps(g, s1), b1);
     bl = _mm256_add_ps(_mm256_mul_ps(bl, s2), b2);
@@ -492,7 +501,6 @@ __attribute__((target("avx2,f16c"))) static void vnorm_row_avx2(const float* r0,
                                                                 int W, int flip, const rill__img_norm_t* k, int f16,
                                                                 void* dst, int64_t plane, int nt) {
   const __m256 w0 = _mm256_set1_ps(wa), w1 = _mm256_set1_ps(wb);
-  const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f), half = _mm256_set1_ps(0.5f);
   float sc[24], bi[24];
   for (int l = 0; l < 24; l++) {
     sc[l] = k->scale[l % 3];
@@ -511,11 +519,7 @@ __attribute__((target("avx2,f16c"))) static void vnorm_row_avx2(const float* r0,
   for (; x + 8 <= W; x += 8) {
     __m256 v[3];
     for (int j = 0; j < 3; j++) {
-      size_t at = (size_t)x * 3 + 8 * (size_t)j;
-      __m256 acc = _mm256_mul_ps(w0, _mm256_loadu_ps(r0 + at));
-      if (r1) acc = _mm256_add_ps(acc, _mm256_mul_ps(w1, _mm256_loadu_ps(r1 + at)));
-      acc = _mm256_min_ps(_mm256_max_ps(acc, zero), top);
-      __m256 u = _mm256_cvtepi32_ps(_mm256_cvttps_epi32(_mm256_add_ps(acc, half)));
+      __m256 u = _mm256_cvtepi32_ps(vsum12_avx2(r0, r1, w0, w1, (int64_t)x * 3 + 8 * j));
       v[j] = _mm256_add_ps(_mm256_mul_ps(u, s[j]), b[j]);
     }
     /* v0 = R0 G0 B0 R1 G1 B1 R2 G2, v1 = B2 R3 G3 B3 R4 G4 B4 R5, v2 = G5 B5 R6 G6 B6 R7 G7 B7 */
@@ -580,17 +584,6 @@ static void hperm_fill(const coefs_t* cx, int out_w, int32_t* idx, float* w) {
     }
 }
 
-/* Eight pixels (24 bytes from p, 28 read) as three vectors of R, G and B values. */
-__attribute__((target("avx2"))) static inline void px8_avx2(const uint8_t* p, __m256* r, __m256* g, __m256* b) {
-  const __m128i shuf = _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -1, -1, -1, -1);
-  __m128i lo = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)p), shuf);
-  __m128i hi = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(p + 12)), shuf);
-  __m128i rg = _mm_unpacklo_epi32(lo, hi), bx = _mm_unpackhi_epi32(lo, hi);
-  *r = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rg));
-  *g = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(rg, 8)));
-  *b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bx));
-}
-
 /* One uint8 RGB row of n pixels into three float planes of `pstride` floats, each plane's n
  * values followed by 24 zeros. */
 __attribute__((target("avx2"))) static void split3_avx2(const uint8_t* src, int n, float* planes, size_t pstride) {
@@ -633,7 +626,6 @@ __attribute__((target("avx2,f16c"))) static void vnorm_planes_avx2(const norm_ds
                                                                    const float* r1, float wa, float wb,
                                                                    size_t pstride) {
   const __m256 w0 = _mm256_set1_ps(wa), w1 = _mm256_set1_ps(wb);
-  const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f), half = _mm256_set1_ps(0.5f);
   const __m256i rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
   int W = nd->W, flip = nd->flip, nt = nd->nt;
   int64_t plane = (int64_t)nd->H * W;
@@ -645,9 +637,7 @@ __attribute__((target("avx2,f16c"))) static void vnorm_planes_avx2(const norm_ds
     uint8_t* row = (uint8_t*)nd->dst + ((size_t)c * (size_t)plane + (size_t)y * (size_t)W) * es;
     int x = 0;
     for (; x + 8 <= W; x += 8) {
-      __m256 acc = _mm256_add_ps(_mm256_mul_ps(w0, _mm256_loadu_ps(a + x)), _mm256_mul_ps(w1, _mm256_loadu_ps(b + x)));
-      acc = _mm256_min_ps(_mm256_max_ps(acc, zero), top);
-      __m256 u = _mm256_cvtepi32_ps(_mm256_cvttps_epi32(_mm256_add_ps(acc, half)));
+      __m256 u = _mm256_cvtepi32_ps(vsum12_avx2(a, b, w0, w1, x));
       __m256 v = _mm256_add_ps(_mm256_mul_ps(u, sc), bi);
       int64_t o = x;
       if (flip) {
