@@ -489,6 +489,16 @@ __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* sr
 }
 #endif
 
+/* A float image being written row by row: its size and layout, whether its vector stores
+ * stream past the caches, and for 3 channels the scale and bias of 24 interleaved values
+ * (eight pixels) in their lanes' channel pattern. */
+typedef struct norm_dst {
+  int H, W, C, flip, f16, chw, nt;
+  const rill__img_norm_t* k;
+  void* dst;
+  float scale24[24], bias24[24];
+} norm_dst_t;
+
 #if RILL_IMG_X86
 /* The vertical pass of one or two taps and the normalize of its row in one loop, for 3
  * channels into CHW planes: per eight pixels, the 24 interleaved values of each source row
@@ -496,20 +506,19 @@ __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* sr
  * pattern of their lanes, then split into three planes by two blends and a permute. The same
  * operations per value as vpass12_avx2 followed by norm_row_avx2, so the same bytes, without
  * the uint8 row between them; the stores are spread over the arithmetic instead of coming in
- * one burst per row. r1 NULL: one tap. Stores as norm_row_avx2 (`nt`: W % 8 == 0, aligned). */
-__attribute__((target("avx2,f16c"))) static void vnorm_row_avx2(const float* r0, const float* r1, float wa, float wb,
-                                                                int W, int flip, const rill__img_norm_t* k, int f16,
-                                                                void* dst, int64_t plane, int nt) {
+ * one burst per row. Output row y of the CHW image `nd`; r1 NULL: one tap. Stores as
+ * norm_row_avx2. */
+__attribute__((target("avx2,f16c"))) static void vnorm_row_avx2(const norm_dst_t* nd, int y, const float* r0,
+                                                                const float* r1, float wa, float wb) {
   const __m256 w0 = _mm256_set1_ps(wa), w1 = _mm256_set1_ps(wb);
-  float sc[24], bi[24];
-  for (int l = 0; l < 24; l++) {
-    sc[l] = k->scale[l % 3];
-    bi[l] = k->bias[l % 3];
-  }
+  const int W = nd->W, flip = nd->flip, f16 = nd->f16, nt = nd->nt;
+  const rill__img_norm_t* k = nd->k;
+  const int64_t plane = (int64_t)nd->H * W;
+  void* dst = (uint8_t*)nd->dst + (size_t)y * (size_t)W * (f16 ? 2 : 4);
   __m256 s[3], b[3];
   for (int j = 0; j < 3; j++) {
-    s[j] = _mm256_loadu_ps(sc + 8 * j);
-    b[j] = _mm256_loadu_ps(bi + 8 * j);
+    s[j] = _mm256_loadu_ps(nd->scale24 + 8 * j);
+    b[j] = _mm256_loadu_ps(nd->bias24 + 8 * j);
   }
   /* lanes of each channel after the blends, in pixel order (reversed when flipped) */
   const __m256i pr = flip ? _mm256_setr_epi32(5, 2, 7, 4, 1, 6, 3, 0) : _mm256_setr_epi32(0, 3, 6, 1, 4, 7, 2, 5);
@@ -541,14 +550,6 @@ __attribute__((target("avx2,f16c"))) static void vnorm_row_avx2(const float* r0,
   }
 }
 #endif
-
-/* A float image being written row by row: its size and layout, and whether its vector stores
- * stream past the caches. */
-typedef struct norm_dst {
-  int H, W, C, flip, f16, chw, nt;
-  const rill__img_norm_t* k;
-  void* dst;
-} norm_dst_t;
 
 #if RILL_IMG_X86
 /* Planar two-tap resampling for the 3-channel CHW normalize. Each source row is split into
@@ -661,6 +662,11 @@ __attribute__((target("avx2,f16c"))) static void vnorm_planes_avx2(const norm_ds
 static void norm_dst_init(norm_dst_t* nd, int H, int W, int C, int flip, const rill__img_norm_t* k, int f16, int chw,
                           void* dst) {
   *nd = (norm_dst_t){.H = H, .W = W, .C = C, .flip = flip, .f16 = f16, .chw = chw, .k = k, .dst = dst};
+  if (C == 3)
+    for (int l = 0; l < 24; l++) {
+      nd->scale24[l] = k->scale[l % 3];
+      nd->bias24[l] = k->bias[l % 3];
+    }
 #if RILL_IMG_X86
   /* streaming stores for outputs larger than a core's share of the cache, when every vector
    * store is aligned: f32 rows of W % 8 == 0 are 32-byte multiples, f16 ones 16-byte */
@@ -726,9 +732,7 @@ static void out_row(rows_out_t* ro, int y, const float* const* rows, const float
   const norm_dst_t* nd = &ro->nd;
 #if RILL_IMG_X86
   if (!ro->u8 && nd->chw && nd->C == 3 && taps <= 2 && simd_on()) {
-    size_t es = nd->f16 ? 2 : 4;
-    vnorm_row_avx2(rows[0], taps == 2 ? rows[1] : NULL, w[0], taps == 2 ? w[1] : 0.0f, nd->W, nd->flip, nd->k,
-                   nd->f16, (uint8_t*)nd->dst + (size_t)y * nd->W * es, (int64_t)nd->H * nd->W, nd->nt);
+    vnorm_row_avx2(nd, y, rows[0], taps == 2 ? rows[1] : NULL, w[0], taps == 2 ? w[1] : 0.0f);
     return;
   }
 #endif
