@@ -2,7 +2,9 @@
  * (jpeg_crop_scanline + jpeg_skip_scanlines), gray/RGB/RGBA output, CMYK and YCCK converted
  * to RGB. Errors and the warnings about damaged data ("Corrupt JPEG data: ...", premature end
  * of file) become RILL_EFORMAT through a setjmp/longjmp error manager, for the whole file
- * whatever the crop; each thread keeps one decompressor and its row buffers. */
+ * whatever the crop; once a file's bytes are verified, a crop starts at an entropy mark
+ * (baseline files) or reads each scan only to a few rows below it (progressive files). Each
+ * thread keeps one decompressor and its row buffers. */
 #include <string.h>
 
 #include "addon.h"
@@ -32,7 +34,16 @@ typedef struct jpeg_state {
     const uint8_t* then;
     size_t then_n;
     int part;                    /* 0: in `first`; 1: in `then`; 2: past the end */
+    struct cut {                 /* a verified progressive file, its scans cut below the region */
+      const uint8_t *base, *next, *end; /* the file; where the next piece of `first` starts */
+      const uint32_t* scans;     /* [start, end) of each scan's entropy-coded data, by offset */
+      int nscans, at;            /* scans; the first whose data does not end before `next` */
+      unsigned need;             /* iMCU rows each scan must decode in full */
+      int scan;                  /* input_scan_number of the scan last cut; 0: none yet */
+    } cut;                       /* cut.base NULL: `first` is given whole */
   } src;
+  uint32_t* scans;               /* the scan table of a cut */
+  size_t scans_cap;
   int ready;                     /* cinfo was created */
 } jpeg_state_t;
 
@@ -41,14 +52,35 @@ static void state_destroy(void* p) {
   if (st->ready) jpeg_destroy_decompress(&st->cinfo);
   rill__free(st->rows);
   rill__free(st->head);
+  rill__free(st->scans);
 }
 
 /* ---- the source: bytes in memory in one or two parts. Past the end, like jpeg_mem_src, a
  * premature-end warning (an error here) and an end marker. */
 static void src_init(j_decompress_ptr c) { (void)c; }
 
+/* Bytes handed to libjpeg at a time while a cut is armed: it looks at the decoder's progress
+ * only between pieces (a smaller piece decodes fewer rows past the cut, at one call each). */
+#define CUT_PIECE 64
+
 static boolean src_fill(j_decompress_ptr c) {
   struct source* s = (struct source*)c->src;
+  struct cut* k = &s->cut;
+  if (s->part == 0 && k->base && k->next < k->end) {
+    /* A scan whose data goes on past `need` complete iMCU rows jumps to the marker after its
+     * data: libjpeg finds the scan's data ended and leaves the blocks below as they are. */
+    while (k->at < k->nscans && k->base + k->scans[2 * k->at + 1] <= k->next) k->at++;
+    if (k->at < k->nscans && k->base + k->scans[2 * k->at] <= k->next && c->input_scan_number == k->at + 1 &&
+        c->input_iMCU_row >= k->need) {
+      k->next = k->base + k->scans[2 * k->at + 1];
+      k->scan = c->input_scan_number;
+    }
+    size_t left = (size_t)(k->end - k->next), piece = left < CUT_PIECE ? left : CUT_PIECE;
+    s->pub.next_input_byte = k->next;
+    s->pub.bytes_in_buffer = piece;
+    k->next += piece;
+    return TRUE;
+  }
   if (s->part == 0 && s->then_n) {
     s->part = 1;
     s->pub.next_input_byte = s->then;
@@ -85,7 +117,80 @@ static void src_set(jpeg_state_t* st, const uint8_t* first, size_t n, const uint
   st->src.then = then;
   st->src.then_n = then_n;
   st->src.part = 0;
+  st->src.cut = (struct cut){0};
   st->cinfo.src = &st->src.pub;
+}
+
+/* The entropy-coded data of each scan of the JPEG in buf: [start, end) offsets into
+ * st->scans, 2 per scan; and in *smooth whether libjpeg will smooth blocks once every scan is
+ * read (some component's coefficients 1..9 left short of full precision, or never sent: the
+ * precision each scan's header leaves, as libjpeg tracks it; an unknown component counts as
+ * smoothing). Returns the number of scans, 0 when the stream is not laid out as expected or
+ * has restart intervals (a cut then does not apply), -1 when out of memory. */
+static int scan_table(jpeg_state_t* st, const uint8_t* b, size_t n, int* smooth) {
+  if (n < 4 || n > UINT32_MAX || b[0] != 0xFF || b[1] != 0xD8) return 0;
+  const j_decompress_ptr c = &st->cinfo;
+  int bits[MAX_COMPONENTS][10]; /* the Al each coefficient was last sent with; -1: never */
+  memset(bits, 0xFF, sizeof bits);
+  *smooth = 0;
+  size_t i = 2;
+  int count = 0;
+  while (i + 1 < n) {
+    if (b[i] != 0xFF) return 0;
+    uint8_t m = b[i + 1];
+    if (m == 0xFF) { /* fill byte */
+      i++;
+      continue;
+    }
+    if (m == JPEG_EOI) {
+      for (int ci = 0; ci < c->num_components && ci < MAX_COMPONENTS; ci++)
+        for (int k = 1; k < 10; k++) *smooth |= bits[ci][k] != 0;
+      return count;
+    }
+    if (m == 0xDD /* DRI */ || (m >= JPEG_RST0 && m <= JPEG_RST0 + 7) || m == 0x01 || m == 0xD8) return 0;
+    if (i + 4 > n) return 0;
+    size_t len = (size_t)b[i + 2] << 8 | b[i + 3];
+    if (len < 2 || i + 2 + len > n) return 0;
+    const uint8_t* h = b + i + 4; /* the segment's parameters */
+    i += 2 + len;
+    if (m != 0xDA) continue; /* SOS: its data runs to the next marker other than a stuffed 0xFF or RSTn */
+    int ns = len >= 3 ? h[0] : 0;
+    if (ns < 1 || len != (size_t)(6 + 2 * ns)) return 0;
+    int ss = h[1 + 2 * ns], se = h[2 + 2 * ns], al = h[3 + 2 * ns] & 15;
+    for (int j = 0; j < ns; j++) {
+      int ci = 0;
+      while (ci < c->num_components && c->comp_info[ci].component_id != h[1 + 2 * j]) ci++;
+      if (ci >= c->num_components || ci >= MAX_COMPONENTS) {
+        *smooth = 1;
+        continue;
+      }
+      for (int k = ss; k <= se && k < 10; k++) bits[ci][k] = al;
+    }
+    size_t start = i;
+    for (;;) {
+      const uint8_t* f = memchr(b + i, 0xFF, n - i);
+      if (!f || (size_t)(f - b) + 1 >= n) return 0;
+      i = (size_t)(f - b);
+      uint8_t nx = b[i + 1];
+      if (nx == 0x00 || (nx >= JPEG_RST0 && nx <= JPEG_RST0 + 7)) {
+        i += 2;
+        continue;
+      }
+      break;
+    }
+    size_t have = st->scans_cap / (2 * sizeof(uint32_t));
+    if ((size_t)count == have) { /* kept across files: grows rarely */
+      size_t more = have ? 2 * have : 16;
+      uint32_t* q = rill__realloc(st->scans, st->scans_cap, more * 2 * sizeof(uint32_t));
+      if (!q) return -1;
+      st->scans = q;
+      st->scans_cap = more * 2 * sizeof(uint32_t);
+    }
+    st->scans[2 * count] = (uint32_t)start;
+    st->scans[2 * count + 1] = (uint32_t)i;
+    count++;
+  }
+  return 0;
 }
 
 /* one decompressor per thread, from the library's scratch registry */
@@ -119,6 +224,13 @@ static void on_emit_message(j_common_ptr cinfo, int level) {
    * Adobe transform codes, ...) and trace messages are ignored. */
   if (level >= 0) return;
   jpeg_state_t* st = (jpeg_state_t*)cinfo->client_data;
+  /* Once a scan was cut below the region (verified bytes), the blocks below `need` rows are
+   * no longer decoded from the right data: the cut scan's data seems to end early, and a later
+   * refinement scan reads correction bits for the coefficients it finds there, out of step
+   * with its data (bad codes, data ending early or late). The rows above are not affected. */
+  if (st->src.cut.scan && ((j_decompress_ptr)cinfo)->input_iMCU_row >= st->src.cut.need &&
+      corrupt_data_warning(cinfo->err->msg_code))
+    return;
   cinfo->err->format_message(cinfo, st->message);
   /* the arithmetic-code warning exists only in some libjpeg builds: known by its text */
   if (corrupt_data_warning(cinfo->err->msg_code) || strstr(st->message, "bad arithmetic code"))
@@ -181,6 +293,40 @@ static void convert_cmyk(const uint8_t* src, uint8_t* dst, int w, int channels, 
       dst += channels;
     }
   }
+}
+
+/* A progressive file is read whole by jpeg_start_decompress, every scan to the image's last
+ * row. For bytes verified to their end, each scan may stop below the region: at the region's
+ * last iMCU row, the next one when the chroma is upsampled vertically (libjpeg's context
+ * rows), and when the blocks will be smoothed (a progression that leaves coefficients short
+ * of full precision) two more (the smoothing reads two block rows below: one iMCU row of a
+ * component sampled once vertically). Arms the cut when that leaves rows out; called after
+ * jpeg_read_header, with the output scale set. */
+static int arm_cut(jpeg_state_t* st, const uint8_t* buf, size_t n, const rill__img_geom_t* g) {
+  j_decompress_ptr c = &st->cinfo;
+  if (c->restart_interval) return RILL_OK;
+  jpeg_calc_output_dimensions(c);
+#if JPEG_LIB_VERSION >= 70
+  int rows = c->max_v_samp_factor * c->min_DCT_v_scaled_size;
+#else
+  int rows = c->max_v_samp_factor * c->min_DCT_scaled_size;
+#endif
+  if (rows < 1) return RILL_OK;
+  unsigned need = (unsigned)((g->y + g->h - 1) / rows) + 1 + (c->max_v_samp_factor > 1);
+  if (need >= c->total_iMCU_rows) return RILL_OK;
+  int smooth = 0, nscans = scan_table(st, buf, n, &smooth);
+  if (nscans <= 0) return nscans < 0 ? RILL_ENOMEM : RILL_OK;
+  if (smooth && c->do_block_smoothing) need += 2;
+  if (need >= c->total_iMCU_rows) return RILL_OK;
+  struct source* s = &st->src;
+  const uint8_t* at = s->pub.next_input_byte;
+  if (at < buf || at > buf + n) return RILL_OK;
+  s->cut = (struct cut){buf, at, buf + n, st->scans, nscans, 0, need, 0};
+  /* from here on the rest of the file is handed over in pieces */
+  size_t left = s->pub.bytes_in_buffer, piece = left < CUT_PIECE ? left : CUT_PIECE;
+  s->pub.bytes_in_buffer = piece;
+  s->cut.next = at + piece;
+  return RILL_OK;
 }
 
 /* Reads the header of the JPEG in buf and, unless `probe` is set (then it receives the
@@ -273,6 +419,10 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
   }
   c->scale_num = (unsigned)g.num;
   c->scale_denom = (unsigned)g.denom;
+  if (req->tail_verified && c->progressive_mode && !c->arith_code && !seek && (rc = arm_cut(st, buf, n, &g)) < 0) {
+    jpeg_abort_decompress(c);
+    return rill_error_set(err, rc, "out of memory (JPEG scan table)");
+  }
   jpeg_start_decompress(c);
   if ((int)c->output_width != g.sw || (int)c->output_height != g.sh - drop) {
     jpeg_abort_decompress(c);
@@ -350,7 +500,8 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
    * (jpeg_skip_scanlines), the last one is decoded, and finishing reads to the end marker.
    * Progressive files were read whole by jpeg_start_decompress. Bytes already verified to
    * their end (req->tail_verified) cannot fail there: the decoder stops after the region
-   * (and does not look for the end marker again: the first check of the file decided). */
+   * (and does not look for the end marker again: the first check of the file decided), and
+   * a progressive file's scans stopped a few rows below it (arm_cut). */
   if (req->tail_verified) {
     jpeg_abort_decompress(c);
     if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom, g.num, xoff, (int64_t)stride};

@@ -1118,6 +1118,123 @@ Test(jpeg_marks, damage_fails_whatever_the_region) {
   free(b.p), free(px);
 }
 
+/* ---------------------------------------------------------------- progressive files, cut below the region */
+
+/* The entropy-coded data of each scan of a JPEG: [start, end) offsets, 2 per scan. */
+static int test_scans(const buf_t* b, size_t* at, int max) {
+  int n = 0;
+  size_t i = 2;
+  while (i + 3 < b->n && n < max) {
+    cr_assert_eq(b->p[i], 0xff, "marker expected at %zu", i);
+    uint8_t m = b->p[i + 1];
+    if (m == 0xd9) break;
+    i += 2 + ((size_t)b->p[i + 2] << 8 | b->p[i + 3]);
+    if (m != 0xda) continue;
+    at[2 * n] = i;
+    while (i + 1 < b->n && !(b->p[i] == 0xff && b->p[i + 1] != 0 && (b->p[i + 1] & 0xf8) != 0xd0)) i++;
+    at[2 * n + 1] = i;
+    n++;
+  }
+  return n;
+}
+
+/* The file's first `scans` scans and its end marker: a valid file whose progression stops
+ * short of full precision (libjpeg then smooths the blocks, reading rows below each one). */
+static buf_t first_scans(const buf_t* b, int scans) {
+  size_t at[128];
+  int n = test_scans(b, at, 64);
+  cr_assert_gt(n, scans);
+  size_t end = at[2 * (scans - 1) + 1];
+  buf_t t = {malloc(end + 2), end + 2};
+  memcpy(t.p, b->p, end);
+  t.p[end] = 0xff, t.p[end + 1] = 0xd9;
+  return t;
+}
+
+/* A region of a progressive file decoded with its bytes verified (each scan cut a few iMCU
+ * rows below the region) equals the one decoded with the whole file read, for every sampling,
+ * scale, channel count and region; for progressions stopped early (block smoothing) and with
+ * restart intervals (no cut) too. */
+Test(jpeg_progressive_cut, regions_equal_whole_reads) {
+  struct {
+    int w, h, gray, hs, vs, q, restart;
+  } cases[] = {{173, 131, 0, 1, 1, 95, 0}, {301, 263, 0, 2, 2, 75, 0}, {301, 263, 0, 2, 1, 90, 0},
+               {96, 300, 0, 1, 2, 85, 0},  {200, 150, 1, 0, 0, 100, 0}, {500, 375, 0, 2, 2, 92, 0},
+               {257, 513, 0, 2, 2, 60, 0}, {64, 64, 0, 2, 2, 100, 0},  {300, 400, 0, 2, 2, 90, 2}};
+  unsigned rng = 11;
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int W = cases[k].w, H = cases[k].h, ch = cases[k].gray ? 1 : 3;
+    uint8_t* px = textured_pixels(W, H, ch, (unsigned)k + 5);
+    buf_t whole = enc_jpeg(px, W, H, (jpeg_spec_t){.in = ch == 1 ? JCS_GRAYSCALE : JCS_RGB, .quality = cases[k].q,
+                                                   .hs = cases[k].hs, .vs = cases[k].vs, .progressive = 1,
+                                                   .restart_rows = cases[k].restart});
+    /* every case whole; odd ones also stopped after 2 or 4 scans, even ones after 3 or 5 */
+    for (int v = 0; v < 3; v++) {
+    buf_t b = v == 0 ? whole : first_scans(&whole, 2 + (int)(k % 2 == 0) + 2 * (v - 1));
+    for (int r = 0; r < 40; r++) {
+      rng = rng * 1103515245u + 12345u;
+      rill__img_request_t rq = {.channels = r % 5 == 4 ? 1 : r % 7 == 3 ? 4 : 3};
+      rq.h = 1 + (int)((rng >> 8) % (unsigned)(r % 2 ? H : H / 3 + 1)), rq.w = 1 + (int)((rng >> 4) % (unsigned)W);
+      rq.y = (int)((rng >> 12) % (unsigned)(H - rq.h + 1)), rq.x = (int)((rng >> 3) % (unsigned)(W - rq.w + 1));
+      if (r % 3 == 1) rq.min_w = rq.w / 3 + 1, rq.min_h = rq.h / 3 + 1;
+      if (r % 6 == 2) rq.min_w = rq.w / 5 + 1, rq.min_h = rq.h / 7 + 1, rq.scales = RILL__IMG_SCALES_ALL;
+      rill__img_out_t o1, o2;
+      uint8_t* want = decode_ok(&b, rq, &o1);
+      rill__img_request_t cut = rq;
+      cut.tail_verified = 1;
+      uint8_t* got = decode_ok(&b, cut, &o2);
+      cr_assert(o1.w == o2.w && o1.h == o2.h && memcmp(want, got, out_bytes(&o1)) == 0,
+                "case %zu/%d region (%d,%d) %dx%d at %d/%d, %d channels: the cut decode differs", k, v, rq.x, rq.y,
+                rq.w, rq.h, o1.scale_num, o1.scale_denom, rq.channels);
+      free(want), free(got);
+    }
+    if (v) free(b.p);
+    }
+    free(whole.p), free(px);
+  }
+}
+
+/* The rows below the cut are not read: junk written over the end of each scan's data fails
+ * the decode that reads the whole file, and leaves a region at the top of the verified file
+ * as it was. */
+Test(jpeg_progressive_cut, rows_below_are_not_read) {
+  int W = 320, H = 1600;
+  uint8_t* px = textured_pixels(W, H, 3, 21);
+  buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2, .progressive = 1});
+  size_t at[64];
+  int n = test_scans(&b, at, 32);
+  cr_assert_geq(n, 6, "%d scans", n);
+  buf_t bad = {malloc(b.n), b.n};
+  memcpy(bad.p, b.p, b.n);
+  int junked = 0;
+  for (int k = 0; k < n; k++) {
+    size_t len = at[2 * k + 1] - at[2 * k];
+    if (len < 8192) continue;
+    memset(bad.p + at[2 * k + 1] - len / 2, 0x3c, len / 2); /* the scan's second half: rows 800 and on */
+    junked++;
+  }
+  cr_assert_geq(junked, 3);
+  rill__img_request_t rq = {.channels = 3, .x = 40, .y = 16, .w = 200, .h = 200};
+  rill__img_out_t o1, o2;
+  rill_error_t err = {0};
+  int rc;
+  cr_assert_null(decode(&bad, rq, &o1, &err, &rc), "junk in the scans decoded");
+  cr_assert_eq(rc, RILL_EFORMAT, "%d %s", rc, err.message);
+  cr_assert(strstr(err.message, "orrupt JPEG data"), "%s", err.message);
+  uint8_t* want = decode_ok(&b, rq, &o1);
+  rq.tail_verified = 1;
+  uint8_t* got = decode_ok(&bad, rq, &o2);
+  cr_assert(memcmp(want, got, out_bytes(&o1)) == 0, "the region above the junk differs");
+  /* a region reaching into the junk reads it */
+  rq.y = 900;
+  err = (rill_error_t){0};
+  uint8_t* deep = decode(&bad, rq, &o2, &err, &rc);
+  uint8_t* clean = decode_ok(&b, rq, &o1);
+  cr_assert(deep == NULL || memcmp(deep, clean, out_bytes(&o1)) != 0, "a region below the junk decoded as clean");
+  free(deep), free(clean), free(want), free(got);
+  free(bad.p), free(b.p), free(px);
+}
+
 /* ---------------------------------------------------------------- real images */
 
 static const char* data_dir(void) {

@@ -1,7 +1,9 @@
 /* libFuzzer target for the image decoders: probe, plan and decode arbitrary bytes as JPEG or
  * PNG, whole and as a region (packed and padded), with every output channel count; and JPEG
  * regions through the entropy marks (made by the decode that checks the file, then kept),
- * which must give the outcome and the pixels of a decode from the file's start. Any crash,
+ * which must give the outcome and the pixels of a decode from the file's start; and regions
+ * of verified progressive files, their scans cut below the region, which must give the
+ * pixels of a whole read. Any crash,
  * leak, sanitizer report or abort() is a bug; errors are expected. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,6 +46,20 @@ static void marks_case(const uint8_t* data, size_t size, const rill__img_info_t*
       req.marks = m;
       int r2 = rill__img_decode(data, size, &req, b, bytes, &out, &err);
       if (r1 != r2 || (r1 == RILL_OK && memcmp(a, b, n) != 0)) abort();
+    }
+  }
+  if (ra == RILL_OK && rb == RILL_OK && !m) { /* verified, without marks (progressive, ...): regions */
+    req.marks_out = NULL;                      /* above the bottom, scans cut below them */
+    for (int k = 0; k < 3; k++) {
+      req.y = info->height * k / 8, req.h = info->height / 4 + 1;
+      if (rill__img_plan(info, &req, &plan, &err) != RILL_OK) continue;
+      size_t n = (size_t)plan.w * (size_t)plan.h * 3;
+      if (n > bytes) continue;
+      req.tail_verified = 0;
+      int r1 = rill__img_decode(data, size, &req, a, bytes, &out, &err);
+      req.tail_verified = 1;
+      int r2 = rill__img_decode(data, size, &req, b, bytes, &out, &err);
+      if (r1 == RILL_OK && (r2 != RILL_OK || memcmp(a, b, n) != 0)) abort();
     }
   }
   rill__free(m);
