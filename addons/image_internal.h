@@ -112,6 +112,10 @@ int64_t rill__img_memo_find(const rill__img_memo_t* m, uint64_t key);
 void rill__img_memo_add(rill__img_memo_t* m, uint64_t key, struct rill__jpeg_marks* marks);
 /* The entropy marks kept for the file in `slot`, or NULL. */
 struct rill__jpeg_marks* rill__img_memo_marks(const rill__img_memo_t* m, int64_t slot);
+/* The verified-file table that image operator `column` of df decodes regions with (a
+ * normalize fused with a crop: the crop's), NULL for other columns; one table is shared by
+ * the operators over the same column of a dataframe. For tests. */
+const void* rill__img_op_table(const rill_df_t* df, int column);
 
 /* ---- JPEG entropy marks (image_jpeg_marks.c; no libjpeg there): where runs of MCU rows
  * start in the entropy-coded data of a baseline Huffman JPEG with one interleaved scan (or

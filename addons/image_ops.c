@@ -56,6 +56,23 @@ typedef struct op_class {
                 int ow, const char** why);
 } op_class_t;
 
+/* The files verified to their end (rill__img_memo_t), shared by every operator that decodes
+ * regions of the same column of a dataframe (several crops of each file, as multi-crop
+ * training takes; a normalize fused with its crop): each file is checked once, and its
+ * entropy marks found once, for all of them. The fingerprints are of the bytes, so sharing
+ * changes no result. */
+typedef struct shared_memo {
+  rill__img_memo_t memo;
+  _Atomic int refs;
+} shared_memo_t;
+
+static void memo_release(shared_memo_t* m) {
+  if (m && atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) {
+    rill__img_memo_free(&m->memo);
+    rill__free(m);
+  }
+}
+
 struct op {
   const op_class_t* cls;
   int binary;            /* input cells are encoded bytes (fused decode) */
@@ -66,7 +83,7 @@ struct op {
   rill_on_error_t on_error;
   rill_type_t out_type;
   int fixed_out;
-  rill__img_memo_t verified; /* fused decode: files verified to their end (see decode_cell) */
+  shared_memo_t* verified; /* fused decode of regions: files verified to their end (see decode_cell) */
   int column;            /* the operator's column (its generator's), once added */
   int in_col, path_col;  /* the map's input columns (path_col -1: none) */
 };
@@ -152,11 +169,11 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
   uint64_t key = 0;
   rill__jpeg_marks_t* marks = NULL;
   if (info.format == RILL__IMG_JPEG && req.w && req.h && (req.y > 0 || req.y + req.h < info.height) &&
-      op->verified.keys) {
+      op->verified) {
     key = rill__img_fingerprint(buf, (size_t)nb);
-    int64_t slot = rill__img_memo_find(&op->verified, key);
+    int64_t slot = rill__img_memo_find(&op->verified->memo, key);
     req.tail_verified = slot >= 0;
-    if (slot >= 0) req.marks = rill__img_memo_marks(&op->verified, slot);
+    if (slot >= 0) req.marks = rill__img_memo_marks(&op->verified->memo, slot);
     else req.marks_out = &marks;
   }
   rill__img_out_t plan;
@@ -168,7 +185,7 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
     rill__free(marks);
     return cell_fail(err, i, op, paths, rc, e->message);
   }
-  if (key && !req.tail_verified) rill__img_memo_add((rill__img_memo_t*)&op->verified, key, marks);
+  if (key && !req.tail_verified) rill__img_memo_add(&op->verified->memo, key, marks);
   int64_t stride = got.stride ? got.stride : (int64_t)got.w * got.channels;
   if (got.channels != op->C || got.w <= 0 || got.h <= 0 || got.x < 0 ||
       stride < (int64_t)(got.x + got.w) * got.channels || (size_t)stride * (size_t)got.h > s->img_cap)
@@ -679,7 +696,7 @@ static void op_free(void* p) {
   op_t* op = p;
   resample_t* pre = (resample_t*)fused_pre(op);
   if (pre) op_free(pre);
-  rill__img_memo_free(&op->verified);
+  memo_release(op->verified);
   rill__free(op);
 }
 
@@ -700,13 +717,41 @@ static int fuse_resample(normalize_t* n, rill_df_t* df, int column, rill_error_t
   resample_t* pre = rill__alloc(sizeof *pre);
   if (!pre) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", n->op.cls->what);
   memcpy(pre, src, sizeof *pre);
-  pre->op.verified = (rill__img_memo_t){0};
-  if (src->verified.keys && rill__img_memo_init(&pre->op.verified, rill_df_rows(df)) < 0) {
-    rill__free(pre);
-    return rill__fail(err, RILL_ENOMEM, "%s: out of memory", n->op.cls->what);
-  }
+  if (pre->op.verified) atomic_fetch_add_explicit(&pre->op.verified->refs, 1, memory_order_relaxed);
   n->pre = pre;
   return RILL_OK;
+}
+
+/* The verified-file table of the operators decoding regions of `column` of df: an existing
+ * operator's (retained), else a new one. */
+static int memo_for(rill_df_t* df, int column, shared_memo_t** out) {
+  for (int c = 0, n = rill_df_ncolumns(df); c < n; c++) {
+    if (rill__df_column_fn(df, c) != (rill__fn_t)op_map) continue;
+    const op_t* o = rill__df_column_ctx(df, c);
+    const resample_t* pre = o ? fused_pre(o) : NULL;
+    if (pre) o = &pre->op;
+    if (o && o->verified && o->in_col == column) {
+      atomic_fetch_add_explicit(&o->verified->refs, 1, memory_order_relaxed);
+      *out = o->verified;
+      return RILL_OK;
+    }
+  }
+  shared_memo_t* m = rill__alloc(sizeof *m);
+  if (!m || rill__img_memo_init(&m->memo, rill_df_rows(df)) < 0) {
+    rill__free(m);
+    return RILL_ENOMEM;
+  }
+  atomic_init(&m->refs, 1);
+  *out = m;
+  return RILL_OK;
+}
+
+const void* rill__img_op_table(const rill_df_t* df, int column) {
+  if (rill__df_column_fn(df, column) != (rill__fn_t)op_map) return NULL;
+  const op_t* o = rill__df_column_ctx(df, column);
+  const resample_t* pre = o ? fused_pre(o) : NULL;
+  if (pre) o = &pre->op;
+  return o ? o->verified : NULL;
 }
 
 /* Adds the map column of operator class `cls` with its options `opts` over `column`. */
@@ -735,9 +780,9 @@ static int op_add(rill_df_t* df, const char* name, int column, const op_class_t*
   }
   op->fixed_out = rill_type_is_fixed(&op->out_type);
   /* files verified to their end, for operators that decode a region of them */
-  if (op->binary && cls->pick == rrc_pick && rill__img_memo_init(&op->verified, rill_df_rows(df)) < 0) {
+  if (op->binary && cls->pick == rrc_pick && (rc = memo_for(df, column, &op->verified)) < 0) {
     rill__free(op);
-    return rill__fail(err, RILL_ENOMEM, "%s: out of memory", cls->what);
+    return rill__fail(err, rc, "%s: out of memory", cls->what);
   }
   op->in_col = column;
   op->path_col = nin > 1 ? inputs[1] : -1;

@@ -1,7 +1,8 @@
 /* ThreadSanitizer stress of the JPEG entropy marks: threads decoding regions of the same
  * files with one shared set of marks per file (walking to new marks while others seek with
- * the ones known), against decodes from the file's start; and a 2-thread image pipeline whose
- * operator keeps the marks across epochs, against the same pipeline on the calling thread.
+ * the ones known), against decodes from the file's start; and a 2-thread image pipeline of
+ * two crops of each file, whose operators share the files' verified table and marks across
+ * epochs, against the same pipeline on the calling thread.
  * Prints "N passed, N failed" last; exits non-zero on a failure. */
 #include <pthread.h>
 #include <stdio.h>
@@ -111,16 +112,21 @@ static unsigned char* run_pipeline(int threads, int epochs, size_t* total) {
   CHECK_OK(rill_df_from_arrays(names, cols, 1, 0, &df, &err), err);
   int crop = rill_image_random_resized_crop(df, "crop", 0, &(rill_rrc_opts_t){.size = {48, 40}}, &err);
   CHECK(crop >= 0, "%s", err.message);
+  int crop2 = rill_image_random_resized_crop(df, "crop2", 0, &(rill_rrc_opts_t){.size = {32, 32}}, &err);
+  CHECK(crop2 >= 0, "%s", err.message);
   rill_iter_t* it = NULL;
   CHECK_OK(rill_iter_new(df, &(rill_iter_opts_t){.seed = 5, .threads = threads, .prefetch = 4}, &it, &err), err);
-  size_t each = 48 * 40 * 3, n = 0;
+  size_t each1 = 48 * 40 * 3, each = each1 + 32 * 32 * 3, n = 0;
   unsigned char* out = malloc(each * ROWS * (size_t)epochs);
   for (int e = 0; e < epochs; e++) {
     if (e) CHECK_OK(rill_iter_set_epoch(it, e), err);
     rill_row_t row;
     while (rill_iter_next(it, &row, &err) == RILL_OK) {
-      const rill_array_t* a = rill_row_get(&row, crop);
-      if (n < (size_t)ROWS * (size_t)epochs) memcpy(out + n * each, a->data, each);
+      const rill_array_t *a = rill_row_get(&row, crop), *b = rill_row_get(&row, crop2);
+      if (n < (size_t)ROWS * (size_t)epochs) {
+        memcpy(out + n * each, a->data, each1);
+        memcpy(out + n * each + each1, b->data, each - each1);
+      }
       n++;
     }
   }
