@@ -191,22 +191,13 @@ int rill__csv_quote_closed(const char* d, int64_t s, int64_t e, char q) {
 
 /* ------------------------------------------------------------------ chunk scans */
 
-/* `v`, an array of n elements of `size` bytes, moved to twice *cap elements (1024 at first),
- * with *cap updated; NULL (and v unchanged) when out of memory. */
-static void* grow(void* v, int64_t n, int64_t* cap, size_t size) {
-  int64_t nc = *cap ? *cap * 2 : 1024;
-  void* nv = rill__realloc(v, (size_t)n * size, (size_t)nc * size);
-  if (nv) *cap = nc;
-  return nv;
-}
-
 int rill__csv_vec_grow(rill__csv_vec_t* a) {
-  int64_t* v = grow(a->v, a->n, &a->cap, sizeof *v);
+  int64_t* v = rill__grow(a->v, &a->cap, a->n, a->cap + 1, sizeof *v, 1024);
   return v ? (a->v = v, RILL_OK) : RILL_ENOMEM;
 }
 
 int rill__csv_rows_grow(rill__csv_rows_t* a) {
-  uint32_t* v = grow(a->v, a->n, &a->cap, sizeof *v);
+  uint32_t* v = rill__grow(a->v, &a->cap, a->n, a->cap + 1, sizeof *v, 1024);
   return v ? (a->v = v, RILL_OK) : RILL_ENOMEM;
 }
 

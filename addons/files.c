@@ -28,16 +28,12 @@ typedef struct strlist {
 
 static int strlist_push(strlist_t* l, char* s) {
   if (!s) return RILL_ENOMEM;
-  if (l->n == l->cap) {
-    int64_t ncap = l->cap ? l->cap * 2 : 16;
-    char** p = rill__realloc(l->items, (size_t)l->cap * sizeof *p, (size_t)ncap * sizeof *p);
-    if (!p) {
-      rill__free(s);
-      return RILL_ENOMEM;
-    }
-    l->items = p;
-    l->cap = ncap;
+  char** p = rill__grow(l->items, &l->cap, l->n, l->n + 1, sizeof *p, 16);
+  if (!p) {
+    rill__free(s);
+    return RILL_ENOMEM;
   }
+  l->items = p;
   l->items[l->n++] = s;
   return RILL_OK;
 }

@@ -43,7 +43,7 @@ typedef struct jpeg_state {
     } cut;                       /* cut.base NULL: `first` is given whole */
   } src;
   uint32_t* scans;               /* the scan table of a cut */
-  size_t scans_cap;
+  int64_t scans_cap;             /* in [start, end) pairs */
   int ready;                     /* cinfo was created */
 } jpeg_state_t;
 
@@ -178,14 +178,9 @@ static int scan_table(jpeg_state_t* st, const uint8_t* b, size_t n, int* smooth)
       }
       break;
     }
-    size_t have = st->scans_cap / (2 * sizeof(uint32_t));
-    if ((size_t)count == have) { /* kept across files: grows rarely */
-      size_t more = have ? 2 * have : 16;
-      uint32_t* q = rill__realloc(st->scans, st->scans_cap, more * 2 * sizeof(uint32_t));
-      if (!q) return -1;
-      st->scans = q;
-      st->scans_cap = more * 2 * sizeof(uint32_t);
-    }
+    uint32_t* q = rill__grow(st->scans, &st->scans_cap, count, count + 1, 2 * sizeof *q, 16); /* kept across files */
+    if (!q) return -1;
+    st->scans = q;
     st->scans[2 * count] = (uint32_t)start;
     st->scans[2 * count + 1] = (uint32_t)i;
     count++;

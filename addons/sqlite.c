@@ -159,14 +159,9 @@ static const void* read_value(sqlite3_stmt* st, int k, sqval_t* v) {
 
 /* Appends the current row of `st` (ncols values). */
 static int rowset_add(rowset_t* r, sqlite3_stmt* st, int ncols) {
-  if (r->n == r->cap) {
-    int64_t nc = r->cap ? r->cap * 2 : 64;
-    sqval_t* nv = rill__realloc(r->v, (size_t)(r->n * ncols) * sizeof *nv,
-                                (size_t)(nc * ncols) * sizeof *nv);
-    if (!nv) return RILL_ENOMEM;
-    r->v = nv;
-    r->cap = nc;
-  }
+  sqval_t* nv = rill__grow(r->v, &r->cap, r->n, r->n + 1, (size_t)ncols * sizeof *nv, 64);
+  if (!nv) return RILL_ENOMEM;
+  r->v = nv;
   sqval_t* row = r->v + r->n * ncols;
   for (int k = 0; k < ncols; k++) {
     sqval_t* v = &row[k];
@@ -175,12 +170,9 @@ static int rowset_add(rowset_t* r, sqlite3_stmt* st, int ncols) {
       int64_t n = v->len;
       if (!p && n > 0) return RILL_ENOMEM;
       if (r->nbytes + n > r->bytes_cap) {
-        int64_t nc = r->bytes_cap ? r->bytes_cap : 4096;
-        while (nc < r->nbytes + n) nc *= 2;
-        char* nb = rill__realloc(r->bytes, (size_t)r->nbytes, (size_t)nc);
+        char* nb = rill__grow(r->bytes, &r->bytes_cap, r->nbytes, r->nbytes + n, 1, 4096);
         if (!nb) return RILL_ENOMEM;
         r->bytes = nb;
-        r->bytes_cap = nc;
       }
       if (n) memcpy(r->bytes + r->nbytes, p, (size_t)n);
       v->i = r->nbytes;
@@ -1055,12 +1047,11 @@ static int materialise(sq_t* s, sqlite3* db, sqlite3_stmt* st, rill_error_t* err
     int64_t ch = s->nrows / s->chunk_rows;
     if (ch >= s->nchunks) {
       if (ch >= cap) {
-        int64_t nc = cap ? cap * 2 : 16;
-        rowset_t* nr = rill__realloc(s->chunks, (size_t)cap * sizeof *nr, (size_t)nc * sizeof *nr);
+        int64_t was = cap;
+        rowset_t* nr = rill__grow(s->chunks, &cap, was, ch + 1, sizeof *nr, 16);
         if (!nr) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory holding the result");
-        memset(nr + cap, 0, (size_t)(nc - cap) * sizeof *nr);
+        memset(nr + was, 0, (size_t)(cap - was) * sizeof *nr);
         s->chunks = nr;
-        cap = nc;
       }
       s->nchunks = ch + 1;
     }

@@ -74,6 +74,17 @@ void* rill__realloc(void* p, size_t old_size, size_t new_size) {
   return q;
 }
 
+void* rill__grow(void* p, int64_t* cap, int64_t used, int64_t need, size_t size, int64_t first) {
+  if (p && need <= *cap) return p;
+  int64_t nc = *cap > INT64_MAX / 2 ? INT64_MAX : *cap * 2;
+  if (nc < first) nc = first;
+  if (nc < need) nc = need;
+  if ((size && (uint64_t)nc > SIZE_MAX / size) || used < 0 || used > *cap) return NULL;
+  void* q = rill__realloc(p, (size_t)used * size, (size_t)nc * size);
+  if (q) *cap = nc;
+  return q;
+}
+
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif

@@ -15,6 +15,11 @@
 void* rill__alloc(size_t size);               /* 64-byte aligned; NULL on failure */
 void* rill__calloc(size_t n, size_t size);    /* zeroed; NULL on failure or overflow */
 void* rill__realloc(void* p, size_t old_size, size_t new_size); /* copies old_size bytes */
+/* Block p of *cap elements of `size` bytes, the first `used` in use, made to hold at least
+ * `need` (> 0) elements: p itself when it does; else a block of max(need, 2 x *cap, first)
+ * elements with the used ones copied (p freed, *cap updated). NULL when out of memory (p and
+ * *cap unchanged) or when the size overflows. */
+void* rill__grow(void* p, int64_t* cap, int64_t used, int64_t need, size_t size, int64_t first);
 void rill__free(void* p);
 char* rill__strdup(const char* s);
 /* Maps the pages of a fresh host block that is about to be written whole, in one call

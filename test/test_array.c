@@ -318,6 +318,33 @@ Test(alloc, failures_give_enomem_and_no_leak) {
   cr_assert(ok, "succeeds once enough allocations are allowed");
 }
 
+/* rill__grow: the block kept while it holds `need`, else doubled (at least `first`, at least
+ * `need`) with the used elements copied; failures and sizes that overflow leave it as it was. */
+Test(alloc, grow_keeps_used_elements) {
+  int64_t cap = 0;
+  int32_t* v = rill__grow(NULL, &cap, 0, 1, sizeof *v, 16);
+  cr_assert(v && cap == 16, "first block: %lld", (long long)cap);
+  for (int i = 0; i < 16; i++) v[i] = i * 7;
+  cr_assert_eq(rill__grow(v, &cap, 16, 16, sizeof *v, 16), v, "holds 16: kept");
+  int32_t* w = rill__grow(v, &cap, 16, 17, sizeof *v, 16);
+  cr_assert(w && cap == 32, "doubled: %lld", (long long)cap);
+  for (int i = 0; i < 16; i++) cr_assert_eq(w[i], i * 7, "element %d", i);
+  w = rill__grow(w, &cap, 10, 1000, sizeof *w, 16);
+  cr_assert(w && cap == 1000, "at least need: %lld", (long long)cap);
+  for (int i = 0; i < 10; i++) cr_assert_eq(w[i], i * 7);
+  int64_t big = INT64_MAX / 2;
+  cr_assert_null(rill__grow(w, &cap, 10, big, 64, 16), "size overflow");
+  cr_assert_eq(cap, 1000);
+  rill_set_allocator(&(rill_allocator_t){failing_alloc, rt_sys_free, NULL});
+  atomic_store(&fail_after, 0);
+  cr_assert_null(rill__grow(w, &cap, 10, 2000, sizeof *w, 16), "out of memory");
+  atomic_store(&fail_after, -1);
+  rill_set_allocator(NULL);
+  cr_assert_eq(cap, 1000, "unchanged on failure");
+  for (int i = 0; i < 10; i++) cr_assert_eq(w[i], i * 7);
+  rill__free(w);
+}
+
 Test(pool, best_fit_reuse_by_size) {
   rill_pool_t* pool = rill__pool_new((rill_device_t){RILL_DEVICE_CPU, 0});
   cr_assert_not_null(pool);
