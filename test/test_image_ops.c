@@ -838,6 +838,48 @@ Test(image_ops, fused_jpeg_crop_matches_decode_then_crop) {
 }
 
 #if RILL_HAVE_JPEG
+/* n textured JPEGs of three sizes and samplings (progressive ones when `progressive`: every
+ * odd one), as a binary column; enc receives the encodings (the caller frees them). */
+enum { TEXTURED = 9 };
+static rill_array_t* textured_jpegs(buf_t enc[TEXTURED], unsigned seed0, int progressive) {
+  int sizes[3][4] = {{300, 200, 2, 2}, {257, 311, 2, 1}, {200, 150, 1, 1}};
+  const void* bufs[TEXTURED];
+  int64_t lens[TEXTURED];
+  for (int i = 0; i < TEXTURED; i++) {
+    int W = sizes[i % 3][0], H = sizes[i % 3][1];
+    uint8_t* px = malloc((size_t)W * H * 3);
+    gradient(px, H, W, 3);
+    unsigned seed = (unsigned)i + seed0;
+    for (size_t k = 0; k < (size_t)W * H * 3; k++) { /* texture: coefficients of every size */
+      seed = seed * 1103515245u + 12345u;
+      px[k] = (uint8_t)(px[k] / 2 + (seed >> 17) % 128);
+    }
+    enc[i] = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = sizes[i % 3][2],
+                                              .vs = sizes[i % 3][3], .progressive = progressive && i % 2});
+    bufs[i] = enc[i].p, lens[i] = (int64_t)enc[i].n;
+    free(px);
+  }
+  return binary_array(TEXTURED, bufs, lens, RILL_BINARY);
+}
+
+/* The dataframe of image_ops::multi_crop_shares_one_verified_table: three crops of column 0 of
+ * `bin`, the last two normalized; their columns (the normalized ones) in cols. */
+static rill_df_t* multi_crop_df(const rill_array_t* bin, int cols[3]) {
+  rill_error_t err = {0};
+  rill_df_t* df = df_of("bytes", bin);
+  rill_rrc_opts_t a = {.size = {40, 32}, .scale = {0.1, 0.6}}, b = {.size = {24, 24}, .scale = {0.05, 0.3}},
+                  c = {.size = {48, 40}, .scale = {0.3, 1.0}};
+  rill_normalize_opts_t n = {.mean = {0.5, 0.5, 0.5}, .std = {0.25, 0.25, 0.25}, .dtype = RILL_FLOAT32,
+                             .layout = RILL_LAYOUT_CHW};
+  cols[0] = rill_image_random_resized_crop(df, "a", 0, &a, &err);
+  int cb = rill_image_random_resized_crop(df, "b", 0, &b, &err);
+  cols[1] = rill_image_normalize(df, "bx", cb, &n, &err);
+  int cc = rill_image_random_resized_crop(df, "c", 0, &c, &err);
+  cols[2] = rill_image_normalize(df, "cx", cc, &n, &err);
+  cr_assert(cols[0] >= 0 && cb >= 0 && cols[1] >= 0 && cc >= 0 && cols[2] >= 0, "%s", err.message);
+  return df;
+}
+
 /* All the crops of one epoch of an RRC pipeline over `files`, on `threads` workers. */
 static uint8_t* epoch_crops(rill_df_t* df, int col, int epoch, int threads, size_t each, int64_t rows) {
   rill_error_t err = {0};
@@ -866,25 +908,9 @@ Test(image_ops, fused_jpeg_crops_equal_with_marks_kept_across_epochs) {
   cr_skip_test("built without libjpeg");
 #else
   rill_error_t err = {0};
-  enum { N = 9 };
-  int sizes[3][4] = {{300, 200, 2, 2}, {257, 311, 2, 1}, {200, 150, 1, 1}};
+  enum { N = TEXTURED };
   buf_t enc[N];
-  const void* bufs[N];
-  int64_t lens[N];
-  for (int i = 0; i < N; i++) {
-    int W = sizes[i % 3][0], H = sizes[i % 3][1];
-    uint8_t* px = malloc((size_t)W * H * 3);
-    gradient(px, H, W, 3);
-    unsigned seed = (unsigned)i + 1;
-    for (size_t k = 0; k < (size_t)W * H * 3; k++) { /* texture: coefficients of every size */
-      seed = seed * 1103515245u + 12345u;
-      px[k] = (uint8_t)(px[k] / 2 + (seed >> 17) % 128);
-    }
-    enc[i] = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = sizes[i % 3][2], .vs = sizes[i % 3][3]});
-    bufs[i] = enc[i].p, lens[i] = (int64_t)enc[i].n;
-    free(px);
-  }
-  rill_array_t* bin = binary_array(N, bufs, lens, RILL_BINARY);
+  rill_array_t* bin = textured_jpegs(enc, 1, 0);
   rill_rrc_opts_t o = {.size = {40, 32}, .scale = {0.1, 0.6}};
   size_t each = 40 * 32 * 3;
   rill_df_t* kept = df_of("bytes", bin);
@@ -921,48 +947,13 @@ Test(image_ops, fused_jpeg_crops_equal_with_marks_kept_across_epochs) {
  * operators over one column share one verified-file table (each file checked once, its marks
  * found once), and every epoch's crops still equal those of new pipelines that have seen no
  * file yet; baseline files (marks) and progressive ones (scans cut below the crop). */
-static rill_df_t* multi_crop_df(const rill_array_t* bin, int cols[3]) {
-  rill_error_t err = {0};
-  rill_df_t* df = df_of("bytes", bin);
-  rill_rrc_opts_t a = {.size = {40, 32}, .scale = {0.1, 0.6}}, b = {.size = {24, 24}, .scale = {0.05, 0.3}},
-                  c = {.size = {48, 40}, .scale = {0.3, 1.0}};
-  rill_normalize_opts_t n = {.mean = {0.5, 0.5, 0.5}, .std = {0.25, 0.25, 0.25}, .dtype = RILL_FLOAT32,
-                             .layout = RILL_LAYOUT_CHW};
-  cols[0] = rill_image_random_resized_crop(df, "a", 0, &a, &err);
-  int cb = rill_image_random_resized_crop(df, "b", 0, &b, &err);
-  cols[1] = rill_image_normalize(df, "bx", cb, &n, &err);
-  int cc = rill_image_random_resized_crop(df, "c", 0, &c, &err);
-  cols[2] = rill_image_normalize(df, "cx", cc, &n, &err);
-  cr_assert(cols[0] >= 0 && cb >= 0 && cols[1] >= 0 && cc >= 0 && cols[2] >= 0, "%s", err.message);
-  return df;
-}
-
 Test(image_ops, multi_crop_shares_one_verified_table) {
 #if !RILL_HAVE_JPEG
   cr_skip_test("built without libjpeg");
 #else
-  rill_error_t err = {0};
-  enum { N = 9 };
-  int sizes[3][4] = {{300, 200, 2, 2}, {257, 311, 2, 1}, {200, 150, 1, 1}};
-  buf_t enc[N];
-  const void* bufs[N];
-  int64_t lens[N];
-  for (int i = 0; i < N; i++) {
-    int W = sizes[i % 3][0], H = sizes[i % 3][1];
-    uint8_t* px = malloc((size_t)W * H * 3);
-    gradient(px, H, W, 3);
-    unsigned seed = (unsigned)i + 7;
-    for (size_t k = 0; k < (size_t)W * H * 3; k++) {
-      seed = seed * 1103515245u + 12345u;
-      px[k] = (uint8_t)(px[k] / 2 + (seed >> 17) % 128);
-    }
-    enc[i] = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = sizes[i % 3][2],
-                                              .vs = sizes[i % 3][3], .progressive = i % 2});
-    bufs[i] = enc[i].p, lens[i] = (int64_t)enc[i].n;
-    free(px);
-  }
-  rill_array_t* bin = binary_array(N, bufs, lens, RILL_BINARY);
   int cols[3];
+  buf_t enc[TEXTURED];
+  rill_array_t* bin = textured_jpegs(enc, 7, 1);
   rill_df_t* kept = multi_crop_df(bin, cols);
   const void* table = rill__img_op_table(kept, cols[0]);
   cr_assert_not_null(table);
@@ -970,14 +961,15 @@ Test(image_ops, multi_crop_shares_one_verified_table) {
     cr_assert_eq(rill__img_op_table(kept, c), table, "column %d has a table of its own", c);
   cr_assert_null(rill__img_op_table(kept, 0), "the bytes column is no image operator");
   size_t each[3] = {40 * 32 * 3, 24 * 24 * 3 * 4, 48 * 40 * 3 * 4};
+  rill_error_t err = {0};
   rill_iter_t* it = NULL;
   rill_row_t row;
   RT_OK(rill_iter_new(kept, &(rill_iter_opts_t){.seed = 3, .threads = 2, .prefetch = 2}, &it, &err), err);
   for (int e = 0; e < 4; e++) {
     if (e) RT_OK(rill_iter_set_epoch(it, e), err);
     uint8_t* got[3];
-    for (int k = 0; k < 3; k++) got[k] = malloc(each[k] * N);
-    for (int i = 0; i < N; i++) {
+    for (int k = 0; k < 3; k++) got[k] = malloc(each[k] * TEXTURED);
+    for (int i = 0; i < TEXTURED; i++) {
       RT_OK(rill_iter_next(it, &row, &err), err);
       for (int k = 0; k < 3; k++) memcpy(got[k] + each[k] * (size_t)i, rill_row_get(&row, cols[k])->data, each[k]);
     }
@@ -986,8 +978,8 @@ Test(image_ops, multi_crop_shares_one_verified_table) {
       int fc[3];
       rill_df_t* fresh = multi_crop_df(bin, fc);
       cr_assert_neq(rill__img_op_table(fresh, fc[0]), table, "a new dataframe has a table of its own");
-      uint8_t* want = epoch_crops(fresh, fc[k], e, RILL_THREADS_NONE, each[k], N);
-      for (int i = 0; i < N; i++)
+      uint8_t* want = epoch_crops(fresh, fc[k], e, RILL_THREADS_NONE, each[k], TEXTURED);
+      for (int i = 0; i < TEXTURED; i++)
         cr_assert(memcmp(got[k] + each[k] * (size_t)i, want + each[k] * (size_t)i, each[k]) == 0,
                   "epoch %d row %d crop %d: differs from a new pipeline's", e, i, k);
       free(want), free(got[k]);
@@ -997,7 +989,7 @@ Test(image_ops, multi_crop_shares_one_verified_table) {
   rill_iter_free(it);
   rill_df_free(kept);
   rill_array_release(bin);
-  for (int i = 0; i < N; i++) free(enc[i].p);
+  for (int i = 0; i < TEXTURED; i++) free(enc[i].p);
 #endif
 }
 
