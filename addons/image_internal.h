@@ -121,6 +121,10 @@ const void* rill__img_op_table(const rill_df_t* df, int column);
  * start in the entropy-coded data of a baseline Huffman JPEG with one interleaved scan (or
  * one component) and no restart intervals, found as seeks need them. */
 typedef struct rill__jpeg_marks rill__jpeg_marks_t;
+/* The marker segment at byte *i of a JPEG (after any fill bytes), *i moved past it: returns
+ * its marker code, with its parameters in *seg, *seg_len (0 for the markers without any: SOI,
+ * EOI, RSTn, TEM); 0 when no marker starts there or the segment runs past n. */
+int rill__jpeg_segment(const uint8_t* p, size_t n, size_t* i, const uint8_t** seg, size_t* seg_len);
 /* An empty set of marks for the file in buf (its header read); NULL when the file cannot
  * have marks (or out of memory). Freed with rill__free; thread-safe once shared. */
 rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n);

@@ -135,27 +135,19 @@ static int scan_table(jpeg_state_t* st, const uint8_t* b, size_t n, int* smooth)
   *smooth = 0;
   size_t i = 2;
   int count = 0;
-  while (i + 1 < n) {
-    if (b[i] != 0xFF) return 0;
-    uint8_t m = b[i + 1];
-    if (m == 0xFF) { /* fill byte */
-      i++;
-      continue;
-    }
+  for (;;) {
+    const uint8_t* h; /* the segment's parameters */
+    size_t len;
+    int m = rill__jpeg_segment(b, n, &i, &h, &len);
     if (m == JPEG_EOI) {
       for (int ci = 0; ci < c->num_components && ci < MAX_COMPONENTS; ci++)
         for (int k = 1; k < 10; k++) *smooth |= bits[ci][k] != 0;
       return count;
     }
-    if (m == 0xDD /* DRI */ || (m >= JPEG_RST0 && m <= JPEG_RST0 + 7) || m == 0x01 || m == 0xD8) return 0;
-    if (i + 4 > n) return 0;
-    size_t len = (size_t)b[i + 2] << 8 | b[i + 3];
-    if (len < 2 || i + 2 + len > n) return 0;
-    const uint8_t* h = b + i + 4; /* the segment's parameters */
-    i += 2 + len;
+    if (m == 0 || m == 0xDD /* DRI */ || (m >= JPEG_RST0 && m <= JPEG_RST0 + 7) || m == 0x01 || m == 0xD8) return 0;
     if (m != 0xDA) continue; /* SOS: its data runs to the next marker other than a stuffed 0xFF or RSTn */
-    int ns = len >= 3 ? h[0] : 0;
-    if (ns < 1 || len != (size_t)(6 + 2 * ns)) return 0;
+    int ns = len >= 1 ? h[0] : 0;
+    if (ns < 1 || len != (size_t)(4 + 2 * ns)) return 0;
     int ss = h[1 + 2 * ns], se = h[2 + 2 * ns], al = h[3 + 2 * ns] & 15;
     for (int j = 0; j < ns; j++) {
       int ci = 0;
@@ -168,6 +160,7 @@ static int scan_table(jpeg_state_t* st, const uint8_t* b, size_t n, int* smooth)
     }
     size_t start = i;
     for (;;) {
+      if (i >= n) return 0;
       const uint8_t* f = memchr(b + i, 0xFF, n - i);
       if (!f || (size_t)(f - b) + 1 >= n) return 0;
       i = (size_t)(f - b);
@@ -185,7 +178,6 @@ static int scan_table(jpeg_state_t* st, const uint8_t* b, size_t n, int* smooth)
     st->scans[2 * count + 1] = (uint32_t)i;
     count++;
   }
-  return 0;
 }
 
 /* one decompressor per thread, from the library's scratch registry */

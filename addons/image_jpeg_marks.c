@@ -120,6 +120,23 @@ static void derive_decode(htab_t* t) {
   t->maxcode[17] = INT32_MAX;
 }
 
+int rill__jpeg_segment(const uint8_t* p, size_t n, size_t* i, const uint8_t** seg, size_t* seg_len) {
+  size_t k = *i;
+  if (k + 2 > n || p[k] != 0xFF) return 0;
+  while (k + 2 < n && p[k + 1] == 0xFF) k++; /* fill bytes */
+  int m = p[k + 1];
+  if (m == 0x00 || m == 0xFF) return 0;
+  if (m == 0x01 || (m >= 0xD0 && m <= 0xD9)) {
+    *seg = p + k + 2, *seg_len = 0, *i = k + 2;
+    return m;
+  }
+  if (k + 4 > n) return 0;
+  size_t len = be16(p + k + 2);
+  if (len < 2 || k + 2 + len > n) return 0;
+  *seg = p + k + 4, *seg_len = len - 2, *i = k + 2 + len;
+  return m;
+}
+
 /* Reads the segments up to the first scan header. 0: not a file the marks can follow. */
 static int parse_head(const uint8_t* p, size_t n, jhead_t* h) {
   memset(h, 0, offsetof(jhead_t, dc));
@@ -128,14 +145,10 @@ static int parse_head(const uint8_t* p, size_t n, jhead_t* h) {
   size_t i = 2;
   int sof = 0;
   for (;;) {
-    if (i + 4 > n || p[i] != 0xFF) return 0;
-    while (i + 4 <= n && p[i + 1] == 0xFF) i++; /* fill bytes */
-    if (i + 4 > n) return 0;
-    int m = p[i + 1];
-    size_t len = be16(p + i + 2);
-    if (len < 2 || i + 2 + len > n) return 0;
-    const uint8_t* s = p + i + 4;
-    size_t sl = len - 2;
+    const uint8_t* s;
+    size_t sl;
+    int m = rill__jpeg_segment(p, n, &i, &s, &sl);
+    if (m == 0) return 0;
     if (m == 0xC0 || m == 0xC1) {
       if (sof || sl < 6 || s[0] != 8) return 0;
       h->height = (int)be16(s + 1), h->width = (int)be16(s + 3), h->nf = s[5];
@@ -195,12 +208,11 @@ static int parse_head(const uint8_t* p, size_t n, jhead_t* h) {
       }
       const uint8_t* q = s + 1 + 2 * h->ns;
       if (q[0] != 0 || q[1] != 63 || q[2] != 0) return 0; /* Ss, Se, Ah/Al of a sequential scan */
-      h->data = i + 2 + len;
+      h->data = i;
       return h->dri == 0;
-    } else if (m == 0xD8 || m == 0xD9 || (m >= 0xD0 && m <= 0xD7) || m == 0xDC) {
-      return 0; /* a second SOI, an early end, a stray restart marker, DNL */
+    } else if (m == 0xD8 || m == 0xD9 || (m >= 0xD0 && m <= 0xD7) || m == 0xDC || m == 0x01) {
+      return 0; /* a second SOI, an early end, a stray restart marker, DNL, TEM */
     }
-    i += 2 + len;
   }
 }
 

@@ -556,8 +556,9 @@ __attribute__((target("avx2,f16c"))) static void vnorm_row_avx2(const norm_dst_t
  * three float planes; each block of eight outputs of a plane reads its two taps from 8-float
  * loads at the block's first tap (start[8j]) and start[8j] + 1 through one permute index per
  * block (start[8j + l] - start[8j]): one load each when the indices stay below 8 (rows
- * widened), two and a blend when they stay below 16 (narrowed up to about twofold). The arithmetic per value is that of hpass2_px_avx2, vpass12_avx2 and
- * norm_row_avx2, so the bytes are the same; no shuffles of interleaved pixels. (Where the
+ * widened), two and a blend when they stay below 16 (narrowed up to about twofold). The
+ * arithmetic per value is that of hpass2_px_avx2, vpass12_avx2 and norm_row_avx2, so the
+ * bytes are the same; no shuffles of interleaved pixels. (Where the
  * output has fewer rows than the source, blending two source rows per output row first,
  * the interleaved path with vnorm_row_avx2 measured faster: that path stays.) */
 

@@ -66,6 +66,11 @@ typedef struct shared_memo {
   _Atomic int refs;
 } shared_memo_t;
 
+static shared_memo_t* memo_retain(shared_memo_t* m) {
+  if (m) atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+  return m;
+}
+
 static void memo_release(shared_memo_t* m) {
   if (m && atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) {
     rill__img_memo_free(&m->memo);
@@ -717,22 +722,27 @@ static int fuse_resample(normalize_t* n, rill_df_t* df, int column, rill_error_t
   resample_t* pre = rill__alloc(sizeof *pre);
   if (!pre) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", n->op.cls->what);
   memcpy(pre, src, sizeof *pre);
-  if (pre->op.verified) atomic_fetch_add_explicit(&pre->op.verified->refs, 1, memory_order_relaxed);
+  memo_retain(pre->op.verified);
   n->pre = pre;
   return RILL_OK;
+}
+
+/* The operator that decodes column `column` of df (a normalize fused with a crop: the
+ * crop's), or NULL when the column is no image operator's. */
+static const op_t* decoding_op(const rill_df_t* df, int column) {
+  if (rill__df_column_fn(df, column) != (rill__fn_t)op_map) return NULL;
+  const op_t* o = rill__df_column_ctx(df, column);
+  const resample_t* pre = o ? fused_pre(o) : NULL;
+  return pre ? &pre->op : o;
 }
 
 /* The verified-file table of the operators decoding regions of `column` of df: an existing
  * operator's (retained), else a new one. */
 static int memo_for(rill_df_t* df, int column, shared_memo_t** out) {
   for (int c = 0, n = rill_df_ncolumns(df); c < n; c++) {
-    if (rill__df_column_fn(df, c) != (rill__fn_t)op_map) continue;
-    const op_t* o = rill__df_column_ctx(df, c);
-    const resample_t* pre = o ? fused_pre(o) : NULL;
-    if (pre) o = &pre->op;
+    const op_t* o = decoding_op(df, c);
     if (o && o->verified && o->in_col == column) {
-      atomic_fetch_add_explicit(&o->verified->refs, 1, memory_order_relaxed);
-      *out = o->verified;
+      *out = memo_retain(o->verified);
       return RILL_OK;
     }
   }
@@ -747,10 +757,7 @@ static int memo_for(rill_df_t* df, int column, shared_memo_t** out) {
 }
 
 const void* rill__img_op_table(const rill_df_t* df, int column) {
-  if (rill__df_column_fn(df, column) != (rill__fn_t)op_map) return NULL;
-  const op_t* o = rill__df_column_ctx(df, column);
-  const resample_t* pre = o ? fused_pre(o) : NULL;
-  if (pre) o = &pre->op;
+  const op_t* o = decoding_op(df, column);
   return o ? o->verified : NULL;
 }
 
