@@ -756,13 +756,16 @@ static int resize_planes(rill__img_scratch_t* s, const uint8_t* src, int64_t str
       !rill__img_grow(&s->hw, &s->hw_cap, 2 * P * sizeof(float)))
     return RILL_ENOMEM;
   hperm_fill(cx, out_w, s->hidx, s->hw);
-  for (int y = ymin; y < ymax; y++) {
-    split3_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * 3, w, s->rowf, ps);
-    float* t = s->tmp + (size_t)(y - ymin) * 3 * P;
-    for (int c = 0; c < 3; c++)
-      hperm_avx2(s->rowf + (size_t)c * ps, out_w, cx->start, s->hidx, s->hw, span, t + (size_t)c * P);
-  }
+  int y = ymin; /* source rows [ymin, y) are in planes */
   for (int o = 0; o < out_h; o++) {
+    /* the horizontal passes of the rows this output row needs, between the output rows'
+     * streaming stores (the stores then drain while the passes compute) */
+    for (int need = cy->start[o] + 2 < ymax ? cy->start[o] + 2 : ymax; y < need; y++) {
+      split3_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * 3, w, s->rowf, ps);
+      float* t = s->tmp + (size_t)(y - ymin) * 3 * P;
+      for (int c = 0; c < 3; c++)
+        hperm_avx2(s->rowf + (size_t)c * ps, out_w, cx->start, s->hidx, s->hw, span, t + (size_t)c * P);
+    }
     const float* r0 = s->tmp + (size_t)(cy->start[o] - ymin) * 3 * P;
     vnorm_planes_avx2(nd, o, r0, r0 + 3 * P, cy->w[2 * o], cy->w[2 * o + 1], P);
   }
@@ -836,12 +839,11 @@ static int resize_rows(rill__img_scratch_t* s, const uint8_t* src, int64_t strid
   }
 #endif
   if (!rill__img_grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * row_floats * sizeof(float))) return RILL_ENOMEM;
+  enum { H_ANY, H_PX, H_GATHER } how = H_ANY;
 #if RILL_IMG_X86
   if (tx == 2 && (C == 3 || C == 4) && simd_on()) {
     if (!rill__img_grow(&s->rowf, &s->rowf_cap, ((size_t)w * C + 8) * sizeof(float))) return RILL_ENOMEM;
-    for (int y = ymin; y < ymax; y++)
-      hpass2_px_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, w * C, C, out_w, &cx, s->rowf,
-                     s->tmp + (size_t)(y - ymin) * row_floats);
+    how = H_PX;
   } else if (tx == 2 && simd_on()) {
     /* per output value: the index of tap 0 and both weights, in blocks of 8 (wa x8, wb x8) */
     size_t nk = row_floats;
@@ -855,16 +857,22 @@ static int resize_rows(rill__img_scratch_t* s, const uint8_t* src, int64_t strid
       s->hw[blk + j] = cx.w[2 * o];
       s->hw[blk + 8 + j] = cx.w[2 * o + 1];
     }
-    for (int y = ymin; y < ymax; y++)
-      hpass2_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, w * C, C, (int)nk, s->hidx, s->hw, s->rowf,
-                  s->tmp + (size_t)(y - ymin) * row_floats);
-  } else
-#endif
-  {
-    for (int y = ymin; y < ymax; y++)
-      hpass(src + (size_t)(y0 + y) * stride + (size_t)x0 * C, C, out_w, &cx, s->tmp + (size_t)(y - ymin) * row_floats);
+    how = H_GATHER;
   }
+#endif
+  int y = ymin; /* source rows [ymin, y) have had their horizontal pass */
   for (int o = 0; o < out_h; o++) {
+    /* each source row's horizontal pass right before the first output row that reads it:
+     * the rows are still in the cache when the vertical pass reads them */
+    for (int need = cy.start[o] + ty < ymax ? cy.start[o] + ty : ymax; y < need; y++) {
+      const uint8_t* in = src + (size_t)(y0 + y) * stride + (size_t)x0 * C;
+      float* t = s->tmp + (size_t)(y - ymin) * row_floats;
+      if (how == H_ANY) hpass(in, C, out_w, &cx, t);
+#if RILL_IMG_X86
+      else if (how == H_PX) hpass2_px_avx2(in, w * C, C, out_w, &cx, s->rowf, t);
+      else hpass2_avx2(in, w * C, C, (int)row_floats, s->hidx, s->hw, s->rowf, t);
+#endif
+    }
     for (int k = 0; k < ty; k++) s->rows[k] = s->tmp + (size_t)(cy.start[o] + k - ymin) * row_floats;
     out_row(ro, o, s->rows, cy.w + (size_t)o * ty, ty);
   }
