@@ -747,27 +747,28 @@ static void out_row(rows_out_t* ro, int y, const float* const* rows, const float
  * whose blocks of eight outputs fit in `span` taps (hperm_span), into a 3-channel CHW
  * normalize: each source row passed once into planes, then each output row from two. */
 static int resize_planes(rill__img_scratch_t* s, const uint8_t* src, int64_t stride, int x0, int y0, int w,
-                         const coefs_t* cx, const coefs_t* cy, int ymin, int ymax, int out_w, int out_h, int span,
+                         const coefs_t* cx, const coefs_t* cy, int ymin, int out_w, int out_h, int span,
                          const norm_dst_t* nd) {
   size_t P = ((size_t)out_w + 7) & ~(size_t)7, ps = ((size_t)w + 31) & ~(size_t)7; /* floats per plane row */
-  if (!rill__img_grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * 3 * P * sizeof(float)) ||
+  if (!rill__img_grow(&s->tmp, &s->tmp_cap, 2 * 3 * P * sizeof(float)) ||
       !rill__img_grow(&s->rowf, &s->rowf_cap, 3 * ps * sizeof(float)) ||
       !rill__img_grow(&s->hidx, &s->hidx_cap, P * sizeof(int32_t)) ||
       !rill__img_grow(&s->hw, &s->hw_cap, 2 * P * sizeof(float)))
     return RILL_ENOMEM;
   hperm_fill(cx, out_w, s->hidx, s->hw);
-  int y = ymin; /* source rows [ymin, y) are in planes */
+  int y = ymin; /* source rows [ymin, y) have been passed; row r's planes are in slot r % 2 */
   for (int o = 0; o < out_h; o++) {
     /* the horizontal passes of the rows this output row needs, between the output rows'
      * streaming stores (the stores then drain while the passes compute) */
-    for (int need = cy->start[o] + 2 < ymax ? cy->start[o] + 2 : ymax; y < need; y++) {
+    for (int need = cy->start[o] + 2; y < need; y++) {
       split3_avx2(src + (size_t)(y0 + y) * stride + (size_t)x0 * 3, w, s->rowf, ps);
-      float* t = s->tmp + (size_t)(y - ymin) * 3 * P;
+      float* t = s->tmp + (size_t)(y & 1) * 3 * P;
       for (int c = 0; c < 3; c++)
         hperm_avx2(s->rowf + (size_t)c * ps, out_w, cx->start, s->hidx, s->hw, span, t + (size_t)c * P);
     }
-    const float* r0 = s->tmp + (size_t)(cy->start[o] - ymin) * 3 * P;
-    vnorm_planes_avx2(nd, o, r0, r0 + 3 * P, cy->w[2 * o], cy->w[2 * o + 1], P);
+    const float* r0 = s->tmp + (size_t)(cy->start[o] & 1) * 3 * P;
+    const float* r1 = s->tmp + (size_t)((cy->start[o] + 1) & 1) * 3 * P;
+    vnorm_planes_avx2(nd, o, r0, r1, cy->w[2 * o], cy->w[2 * o + 1], P);
   }
   return RILL_OK;
 }
@@ -835,10 +836,10 @@ static int resize_rows(rill__img_scratch_t* s, const uint8_t* src, int64_t strid
 #if RILL_IMG_X86
   if (!ro->u8 && ro->nd.chw && C == 3 && tx == 2 && ty == 2 && simd_on()) {
     int span = hperm_span(&cx, out_w);
-    if (span) return resize_planes(s, src, stride, x0, y0, w, &cx, &cy, ymin, ymax, out_w, out_h, span, &ro->nd);
+    if (span) return resize_planes(s, src, stride, x0, y0, w, &cx, &cy, ymin, out_w, out_h, span, &ro->nd);
   }
 #endif
-  if (!rill__img_grow(&s->tmp, &s->tmp_cap, (size_t)(ymax - ymin) * row_floats * sizeof(float))) return RILL_ENOMEM;
+  if (!rill__img_grow(&s->tmp, &s->tmp_cap, (size_t)ty * row_floats * sizeof(float))) return RILL_ENOMEM;
   enum { H_ANY, H_PX, H_GATHER } how = H_ANY;
 #if RILL_IMG_X86
   if (tx == 2 && (C == 3 || C == 4) && simd_on()) {
@@ -860,20 +861,21 @@ static int resize_rows(rill__img_scratch_t* s, const uint8_t* src, int64_t strid
     how = H_GATHER;
   }
 #endif
-  int y = ymin; /* source rows [ymin, y) have had their horizontal pass */
+  /* Each source row's horizontal pass right before the first output row that reads it, into
+   * a ring of ty rows (row r in slot (r - ymin) % ty): an output row reads the ty rows from
+   * its first tap on, the last ty passed, still in the cache. */
+  int y = ymin; /* source rows [ymin, y) have been passed */
   for (int o = 0; o < out_h; o++) {
-    /* each source row's horizontal pass right before the first output row that reads it:
-     * the rows are still in the cache when the vertical pass reads them */
-    for (int need = cy.start[o] + ty < ymax ? cy.start[o] + ty : ymax; y < need; y++) {
+    for (int need = cy.start[o] + ty; y < need; y++) {
       const uint8_t* in = src + (size_t)(y0 + y) * stride + (size_t)x0 * C;
-      float* t = s->tmp + (size_t)(y - ymin) * row_floats;
+      float* t = s->tmp + (size_t)((y - ymin) % ty) * row_floats;
       if (how == H_ANY) hpass(in, C, out_w, &cx, t);
 #if RILL_IMG_X86
       else if (how == H_PX) hpass2_px_avx2(in, w * C, C, out_w, &cx, s->rowf, t);
       else hpass2_avx2(in, w * C, C, (int)row_floats, s->hidx, s->hw, s->rowf, t);
 #endif
     }
-    for (int k = 0; k < ty; k++) s->rows[k] = s->tmp + (size_t)(cy.start[o] + k - ymin) * row_floats;
+    for (int k = 0; k < ty; k++) s->rows[k] = s->tmp + (size_t)((cy.start[o] + k - ymin) % ty) * row_floats;
     out_row(ro, o, s->rows, cy.w + (size_t)o * ty, ty);
   }
   return RILL_OK;
