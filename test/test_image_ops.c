@@ -154,6 +154,33 @@ Test(image_ops, resize_area_is_box_average) {
   rill_array_release(a);
 }
 
+/* A tall area downscale (2,000 rows to 100: 21 vertical taps) equals the box average, and the
+ * rows passed horizontally are kept in a ring of one row per tap, not one per source row. */
+Test(image_ops, resize_area_keeps_one_row_per_tap) {
+  enum { SH = 2000, SW = 48, OH = 100, OW = 24, C = 3 };
+  uint8_t* src = malloc((size_t)SH * SW * C);
+  uint8_t* out = malloc((size_t)OH * OW * C);
+  uint32_t seed = 5;
+  for (size_t i = 0; i < (size_t)SH * SW * C; i++) src[i] = (uint8_t)(lcg(&seed) >> 24);
+  rill__img_scratch_t s = {0};
+  cr_assert_eq(rill__img_resize(&s, src, SW * C, C, 0, 0, SW, SH, 0, 0, SW, SH, out, OW, OH, RILL_INTERP_AREA), RILL_OK);
+  for (int y = 0; y < OH; y++)
+    for (int x = 0; x < OW; x++)
+      for (int c = 0; c < C; c++) {
+        double sum = 0;
+        for (int dy = 0; dy < 20; dy++)
+          for (int dx = 0; dx < 2; dx++) sum += src[((size_t)(20 * y + dy) * SW + 2 * x + dx) * C + c];
+        int v = out[((size_t)y * OW + x) * C + c];
+        cr_assert_leq(fabs(v - sum / 40), 0.51, "(%d,%d,%d): %d vs %.2f", y, x, c, v, sum / 40);
+      }
+  size_t row = (size_t)OW * C * sizeof(float), taps = SH / OH + 1;
+  cr_assert_leq(s.tmp_cap, taps * row * 5 / 4 + 64, "scratch of %zu bytes for %zu taps of %zu-byte rows", s.tmp_cap, taps,
+                row); /* rill__img_grow keeps a quarter more */
+  rill__img_scratch_free(&s);
+  free(src);
+  free(out);
+}
+
 Test(image_ops, resize_shorter_side_keeps_aspect) {
   rill_error_t err = {0};
   rill_array_t* a = random_images(1, 30, 60, 1, 5);
