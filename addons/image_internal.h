@@ -244,10 +244,6 @@ int rill__img_resize_normalize(rill__img_scratch_t* s, const uint8_t* src, int64
                                int w, int h, double fx, double fy, double fw, double fh, int out_w, int out_h,
                                rill_interp_t interp, int flip, const rill__img_norm_t* k, int f16, int chw,
                                void* dst);
-/* Outputs of at least this many bytes are written with streaming (non-temporal) stores where
- * the CPU and the alignment allow: a 224x224 float32 image (588 KiB) goes to memory without
- * being read for ownership first. */
-#define RILL__IMG_STREAM_BYTES (256 * 1024)
 /* A packed H x W x C image to float32 (or float16 when f16), CHW when chw else HWC, mirrored
  * when flip. */
 void rill__img_normalize(const uint8_t* src, int H, int W, int C, int flip, const rill__img_norm_t* k, int f16,

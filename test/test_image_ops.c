@@ -441,15 +441,15 @@ Test(image_ops, simd_equals_portable) {
   rill_array_release(a);
 }
 
-/* Large outputs take streaming stores when aligned (every store, the last eight pixels of a
- * row included): the same values as the portable loop, aligned or not, flipped or not. */
-Test(image_ops, normalize_streaming_equals_portable) {
+/* Training-sized outputs (every store, the last eight pixels of a row included, and rows of a
+ * width that is not a multiple of eight): the vector loop gives the same values as the portable
+ * loop, aligned or not, flipped or not, and writes nothing past the output. */
+Test(image_ops, normalize_large_equals_portable) {
   rill__img_norm_t k = {{0.017f, 0.0175f, 0.0174f, 0}, {-2.1f, -2.03f, -1.8f, 0}};
   int sizes[3][2] = {{224, 224}, {200, 328}, {224, 220}}; /* H, W: W % 8 != 0 in the last */
   for (int z = 0; z < 3; z++) {
     int H = sizes[z][0], W = sizes[z][1];
     size_t n = (size_t)H * W * 3;
-    cr_assert_geq(n * 2, (size_t)RILL__IMG_STREAM_BYTES, "the output must be large enough to stream");
     uint8_t* src = malloc(n);
     for (size_t i = 0; i < n; i++) src[i] = (uint8_t)(i * 2654435761u >> 13);
     void* want = aligned_alloc(64, n * 4 + 64);
@@ -1396,7 +1396,7 @@ Test(image_ops, damaged_scan_data_fails_in_every_epoch_after_verified_files) {
 /* The fused kernel against the two it replaces (resize into a uint8 image, then normalize
  * it): the same bytes for 1, 3 and 4 channels, odd sizes, windows at the image's edges with
  * fractional regions, up- and downscaling, both interpolations, flip, float16, both layouts,
- * a misaligned destination and one aligned for streaming stores (144 x 152 float32 CHW), the
+ * a misaligned destination and an aligned one, a large output (144 x 152 float32 CHW), the
  * identity size (no resampling), portable and vector loops; nothing written past the end. */
 Test(image_ops, resize_normalize_kernel_matches_resize_then_normalize) {
   enum { SW = 53, SH = 41, GUARD = 64 };
@@ -1406,8 +1406,7 @@ Test(image_ops, resize_normalize_kernel_matches_resize_then_normalize) {
   const int win[4][4] = {{0, 0, SW, SH}, {20, 9, SW - 20, SH - 9}, {0, 30, 17, SH - 30}, {5, 3, 24, 16}};
   const double reg[4][4] = {{0, 0, SW, SH}, {0.25, 0.5, SW - 20 - 0.75, SH - 9 - 0.5}, {0, 0, 17, SH - 30},
                             {0, 0, 24, 16}};
-  /* (h, w); 144 x 152 float32 CHW of 3 channels is large enough for streaming stores; the
-   * last: window 3's size */
+  /* (h, w); 144 x 152: a large output, 3 channels only; the last: window 3's size */
   const int outs[5][2] = {{37, 23}, {8, 64}, {13, 160}, {144, 152}, {16, 24}};
   int have = rill__image_set_simd(1);
   /* one pair of destinations, 64-byte aligned, for the largest output */
@@ -1424,7 +1423,7 @@ Test(image_ops, resize_normalize_kernel_matches_resize_then_normalize) {
       for (int wi = 0; wi < 4; wi++)
         for (int oi = 0; oi < 5; oi++) {
           if ((oi == 4) != (wi == 3)) continue; /* the identity size only with its window */
-          if (oi == 3 && C != 3) continue;      /* the large output: streaming stores need 3 channels */
+          if (oi == 3 && C != 3) continue;      /* the large output: 3 channels only */
           int OH = outs[oi][0], OW = outs[oi][1];
           uint8_t* u8 = malloc((size_t)OH * OW * C);
           for (int interp = 0; interp < 2; interp++)
@@ -1467,7 +1466,7 @@ Test(image_ops, resize_normalize_kernel_matches_resize_then_normalize) {
 /* A training-sized downscale (a 3-channel window of 301 x 263 to 224 x 224, and to 224 x 220,
  * whose rows are not a multiple of eight pixels): the blend-then-resample path of every
  * output row; and the same window narrowed but heightened (to 300 x 224 and 300 x 220: the
- * planar path with two-load blocks); with streaming stores when aligned; the same bytes as
+ * planar path with two-load blocks); the same bytes as
  * resizing to uint8 and then normalizing, float32 and float16, flipped or not, aligned or
  * not. */
 Test(image_ops, resize_normalize_downscale_matches_resize_then_normalize) {
@@ -1511,7 +1510,7 @@ Test(image_ops, resize_normalize_downscale_matches_resize_then_normalize) {
 /* Random shapes through the fused 3-channel CHW kernels: source windows of 1-120 pixels
  * each way, fractional regions, outputs of 1-160 (so blocks of eight outputs span 0-31
  * source pixels, on both sides of the planar paths' 8 and 16), both interpolations, flip,
- * float16, aligned (streaming stores where large) or not. Each source image is allocated to
+ * float16, aligned or not. Each source image is allocated to
  * its exact size, so a read past it is seen by AddressSanitizer; the bytes must equal
  * resize-then-normalize and nothing may be written past the output. */
 Test(image_ops, resize_normalize_random_shapes_match_resize_then_normalize) {
