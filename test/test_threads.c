@@ -349,11 +349,13 @@ Test(threads, variable_length_split_allocates_nothing_in_the_steady_state) {
     rill_iter_stats(it, &st);
     allocs[e] = st.allocs;
   }
-  /* epochs 4 and 5 (16 batches, 1024 cells): a few misses of the pools when an in-flight
-   * batch holds the arrays that fit (0-14 here), not one per task (about 480 when tasks
-   * were cut by cost alone: a cell or two each) */
+  /* epochs 4 and 5 (16 batches, 1024 cells): some misses of the pools when an in-flight
+   * batch holds the arrays that fit, not one per task (about 480 when tasks were cut by cost
+   * alone: a cell or two each). The tasks are cut by measured cost, so the misses depend on
+   * timing: 0-49 in 10 runs beside another test on a slow day (0-14 alone), hence a bound
+   * of a third of the per-task count */
   int64_t late = allocs[5] - allocs[3];
-  cr_assert_leq(late, 40, "%lld allocations in epochs 4-5 (per epoch: %lld %lld %lld %lld %lld %lld)", (long long)late,
+  cr_assert_leq(late, 160, "%lld allocations in epochs 4-5 (per epoch: %lld %lld %lld %lld %lld %lld)", (long long)late,
                 (long long)allocs[0], (long long)allocs[1], (long long)allocs[2], (long long)allocs[3],
                 (long long)allocs[4], (long long)allocs[5]);
   rill_iter_free(it);
