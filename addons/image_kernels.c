@@ -477,8 +477,8 @@ __attribute__((target("avx2,f16c"))) static void norm_row_avx2(const uint8_t* sr
 }
 #endif
 
-/* A float image being written row by row: its size and layout, and for 3 channels the scale and bias of 24 interleaved values
- * (eight pixels) in their lanes' channel pattern. */
+/* A float image being written row by row: its size and layout, and for 3 channels the scale
+ * and bias of 24 interleaved values (eight pixels) in their lanes' channel pattern. */
 typedef struct norm_dst {
   int H, W, C, flip, f16, chw;
   const rill__img_norm_t* k;
