@@ -1510,9 +1510,11 @@ Test(image_ops, resize_normalize_downscale_matches_resize_then_normalize) {
 /* Random shapes through the fused 3-channel CHW kernels: source windows of 1-120 pixels
  * each way, fractional regions, outputs of 1-160 (so blocks of eight outputs span 0-31
  * source pixels, on both sides of the planar paths' 8 and 16), both interpolations, flip,
- * float16, aligned or not. Each source image is allocated to
- * its exact size, so a read past it is seen by AddressSanitizer; the bytes must equal
- * resize-then-normalize and nothing may be written past the output. */
+ * float16, aligned or not; sources of random bytes, of the two extremes only (0 and 255), or
+ * all 255 (the fused vector loops round without the uint8 path's clamp, so the ends of the
+ * range must come out the same). Each source image is allocated to its exact size, so a read
+ * past it is seen by AddressSanitizer; the bytes must equal resize-then-normalize and nothing
+ * may be written past the output. */
 Test(image_ops, resize_normalize_random_shapes_match_resize_then_normalize) {
   enum { GUARD = 64, CASES = 400 };
   rill__img_scratch_t s = {0};
@@ -1537,7 +1539,10 @@ Test(image_ops, resize_normalize_random_shapes_match_resize_then_normalize) {
     int flip = (int)(lcg(&seed) % 2), f16 = (int)(lcg(&seed) % 2), mis = (int)(lcg(&seed) % 2);
     rill__image_set_simd(t % 4 == 3 ? 0 : have);
     uint8_t* src = malloc((size_t)SW * SH * 3);
-    for (int i = 0; i < SW * SH * 3; i++) src[i] = (uint8_t)lcg(&seed);
+    for (int i = 0; i < SW * SH * 3; i++) {
+      uint32_t r = lcg(&seed);
+      src[i] = t % 3 == 0 ? (uint8_t)r : t % 3 == 1 ? (uint8_t)(r >> 7 & 1 ? 255 : 0) : 255;
+    }
     size_t bytes = (size_t)OH * OW * 3 * (f16 ? 2 : 4), total = bytes + 64 + GUARD, off = mis ? 4 : 0;
     memset(want, 0xab, total);
     memset(got, 0xab, total);
