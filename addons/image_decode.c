@@ -234,9 +234,16 @@ int64_t rill__img_memo_find(const rill__img_memo_t* m, uint64_t key) {
 }
 
 void rill__img_memo_add(rill__img_memo_t* m, uint64_t key, rill__jpeg_marks_t* marks) {
+  /* column marks not found leave their room; over the limit, the row marks alone may fit */
+  if (marks && !rill__jpeg_marks_have_columns(marks)) marks = rill__jpeg_marks_drop_columns(marks);
   int64_t bytes = (int64_t)rill__jpeg_marks_bytes(marks);
-  if (marks && atomic_fetch_add_explicit(&m->marks_bytes, bytes, memory_order_relaxed) + bytes > m->marks_max) {
+  while (marks && atomic_fetch_add_explicit(&m->marks_bytes, bytes, memory_order_relaxed) + bytes > m->marks_max) {
     atomic_fetch_sub_explicit(&m->marks_bytes, bytes, memory_order_relaxed);
+    if (rill__jpeg_marks_have_columns(marks)) {
+      marks = rill__jpeg_marks_drop_columns(marks);
+      bytes = (int64_t)rill__jpeg_marks_bytes(marks);
+      continue;
+    }
     rill__free(marks);
     marks = NULL, bytes = 0;
   }

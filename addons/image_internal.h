@@ -132,6 +132,35 @@ rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n);
 int rill__jpeg_marks_known(const rill__jpeg_marks_t* m);
 size_t rill__jpeg_marks_bytes(const rill__jpeg_marks_t* m);
 void rill__jpeg_marks_size(const rill__jpeg_marks_t* m, int* width, int* height, int* channels);
+/* Walks a new set of marks through the whole file once, finding every row mark and the
+ * column marks (every few MCUs of every row, and the data's end) that cuts need. 2: found,
+ * and the file is intact to its end: every block decoded as libjpeg decodes it, and the end
+ * marker right after the last MCU (a decode need not read the rows below its region to check
+ * them); 1: found; 0: the walk failed or the file has no room for column marks (the row marks
+ * are then found by seeks as before). Not thread-safe: for marks not shared yet. */
+int rill__jpeg_marks_walk_all(rill__jpeg_marks_t* m, const void* buf, size_t n);
+int rill__jpeg_marks_have_columns(const rill__jpeg_marks_t* m);
+/* The same marks without the column marks and their room (a smaller allocation: m itself is
+ * freed unless out of memory, when m comes back as it was, its column marks unused). */
+rill__jpeg_marks_t* rill__jpeg_marks_drop_columns(rill__jpeg_marks_t* m);
+/* A cut: a JPEG of the MCU rows and columns around a region and nothing else, made of the
+ * file's own entropy-coded bytes. Each MCU row of the cut is one pad MCU (coded here: it sets
+ * the DC predictions the row's next MCU was coded against and ends on the bit where that MCU
+ * starts in the file) followed by the row's span of MCUs, copied. The region and one pixel
+ * around it (the context of chroma upsampling) lie in the file's MCUs, so the cut decodes to
+ * the same pixels there; the pad column, left of the span, is never part of the region. */
+typedef struct rill__jpeg_cut {
+  size_t len;                    /* bytes of the stream */
+  int left, top;                 /* full-resolution pixel of the file at the cut's (0, 0): the
+                                    cut's first column is the pad, so left may be < 0 */
+  int width, height;             /* the cut's frame */
+} rill__jpeg_cut_t;
+/* Builds the cut for the region (x, y, w, h) of the image scaled by num/denom to sw x sh, in
+ * *out (grown to *cap, rill__alloc'ed). 1: done; 0: no cut serves (no column marks, a region
+ * at the left edge or as wide as the image, a code the pad needs missing from the tables):
+ * decode otherwise; RILL_ENOMEM. Thread-safe on shared marks. */
+int rill__jpeg_cut(const rill__jpeg_marks_t* m, const void* buf, size_t n, int x, int y, int w, int h, int sw,
+                   int sh, int num, int denom, uint8_t** out, size_t* cap, rill__jpeg_cut_t* cut);
 /* A seek: the stream head[0, head) followed by the file's bytes from `rest` is a JPEG of
  * `drop` fewer rows: its first MCU row is synthetic, and the rows after it are the
  * original's from row drop + (rows of an MCU) on, the first of those excepted (its chroma

@@ -329,33 +329,59 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
     return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG %s (%s)", probe ? "header" : "data", st->message);
   }
   rill__img_info_t info;
-  rill__img_geom_t g;
-  int rc, seek = 0, drop = 0; /* drop: rows (scaled) of the image above the stream read */
-  rill__jpeg_seek_t sk;
+  rill__img_geom_t g, d; /* g: the region in the image; d: the same in the stream decoded */
+  int rc, seek = 0, sw = 0, sh = 0; /* seek: the stream is a seek's (1) or a cut (2), of sw x sh */
   rill__jpeg_marks_t* marks = probe ? NULL : req->tail_verified ? req->marks : NULL;
-  if (!probe && !req->tail_verified && req->marks_out) marks = *req->marks_out = rill__jpeg_marks_new(buf, n);
-  if (marks && req->w && req->h && req->y > 0) {
-    /* start at the last entropy mark above the region (walking to it if it is not known
-     * yet: the walk reads those rows in place of libjpeg, and checks them as strictly) */
+  int verified = !probe && req->tail_verified; /* the entropy-coded data is known to be intact */
+  if (!probe && !req->tail_verified && req->marks_out) {
+    marks = *req->marks_out = rill__jpeg_marks_new(buf, n);
+    /* The first decode of a file finds all its marks at once (the column marks need a walk
+     * through every row), unless the whole image is wanted. The walk decodes every block as
+     * libjpeg would: when it finds the data intact to the end marker, the check of the
+     * file's rows below the region (below) is done already. */
+    if (marks && req->w && req->h) verified = rill__jpeg_marks_walk_all(marks, buf, n) == 2;
+  }
+  if (marks && req->w && req->h) {
     info.format = RILL__IMG_JPEG;
     rill__jpeg_marks_size(marks, &info.width, &info.height, &info.channels);
     if ((rc = rill__img_geometry(&info, req, &g, err)) < 0) return rc;
-    rc = rill__jpeg_seek(marks, buf, n, g.y, g.num, g.denom, &st->head, &st->head_cap, &sk);
-    if (rc < 0) return rill_error_set(err, rc, "out of memory (JPEG seek)");
-    if (rc == 1) {
-      seek = 1;
-      drop = (int)((int64_t)sk.drop * g.num / g.denom);
-      src_set(st, st->head, sk.head, (const uint8_t*)buf + sk.rest, n - sk.rest);
+    d = g;
+    rill__jpeg_cut_t ct;
+    /* verified bytes: only the MCUs around the region (see rill__jpeg_cut) */
+    if (verified && rill__jpeg_marks_have_columns(marks)) {
+      rc = rill__jpeg_cut(marks, buf, n, g.x, g.y, g.w, g.h, g.sw, g.sh, g.num, g.denom, &st->head, &st->head_cap,
+                          &ct);
+      if (rc < 0) return rill_error_set(err, rc, "out of memory (JPEG cut)");
+      if (rc == 1) {
+        seek = 2, sw = ct.width, sh = ct.height;
+        d.x -= ct.left * g.num / g.denom, d.y -= ct.top * g.num / g.denom;
+        d.sw = (int)(((int64_t)sw * g.num + g.denom - 1) / g.denom);
+        d.sh = (int)(((int64_t)sh * g.num + g.denom - 1) / g.denom);
+        src_set(st, st->head, ct.len, NULL, 0);
+      }
+    }
+    /* else start at the last entropy mark above the region (walking to it if it is not known
+     * yet: the walk reads those rows in place of libjpeg, and checks them as strictly) */
+    rill__jpeg_seek_t sk;
+    if (!seek && req->y > 0) {
+      rc = rill__jpeg_seek(marks, buf, n, g.y, g.num, g.denom, &st->head, &st->head_cap, &sk);
+      if (rc < 0) return rill_error_set(err, rc, "out of memory (JPEG seek)");
+      if (rc == 1) {
+        seek = 1, sw = info.width, sh = info.height - sk.drop;
+        int drop = (int)((int64_t)sk.drop * g.num / g.denom); /* rows (scaled) above the stream */
+        d.y -= drop, d.sh -= drop;
+        src_set(st, st->head, sk.head, (const uint8_t*)buf + sk.rest, n - sk.rest);
+      }
     }
   }
   if (!seek) src_set(st, buf, n, NULL, 0);
   jpeg_read_header(c, TRUE);
   if (seek) {
-    if ((int)c->image_width != info.width || (int)c->image_height != info.height - sk.drop ||
-        c->num_components != info.channels || c->progressive_mode) {
+    if ((int)c->image_width != sw || (int)c->image_height != sh || c->num_components != info.channels ||
+        c->progressive_mode) {
       jpeg_abort_decompress(c);
-      return rill_error_set(err, RILL_EFORMAT, "JPEG seek produced a %ux%u image, expected %dx%d", c->image_width,
-                            c->image_height, info.width, info.height - sk.drop);
+      return rill_error_set(err, RILL_EFORMAT, "JPEG %s produced a %ux%u image, expected %dx%d",
+                            seek == 2 ? "cut" : "seek", c->image_width, c->image_height, sw, sh);
     }
   } else {
     info = (rill__img_info_t){RILL__IMG_JPEG, (int)c->image_width, (int)c->image_height, stored_channels(c)};
@@ -368,6 +394,7 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
       jpeg_abort_decompress(c);
       return rc;
     }
+    d = g;
   }
   /* A progressive file is decoded into whole-image coefficient buffers allocated (and
    * zeroed) before any data is read. Each block costs at least one Huffman-coded bit per
@@ -406,15 +433,15 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
   }
   c->scale_num = (unsigned)g.num;
   c->scale_denom = (unsigned)g.denom;
-  if (req->tail_verified && c->progressive_mode && !c->arith_code && !seek && (rc = arm_cut(st, buf, n, &g)) < 0) {
+  if (req->tail_verified && c->progressive_mode && !c->arith_code && !seek && (rc = arm_cut(st, buf, n, &d)) < 0) {
     jpeg_abort_decompress(c);
     return rill_error_set(err, rc, "out of memory (JPEG scan table)");
   }
   jpeg_start_decompress(c);
-  if ((int)c->output_width != g.sw || (int)c->output_height != g.sh - drop) {
+  if ((int)c->output_width != d.sw || (int)c->output_height != d.sh) {
     jpeg_abort_decompress(c);
     return rill_error_set(err, RILL_EFORMAT, "JPEG decoder produced %ux%u pixels, expected %dx%d",
-                          c->output_width, c->output_height, g.sw, g.sh - drop);
+                          c->output_width, c->output_height, d.sw, d.sh);
   }
 
   /* Crop: libjpeg moves the left edge down to an iMCU boundary; copy out the exact columns.
@@ -422,8 +449,8 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
    * edge (inside the image) and a left edge on an iMCU boundary are moved out by one column:
    * the region's edge pixels then get their real neighbours and equal those of a
    * whole-image decode. */
-  int colskip = 0, cw = g.sw;
-  if (g.x > 0 || g.w < g.sw) {
+  int colskip = 0, cw = d.sw;
+  if (d.x > 0 || d.w < d.sw) {
 #if JPEG_LIB_VERSION >= 70
     int align = c->min_DCT_h_scaled_size;
 #else
@@ -431,15 +458,15 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
 #endif
     if (c->num_components > 1) align *= c->max_h_samp_factor;
     if (align < 1) align = 1;
-    int x0 = g.x, x1 = g.x + g.w;
+    int x0 = d.x, x1 = d.x + d.w;
     if (x0 > 0 && x0 % align == 0) x0--;
-    if (x1 < g.sw) x1++;
+    if (x1 < d.sw) x1++;
     JDIMENSION xoff = (JDIMENSION)x0, width = (JDIMENSION)(x1 - x0);
     jpeg_crop_scanline(c, &xoff, &width);
-    colskip = g.x - (int)xoff;
+    colskip = d.x - (int)xoff;
     cw = (int)width;
   }
-  if (g.y > drop && jpeg_skip_scanlines(c, (JDIMENSION)(g.y - drop)) != (JDIMENSION)(g.y - drop)) {
+  if (d.y > 0 && jpeg_skip_scanlines(c, (JDIMENSION)d.y) != (JDIMENSION)d.y) {
     jpeg_abort_decompress(c);
     return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (could not skip %d rows)", g.y);
   }
@@ -486,10 +513,11 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
    * (the same file in every epoch): they are entropy-decoded without the inverse DCT
    * (jpeg_skip_scanlines), the last one is decoded, and finishing reads to the end marker.
    * Progressive files were read whole by jpeg_start_decompress. Bytes already verified to
-   * their end (req->tail_verified) cannot fail there: the decoder stops after the region
-   * (and does not look for the end marker again: the first check of the file decided), and
-   * a progressive file's scans stopped a few rows below it (arm_cut). */
-  if (req->tail_verified) {
+   * their end (req->tail_verified, or the first decode's walk through the whole file) cannot
+   * fail there: the decoder stops after the region (and does not look for the end marker
+   * again: the first check of the file decided), and a progressive file's scans stopped a few
+   * rows below it (arm_cut). */
+  if (verified) {
     jpeg_abort_decompress(c);
     if (out) *out = (rill__img_out_t){g.w, g.h, channels, g.denom, g.num, xoff, (int64_t)stride};
     return RILL_OK;

@@ -25,23 +25,31 @@
 #include "addon.h"
 #include "image_internal.h"
 
-#define MARKS_MAX 16   /* marks per file: 12 B each */
+#define MARKS_MAX 16   /* row marks per file: 12 B each */
+#define COL_MARKS_MAX 4096 /* column marks per file (48 KB) */
 #define LOOK 10        /* Huffman codes up to this length decode by one table lookup */
+
+typedef struct mark {
+  uint32_t at;        /* byte << 3 | bits of that byte the MCUs before used; UINT32_MAX: unusable */
+  int16_t dc[3];      /* DC predictions of the scan's components there */
+} mark_t;
 
 struct rill__jpeg_marks {
   int32_t width, height;
-  uint16_t mcu_rows;
+  uint16_t mcu_rows, mcu_cols;
   uint16_t step;      /* MCU rows from one mark to the next: mark k is at MCU row (k + 1) * step */
   uint16_t count;
   uint8_t ncomp;      /* components of the frame and of its one scan (1 or 3) */
-  uint8_t mcu_h;      /* image rows per MCU row (8 x the largest vertical sampling factor) */
+  uint8_t mcu_h, mcu_w; /* image rows and columns per MCU (8 x the largest sampling factors) */
+  uint8_t col_step;   /* column marks: every col_step-th MCU of each row */
+  uint8_t cols_ready; /* the column marks were found (rill__jpeg_marks_walk_all) */
+  uint16_t col_count; /* column marks per row; 0: no room for them */
   _Atomic int known;  /* marks found: mark[0, known) (written before `known` is raised) */
   _Atomic int busy;   /* a thread is walking to more marks */
   _Atomic int stuck;  /* a walk failed: no more marks */
-  struct {
-    uint32_t at;      /* byte << 3 | bits of that byte the row before used; UINT32_MAX: unusable */
-    int16_t dc[3];    /* DC predictions of the scan's components at the row's first MCU */
-  } mark[];
+  mark_t mark[];      /* the row marks at the rows' first MCU; then, when col_step is set, the
+                         column marks: MCU (r, k * col_step) at mark[count + r * col_count + k],
+                         and after them the end of the data (found by rill__jpeg_marks_walk_all) */
 };
 
 /* ---------------------------------------------------------------- headers and tables */
@@ -237,22 +245,11 @@ static inline int has_ff(uint64_t w) {
   return ((x - 0x0101010101010101ull) & ~x & 0x8080808080808080ull) != 0;
 }
 
-/* Loads bytes until more than 56 bits are buffered; past the data (a marker or the end of
- * the file), zero bytes. */
-static bits_t refill(source_t* s, bits_t b) {
-  if (b.cnt <= 56 && s->pos + 8 <= s->n) {
-    uint64_t w;
-    memcpy(&w, s->p + s->pos, 8);
-    w = __builtin_bswap64(w);
-    if (!has_ff(w) && !s->marker) { /* no stuffing, no marker: as many bytes as fit at once */
-      int k = (64 - b.cnt) >> 3;
-      b.buf |= (w >> (64 - 8 * k)) << (64 - b.cnt - 8 * k);
-      s->real += (uint32_t)k;
-      s->pos += (size_t)k;
-      b.cnt += 8 * k;
-      return b;
-    }
-  }
+/* Loads bytes one at a time until more than 56 bits are buffered (refill's slow path). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static bits_t refill_bytes(source_t* s, bits_t b) {
   while (b.cnt <= 56) {
     uint64_t v = 0;
     if (!s->marker) {
@@ -274,6 +271,25 @@ static bits_t refill(source_t* s, bits_t b) {
     b.cnt += 8;
   }
   return b;
+}
+
+/* Loads bytes until more than 56 bits are buffered; past the data (a marker or the end of
+ * the file), zero bytes. */
+static inline bits_t refill(source_t* s, bits_t b) {
+  if (b.cnt <= 56 && s->pos + 8 <= s->n) {
+    uint64_t w;
+    memcpy(&w, s->p + s->pos, 8);
+    w = __builtin_bswap64(w);
+    if (!has_ff(w) && !s->marker) { /* no stuffing, no marker: as many bytes as fit at once */
+      int k = (64 - b.cnt) >> 3;
+      b.buf |= (w >> (64 - 8 * k)) << (64 - b.cnt - 8 * k);
+      s->real += (uint32_t)k;
+      s->pos += (size_t)k;
+      b.cnt += 8 * k;
+      return b;
+    }
+  }
+  return refill_bytes(s, b);
 }
 
 #define DROP(b, l) ((b).buf <<= (l), (b).cnt -= (l))
@@ -302,7 +318,7 @@ static inline int decode(bits_t* b, const htab_t* t) {
  * still buffered (a 0x00 after 0xFF is stuffing, not data). */
 static uint32_t position(const source_t* s, bits_t b) {
   uint64_t d = ((uint64_t)s->real + s->fake) * 8 - (uint64_t)b.cnt;
-  if (d >= (uint64_t)s->real * 8) return UINT32_MAX;
+  if (d > (uint64_t)s->real * 8) return UINT32_MAX;
   size_t q = s->pos;
   for (uint32_t back = s->real - (uint32_t)(d >> 3); back > 0; back--) {
     q--;
@@ -368,6 +384,11 @@ static int mcu_blocks(const jhead_t* h, int* comp) {
   return nb;
 }
 
+/* Marks in the allocation of m: the row marks and the column marks' room. */
+static size_t marks_total(const rill__jpeg_marks_t* m) {
+  return (size_t)m->count + (m->col_count ? (size_t)m->mcu_rows * m->col_count + 1 : 0);
+}
+
 rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n) {
   jhead_t hd, *h = &hd;
   int mx, my;
@@ -376,19 +397,39 @@ rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n) {
   if (my < 2) return NULL; /* nothing above a row to skip */
   int step = (my + MARKS_MAX) / (MARKS_MAX + 1), count = (my - 1) / step;
   if (count > MARKS_MAX) count = MARKS_MAX;
-  rill__jpeg_marks_t* m = rill__alloc(sizeof *m + (size_t)count * sizeof m->mark[0]);
-  if (!m) return NULL;
-  *m = (rill__jpeg_marks_t){h->width, h->height, (uint16_t)my, (uint16_t)step, (uint16_t)count, (uint8_t)h->ns,
-                            (uint8_t)(8 * h->vmax), 0, 0, 0};
+  int col_step = 1;
+  while ((int64_t)((mx + col_step - 1) / col_step) * my > COL_MARKS_MAX) col_step++;
+  int col_count = col_step <= 255 && mx > 1 ? (mx + col_step - 1) / col_step : 0;
+  rill__jpeg_marks_t t = {h->width,       h->height,          (uint16_t)my,          (uint16_t)mx,
+                          (uint16_t)step,  (uint16_t)count,    (uint8_t)h->ns,        (uint8_t)(8 * h->vmax),
+                          (uint8_t)(8 * h->hmax), (uint8_t)(col_count ? col_step : 0), 0, (uint16_t)col_count,
+                          0, 0, 0};
+  rill__jpeg_marks_t* m = rill__alloc(sizeof *m + marks_total(&t) * sizeof(mark_t));
+  if (m) *m = t;
   return m;
 }
 
+/* The mark at the walk's position: 0 when the position is past the data. A DC value no 8-bit
+ * table can code leaves the mark unusable. */
+static int record(mark_t* k, const source_t* src, bits_t b, const jhead_t* h, const int32_t* pred) {
+  uint32_t at = position(src, b);
+  if (at == UINT32_MAX) return 0;
+  int ok = 1;
+  for (int c = 0; c < 3; c++) {
+    ok &= c >= h->ns || (pred[c] >= -2047 && pred[c] <= 2047);
+    k->dc[c] = (int16_t)(c < h->ns ? pred[c] : 0);
+  }
+  k->at = ok ? at : UINT32_MAX;
+  return 1;
+}
+
 /* Walks the MCU rows from mark `from` (a usable one, or -1: the data's start) to mark `to`,
- * recording the marks `first` .. `to` (those between `from` and `first` are known). 0 when
- * the walk fails: a code the tables lack, a DC value out of range, or the data ending before
- * the mark. */
-static int walk_marks(rill__jpeg_marks_t* m, jhead_t* h, const uint8_t* buf, size_t n, int from, int first,
-                      int to) {
+ * recording the marks `first` .. `to` (those between `from` and `first` are known); with
+ * `all` (from -1 only), on to the end of the data, recording the column marks too. 0 when the
+ * walk fails: a code the tables lack, a DC value out of range, or the data ending before the
+ * mark. */
+static int walk_marks(rill__jpeg_marks_t* m, jhead_t* h, const uint8_t* buf, size_t n, int from, int first, int to,
+                      int all) {
   int mx, my, comp[10];
   mcu_grid(h, &mx, &my);
   int nb = mcu_blocks(h, comp);
@@ -396,7 +437,8 @@ static int walk_marks(rill__jpeg_marks_t* m, jhead_t* h, const uint8_t* buf, siz
   source_t src = {.p = buf, .n = n, .pos = h->data};
   bits_t b = {0, 0};
   int32_t pred[3] = {0, 0, 0};
-  int y = 0;
+  int y = 0, cs = m->col_step;
+  mark_t* cols = all ? m->mark + m->count : NULL;
   if (from >= 0) {
     uint32_t at = m->mark[from].at;
     src.pos = at >> 3;
@@ -407,23 +449,41 @@ static int walk_marks(rill__jpeg_marks_t* m, jhead_t* h, const uint8_t* buf, siz
   }
   for (;; y++) {
     int k = y / m->step - 1;
-    if (y % m->step == 0 && k >= first) {
-      uint32_t at = position(&src, b);
-      if (at == UINT32_MAX) return 0;
-      int ok = 1;
-      for (int c = 0; c < 3; c++) {
-        ok &= c >= h->ns || (pred[c] >= -2047 && pred[c] <= 2047);
-        m->mark[k].dc[c] = (int16_t)(c < h->ns ? pred[c] : 0);
-      }
-      m->mark[k].at = ok ? at : UINT32_MAX; /* a DC value no 8-bit table can code */
-      if (k == to) return 1;
+    if (y % m->step == 0 && k >= first && k <= to) {
+      if (!record(&m->mark[k], &src, b, h, pred)) return 0;
+      if (k == to && !all) return 1;
     }
-    for (int x = 0; x < mx; x++)
+    if (y == my) return record(&cols[(size_t)my * m->col_count], &src, b, h, pred);
+    for (int x = 0; x < mx; x++) {
+      if (cols && x % cs == 0 && !record(&cols[(size_t)y * m->col_count + (size_t)(x / cs)], &src, b, h, pred))
+        return 0;
       for (int j = 0; j < nb; j++) {
         int c = comp[j];
         if (!walk_block(&src, &b, &h->dc[h->td[c]], &h->ac[h->ta[c]], &pred[c])) return 0;
       }
+    }
   }
+}
+
+int rill__jpeg_marks_walk_all(rill__jpeg_marks_t* m, const void* buf, size_t n) {
+  jhead_t hd, *h = &hd;
+  if (!m->col_count || atomic_load_explicit(&m->known, memory_order_relaxed) || !parse_head(buf, n, h) ||
+      h->width != m->width || h->height != m->height || h->ns != m->ncomp)
+    return 0;
+  if (!walk_marks(m, h, buf, n, -1, 0, m->count - 1, 1))
+    return 0; /* none known: seeks walk to their marks as before, and fail where this did */
+  m->cols_ready = 1;
+  atomic_store_explicit(&m->known, m->count, memory_order_release);
+  /* Intact to the end? The last MCU's byte (its unused bits are padding), then the end marker
+   * at once, after fill bytes only: libjpeg would find nothing to complain of there either. */
+  const uint8_t* p = buf;
+  uint32_t end = m->mark[marks_total(m) - 1].at;
+  if (end == UINT32_MAX) return 1;
+  size_t i = end >> 3;
+  if (end & 7) i += 1 + (p[i] == 0xFF);
+  if (i >= n || p[i] != 0xFF) return 1;
+  while (i + 1 < n && p[i + 1] == 0xFF) i++;
+  return i + 1 < n && p[i + 1] == 0xD9 ? 2 : 1;
 }
 
 int rill__jpeg_marks_known(const rill__jpeg_marks_t* m) {
@@ -431,7 +491,17 @@ int rill__jpeg_marks_known(const rill__jpeg_marks_t* m) {
 }
 
 size_t rill__jpeg_marks_bytes(const rill__jpeg_marks_t* m) {
-  return m ? sizeof *m + (size_t)m->count * sizeof m->mark[0] : 0;
+  return m ? sizeof *m + marks_total(m) * sizeof m->mark[0] : 0;
+}
+
+int rill__jpeg_marks_have_columns(const rill__jpeg_marks_t* m) { return m->cols_ready; }
+
+rill__jpeg_marks_t* rill__jpeg_marks_drop_columns(rill__jpeg_marks_t* m) {
+  if (!m || !m->col_count) return m;
+  size_t old = rill__jpeg_marks_bytes(m);
+  m->col_count = 0, m->col_step = 0, m->cols_ready = 0;
+  rill__jpeg_marks_t* q = rill__realloc(m, old, rill__jpeg_marks_bytes(m));
+  return q ? q : m; /* out of memory: the room stays, unused */
 }
 
 void rill__jpeg_marks_size(const rill__jpeg_marks_t* m, int* width, int* height, int* channels) {
@@ -473,29 +543,39 @@ typedef struct extra {
   int comp, s;
 } extra_t;
 
-/* Writes the synthetic MCU row (or counts its bits when w->p is NULL). 0 when a code it needs
- * is missing from the tables. */
+/* Writes one MCU whose first block of each scan component codes the DC difference dc[c] and
+ * carries that component's extras, all other blocks a difference of 0 (or counts its bits
+ * when w->p is NULL). 0 when a code it needs is missing from the tables. */
+static int write_mcu(bitwriter_t* w, const jhead_t* h, const int* comp, int nb, const int32_t* dc, const extra_t* ex,
+                     int nex) {
+  for (int j = 0; j < nb; j++) {
+    int c = comp[j], first = j == 0 || comp[j - 1] != c;
+    const htab_t *d = &h->dc[h->td[c]], *a = &h->ac[h->ta[c]];
+    int v = first ? dc[c] : 0, s = category(v);
+    if (s > 15 || !d->len[s]) return 0;
+    put(w, d->code[s], d->len[s]);
+    if (s) put(w, (uint32_t)(v < 0 ? v + (1 << s) - 1 : v), s);
+    if (first)
+      for (int e = 0; e < nex; e++)
+        if (ex[e].comp == c) {
+          put(w, a->code[ex[e].s], a->len[ex[e].s]);
+          put(w, (1u << ex[e].s) - 1, ex[e].s);
+        }
+    if (!a->len[0]) return 0;
+    put(w, a->code[0], a->len[0]);
+  }
+  return 1;
+}
+
+/* Writes the synthetic MCU row: its first MCU sets the DC predictions dc and carries the
+ * extras (or counts its bits when w->p is NULL). 0 when a code it needs is missing. */
 static int synthetic_row(bitwriter_t* w, const jhead_t* h, const int16_t* dc, const extra_t* ex, int nex) {
   int mx, my, comp[10];
   mcu_grid(h, &mx, &my);
   int nb = mcu_blocks(h, comp);
+  int32_t first[3] = {dc[0], dc[1], dc[2]}, zero[3] = {0, 0, 0};
   for (int x = 0; x < mx; x++)
-    for (int j = 0; j < nb; j++) {
-      int c = comp[j], first = x == 0 && (j == 0 || comp[j - 1] != c);
-      const htab_t *d = &h->dc[h->td[c]], *a = &h->ac[h->ta[c]];
-      int v = first ? dc[c] : 0, s = category(v);
-      if (!d->len[s]) return 0;
-      put(w, d->code[s], d->len[s]);
-      if (s) put(w, (uint32_t)(v < 0 ? v + (1 << s) - 1 : v), s);
-      if (first)
-        for (int e = 0; e < nex; e++)
-          if (ex[e].comp == c) {
-            put(w, a->code[ex[e].s], a->len[ex[e].s]);
-            put(w, (1u << ex[e].s) - 1, ex[e].s);
-          }
-      if (!a->len[0]) return 0;
-      put(w, a->code[0], a->len[0]);
-    }
+    if (!write_mcu(w, h, comp, nb, x ? zero : first, ex, x ? 0 : nex)) return 0;
   return 1;
 }
 
@@ -525,6 +605,29 @@ static int align_extras(const jhead_t* h, size_t bits, int want, extra_t* ex) {
   return k;
 }
 
+/* Writes the segments of the file in p up to its scan into o (the metadata left out), the
+ * frame's size set to width x height; returns the bytes written (at most h->data). */
+static size_t write_head(uint8_t* o, const uint8_t* p, const jhead_t* h, int width, int height) {
+  size_t len = 0, i = 2;
+  o[len++] = 0xFF, o[len++] = 0xD8;
+  while (i < h->data) {
+    while (p[i + 1] == 0xFF) i++;
+    int mk = p[i + 1];
+    size_t sl = 2 + be16(p + i + 2);
+    int keep = !((mk >= 0xE1 && mk <= 0xED) || mk == 0xEF || mk == 0xFE);
+    if (keep) {
+      memcpy(o + len, p + i, sl);
+      if (mk == 0xC0 || mk == 0xC1) {
+        o[len + 5] = (uint8_t)((unsigned)height >> 8), o[len + 6] = (uint8_t)height;
+        o[len + 7] = (uint8_t)((unsigned)width >> 8), o[len + 8] = (uint8_t)width;
+      }
+      len += sl;
+    }
+    i += sl;
+  }
+  return len;
+}
+
 int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int num, int denom, uint8_t** head,
                     size_t* cap, rill__jpeg_seek_t* out) {
   /* the lowest mark whose rows start above row y of the image scaled by num/denom */
@@ -542,7 +645,7 @@ int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int
     int from = known - 1; /* the last usable mark known */
     while (from >= 0 && m->mark[from].at == UINT32_MAX) from--;
     if (known <= t) {
-      if (walk_marks(m, h, p, n, from, known, t))
+      if (walk_marks(m, h, p, n, from, known, t, 0))
         atomic_store_explicit(&m->known, known = t + 1, memory_order_release);
       else
         atomic_store_explicit(&m->stuck, 1, memory_order_relaxed);
@@ -571,26 +674,9 @@ int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int
     rill__free(*head);
     *head = q, *cap = need;
   }
-  /* the segments up to the scan, less the metadata; the frame's height reduced */
   int drop = ((k + 1) * m->step - 1) * m->mcu_h; /* rows the synthetic one stands for */
   uint8_t* o = *head;
-  size_t len = 0, i = 2;
-  o[len++] = 0xFF, o[len++] = 0xD8;
-  while (i < h->data) {
-    while (p[i + 1] == 0xFF) i++;
-    int mk = p[i + 1];
-    size_t sl = 2 + be16(p + i + 2);
-    int keep = !((mk >= 0xE1 && mk <= 0xED) || mk == 0xEF || mk == 0xFE);
-    if (keep) {
-      memcpy(o + len, p + i, sl);
-      if (mk == 0xC0 || mk == 0xC1) {
-        unsigned hh = (unsigned)(m->height - drop);
-        o[len + 5] = (uint8_t)(hh >> 8), o[len + 6] = (uint8_t)hh;
-      }
-      len += sl;
-    }
-    i += sl;
-  }
+  size_t len = write_head(o, p, h, m->width, m->height - drop);
   w = (bitwriter_t){.p = o, .n = len};
   if (!synthetic_row(&w, h, dc, ex, nex) || w.cnt != bit) return 0;
   /* the mark's byte: the row's last bits, then the bits the mark starts with */
@@ -603,5 +689,85 @@ int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int
   }
   if (rest > n) return 0;
   *out = (rill__jpeg_seek_t){w.n, rest, drop};
+  return 1;
+}
+
+/* ---------------------------------------------------------------- the cut */
+
+/* Puts bits [from, to) of byte v (bit 0 the highest). */
+static void put_bits_of(bitwriter_t* w, unsigned v, int from, int to) {
+  if (to > from) put(w, (v >> (8 - to)) & ((1u << (to - from)) - 1), to - from);
+}
+
+int rill__jpeg_cut(const rill__jpeg_marks_t* m, const void* buf, size_t n, int x, int y, int w, int h, int sw,
+                   int sh, int num, int denom, uint8_t** out, size_t* cap, rill__jpeg_cut_t* cut) {
+  if (!m->cols_ready || x <= 0 || w <= 0 || h <= 0) return 0; /* a region at the left edge has no pad column */
+  if ((m->mcu_w * num) % denom || (m->mcu_h * num) % denom) return 0;
+  int smw = m->mcu_w * num / denom, smh = m->mcu_h * num / denom, mx = m->mcu_cols, my = m->mcu_rows;
+  int cs = m->col_step, kc = m->col_count;
+  /* the MCUs of the region and one pixel around it (upsampling's context), in whole steps */
+  int x1 = x + w < sw ? x + w : sw - 1, y0 = y > 0 ? y - 1 : 0, y1 = y + h < sh ? y + h : sh - 1;
+  int m0 = (x - 1) / smw, m1 = x1 / smw;
+  if (m1 > mx - 1) m1 = mx - 1;
+  int c0 = m0 - m0 % cs, c1 = (m1 / cs + 1) * cs;
+  if (c1 > mx) c1 = mx;
+  int r0 = y0 / smh, r1 = y1 / smh;
+  if (r1 > my - 1) r1 = my - 1;
+  if (c0 == 0 && c1 == mx) return 0; /* nothing beside the region to leave out */
+  jhead_t hd, *hp = &hd;
+  const uint8_t* p = buf;
+  if (!parse_head(p, n, hp) || hp->width != m->width || hp->height != m->height || hp->ns != m->ncomp) return 0;
+  int width = (c1 < mx ? (c1 - c0) * m->mcu_w : m->width - c0 * m->mcu_w) + m->mcu_w;
+  int height = r1 < my - 1 ? (r1 - r0 + 1) * m->mcu_h : m->height - r0 * m->mcu_h;
+  if (width > 65535) return 0;
+  const mark_t* cols = m->mark + m->count;
+  /* room: the head, each row's bytes with its pad MCU (stuffed at worst), the end */
+  size_t need = hp->data + 16;
+  for (int r = r0; r <= r1; r++) {
+    const mark_t *a = &cols[(size_t)r * kc + (size_t)(c0 / cs)],
+                 *e = c1 < mx ? &cols[(size_t)r * kc + (size_t)(c1 / cs)] : &cols[(size_t)(r + 1) * kc];
+    if (a->at == UINT32_MAX || e->at == UINT32_MAX || e->at < a->at || (e->at >> 3) >= n) return 0;
+    need += (e->at >> 3) - (a->at >> 3) + 2 + 2 * 160;
+  }
+  if (need > *cap) {
+    uint8_t* q = rill__alloc(need);
+    if (!q) return RILL_ENOMEM;
+    rill__free(*out);
+    *out = q, *cap = need;
+  }
+  int comp[10], nb = mcu_blocks(hp, comp);
+  bitwriter_t bw = {.p = *out, .n = write_head(*out, p, hp, width, height)};
+  int32_t pred[3] = {0, 0, 0}; /* the decoder's DC predictions */
+  for (int r = r0; r <= r1; r++) {
+    const mark_t *a = &cols[(size_t)r * kc + (size_t)(c0 / cs)],
+                 *e = c1 < mx ? &cols[(size_t)r * kc + (size_t)(c1 / cs)] : &cols[(size_t)(r + 1) * kc];
+    /* the pad MCU: sets the predictions the row's first MCU was coded against, and ends on
+     * the bit of its byte where that MCU starts */
+    int32_t diff[3] = {0, 0, 0};
+    for (int c = 0; c < hp->ns; c++) diff[c] = a->dc[c] - pred[c];
+    extra_t ex[8];
+    bitwriter_t count = {0};
+    if (!write_mcu(&count, hp, comp, nb, diff, ex, 0)) return 0;
+    int at_bit = (int)(a->at & 7), nex = align_extras(hp, count.bits + (size_t)bw.cnt, at_bit, ex);
+    if (nex < 0 || !write_mcu(&bw, hp, comp, nb, diff, ex, nex) || bw.cnt != at_bit) return 0;
+    /* the row's bits, from a to e: the bytes between them as they are in the file */
+    size_t ab = a->at >> 3, eb = e->at >> 3;
+    int e_bit = (int)(e->at & 7);
+    if (eb == ab) {
+      put_bits_of(&bw, p[ab], at_bit, e_bit);
+    } else {
+      size_t from = ab;
+      if (at_bit) {
+        put_bits_of(&bw, p[ab], at_bit, 8);
+        from = ab + 1 + (p[ab] == 0xFF);
+      }
+      if (eb > from) memcpy(bw.p + bw.n, p + from, eb - from), bw.n += eb - from;
+      put_bits_of(&bw, p[eb], 0, e_bit);
+    }
+    for (int c = 0; c < 3; c++) pred[c] = e->dc[c];
+  }
+  if (bw.cnt) put(&bw, 0xFF, 8 - bw.cnt); /* fill bits */
+  bw.p[bw.n++] = 0xFF, bw.p[bw.n++] = 0xD9;
+  *cut = (rill__jpeg_cut_t){bw.n, (c0 - 1) * m->mcu_w, r0 * m->mcu_h, width, height};
   return 1;
 }

@@ -35,6 +35,7 @@ typedef struct jpeg_spec {
   J_COLOR_SPACE store;       /* colorspace in the file (0 = libjpeg's default) */
   int quality, hs, vs, progressive; /* 0: quality 95, 1x1 luma sampling, baseline */
   int restart_rows;          /* a restart marker every this many MCU rows (0: none) */
+  int optimize;              /* Huffman tables made for the image (only the codes it uses) */
 } jpeg_spec_t;
 
 static inline buf_t enc_jpeg(const uint8_t* px, int w, int h, jpeg_spec_t s) {
@@ -59,6 +60,7 @@ static inline buf_t enc_jpeg(const uint8_t* px, int w, int h, jpeg_spec_t s) {
   }
   if (s.progressive) jpeg_simple_progression(&c);
   c.restart_in_rows = s.restart_rows;
+  c.optimize_coding = s.optimize ? TRUE : FALSE;
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
     JSAMPROW row = (JSAMPROW)(px + (size_t)c.next_scanline * w * comps);

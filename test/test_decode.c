@@ -991,6 +991,78 @@ Test(jpeg_marks, seek_decodes_the_same_pixels) {
   }
 }
 
+/* A cut (the MCUs around a region, each row behind a pad MCU) decodes to the pixels of a
+ * decode from the start, for every sampling, size, scale, channel count and region, with the
+ * standard Huffman tables and with tables made for the image (which lack some DC codes a pad
+ * may need: then no cut, and the seek serves). */
+Test(jpeg_marks, cut_decodes_the_same_pixels) {
+  struct {
+    int w, h, gray, hs, vs, q, opt;
+  } cases[] = {{173, 131, 0, 1, 1, 95, 0}, {173, 131, 0, 2, 2, 75, 1}, {301, 263, 0, 2, 1, 90, 0},
+               {96, 300, 0, 1, 2, 85, 1},  {200, 150, 1, 0, 0, 100, 0}, {500, 375, 0, 2, 2, 92, 0},
+               {257, 513, 0, 2, 2, 60, 1}, {64, 64, 0, 2, 2, 100, 0},   {500, 375, 0, 2, 2, 80, 1},
+               {33, 700, 0, 2, 2, 90, 0}};
+  unsigned rng = 11;
+  int all_cuts = 0;
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int W = cases[k].w, H = cases[k].h, ch = cases[k].gray ? 1 : 3;
+    uint8_t* px = textured_pixels(W, H, ch, (unsigned)k + 5);
+    buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = ch == 1 ? JCS_GRAYSCALE : JCS_RGB, .quality = cases[k].q,
+                                               .hs = cases[k].hs, .vs = cases[k].vs, .optimize = cases[k].opt});
+    rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, b.n);
+    cr_assert_not_null(m, "case %zu: no marks for a baseline file", k);
+    cr_assert_eq(rill__jpeg_marks_walk_all(m, b.p, b.n), 2, "case %zu: the walk through the file failed", k);
+    cr_assert(rill__jpeg_marks_have_columns(m));
+    cr_assert_eq(rill__jpeg_marks_walk_all(m, b.p, b.n), 0, "a second walk of marks already found");
+    int cuts = 0;
+    for (int r = 0; r < 60; r++) {
+      rng = rng * 1103515245u + 12345u;
+      rill__img_request_t rq = {.channels = (r % 5 == 4) ? 1 : 3};
+      rq.h = 1 + (int)((rng >> 8) % (unsigned)H), rq.w = 1 + (int)((rng >> 4) % (unsigned)W);
+      if (r % 4 == 0) rq.w = 1 + rq.w / 3; /* narrow regions: most of each row left out */
+      rq.y = (int)((rng >> 12) % (unsigned)(H - rq.h + 1)), rq.x = (int)((rng >> 3) % (unsigned)(W - rq.w + 1));
+      if (r % 10 == 7) rq.x = W - rq.w; /* at the right edge */
+      if (r % 10 == 8) rq.y = H - rq.h; /* at the bottom */
+      if (r % 10 == 9) rq.x = 1;        /* one column from the left edge */
+      if (r % 3 == 1) rq.min_w = rq.w / 3 + 1, rq.min_h = rq.h / 3 + 1;
+      if (r % 6 == 2) rq.min_w = rq.w / 5 + 1, rq.min_h = rq.h / 7 + 1, rq.scales = RILL__IMG_SCALES_ALL;
+      rill__img_out_t o1, o2;
+      uint8_t* want = plain_region(&b, rq, &o1);
+      rill__img_request_t later = rq;
+      later.tail_verified = 1, later.marks = m;
+      uint8_t* got = decode_ok(&b, later, &o2);
+      cr_assert(o1.w == o2.w && o1.h == o2.h && o1.x == o2.x && memcmp(want, got, out_bytes(&o1)) == 0,
+                "case %zu region (%d,%d) %dx%d at %d/%d: the cut's pixels differ", k, rq.x, rq.y, rq.w, rq.h,
+                o1.scale_num, o1.scale_denom);
+      /* was it a cut? (the same call the decode makes) */
+      rill__img_info_t info = {RILL__IMG_JPEG, W, H, ch};
+      rill__img_geom_t g;
+      RT_OK(rill__img_geometry(&info, &rq, &g, &(rill_error_t){0}), (rill_error_t){0});
+      uint8_t* head = NULL;
+      size_t cap = 0;
+      rill__jpeg_cut_t ct;
+      int rc = rill__jpeg_cut(m, b.p, b.n, g.x, g.y, g.w, g.h, g.sw, g.sh, g.num, g.denom, &head, &cap, &ct);
+      cr_assert(rc == 0 || rc == 1, "case %zu: cut rc %d", k, rc);
+      if (rc == 1) {
+        cuts++;
+        cr_assert(ct.len > 0 && ct.len <= cap);
+        cr_assert(ct.width < W + 16 && ct.height <= H, "case %zu: a cut of %dx%d", k, ct.width, ct.height);
+        cr_assert_eq(ct.left % 8, 0, "whole MCU columns are left out");
+        cr_assert_eq(ct.top % 8, 0, "whole MCU rows are left out");
+        cr_assert(head[0] == 0xff && head[1] == 0xd8 && head[ct.len - 2] == 0xff && head[ct.len - 1] == 0xd9);
+      }
+      if (g.x == 0) cr_assert_eq(rc, 0, "a region at the left edge has no pad column");
+      rill__free(head);
+      free(want), free(got);
+    }
+    if (W >= 96) cr_assert_gt(cuts, 10, "case %zu: only %d of 60 regions decoded from a cut", k, cuts);
+    all_cuts += cuts;
+    rill__free(m);
+    free(b.p), free(px);
+  }
+  cr_assert_gt(all_cuts, 300);
+}
+
 /* Marks are walked to as regions need them, never past the one a region needs. */
 Test(jpeg_marks, found_as_needed) {
   int W = 500, H = 375; /* 4:2:0: 24 MCU rows of 16 rows, a mark every 2 MCU rows (32 rows) */
@@ -1059,7 +1131,7 @@ Test(jpeg_marks, verified_table_keeps_marks_within_its_limit) {
   buf_t b = enc_jpeg(px, 160, 120, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2});
   rill__img_memo_t memo;
   RT_OK(rill__img_memo_init(&memo, 10), (rill_error_t){0});
-  rill__jpeg_marks_t* one = rill__jpeg_marks_new(b.p, b.n);
+  rill__jpeg_marks_t* one = rill__jpeg_marks_drop_columns(rill__jpeg_marks_new(b.p, b.n)); /* row marks only */
   cr_assert_not_null(one);
   size_t each = rill__jpeg_marks_bytes(one);
   cr_assert_gt(each, 0);
@@ -1080,6 +1152,101 @@ Test(jpeg_marks, verified_table_keeps_marks_within_its_limit) {
   cr_assert_eq(atomic_load(&memo.marks_bytes), (int64_t)each * 2);
   rill__img_memo_add(&memo, 44, NULL); /* a file without marks */
   cr_assert_null(rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 44)));
+  rill__img_memo_free(&memo);
+  free(b.p), free(px);
+}
+
+/* The first decode's walk through the file stands for libjpeg's check of the rows below the
+ * region only when the data ends right at the end marker: junk before the marker, a missing
+ * end or damage leave the check to libjpeg, with its outcome. */
+Test(jpeg_marks, walk_checks_the_end_of_the_data) {
+  uint8_t* px = textured_pixels(200, 160, 3, 13);
+  buf_t b = enc_jpeg(px, 200, 160, (jpeg_spec_t){.in = JCS_RGB, .quality = 85, .hs = 2, .vs = 2});
+  cr_assert(b.p[b.n - 2] == 0xff && b.p[b.n - 1] == 0xd9);
+  rill__img_request_t rq = {.channels = 3, .x = 50, .y = 20, .w = 80, .h = 60};
+  rill__img_out_t o;
+  uint8_t* want = plain_region(&b, rq, &o);
+  struct {
+    const char* what;
+    const char* insert; /* before the end marker */
+    size_t len, cut;    /* bytes inserted; bytes cut from the end */
+    int walk, ok;       /* walk_all's result; whether the first decode succeeds */
+  } cases[] = {{"intact", "", 0, 0, 2, 1},
+               {"30 junk bytes before the end marker", "junk junk junk junk junk junk", 30, 0, 1, 0},
+               {"a comment segment before the end marker", "\xff\xfe\x00\x05" "abc", 7, 0, 1, 1},
+               {"no end marker", "", 0, 2, 1, 0},
+               {"the last 40 bytes missing", "", 0, 40, 0, 0}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    buf_t f = {malloc(b.n + cases[k].len), 0};
+    memcpy(f.p, b.p, b.n - 2);
+    memcpy(f.p + b.n - 2, cases[k].insert, cases[k].len);
+    memcpy(f.p + b.n - 2 + cases[k].len, "\xff\xd9", 2);
+    f.n = b.n + cases[k].len - cases[k].cut;
+    rill__jpeg_marks_t* m = rill__jpeg_marks_new(f.p, f.n);
+    cr_assert_not_null(m, "%s", cases[k].what);
+    cr_assert_eq(rill__jpeg_marks_walk_all(m, f.p, f.n), cases[k].walk, "%s", cases[k].what);
+    rill__free(m);
+    for (int marks = 0; marks < 2; marks++) { /* the first decode, without marks and with */
+      rill__jpeg_marks_t* out = NULL;
+      rill__img_request_t first = rq;
+      first.marks_out = marks ? &out : NULL;
+      rill_error_t err = {0};
+      int rc;
+      uint8_t* got = decode(&f, first, &o, &err, &rc);
+      if (cases[k].ok) {
+        cr_assert_not_null(got, "%s (marks %d): %s", cases[k].what, marks, err.message);
+        cr_assert(memcmp(want, got, out_bytes(&o)) == 0, "%s (marks %d): pixels differ", cases[k].what, marks);
+      } else {
+        cr_assert_null(got, "%s (marks %d) decoded", cases[k].what, marks);
+        cr_assert_eq(rc, RILL_EFORMAT, "%s: %s", cases[k].what, err.message);
+        cr_assert(strstr(err.message, "JPEG"), "%s", err.message);
+      }
+      free(got);
+      rill__free(out);
+    }
+    free(f.p);
+  }
+  free(want), free(b.p), free(px);
+}
+
+/* Column marks (a few KB a file) give way first: over the table's limit a file keeps its row
+ * marks without them, and marks whose columns were never found keep no room for them. */
+Test(jpeg_marks, verified_table_drops_column_marks_first) {
+  uint8_t* px = textured_pixels(320, 240, 3, 12);
+  buf_t b = enc_jpeg(px, 320, 240, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2});
+  rill__jpeg_marks_t* rows = rill__jpeg_marks_drop_columns(rill__jpeg_marks_new(b.p, b.n));
+  size_t without = rill__jpeg_marks_bytes(rows);
+  rill__free(rows);
+  rill__jpeg_marks_t* a = rill__jpeg_marks_new(b.p, b.n);
+  cr_assert_eq(rill__jpeg_marks_walk_all(a, b.p, b.n), 2);
+  size_t with = rill__jpeg_marks_bytes(a);
+  cr_assert_gt(with, 4 * without, "%zu bytes with the column marks, %zu without", with, without);
+  rill__img_memo_t memo;
+  RT_OK(rill__img_memo_init(&memo, 10), (rill_error_t){0});
+  memo.marks_max = (int64_t)(with + without);
+  rill__img_memo_add(&memo, 1, a);
+  const rill__jpeg_marks_t* kept = rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 1));
+  cr_assert_eq(kept, a);
+  cr_assert(rill__jpeg_marks_have_columns(kept), "within the limit: kept with its column marks");
+  rill__jpeg_marks_t* c = rill__jpeg_marks_new(b.p, b.n);
+  cr_assert_eq(rill__jpeg_marks_walk_all(c, b.p, b.n), 2);
+  rill__img_memo_add(&memo, 2, c);
+  kept = rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 2));
+  cr_assert_not_null(kept, "over the limit with columns: the row marks still fit");
+  cr_assert(!rill__jpeg_marks_have_columns(kept));
+  cr_assert_eq(rill__jpeg_marks_bytes(kept), without);
+  cr_assert_eq(atomic_load(&memo.marks_bytes), (int64_t)(with + without));
+  rill__img_memo_add(&memo, 3, rill__jpeg_marks_new(b.p, b.n)); /* columns never found, and full */
+  cr_assert_null(rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 3)));
+  cr_assert_eq(atomic_load(&memo.marks_bytes), (int64_t)(with + without));
+  /* the marks kept without columns still seek: a region below the top decodes as from the start */
+  rill__img_request_t rq = {.channels = 3, .x = 40, .y = 150, .w = 100, .h = 60};
+  rill__img_out_t o1, o2;
+  uint8_t* want = plain_region(&b, rq, &o1);
+  rq.tail_verified = 1, rq.marks = (rill__jpeg_marks_t*)kept;
+  uint8_t* got = decode_ok(&b, rq, &o2);
+  cr_assert(memcmp(want, got, out_bytes(&o1)) == 0);
+  free(want), free(got);
   rill__img_memo_free(&memo);
   free(b.p), free(px);
 }

@@ -1,7 +1,8 @@
 /* libFuzzer target for the image decoders: probe, plan and decode arbitrary bytes as JPEG or
  * PNG, whole and as a region (packed and padded), with every output channel count; and JPEG
- * regions through the entropy marks (made by the decode that checks the file, then kept),
- * which must give the outcome and the pixels of a decode from the file's start; and regions
+ * regions through the entropy marks (made by the decode that checks the file, then kept:
+ * seeks and cuts), which must give the outcome and the pixels of a decode from the file's
+ * start; and regions
  * of verified progressive files, their scans cut below the region, which must give the
  * pixels of a whole read. Any crash,
  * leak, sanitizer report or abort() is a bug; errors are expected. */
@@ -36,8 +37,9 @@ static void marks_case(const uint8_t* data, size_t size, const rill__img_info_t*
   if (ra == RILL_OK && rb == RILL_OK && memcmp(a, b, bytes) != 0) abort();
   if (ra == RILL_OK && rb == RILL_OK && m) {
     req.marks_out = NULL;
-    for (int k = 1; k <= 3; k++) { /* the file is verified: regions with the marks kept */
-      req.y = info->height * k / 4, req.h = info->height - req.y;
+    for (int k = 1; k <= 3; k++) { /* the file is verified: regions with the marks kept (cuts */
+      req.y = info->height * k / 4, req.h = info->height - req.y; /* where they were all found) */
+      req.x = info->width * k / 7, req.w = info->width / (k + 1);
       if (rill__img_plan(info, &req, &plan, &err) != RILL_OK) continue;
       size_t n = (size_t)plan.w * (size_t)plan.h * 3;
       if (n > bytes) continue;
