@@ -196,13 +196,17 @@ int rill__img_memo_init(rill__img_memo_t* m, int64_t files) {
          cap < ((uint64_t)1 << MEMO_MAX_LOG2))
     cap *= 2;
   *m = (rill__img_memo_t){rill__calloc((size_t)cap, sizeof *m->keys), 0, rill__calloc((size_t)cap, sizeof *m->marks), 0,
-                          RILL__IMG_MARKS_MAX_BYTES};
+                          RILL__IMG_MARKS_MAX_BYTES, files > 0 ? files : 1};
   if (!m->keys || !m->marks) {
     rill__img_memo_free(m);
     return RILL_ENOMEM;
   }
   m->mask = cap - 1;
   return RILL_OK;
+}
+
+int rill__img_memo_col_marks(const rill__img_memo_t* m) {
+  return rill__jpeg_col_marks_within(m->marks_max / (m->files > 0 ? m->files : 1));
 }
 
 /* what a slot holds for a file without marks */

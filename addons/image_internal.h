@@ -47,6 +47,8 @@ typedef struct rill__img_request {
                                     set of entropy marks for these bytes is returned here (the
                                     caller's; NULL for a file that cannot have them), with
                                     the marks above the region found */
+  int col_marks;                 /* JPEG, with marks_out: the column marks the new set may
+                                    hold (see rill__jpeg_marks_new; 0: none) */
   int padded;                    /* JPEG: the rows may be left wider than the region, as the
                                     decoder writes them (see rill__img_out_t.x and .stride):
                                     no copy of a cropped region; dst must then hold
@@ -96,6 +98,7 @@ typedef struct rill__img_memo {
   _Atomic(struct rill__jpeg_marks*)* marks;
   _Atomic int64_t marks_bytes;   /* held by the marks, at most marks_max */
   int64_t marks_max;             /* RILL__IMG_MARKS_MAX_BYTES unless set after init */
+  int64_t files;                 /* the files the table was made for */
 } rill__img_memo_t;
 #define RILL__IMG_MARKS_MAX_BYTES ((int64_t)256 << 20)
 /* The fingerprint of n bytes (never 0). */
@@ -110,6 +113,9 @@ int64_t rill__img_memo_find(const rill__img_memo_t* m, uint64_t key);
  * (it frees them when the file is already there, the table is full or the marks would pass
  * marks_max bytes). */
 void rill__img_memo_add(rill__img_memo_t* m, uint64_t key, struct rill__jpeg_marks* marks);
+/* The column marks a file's new marks may hold for all the table's files to keep theirs
+ * within marks_max (rill__img_request_t.col_marks). */
+int rill__img_memo_col_marks(const rill__img_memo_t* m);
 /* The entropy marks kept for the file in `slot`, or NULL. */
 struct rill__jpeg_marks* rill__img_memo_marks(const rill__img_memo_t* m, int64_t slot);
 /* The verified-file table that image operator `column` of df decodes regions with (a
@@ -125,9 +131,14 @@ typedef struct rill__jpeg_marks rill__jpeg_marks_t;
  * its marker code, with its parameters in *seg, *seg_len (0 for the markers without any: SOI,
  * EOI, RSTn, TEM); 0 when no marker starts there or the segment runs past n. */
 int rill__jpeg_segment(const uint8_t* p, size_t n, size_t* i, const uint8_t** seg, size_t* seg_len);
-/* An empty set of marks for the file in buf (its header read); NULL when the file cannot
- * have marks (or out of memory). Freed with rill__free; thread-safe once shared. */
-rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n);
+/* An empty set of marks for the file in buf (its header read), with room for at most
+ * `col_marks` column marks (at most RILL__JPEG_COL_MARKS_MAX: one per MCU, or one every few
+ * MCUs of a row where they would be more; fewer than two a row and one: none); NULL when the
+ * file cannot have marks (or out of memory). Freed with rill__free; thread-safe once shared. */
+#define RILL__JPEG_COL_MARKS_MAX 4096
+rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n, int col_marks);
+/* The column marks that fit in `bytes` a file with its row marks (0 .. RILL__JPEG_COL_MARKS_MAX). */
+int rill__jpeg_col_marks_within(int64_t bytes);
 /* Marks found so far (for tests) and the bytes the set holds. */
 int rill__jpeg_marks_known(const rill__jpeg_marks_t* m);
 size_t rill__jpeg_marks_bytes(const rill__jpeg_marks_t* m);

@@ -334,7 +334,7 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
   rill__jpeg_marks_t* marks = probe ? NULL : req->tail_verified ? req->marks : NULL;
   int verified = !probe && req->tail_verified; /* the entropy-coded data is known to be intact */
   if (!probe && !req->tail_verified && req->marks_out) {
-    marks = *req->marks_out = rill__jpeg_marks_new(buf, n);
+    marks = *req->marks_out = rill__jpeg_marks_new(buf, n, req->col_marks);
     /* The first decode of a file finds all its marks at once (the column marks need a walk
      * through every row), unless the whole image is wanted. The walk decodes every block as
      * libjpeg would: when it finds the data intact to the end marker, the check of the

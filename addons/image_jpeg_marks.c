@@ -26,7 +26,6 @@
 #include "image_internal.h"
 
 #define MARKS_MAX 16   /* row marks per file: 12 B each */
-#define COL_MARKS_MAX 4096 /* column marks per file (48 KB) */
 #define LOOK 10        /* Huffman codes up to this length decode by one table lookup */
 
 typedef struct mark {
@@ -41,8 +40,8 @@ struct rill__jpeg_marks {
   uint16_t count;
   uint8_t ncomp;      /* components of the frame and of its one scan (1 or 3) */
   uint8_t mcu_h, mcu_w; /* image rows and columns per MCU (8 x the largest sampling factors) */
-  uint8_t col_step;   /* column marks: every col_step-th MCU of each row */
   uint8_t cols_ready; /* the column marks were found (rill__jpeg_marks_walk_all) */
+  uint16_t col_step;  /* column marks: every col_step-th MCU of each row */
   uint16_t col_count; /* column marks per row; 0: no room for them */
   _Atomic int known;  /* marks found: mark[0, known) (written before `known` is raised) */
   _Atomic int busy;   /* a thread is walking to more marks */
@@ -389,7 +388,12 @@ static size_t marks_total(const rill__jpeg_marks_t* m) {
   return (size_t)m->count + (m->col_count ? (size_t)m->mcu_rows * m->col_count + 1 : 0);
 }
 
-rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n) {
+int rill__jpeg_col_marks_within(int64_t bytes) {
+  int64_t k = (bytes - (int64_t)(sizeof(rill__jpeg_marks_t) + MARKS_MAX * sizeof(mark_t))) / (int64_t)sizeof(mark_t);
+  return k < 0 ? 0 : k > RILL__JPEG_COL_MARKS_MAX ? RILL__JPEG_COL_MARKS_MAX : (int)k;
+}
+
+rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n, int col_marks) {
   jhead_t hd, *h = &hd;
   int mx, my;
   if (n >= (size_t)1 << 29 || !parse_head(buf, n, h)) return NULL;
@@ -397,13 +401,18 @@ rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n) {
   if (my < 2) return NULL; /* nothing above a row to skip */
   int step = (my + MARKS_MAX) / (MARKS_MAX + 1), count = (my - 1) / step;
   if (count > MARKS_MAX) count = MARKS_MAX;
-  int col_step = 1;
-  while ((int64_t)((mx + col_step - 1) / col_step) * my > COL_MARKS_MAX) col_step++;
-  int col_count = col_step <= 255 && mx > 1 ? (mx + col_step - 1) / col_step : 0;
-  rill__jpeg_marks_t t = {h->width,       h->height,          (uint16_t)my,          (uint16_t)mx,
-                          (uint16_t)step,  (uint16_t)count,    (uint8_t)h->ns,        (uint8_t)(8 * h->vmax),
-                          (uint8_t)(8 * h->hmax), (uint8_t)(col_count ? col_step : 0), 0, (uint16_t)col_count,
-                          0, 0, 0};
+  /* column marks every col_step MCUs of a row (two a row, and the data's end, at the least:
+   * one a row cuts nothing), as many as col_marks allows */
+  int col_step = 0, col_count = 0;
+  if (col_marks > RILL__JPEG_COL_MARKS_MAX) col_marks = RILL__JPEG_COL_MARKS_MAX;
+  if (mx > 1 && col_marks > 2 * my) {
+    col_step = 1;
+    while ((int64_t)((mx + col_step - 1) / col_step) * my + 1 > col_marks) col_step++;
+    col_count = (mx + col_step - 1) / col_step;
+  }
+  rill__jpeg_marks_t t = {h->width,        h->height,          (uint16_t)my,   (uint16_t)mx,
+                          (uint16_t)step,  (uint16_t)count,    (uint8_t)h->ns, (uint8_t)(8 * h->vmax),
+                          (uint8_t)(8 * h->hmax), 0, (uint16_t)col_step, (uint16_t)col_count, 0, 0, 0};
   rill__jpeg_marks_t* m = rill__alloc(sizeof *m + marks_total(&t) * sizeof(mark_t));
   if (m) *m = t;
   return m;

@@ -85,6 +85,7 @@ struct op {
   int C;                 /* channels */
   int chw;               /* output cells are C x H x W (else H x W x C) */
   int64_t max_pixels;    /* fused decode: pixel limit (0: the default) */
+  int64_t marks_bytes;   /* fused crop: memory for the files' entropy marks (rill_rrc_opts_t) */
   rill_on_error_t on_error;
   rill_type_t out_type;
   int fixed_out;
@@ -173,13 +174,13 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
    * entropy-decoding the rows above it. */
   uint64_t key = 0;
   rill__jpeg_marks_t* marks = NULL;
-  if (info.format == RILL__IMG_JPEG && req.w && req.h && (req.y > 0 || req.y + req.h < info.height) &&
-      op->verified) {
+  if (info.format == RILL__IMG_JPEG && req.w && req.h &&
+      (req.y > 0 || req.y + req.h < info.height || req.x > 0 || req.x + req.w < info.width) && op->verified) {
     key = rill__img_fingerprint(buf, (size_t)nb);
     int64_t slot = rill__img_memo_find(&op->verified->memo, key);
     req.tail_verified = slot >= 0;
     if (slot >= 0) req.marks = rill__img_memo_marks(&op->verified->memo, slot);
-    else req.marks_out = &marks;
+    else req.marks_out = &marks, req.col_marks = rill__img_memo_col_marks(&op->verified->memo);
   }
   rill__img_out_t plan;
   if ((rc = rill__img_plan(&info, &req, &plan, e)) < 0) return cell_fail(err, i, op, paths, rc, e->message);
@@ -256,6 +257,7 @@ static int rrc_validate(op_t* op, const void* opts, rill_error_t* err) {
   r->scale[0] = s0, r->scale[1] = s1, r->ratio[0] = r0, r->ratio[1] = r1;
   r->interp = o->interpolation;
   op->max_pixels = o->max_pixels;
+  op->marks_bytes = o->marks_bytes;
   op->channels = o->channels;
   op->on_error = o->on_error;
   return RILL_OK;
@@ -737,12 +739,16 @@ static const op_t* decoding_op(const rill_df_t* df, int column) {
 }
 
 /* The verified-file table of the operators decoding regions of `column` of df: an existing
- * operator's (retained), else a new one. */
-static int memo_for(rill_df_t* df, int column, shared_memo_t** out) {
+ * operator's (retained), else a new one; its marks may take the largest of the memory its
+ * operators ask for (marks_bytes as in rill_rrc_opts_t). Columns are added before anything
+ * iterates the dataframe, so no decode reads marks_max while it changes. */
+static int memo_for(rill_df_t* df, int column, int64_t marks_bytes, shared_memo_t** out) {
+  int64_t want = marks_bytes > 0 ? marks_bytes : marks_bytes < 0 ? 0 : RILL__IMG_MARKS_MAX_BYTES;
   for (int c = 0, n = rill_df_ncolumns(df); c < n; c++) {
     const op_t* o = decoding_op(df, c);
     if (o && o->verified && o->in_col == column) {
       *out = memo_retain(o->verified);
+      if (want > (*out)->memo.marks_max) (*out)->memo.marks_max = want;
       return RILL_OK;
     }
   }
@@ -751,6 +757,7 @@ static int memo_for(rill_df_t* df, int column, shared_memo_t** out) {
     rill__free(m);
     return RILL_ENOMEM;
   }
+  m->memo.marks_max = want;
   atomic_init(&m->refs, 1);
   *out = m;
   return RILL_OK;
@@ -787,7 +794,7 @@ static int op_add(rill_df_t* df, const char* name, int column, const op_class_t*
   }
   op->fixed_out = rill_type_is_fixed(&op->out_type);
   /* files verified to their end, for operators that decode a region of them */
-  if (op->binary && cls->pick == rrc_pick && (rc = memo_for(df, column, &op->verified)) < 0) {
+  if (op->binary && cls->pick == rrc_pick && (rc = memo_for(df, column, op->marks_bytes, &op->verified)) < 0) {
     rill__free(op);
     return rill__fail(err, rc, "%s: out of memory", cls->what);
   }

@@ -939,7 +939,7 @@ Test(jpeg_marks, seek_decodes_the_same_pixels) {
     uint8_t* px = textured_pixels(W, H, ch, (unsigned)k + 1);
     buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = ch == 1 ? JCS_GRAYSCALE : JCS_RGB, .quality = cases[k].q,
                                                .hs = cases[k].hs, .vs = cases[k].vs});
-    rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, b.n);
+    rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, b.n, RILL__JPEG_COL_MARKS_MAX);
     cr_assert_not_null(m, "case %zu: no marks for a baseline file", k);
     cr_assert_eq(rill__jpeg_marks_known(m), 0, "marks are found only as seeks need them");
     int seeks = 0;
@@ -963,6 +963,7 @@ Test(jpeg_marks, seek_decodes_the_same_pixels) {
       rill__jpeg_marks_t* fresh = NULL;
       rill__img_request_t first = rq;
       first.marks_out = &fresh;
+      first.col_marks = r % 2 ? RILL__JPEG_COL_MARKS_MAX : 0; /* a walk through the file, or to the mark */
       uint8_t* got0 = decode_ok(&b, first, &o3);
       cr_assert_not_null(fresh);
       cr_assert(memcmp(want, got0, out_bytes(&o1)) == 0, "case %zu region (%d,%d) %dx%d: first-epoch seek differs", k,
@@ -1009,13 +1010,20 @@ Test(jpeg_marks, cut_decodes_the_same_pixels) {
     uint8_t* px = textured_pixels(W, H, ch, (unsigned)k + 5);
     buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = ch == 1 ? JCS_GRAYSCALE : JCS_RGB, .quality = cases[k].q,
                                                .hs = cases[k].hs, .vs = cases[k].vs, .optimize = cases[k].opt});
-    rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, b.n);
+    /* a mark at every MCU, and (less room) every few MCUs of a row: the cut then starts and
+     * ends at the marks around the region's MCUs */
+    int my = (H + 8 * (cases[k].vs ? cases[k].vs : 1) - 1) / (8 * (cases[k].vs ? cases[k].vs : 1)); /* MCU rows */
+    const int budgets[] = {RILL__JPEG_COL_MARKS_MAX, 4 * my + 1, 2 * my + 1}; /* 1, about mx/4, mx/2 MCUs apart */
+    for (int bi = 0; bi < 3; bi++) {
+    rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, b.n, budgets[bi]);
     cr_assert_not_null(m, "case %zu: no marks for a baseline file", k);
     cr_assert_eq(rill__jpeg_marks_walk_all(m, b.p, b.n), 2, "case %zu: the walk through the file failed", k);
     cr_assert(rill__jpeg_marks_have_columns(m));
     cr_assert_eq(rill__jpeg_marks_walk_all(m, b.p, b.n), 0, "a second walk of marks already found");
+    cr_assert_leq(rill__jpeg_marks_bytes(m), rill__jpeg_marks_bytes(NULL) + 48 + (16 + (size_t)budgets[bi]) * 12,
+                  "case %zu: %zu bytes of marks for room for %d column marks", k, rill__jpeg_marks_bytes(m), budgets[bi]);
     int cuts = 0;
-    for (int r = 0; r < 60; r++) {
+    for (int r = 0; r < 30; r++) {
       rng = rng * 1103515245u + 12345u;
       rill__img_request_t rq = {.channels = (r % 5 == 4) ? 1 : 3};
       rq.h = 1 + (int)((rng >> 8) % (unsigned)H), rq.w = 1 + (int)((rng >> 4) % (unsigned)W);
@@ -1055,12 +1063,58 @@ Test(jpeg_marks, cut_decodes_the_same_pixels) {
       rill__free(head);
       free(want), free(got);
     }
-    if (W >= 96) cr_assert_gt(cuts, 10, "case %zu: only %d of 60 regions decoded from a cut", k, cuts);
+    if (W >= 96) cr_assert_gt(cuts, 5, "case %zu, %d column marks: only %d of 30 regions cut", k, budgets[bi], cuts);
     all_cuts += cuts;
     rill__free(m);
+    }
     free(b.p), free(px);
   }
-  cr_assert_gt(all_cuts, 300);
+  cr_assert_gt(all_cuts, 400);
+}
+
+/* The room for column marks: what a file may hold within a memory limit, and none when it
+ * would not hold a mark per row (the walk then leaves the row marks to seeks, as before). */
+Test(jpeg_marks, column_marks_within_their_room) {
+  cr_assert_eq(rill__jpeg_col_marks_within(0), 0);
+  cr_assert_eq(rill__jpeg_col_marks_within(200), 0, "not even the row marks fit");
+  cr_assert_eq(rill__jpeg_col_marks_within((int64_t)1 << 30), RILL__JPEG_COL_MARKS_MAX);
+  int k = rill__jpeg_col_marks_within(64 << 10);
+  cr_assert(k > 4000 && k <= RILL__JPEG_COL_MARKS_MAX, "%d", k);
+  cr_assert_eq(rill__jpeg_col_marks_within(3000) + 1, rill__jpeg_col_marks_within(3012), "12 bytes a mark");
+  rill__img_memo_t memo;
+  RT_OK(rill__img_memo_init(&memo, 1000), (rill_error_t){0});
+  cr_assert_eq(rill__img_memo_col_marks(&memo), rill__jpeg_col_marks_within(RILL__IMG_MARKS_MAX_BYTES / 1000));
+  memo.marks_max = 1000 * 3012;
+  cr_assert_eq(rill__img_memo_col_marks(&memo), rill__jpeg_col_marks_within(3012), "the limit shared by the files");
+  memo.marks_max = 0;
+  cr_assert_eq(rill__img_memo_col_marks(&memo), 0);
+  rill__img_memo_free(&memo);
+
+  uint8_t* px = textured_pixels(500, 375, 3, 14); /* 4:2:0: 32 x 24 MCUs */
+  buf_t b = enc_jpeg(px, 500, 375, (jpeg_spec_t){.in = JCS_RGB, .quality = 85, .hs = 2, .vs = 2});
+  rill__jpeg_marks_t* rows = rill__jpeg_marks_new(b.p, b.n, 0);
+  size_t row_bytes = rill__jpeg_marks_bytes(rows);
+  /* a mark per row, two per row + the end need 49; every 8 MCUs 97; one per MCU 769 */
+  int room[] = {24, 48, 49, 100, 769, 5000};
+  size_t want[] = {0, 0, 49, 97, 769, 769};
+  int left[] = {0, 0, -16, -16, 16, 16}; /* the region's MCUs: columns 2 .. 8 (x 39 .. 140) */
+  for (int i = 0; i < 6; i++) {
+    rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, b.n, room[i]);
+    cr_assert_eq(rill__jpeg_marks_bytes(m), row_bytes + want[i] * 12, "room %d: %zu bytes", room[i],
+                 rill__jpeg_marks_bytes(m));
+    cr_assert_eq(rill__jpeg_marks_walk_all(m, b.p, b.n), want[i] ? 2 : 0, "room %d", room[i]);
+    cr_assert_eq(rill__jpeg_marks_have_columns(m), want[i] > 0);
+    uint8_t* head = NULL;
+    size_t cap = 0;
+    rill__jpeg_cut_t ct;
+    int rc = rill__jpeg_cut(m, b.p, b.n, 40, 100, 100, 90, 500, 375, 1, 1, &head, &cap, &ct);
+    cr_assert_eq(rc, want[i] ? 1 : 0, "room %d: cut %d", room[i], rc);
+    if (rc == 1) cr_assert_eq(ct.left, left[i], "room %d: left %d", room[i], ct.left);
+    rill__free(head);
+    rill__free(m);
+  }
+  rill__free(rows);
+  free(b.p), free(px);
 }
 
 /* Marks are walked to as regions need them, never past the one a region needs. */
@@ -1068,7 +1122,7 @@ Test(jpeg_marks, found_as_needed) {
   int W = 500, H = 375; /* 4:2:0: 24 MCU rows of 16 rows, a mark every 2 MCU rows (32 rows) */
   uint8_t* px = textured_pixels(W, H, 3, 3);
   buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2});
-  rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, b.n);
+  rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, b.n, RILL__JPEG_COL_MARKS_MAX);
   cr_assert_not_null(m);
   struct {
     int y, known;
@@ -1102,7 +1156,7 @@ Test(jpeg_marks, files_without_marks) {
   };
   const char* what[] = {"progressive", "restart intervals", "one MCU row", "CMYK"};
   for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
-    cr_assert_null(rill__jpeg_marks_new(files[k].p, files[k].n), "%s: marks", what[k]);
+    cr_assert_null(rill__jpeg_marks_new(files[k].p, files[k].n, RILL__JPEG_COL_MARKS_MAX), "%s: marks", what[k]);
     int h = k == 2 ? 8 : H;
     rill__img_request_t rq = {.channels = 3, .x = 10, .y = h / 2, .w = 50, .h = h / 2};
     rill__jpeg_marks_t* out = (rill__jpeg_marks_t*)&rq; /* overwritten with NULL */
@@ -1113,11 +1167,11 @@ Test(jpeg_marks, files_without_marks) {
     free(files[k].p);
   }
   /* not JPEG data, or a header cut short */
-  cr_assert_null(rill__jpeg_marks_new("\xff\xd8\xff\xe0", 4));
-  cr_assert_null(rill__jpeg_marks_new("GIF89a..", 8));
+  cr_assert_null(rill__jpeg_marks_new("\xff\xd8\xff\xe0", 4, RILL__JPEG_COL_MARKS_MAX));
+  cr_assert_null(rill__jpeg_marks_new("GIF89a..", 8, RILL__JPEG_COL_MARKS_MAX));
   buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB});
   for (size_t cut = 0; cut < 300 && cut < b.n; cut += 7) {
-    rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, cut);
+    rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, cut, RILL__JPEG_COL_MARKS_MAX);
     cr_assert_null(m, "a file cut at byte %zu has marks", cut);
   }
   free(b.p), free(px), free(cmyk);
@@ -1131,7 +1185,7 @@ Test(jpeg_marks, verified_table_keeps_marks_within_its_limit) {
   buf_t b = enc_jpeg(px, 160, 120, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2});
   rill__img_memo_t memo;
   RT_OK(rill__img_memo_init(&memo, 10), (rill_error_t){0});
-  rill__jpeg_marks_t* one = rill__jpeg_marks_drop_columns(rill__jpeg_marks_new(b.p, b.n)); /* row marks only */
+  rill__jpeg_marks_t* one = rill__jpeg_marks_new(b.p, b.n, 0); /* row marks only */
   cr_assert_not_null(one);
   size_t each = rill__jpeg_marks_bytes(one);
   cr_assert_gt(each, 0);
@@ -1141,11 +1195,11 @@ Test(jpeg_marks, verified_table_keeps_marks_within_its_limit) {
   int64_t slot = rill__img_memo_find(&memo, 11);
   cr_assert_geq(slot, 0);
   cr_assert_eq(rill__img_memo_marks(&memo, slot), one, "the marks given are kept");
-  rill__img_memo_add(&memo, 11, rill__jpeg_marks_new(b.p, b.n)); /* the same file again: freed */
+  rill__img_memo_add(&memo, 11, rill__jpeg_marks_new(b.p, b.n, 0)); /* the same file again: freed */
   cr_assert_eq(rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 11)), one);
-  rill__img_memo_add(&memo, 22, rill__jpeg_marks_new(b.p, b.n));
+  rill__img_memo_add(&memo, 22, rill__jpeg_marks_new(b.p, b.n, 0));
   cr_assert_not_null(rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 22)));
-  rill__img_memo_add(&memo, 33, rill__jpeg_marks_new(b.p, b.n)); /* past the limit: no marks */
+  rill__img_memo_add(&memo, 33, rill__jpeg_marks_new(b.p, b.n, 0)); /* past the limit: no marks */
   int64_t s3 = rill__img_memo_find(&memo, 33);
   cr_assert_geq(s3, 0, "the file is verified all the same");
   cr_assert_null(rill__img_memo_marks(&memo, s3));
@@ -1182,7 +1236,7 @@ Test(jpeg_marks, walk_checks_the_end_of_the_data) {
     memcpy(f.p + b.n - 2, cases[k].insert, cases[k].len);
     memcpy(f.p + b.n - 2 + cases[k].len, "\xff\xd9", 2);
     f.n = b.n + cases[k].len - cases[k].cut;
-    rill__jpeg_marks_t* m = rill__jpeg_marks_new(f.p, f.n);
+    rill__jpeg_marks_t* m = rill__jpeg_marks_new(f.p, f.n, RILL__JPEG_COL_MARKS_MAX);
     cr_assert_not_null(m, "%s", cases[k].what);
     cr_assert_eq(rill__jpeg_marks_walk_all(m, f.p, f.n), cases[k].walk, "%s", cases[k].what);
     rill__free(m);
@@ -1190,6 +1244,7 @@ Test(jpeg_marks, walk_checks_the_end_of_the_data) {
       rill__jpeg_marks_t* out = NULL;
       rill__img_request_t first = rq;
       first.marks_out = marks ? &out : NULL;
+      first.col_marks = RILL__JPEG_COL_MARKS_MAX;
       rill_error_t err = {0};
       int rc;
       uint8_t* got = decode(&f, first, &o, &err, &rc);
@@ -1214,10 +1269,10 @@ Test(jpeg_marks, walk_checks_the_end_of_the_data) {
 Test(jpeg_marks, verified_table_drops_column_marks_first) {
   uint8_t* px = textured_pixels(320, 240, 3, 12);
   buf_t b = enc_jpeg(px, 320, 240, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2});
-  rill__jpeg_marks_t* rows = rill__jpeg_marks_drop_columns(rill__jpeg_marks_new(b.p, b.n));
+  rill__jpeg_marks_t* rows = rill__jpeg_marks_drop_columns(rill__jpeg_marks_new(b.p, b.n, RILL__JPEG_COL_MARKS_MAX));
   size_t without = rill__jpeg_marks_bytes(rows);
   rill__free(rows);
-  rill__jpeg_marks_t* a = rill__jpeg_marks_new(b.p, b.n);
+  rill__jpeg_marks_t* a = rill__jpeg_marks_new(b.p, b.n, RILL__JPEG_COL_MARKS_MAX);
   cr_assert_eq(rill__jpeg_marks_walk_all(a, b.p, b.n), 2);
   size_t with = rill__jpeg_marks_bytes(a);
   cr_assert_gt(with, 4 * without, "%zu bytes with the column marks, %zu without", with, without);
@@ -1228,7 +1283,7 @@ Test(jpeg_marks, verified_table_drops_column_marks_first) {
   const rill__jpeg_marks_t* kept = rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 1));
   cr_assert_eq(kept, a);
   cr_assert(rill__jpeg_marks_have_columns(kept), "within the limit: kept with its column marks");
-  rill__jpeg_marks_t* c = rill__jpeg_marks_new(b.p, b.n);
+  rill__jpeg_marks_t* c = rill__jpeg_marks_new(b.p, b.n, RILL__JPEG_COL_MARKS_MAX);
   cr_assert_eq(rill__jpeg_marks_walk_all(c, b.p, b.n), 2);
   rill__img_memo_add(&memo, 2, c);
   kept = rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 2));
@@ -1236,7 +1291,7 @@ Test(jpeg_marks, verified_table_drops_column_marks_first) {
   cr_assert(!rill__jpeg_marks_have_columns(kept));
   cr_assert_eq(rill__jpeg_marks_bytes(kept), without);
   cr_assert_eq(atomic_load(&memo.marks_bytes), (int64_t)(with + without));
-  rill__img_memo_add(&memo, 3, rill__jpeg_marks_new(b.p, b.n)); /* columns never found, and full */
+  rill__img_memo_add(&memo, 3, rill__jpeg_marks_new(b.p, b.n, RILL__JPEG_COL_MARKS_MAX)); /* columns never found, and full */
   cr_assert_null(rill__img_memo_marks(&memo, rill__img_memo_find(&memo, 3)));
   cr_assert_eq(atomic_load(&memo.marks_bytes), (int64_t)(with + without));
   /* the marks kept without columns still seek: a region below the top decodes as from the start */
@@ -1269,9 +1324,10 @@ Test(jpeg_marks, damage_fails_whatever_the_region) {
     memset(bad.p + at, 0x3c, 64); /* junk bits: the entropy decoding goes astray from here */
     memcpy(bad.p + at + 64, b.p + at, b.n - at);
     rill__img_request_t rq = {.channels = 3, .x = 30, .y = 120, .w = 100, .h = 40};
-    for (int marks = 0; marks < 2; marks++) {
+    for (int marks = 0; marks < 3; marks++) { /* none; row marks; column marks too */
       rill__jpeg_marks_t* out = NULL;
       rq.marks_out = marks ? &out : NULL;
+      rq.col_marks = marks == 2 ? RILL__JPEG_COL_MARKS_MAX : 0;
       rill_error_t err = {0};
       int rc;
       rill__img_out_t o;

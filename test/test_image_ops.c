@@ -2,12 +2,14 @@
  * the portable ones, random resized crop parameters and determinism, the crop fused with
  * decoding against decode-then-crop, bad encoded images, wrong column types, batching. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
 #include "image_common.h"
+
 #include "image_internal.h" /* rill__image_set_simd, rill__rrc_params */
 
 /* ---------------------------------------------------------------- helpers */
@@ -1015,6 +1017,69 @@ Test(image_ops, multi_crop_shares_one_verified_table) {
   }
   rill_iter_free(it);
   rill_df_free(kept);
+  rill_array_release(bin);
+  for (int i = 0; i < TEXTURED; i++) free(enc[i].p);
+#endif
+}
+
+/* marks_bytes bounds the memory of the files' entropy marks (shared by the crops over one
+ * column: the largest asked for holds); none at all (< 0) or little room (row marks only)
+ * changes no pixel, only the work per crop. */
+Test(image_ops, fused_crop_marks_memory_is_bounded) {
+#if !RILL_HAVE_JPEG
+  cr_skip_test("built without libjpeg");
+#else
+  buf_t enc[TEXTURED];
+  rill_array_t* bin = textured_jpegs(enc, 11, 0);
+  int64_t asks[] = {0, -1, 9 * 300, 1 << 20}; /* default; none; row marks only; room for all */
+  int64_t limit[] = {(int64_t)256 << 20, 0, 9 * 300, 1 << 20};
+  size_t each = 40 * 32 * 3;
+  uint8_t* first = NULL;
+  int64_t held[4];
+  for (int a = 0; a < 4; a++) {
+    rill_error_t err = {0};
+    rill_df_t* df = df_of("bytes", bin);
+    rill_rrc_opts_t o = {.size = {40, 32}, .scale = {0.1, 0.6}, .marks_bytes = asks[a]};
+    int col = rill_image_random_resized_crop(df, "a", 0, &o, &err);
+    cr_assert_geq(col, 0, "%s", err.message);
+    const rill__img_memo_t* memo = rill__img_op_table(df, col); /* the shared table starts with it */
+    cr_assert_not_null(memo);
+    cr_assert_eq(memo->marks_max, limit[a], "marks_bytes %lld: limit %lld", (long long)asks[a],
+                 (long long)memo->marks_max);
+    uint8_t* e0 = epoch_crops(df, col, 0, RILL_THREADS_NONE, each, TEXTURED);
+    held[a] = atomic_load(&memo->marks_bytes);
+    cr_assert_leq(held[a], limit[a]);
+    uint8_t* e1 = epoch_crops(df, col, 1, RILL_THREADS_NONE, each, TEXTURED);
+    uint8_t* e2 = epoch_crops(df, col, 2, RILL_THREADS_NONE, each, TEXTURED);
+    if (!first) {
+      first = malloc(each * TEXTURED * 3);
+      memcpy(first, e0, each * TEXTURED), memcpy(first + each * TEXTURED, e1, each * TEXTURED);
+      memcpy(first + 2 * each * TEXTURED, e2, each * TEXTURED);
+    } else {
+      cr_assert(memcmp(first, e0, each * TEXTURED) == 0, "marks_bytes %lld: epoch 0 differs", (long long)asks[a]);
+      cr_assert(memcmp(first + each * TEXTURED, e1, each * TEXTURED) == 0, "marks_bytes %lld: epoch 1 differs",
+                (long long)asks[a]);
+      cr_assert(memcmp(first + 2 * each * TEXTURED, e2, each * TEXTURED) == 0, "marks_bytes %lld: epoch 2 differs",
+                (long long)asks[a]);
+    }
+    /* a second crop of the column asking for more raises the shared limit; one asking for
+     * less leaves it */
+    rill_df_t* two = df_of("bytes", bin);
+    rill_rrc_opts_t more = {.size = {24, 24}, .marks_bytes = (int64_t)1 << 30};
+    int c2 = rill_image_random_resized_crop(two, "a", 0, &o, &err);
+    cr_assert_geq(rill_image_random_resized_crop(two, "b", 0, &more, &err), 0, "%s", err.message);
+    cr_assert_geq(rill_image_random_resized_crop(two, "c", 0, &o, &err), 0, "%s", err.message);
+    const rill__img_memo_t* shared = rill__img_op_table(two, c2);
+    cr_assert_eq(shared->marks_max, asks[a] > (int64_t)1 << 30 ? asks[a] : (int64_t)1 << 30);
+    rill_df_free(two);
+    free(e0), free(e1), free(e2);
+    rill_df_free(df);
+  }
+  cr_assert_eq(held[1], 0, "no marks kept with marks_bytes < 0");
+  cr_assert(held[2] > 0 && held[2] <= 9 * 300, "row marks only: %lld bytes", (long long)held[2]);
+  cr_assert_gt(held[0], 9 * 2000, "column marks kept by default: %lld bytes", (long long)held[0]);
+  cr_assert_eq(held[3], held[0], "the same marks with room for all");
+  free(first);
   rill_array_release(bin);
   for (int i = 0; i < TEXTURED; i++) free(enc[i].p);
 #endif

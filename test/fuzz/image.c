@@ -29,6 +29,7 @@ static void marks_case(const uint8_t* data, size_t size, const rill__img_info_t*
   int ra = rill__img_decode(data, size, &req, a, bytes, &out, &err);
   rill__jpeg_marks_t* m = NULL;
   req.marks_out = &m;
+  req.col_marks = info->width % 2 ? RILL__JPEG_COL_MARKS_MAX : 0; /* with a walk through the file or not */
   int rb = rill__img_decode(data, size, &req, b, bytes, &out, &err);
   /* The same outcome: a damaged file never passes for having marks. The one exception is
    * libjpeg's own: a few junk bytes before the end marker are seen or not depending on how

@@ -161,6 +161,23 @@ def test_image_pipeline_batched_jpeg_folder(tmp_path):
     assert sorted(np.concatenate([r["label"].to_numpy() for r in out]).tolist()) == [0, 0, 0, 1, 1, 1]
 
 
+def test_random_resized_crop_marks_bytes():
+    # the memory for the JPEG entropy marks changes the work per crop, never the pixels
+    rng = np.random.default_rng(5)
+    photos = [jpeg((rng.integers(0, 256, (120 + 16 * i, 160, 3)) // 32 * 32).astype(np.uint8)) for i in range(4)]
+    crops = []
+    for marks_bytes in (0, -1, 1 << 20):
+        df = rill.from_numpy({"bytes": photos})
+        df.random_resized_crop("img", "bytes", 24, scale=(0.1, 0.5), marks_bytes=marks_bytes)
+        crops.append([np.concatenate([r["img"].to_numpy() for r in df.iter(seed=7, epoch=e)]) for e in range(3)])
+    for other in crops[1:]:
+        for a, b in zip(crops[0], other):
+            np.testing.assert_array_equal(a, b)
+    df = rill.from_numpy({"bytes": photos})
+    with pytest.raises(TypeError):
+        df.random_resized_crop("img", "bytes", 24, marks_bytes="1 GB")
+
+
 @pytest.mark.parametrize("policy", ["raise", "skip", "null"])
 def test_corrupt_image(policy):
     good = png(images(1)[0])

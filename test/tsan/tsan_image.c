@@ -151,7 +151,7 @@ int main(void) {
   encode(&files[1], 301, 263, 3, 2, 1, 2);
   encode(&files[2], 200, 150, 1, 1, 1, 3);
   for (int k = 0; k < FILES; k++) {
-    files[k].marks = rill__jpeg_marks_new(files[k].p, files[k].n);
+    files[k].marks = rill__jpeg_marks_new(files[k].p, files[k].n, RILL__JPEG_COL_MARKS_MAX);
     CHECK(files[k].marks != NULL, "file %d: no marks", k);
   }
   if (tsan_fail) return tsan_report();

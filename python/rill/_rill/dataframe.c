@@ -402,13 +402,13 @@ static PyObject* df_decode(RillDataFrame* self, PyObject* args, PyObject* kw) {
 
 static PyObject* df_random_resized_crop(RillDataFrame* self, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"name", "column", "size", "scale", "ratio", "interpolation", "channels", "max_pixels",
-                           "on_error", NULL};
+                           "on_error", "marks_bytes", NULL};
   const char* name;
   PyObject *column, *size, *scale = NULL, *ratio = NULL, *interp = Py_None, *on_error = Py_None;
   int channels = 3;
-  long long max_pixels = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|$OOOiLO:random_resized_crop", kwlist, &name, &column, &size,
-                                   &scale, &ratio, &interp, &channels, &max_pixels, &on_error))
+  long long max_pixels = 0, marks_bytes = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|$OOOiLOL:random_resized_crop", kwlist, &name, &column, &size,
+                                   &scale, &ratio, &interp, &channels, &max_pixels, &on_error, &marks_bytes))
     return NULL;
   rill_rrc_opts_t o = {0};
   o.scale[0] = 0.08;
@@ -417,6 +417,7 @@ static PyObject* df_random_resized_crop(RillDataFrame* self, PyObject* args, PyO
   o.ratio[1] = 4.0 / 3.0;
   o.channels = channels;
   o.max_pixels = max_pixels;
+  o.marks_bytes = marks_bytes;
   int col;
   if (resize_opts(self, column, &col, size, 0, o.size, interp, &o.interpolation, on_error, &o.on_error) < 0)
     return NULL;
