@@ -167,11 +167,12 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
     return cell_fail(err, i, op, paths, RILL_ERANGE, msg);
   }
   op->cls->pick(op, rng, info.width, info.height, &req);
-  /* A JPEG region above the last row leaves rows that only the damage check reads: once
-   * these bytes have been read to their end without error, later regions skip them. A
-   * region below the first row starts at the entropy mark above it (the file's marks are
-   * made on its first visit and found as its regions need them, then kept here) instead of
-   * entropy-decoding the rows above it. */
+  /* A JPEG region smaller than the image leaves blocks that only the damage check reads:
+   * once these bytes have been read to their end without error, later regions skip them.
+   * The file's entropy marks, made on its first visit (with the column marks its share of
+   * the table's memory allows) and kept here, let a region be decoded from a cut of the file
+   * to the MCUs around it, or start at the mark above it, instead of entropy-decoding every
+   * block above and beside it. */
   uint64_t key = 0;
   rill__jpeg_marks_t* marks = NULL;
   if (info.format == RILL__IMG_JPEG && req.w && req.h &&
