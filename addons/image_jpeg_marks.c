@@ -64,6 +64,9 @@ typedef struct htab {
   uint16_t skip[1 << LOOK];  /* AC: a code and its value bits within LOOK bits, as the pass
                                 uses them: bits to drop | coefficients passed << 5 | SKIP_END
                                 (the block ends); 0: decode the symbol */
+  uint16_t run[1 << LOOK];   /* AC: the codes with their value bits that fit whole in LOOK
+                                bits, as many as fit: bits to drop | coefficients passed << 4
+                                | RUN_END (the last code ends the block); 0: none fits */
   /* encoding */
   uint16_t code[256];
   uint8_t len[256];          /* 0: the symbol has no code */
@@ -97,6 +100,7 @@ static int derive_codes(htab_t* t) {
 }
 
 #define SKIP_END 0x8000
+#define RUN_END 0x8000
 
 static void derive_decode(htab_t* t) {
   if (t->derived) return; /* tables shared by components are made once */
@@ -125,6 +129,51 @@ static void derive_decode(htab_t* t) {
     code <<= 1;
   }
   t->maxcode[17] = INT32_MAX;
+  /* the run of whole codes at the top of each window (a code no longer than the bits left
+   * is decided by them: the window's low bits, zeros here, do not matter) */
+  for (int i = 0; i < (1 << LOOK); i++) {
+    int used = 0, passed = 0, end = 0;
+    while (used < LOOK && !end) {
+      uint16_t e = t->look[(i << used) & ((1 << LOOK) - 1)];
+      int l = e >> 8, r = (e & 0xFF) >> 4, sz = e & 15;
+      if (!e || used + l + sz > LOOK) break;
+      used += l + sz;
+      if (sz) passed += r + 1;
+      else if (r == 15) passed += 16;
+      else end = 1;
+    }
+    t->run[i] = (uint16_t)(used | passed << 4 | (end ? RUN_END : 0));
+  }
+}
+
+/* Decoding tables derived once per thread for the Huffman tables met last (the files of a
+ * dataset mostly share theirs), found by the tables' code lengths and symbols. A scan uses
+ * at most 6 tables and each walk looks its tables up once, in turn: with 8 entries replaced
+ * in turn, none a walk uses is replaced while it runs. */
+enum { TABLE_CACHE = 8 };
+typedef struct table_cache {
+  htab_t t[TABLE_CACHE];
+  unsigned next; /* the entry replaced next */
+} table_cache_t;
+static const rill__scratch_kind_t cache_kind = {sizeof(table_cache_t), NULL};
+
+static const htab_t* derived(htab_t* t, table_cache_t* cache) {
+  if (!cache) {
+    derive_decode(t);
+    return t;
+  }
+  for (int i = 0; i < TABLE_CACHE; i++) {
+    const htab_t* c = &cache->t[i];
+    if (c->derived && c->nvals == t->nvals && !memcmp(c->bits, t->bits, sizeof t->bits) &&
+        !memcmp(c->vals, t->vals, (size_t)t->nvals))
+      return c;
+  }
+  htab_t* c = &cache->t[cache->next++ % TABLE_CACHE];
+  memcpy(c->bits, t->bits, sizeof t->bits);
+  memcpy(c->vals, t->vals, (size_t)t->nvals);
+  c->nvals = t->nvals, c->present = 1, c->derived = 0;
+  derive_decode(c);
+  return c;
 }
 
 int rill__jpeg_segment(const uint8_t* p, size_t n, size_t* i, const uint8_t** seg, size_t* seg_len) {
@@ -343,6 +392,15 @@ static inline int walk_block(source_t* src, bits_t* bp, const htab_t* dc, const 
   }
   for (int k = 1; k < 64; k++) {
     if (b.cnt < 32) b = refill(src, b);
+    /* the codes at the top of the buffer, all at once when they are all of this block (the
+     * coefficients they pass, before an end of block, keep within it) */
+    uint16_t u = ac->run[b.buf >> (64 - LOOK)];
+    if ((u & 15) && k + ((u >> 4) & 127) < 64) {
+      DROP(b, u & 15);
+      if (u & RUN_END) break;
+      k += ((u >> 4) & 127) - 1;
+      continue;
+    }
     uint16_t e = ac->skip[b.buf >> (64 - LOOK)];
     if (e) {
       DROP(b, e & 31);
@@ -442,7 +500,9 @@ static int walk_marks(rill__jpeg_marks_t* m, jhead_t* h, const uint8_t* buf, siz
   int mx, my, comp[10];
   mcu_grid(h, &mx, &my);
   int nb = mcu_blocks(h, comp);
-  for (int c = 0; c < h->ns; c++) derive_decode(&h->dc[h->td[c]]), derive_decode(&h->ac[h->ta[c]]);
+  table_cache_t* cache = rill__scratch(&cache_kind); /* NULL (out of memory): derived in place */
+  const htab_t *dct[3], *act[3];
+  for (int c = 0; c < h->ns; c++) dct[c] = derived(&h->dc[h->td[c]], cache), act[c] = derived(&h->ac[h->ta[c]], cache);
   source_t src = {.p = buf, .n = n, .pos = h->data};
   bits_t b = {0, 0};
   int32_t pred[3] = {0, 0, 0};
@@ -468,7 +528,7 @@ static int walk_marks(rill__jpeg_marks_t* m, jhead_t* h, const uint8_t* buf, siz
         return 0;
       for (int j = 0; j < nb; j++) {
         int c = comp[j];
-        if (!walk_block(&src, &b, &h->dc[h->td[c]], &h->ac[h->ta[c]], &pred[c])) return 0;
+        if (!walk_block(&src, &b, dct[c], act[c], &pred[c])) return 0;
       }
     }
   }

@@ -36,6 +36,8 @@ typedef struct jpeg_spec {
   int quality, hs, vs, progressive; /* 0: quality 95, 1x1 luma sampling, baseline */
   int restart_rows;          /* a restart marker every this many MCU rows (0: none) */
   int optimize;              /* Huffman tables made for the image (only the codes it uses) */
+  int swap_ac;               /* the standard luma AC table with its two 2-bit codes swapped:
+                                the same code lengths, other symbols */
 } jpeg_spec_t;
 
 static inline buf_t enc_jpeg(const uint8_t* px, int w, int h, jpeg_spec_t s) {
@@ -61,6 +63,11 @@ static inline buf_t enc_jpeg(const uint8_t* px, int w, int h, jpeg_spec_t s) {
   if (s.progressive) jpeg_simple_progression(&c);
   c.restart_in_rows = s.restart_rows;
   c.optimize_coding = s.optimize ? TRUE : FALSE;
+  if (s.swap_ac) {
+    JHUFF_TBL* t = c.ac_huff_tbl_ptrs[0];
+    UINT8 v = t->huffval[0];
+    t->huffval[0] = t->huffval[1], t->huffval[1] = v;
+  }
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
     JSAMPROW row = (JSAMPROW)(px + (size_t)c.next_scanline * w * comps);

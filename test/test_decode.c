@@ -1072,6 +1072,31 @@ Test(jpeg_marks, cut_decodes_the_same_pixels) {
   cr_assert_gt(all_cuts, 400);
 }
 
+/* The walk keeps the decoding tables of the Huffman tables it met last, per thread: two files
+ * whose tables have the same code lengths but other symbols each get their own. */
+Test(jpeg_marks, walk_tables_are_told_apart_by_their_symbols) {
+  uint8_t* px = textured_pixels(240, 176, 3, 15);
+  buf_t f[2];
+  for (int k = 0; k < 2; k++)
+    f[k] = enc_jpeg(px, 240, 176, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2, .swap_ac = k});
+  cr_assert(f[0].n != f[1].n || memcmp(f[0].p, f[1].p, f[0].n) != 0);
+  rill__img_request_t rq = {.channels = 3, .x = 70, .y = 50, .w = 90, .h = 80};
+  for (int round = 0; round < 3; round++)
+    for (int k = 0; k < 2; k++) {
+      rill__jpeg_marks_t* m = rill__jpeg_marks_new(f[k].p, f[k].n, RILL__JPEG_COL_MARKS_MAX);
+      cr_assert_eq(rill__jpeg_marks_walk_all(m, f[k].p, f[k].n), 2, "file %d, round %d: the walk failed", k, round);
+      rill__img_out_t o1, o2;
+      uint8_t* want = plain_region(&f[k], rq, &o1);
+      rill__img_request_t later = rq;
+      later.tail_verified = 1, later.marks = m;
+      uint8_t* got = decode_ok(&f[k], later, &o2);
+      cr_assert(memcmp(want, got, out_bytes(&o1)) == 0, "file %d, round %d: the cut's pixels differ", k, round);
+      free(want), free(got);
+      rill__free(m);
+    }
+  free(f[0].p), free(f[1].p), free(px);
+}
+
 /* The room for column marks: what a file may hold within a memory limit, and none when it
  * would not hold a mark per row (the walk then leaves the row marks to seeks, as before). */
 Test(jpeg_marks, column_marks_within_their_room) {
