@@ -148,8 +148,8 @@ static void derive_decode(htab_t* t) {
 
 /* Decoding tables derived once per thread for the Huffman tables met last (the files of a
  * dataset mostly share theirs), found by the tables' code lengths and symbols. A scan uses
- * at most 6 tables and each walk looks its tables up once, in turn: with 8 entries replaced
- * in turn, none a walk uses is replaced while it runs. */
+ * at most 6 tables; the entries a walk has found (`*held`, a bit each) are not replaced
+ * while it looks up the others, so 8 entries always leave one to replace. */
 enum { TABLE_CACHE = 8 };
 typedef struct table_cache {
   htab_t t[TABLE_CACHE];
@@ -157,7 +157,7 @@ typedef struct table_cache {
 } table_cache_t;
 static const rill__scratch_kind_t cache_kind = {sizeof(table_cache_t), NULL};
 
-static const htab_t* derived(htab_t* t, table_cache_t* cache) {
+static const htab_t* derived(htab_t* t, table_cache_t* cache, unsigned* held) {
   if (!cache) {
     derive_decode(t);
     return t;
@@ -165,9 +165,13 @@ static const htab_t* derived(htab_t* t, table_cache_t* cache) {
   for (int i = 0; i < TABLE_CACHE; i++) {
     const htab_t* c = &cache->t[i];
     if (c->derived && c->nvals == t->nvals && !memcmp(c->bits, t->bits, sizeof t->bits) &&
-        !memcmp(c->vals, t->vals, (size_t)t->nvals))
+        !memcmp(c->vals, t->vals, (size_t)t->nvals)) {
+      *held |= 1u << i;
       return c;
+    }
   }
+  while (*held & 1u << (cache->next % TABLE_CACHE)) cache->next++;
+  *held |= 1u << (cache->next % TABLE_CACHE);
   htab_t* c = &cache->t[cache->next++ % TABLE_CACHE];
   memcpy(c->bits, t->bits, sizeof t->bits);
   memcpy(c->vals, t->vals, (size_t)t->nvals);
@@ -502,7 +506,9 @@ static int walk_marks(rill__jpeg_marks_t* m, jhead_t* h, const uint8_t* buf, siz
   int nb = mcu_blocks(h, comp);
   table_cache_t* cache = rill__scratch(&cache_kind); /* NULL (out of memory): derived in place */
   const htab_t *dct[3], *act[3];
-  for (int c = 0; c < h->ns; c++) dct[c] = derived(&h->dc[h->td[c]], cache), act[c] = derived(&h->ac[h->ta[c]], cache);
+  unsigned held = 0;
+  for (int c = 0; c < h->ns; c++)
+    dct[c] = derived(&h->dc[h->td[c]], cache, &held), act[c] = derived(&h->ac[h->ta[c]], cache, &held);
   source_t src = {.p = buf, .n = n, .pos = h->data};
   bits_t b = {0, 0};
   int32_t pred[3] = {0, 0, 0};

@@ -1072,17 +1072,23 @@ Test(jpeg_marks, cut_decodes_the_same_pixels) {
   cr_assert_gt(all_cuts, 400);
 }
 
-/* The walk keeps the decoding tables of the Huffman tables it met last, per thread: two files
- * whose tables have the same code lengths but other symbols each get their own. */
+/* The walk keeps the decoding tables of the Huffman tables it met last, per thread (8 of
+ * them): two files whose tables have the same code lengths but other symbols each get their
+ * own, and a walk that finds some of its tables kept does not lose them to the others it
+ * derives (standard tables; the same with the luma AC table's symbols swapped, which finds 3
+ * of its 4 kept and derives the fourth right after a file with 4 tables of its own). */
 Test(jpeg_marks, walk_tables_are_told_apart_by_their_symbols) {
   uint8_t* px = textured_pixels(240, 176, 3, 15);
-  buf_t f[2];
-  for (int k = 0; k < 2; k++)
-    f[k] = enc_jpeg(px, 240, 176, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2, .swap_ac = k});
+  buf_t f[3];
+  for (int k = 0; k < 3; k++)
+    f[k] = enc_jpeg(px, 240, 176, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2, .swap_ac = k == 1,
+                                                .optimize = k == 2});
   cr_assert(f[0].n != f[1].n || memcmp(f[0].p, f[1].p, f[0].n) != 0);
   rill__img_request_t rq = {.channels = 3, .x = 70, .y = 50, .w = 90, .h = 80};
+  static const int order[] = {0, 2, 1};
   for (int round = 0; round < 3; round++)
-    for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 3; i++) {
+      int k = order[i];
       rill__jpeg_marks_t* m = rill__jpeg_marks_new(f[k].p, f[k].n, RILL__JPEG_COL_MARKS_MAX);
       cr_assert_eq(rill__jpeg_marks_walk_all(m, f[k].p, f[k].n), 2, "file %d, round %d: the walk failed", k, round);
       rill__img_out_t o1, o2;
