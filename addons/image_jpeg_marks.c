@@ -129,18 +129,17 @@ static void derive_decode(htab_t* t) {
     code <<= 1;
   }
   t->maxcode[17] = INT32_MAX;
-  /* the run of whole codes at the top of each window (a code no longer than the bits left
-   * is decided by them: the window's low bits, zeros here, do not matter) */
+  /* the run of whole codes at the top of each window, one code at a time from the one-code
+   * table (a code and value no longer than the bits left are decided by them: the window's
+   * low bits, zeros here, do not matter) */
   for (int i = 0; i < (1 << LOOK); i++) {
     int used = 0, passed = 0, end = 0;
     while (used < LOOK && !end) {
-      uint16_t e = t->look[(i << used) & ((1 << LOOK) - 1)];
-      int l = e >> 8, r = (e & 0xFF) >> 4, sz = e & 15;
-      if (!e || used + l + sz > LOOK) break;
-      used += l + sz;
-      if (sz) passed += r + 1;
-      else if (r == 15) passed += 16;
-      else end = 1;
+      uint16_t e = t->skip[(i << used) & ((1 << LOOK) - 1)];
+      if (!e || used + (e & 31) > LOOK) break;
+      used += e & 31;
+      if (e & SKIP_END) end = 1;
+      else passed += (e >> 5) & 31;
     }
     t->run[i] = (uint16_t)(used | passed << 4 | (end ? RUN_END : 0));
   }
@@ -769,6 +768,20 @@ int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int
 
 /* ---------------------------------------------------------------- the cut */
 
+/* The bytes of a cut row beyond those it copies: its pad MCU (at most 10 blocks of a DC code
+ * and value, an end-of-block code and up to 8 extra AC codes: under 90 bytes), all stuffed at
+ * worst, and the two bytes merged at the span's ends. */
+#define CUT_ROW_EXTRA (2 * 90 + 4)
+
+/* The marks where row r's span of MCU columns [c0, c1) starts and ends (c1 = the row's
+ * length: the next row's first MCU, or the data's end). */
+static void row_span(const rill__jpeg_marks_t* m, int r, int c0, int c1, const mark_t** a, const mark_t** e) {
+  const mark_t* cols = m->mark + m->count;
+  size_t kc = m->col_count, cs = m->col_step;
+  *a = &cols[(size_t)r * kc + (size_t)c0 / cs];
+  *e = c1 < m->mcu_cols ? &cols[(size_t)r * kc + (size_t)c1 / cs] : &cols[(size_t)(r + 1) * kc];
+}
+
 /* Puts bits [from, to) of byte v (bit 0 the highest). */
 static void put_bits_of(bitwriter_t* w, unsigned v, int from, int to) {
   if (to > from) put(w, (v >> (8 - to)) & ((1u << (to - from)) - 1), to - from);
@@ -779,7 +792,7 @@ int rill__jpeg_cut(const rill__jpeg_marks_t* m, const void* buf, size_t n, int x
   if (!m->cols_ready || x <= 0 || w <= 0 || h <= 0) return 0; /* a region at the left edge has no pad column */
   if ((m->mcu_w * num) % denom || (m->mcu_h * num) % denom) return 0;
   int smw = m->mcu_w * num / denom, smh = m->mcu_h * num / denom, mx = m->mcu_cols, my = m->mcu_rows;
-  int cs = m->col_step, kc = m->col_count;
+  int cs = m->col_step;
   /* the MCUs of the region and one pixel around it (upsampling's context), in whole steps */
   int x1 = x + w < sw ? x + w : sw - 1, y0 = y > 0 ? y - 1 : 0, y1 = y + h < sh ? y + h : sh - 1;
   int m0 = (x - 1) / smw, m1 = x1 / smw;
@@ -795,14 +808,13 @@ int rill__jpeg_cut(const rill__jpeg_marks_t* m, const void* buf, size_t n, int x
   int width = (c1 < mx ? (c1 - c0) * m->mcu_w : m->width - c0 * m->mcu_w) + m->mcu_w;
   int height = r1 < my - 1 ? (r1 - r0 + 1) * m->mcu_h : m->height - r0 * m->mcu_h;
   if (width > 65535) return 0;
-  const mark_t* cols = m->mark + m->count;
-  /* room: the head, each row's bytes with its pad MCU (stuffed at worst), the end */
+  /* room: the head, each row's bytes with its pad MCU, the end */
   size_t need = hp->data + 16;
+  const mark_t *a, *e;
   for (int r = r0; r <= r1; r++) {
-    const mark_t *a = &cols[(size_t)r * kc + (size_t)(c0 / cs)],
-                 *e = c1 < mx ? &cols[(size_t)r * kc + (size_t)(c1 / cs)] : &cols[(size_t)(r + 1) * kc];
+    row_span(m, r, c0, c1, &a, &e);
     if (a->at == UINT32_MAX || e->at == UINT32_MAX || e->at < a->at || (e->at >> 3) >= n) return 0;
-    need += (e->at >> 3) - (a->at >> 3) + 2 + 2 * 160;
+    need += (e->at >> 3) - (a->at >> 3) + CUT_ROW_EXTRA;
   }
   if (need > *cap) {
     uint8_t* q = rill__alloc(need);
@@ -814,8 +826,7 @@ int rill__jpeg_cut(const rill__jpeg_marks_t* m, const void* buf, size_t n, int x
   bitwriter_t bw = {.p = *out, .n = write_head(*out, p, hp, width, height)};
   int32_t pred[3] = {0, 0, 0}; /* the decoder's DC predictions */
   for (int r = r0; r <= r1; r++) {
-    const mark_t *a = &cols[(size_t)r * kc + (size_t)(c0 / cs)],
-                 *e = c1 < mx ? &cols[(size_t)r * kc + (size_t)(c1 / cs)] : &cols[(size_t)(r + 1) * kc];
+    row_span(m, r, c0, c1, &a, &e);
     /* the pad MCU: sets the predictions the row's first MCU was coded against, and ends on
      * the bit of its byte where that MCU starts */
     int32_t diff[3] = {0, 0, 0};
