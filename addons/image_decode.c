@@ -205,9 +205,9 @@ int rill__img_memo_init(rill__img_memo_t* m, int64_t files) {
   return RILL_OK;
 }
 
-int rill__img_memo_col_marks(const rill__img_memo_t* m) {
-  return rill__jpeg_col_marks_within(m->marks_max / (m->files > 0 ? m->files : 1));
-}
+int64_t rill__img_memo_share(const rill__img_memo_t* m) { return m->marks_max / (m->files > 0 ? m->files : 1); }
+
+int rill__img_memo_col_marks(const rill__img_memo_t* m) { return rill__jpeg_col_marks_within(rill__img_memo_share(m)); }
 
 /* what a slot holds for a file without marks */
 static char no_marks;

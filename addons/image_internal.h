@@ -49,6 +49,12 @@ typedef struct rill__img_request {
                                     the marks above the region found */
   int col_marks;                 /* JPEG, with marks_out: the column marks the new set may
                                     hold (see rill__jpeg_marks_new; 0: none) */
+  int64_t copy_max;              /* JPEG, with marks_out, for a region: a file the marks cannot
+                                    follow (progressive or arithmetic coding, restart intervals,
+                                    several scans) is re-encoded as a baseline JPEG of the same
+                                    coefficients when that copy and its marks fit in these bytes;
+                                    the new set then holds the copy, which later decodes read
+                                    in place of the file (rill__jpeg_marks_hold). 0: never */
   int padded;                    /* JPEG: the rows may be left wider than the region, as the
                                     decoder writes them (see rill__img_out_t.x and .stride):
                                     no copy of a cropped region; dst must then hold
@@ -113,8 +119,9 @@ int64_t rill__img_memo_find(const rill__img_memo_t* m, uint64_t key);
  * (it frees them when the file is already there, the table is full or the marks would pass
  * marks_max bytes). */
 void rill__img_memo_add(rill__img_memo_t* m, uint64_t key, struct rill__jpeg_marks* marks);
-/* The column marks a file's new marks may hold for all the table's files to keep theirs
- * within marks_max (rill__img_request_t.col_marks). */
+/* A file's equal share of marks_max, and the column marks its new marks may hold for all the
+ * table's files to keep theirs within it (rill__img_request_t.col_marks, .copy_max). */
+int64_t rill__img_memo_share(const rill__img_memo_t* m);
 int rill__img_memo_col_marks(const rill__img_memo_t* m);
 /* The entropy marks kept for the file in `slot`, or NULL. */
 struct rill__jpeg_marks* rill__img_memo_marks(const rill__img_memo_t* m, int64_t slot);
@@ -137,6 +144,12 @@ int rill__jpeg_segment(const uint8_t* p, size_t n, size_t* i, const uint8_t** se
  * file cannot have marks (or out of memory). Freed with rill__free; thread-safe once shared. */
 #define RILL__JPEG_COL_MARKS_MAX 4096
 rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n, int col_marks);
+/* The same for a JPEG made here (a file's copy: see rill__img_request_t.copy_max), whose n
+ * bytes the set holds after its marks (counted by rill__jpeg_marks_bytes, kept by
+ * rill__jpeg_marks_drop_columns); NULL as above. */
+rill__jpeg_marks_t* rill__jpeg_marks_hold(const void* buf, size_t n, int col_marks);
+/* The bytes a set holds (*n of them), or NULL: the marks are for the file's own bytes. */
+const uint8_t* rill__jpeg_marks_stream(const rill__jpeg_marks_t* m, size_t* n);
 /* The column marks that fit in `bytes` a file with its row marks (0 .. RILL__JPEG_COL_MARKS_MAX). */
 int rill__jpeg_col_marks_within(int64_t bytes);
 /* Marks found so far (for tests) and the bytes the set holds. */

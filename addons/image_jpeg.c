@@ -3,8 +3,10 @@
  * to RGB. Errors and the warnings about damaged data ("Corrupt JPEG data: ...", premature end
  * of file) become RILL_EFORMAT through a setjmp/longjmp error manager, for the whole file
  * whatever the crop; once a file's bytes are verified, a crop starts at an entropy mark
- * (baseline files) or reads each scan only to a few rows below it (progressive files). Each
- * thread keeps one decompressor and its row buffers. */
+ * (baseline files: a cut or a seek), or is decoded from the file's baseline copy made on its
+ * first visit (files the marks cannot follow: progressive ones, ...), or reads each scan only
+ * to a few rows below it (progressive files without a copy). Each thread keeps one
+ * decompressor, one compressor for copies, and their buffers. */
 #include <string.h>
 
 #include "addon.h"
@@ -45,11 +47,20 @@ typedef struct jpeg_state {
   uint32_t* scans;               /* the scan table of a cut */
   int64_t scans_cap;             /* in [start, end) pairs */
   int ready;                     /* cinfo was created */
+  struct jpeg_compress_struct enc; /* writes copies (copy_make) */
+  struct copy_dest {             /* into `copy`, grown up to `max` bytes */
+    struct jpeg_destination_mgr pub;
+    uint8_t* copy;
+    int64_t cap, max;
+  } dest;
+  int enc_ready;                 /* enc was created */
 } jpeg_state_t;
 
 static void state_destroy(void* p) {
   jpeg_state_t* st = p;
   if (st->ready) jpeg_destroy_decompress(&st->cinfo);
+  if (st->enc_ready) jpeg_destroy_compress(&st->enc);
+  rill__free(st->dest.copy);
   rill__free(st->rows);
   rill__free(st->head);
   rill__free(st->scans);
@@ -316,6 +327,112 @@ static int arm_cut(jpeg_state_t* st, const uint8_t* buf, size_t n, const rill__i
   return RILL_OK;
 }
 
+/* ---- copies. A file whose entropy-coded data the marks cannot follow (progressive or
+ * arithmetic coding, restart intervals, several scans) is entropy-decoded whole by every
+ * region, in every epoch: a progressive file costs more than twice a baseline one. On its
+ * first visit its coefficients are read (jpeg_read_coefficients: every scan, to the end
+ * marker, with the errors of a decode) and written again as one baseline scan with the
+ * standard Huffman tables (jpeg_write_coefficients: the same coefficients, quantization
+ * tables, sampling and color space, so every region decodes to the same pixels); the copy
+ * then has marks and cuts like any baseline file. Not made where a decode of the file would
+ * differ: block smoothing (a progression that leaves coefficients 0..9 short of full
+ * precision), color spaces other than YCbCr and gray, other sample precisions. */
+
+static void copy_start(j_compress_ptr c) {
+  struct copy_dest* d = (struct copy_dest*)c->dest;
+  d->pub.next_output_byte = d->copy;
+  d->pub.free_in_buffer = (size_t)(d->cap < d->max ? d->cap : d->max);
+}
+
+static boolean copy_more(j_compress_ptr c) {
+  struct copy_dest* d = (struct copy_dest*)c->dest;
+  int64_t used = d->pub.next_output_byte - d->copy;
+  if (used >= d->max) ERREXIT(c, JERR_FILE_WRITE); /* larger than the room for it */
+  uint8_t* q = rill__grow(d->copy, &d->cap, used, used + 1, 1, 4096);
+  if (!q) ERREXIT(c, JERR_FILE_WRITE);
+  d->copy = q;
+  d->pub.next_output_byte = q + used;
+  d->pub.free_in_buffer = (size_t)((d->cap < d->max ? d->cap : d->max) - used);
+  return TRUE;
+}
+
+static void copy_end(j_compress_ptr c) { (void)c; }
+
+/* Does the file need a copy, and would the copy decode as the file does? After its header. */
+static int copy_wanted(j_decompress_ptr c, size_t n) {
+  if (c->data_precision != 8 || c->total_iMCU_rows < 2) return 0;
+  if (!(c->progressive_mode || c->arith_code || c->restart_interval || c->comps_in_scan < c->num_components)) return 0;
+  if (c->num_components == 1) /* one component: marks need 1x1 sampling */
+    return c->jpeg_color_space == JCS_GRAYSCALE && c->comp_info[0].h_samp_factor == 1 &&
+           c->comp_info[0].v_samp_factor == 1;
+  if (c->num_components != 3 || c->jpeg_color_space != JCS_YCbCr) return 0;
+  if (c->progressive_mode && !c->arith_code) { /* too small for its blocks: truncated (jpeg_run says so) */
+    uint64_t blocks = 0;
+    for (int ci = 0; ci < c->num_components; ci++)
+      blocks += (uint64_t)c->comp_info[ci].width_in_blocks * c->comp_info[ci].height_in_blocks;
+    if ((uint64_t)n * 8 < blocks) return 0;
+  }
+  return 1;
+}
+
+/* The copy of the file in buf with its marks (every column mark that fits in `max` bytes
+ * with it), walked and found intact, in *out: 1. 0: no copy (not wanted, larger than max,
+ * damaged data, out of memory): the file is decoded as it is, with that decode's errors. */
+static int copy_make(jpeg_state_t* st, const uint8_t* buf, size_t n, int64_t max, rill__jpeg_marks_t** out) {
+  j_decompress_ptr c = &st->cinfo;
+  j_compress_ptr e = &st->enc;
+  if (setjmp(st->jump)) {
+    if (st->enc_ready) jpeg_abort_compress(e);
+    jpeg_abort_decompress(c);
+    return 0;
+  }
+  if (!st->enc_ready) {
+    memset(e, 0, sizeof *e);
+    e->err = &st->mgr;
+    e->client_data = st;
+    jpeg_create_compress(e);
+    st->dest.pub = (struct jpeg_destination_mgr){NULL, 0, copy_start, copy_more, copy_end};
+    st->enc_ready = 1;
+  }
+  src_set(st, buf, n, NULL, 0);
+  jpeg_read_header(c, TRUE);
+  if (!copy_wanted(c, n)) {
+    jpeg_abort_decompress(c);
+    return 0;
+  }
+  jvirt_barray_ptr* coefs = jpeg_read_coefficients(c);
+  for (int ci = 0; c->progressive_mode && ci < c->num_components; ci++)
+    for (int k = 0; k < 10; k++)
+      if (c->coef_bits[ci][k] != 0) { /* libjpeg would smooth the blocks */
+        jpeg_abort_decompress(c);
+        return 0;
+      }
+  st->dest.max = max;
+  int64_t first = (int64_t)(n + n / 4 + 4096);
+  if (st->dest.cap < first && st->dest.cap < max) {
+    uint8_t* q = rill__grow(st->dest.copy, &st->dest.cap, 0, first < max ? first : max, 1, 4096);
+    if (!q) longjmp(st->jump, 1);
+    st->dest.copy = q;
+  }
+  e->dest = &st->dest.pub;
+  jpeg_copy_critical_parameters(c, e);
+  e->optimize_coding = FALSE; /* the standard tables: every code a cut's pad may need */
+  jpeg_write_coefficients(e, coefs);
+  jpeg_finish_compress(e);
+  jpeg_abort_decompress(c);
+  size_t len = (size_t)(st->dest.pub.next_output_byte - st->dest.copy);
+  int64_t left = max - (int64_t)len;
+  rill__jpeg_marks_t* m = left > 0 ? rill__jpeg_marks_hold(st->dest.copy, len, rill__jpeg_col_marks_within(left)) : NULL;
+  size_t held;
+  const uint8_t* copy = rill__jpeg_marks_stream(m, &held);
+  if (!copy || rill__jpeg_marks_walk_all(m, copy, held) != 2) {
+    rill__free(m);
+    return 0;
+  }
+  *out = m;
+  return 1;
+}
+
 /* Reads the header of the JPEG in buf and, unless `probe` is set (then it receives the
  * header's facts and nothing is decoded), decodes the requested region into dst. libjpeg's
  * errors come back through setjmp, which must stay in this function. */
@@ -334,7 +451,7 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
   rill__jpeg_marks_t* marks = probe ? NULL : req->tail_verified ? req->marks : NULL;
   int verified = !probe && req->tail_verified; /* the entropy-coded data is known to be intact */
   if (!probe && !req->tail_verified && req->marks_out) {
-    marks = *req->marks_out = rill__jpeg_marks_new(buf, n, req->col_marks);
+    marks = *req->marks_out; /* made by rill__jpeg_decode */
     /* The first decode of a file finds all its marks at once (the column marks need a walk
      * through every row), unless the whole image is wanted. The walk decodes every block as
      * libjpeg would: when it finds the data intact to the end marker, the check of the
@@ -549,6 +666,30 @@ int rill__jpeg_probe(const void* buf, size_t n, rill__img_info_t* info, rill_err
 
 int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
                       size_t dst_size, rill__img_out_t* out, rill_error_t* err) {
+  size_t held;
+  const uint8_t* copy = req->tail_verified ? rill__jpeg_marks_stream(req->marks, &held) : NULL;
+  if (copy) /* the file's copy, made on its first visit */
+    return jpeg_run(copy, held, req, dst, dst_size, out, NULL, err);
+  if (req->tail_verified || !req->marks_out) return jpeg_run(buf, n, req, dst, dst_size, out, NULL, err);
+  /* a file's first visit: its marks, or a copy with marks (whose decode of the region then
+   * stands for the file's: the copy was made from a read of every scan to the end marker) */
+  rill__jpeg_marks_t* m = *req->marks_out = rill__jpeg_marks_new(buf, n, req->col_marks);
+  if (!m && req->w && req->h && req->copy_max > 0) {
+    jpeg_state_t* st = state_get(err);
+    if (!st) return RILL_ENOMEM;
+    if (copy_make(st, buf, n, req->copy_max, &m)) {
+      rill__img_request_t r = *req;
+      r.tail_verified = 1, r.marks = m, r.marks_out = NULL;
+      const uint8_t* made = rill__jpeg_marks_stream(m, &held);
+      int rc = jpeg_run(made, held, &r, dst, dst_size, out, NULL, err);
+      if (rc < 0) {
+        rill__free(m);
+        return rc;
+      }
+      *req->marks_out = m;
+      return rc;
+    }
+  }
   return jpeg_run(buf, n, req, dst, dst_size, out, NULL, err);
 }
 

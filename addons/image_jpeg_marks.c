@@ -16,8 +16,8 @@
  *
  * Nothing here calls libjpeg: image_jpeg.c feeds the stream to it. A file the walk cannot
  * follow exactly as libjpeg does (progressive or arithmetic coding, restart intervals, more
- * than one scan, 12-bit samples, damaged or unusual data) gets no marks and is decoded as
- * before. */
+ * than one scan, 12-bit samples, damaged or unusual data) gets no marks of its own; a set of
+ * marks may instead hold a baseline copy of it made by image_jpeg.c, and be the copy's. */
 #include <limits.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -43,6 +43,8 @@ struct rill__jpeg_marks {
   uint8_t cols_ready; /* the column marks were found (rill__jpeg_marks_walk_all) */
   uint16_t col_step;  /* column marks: every col_step-th MCU of each row */
   uint16_t col_count; /* column marks per row; 0: no room for them */
+  uint32_t copy_len;  /* bytes of the JPEG the marks were made for, held after the marks (a
+                         file's copy: rill__jpeg_marks_hold); 0: the file's own bytes */
   _Atomic int known;  /* marks found: mark[0, known) (written before `known` is raised) */
   _Atomic int busy;   /* a thread is walking to more marks */
   _Atomic int stuck;  /* a walk failed: no more marks */
@@ -454,7 +456,8 @@ int rill__jpeg_col_marks_within(int64_t bytes) {
   return k < 0 ? 0 : k > RILL__JPEG_COL_MARKS_MAX ? RILL__JPEG_COL_MARKS_MAX : (int)k;
 }
 
-rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n, int col_marks) {
+/* The marks of rill__jpeg_marks_new, with room for `hold` bytes after them. */
+static rill__jpeg_marks_t* marks_make(const void* buf, size_t n, int col_marks, size_t hold) {
   jhead_t hd, *h = &hd;
   int mx, my;
   if (n >= (size_t)1 << 29 || !parse_head(buf, n, h)) return NULL;
@@ -473,10 +476,31 @@ rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n, int col_mark
   }
   rill__jpeg_marks_t t = {h->width,        h->height,          (uint16_t)my,   (uint16_t)mx,
                           (uint16_t)step,  (uint16_t)count,    (uint8_t)h->ns, (uint8_t)(8 * h->vmax),
-                          (uint8_t)(8 * h->hmax), 0, (uint16_t)col_step, (uint16_t)col_count, 0, 0, 0};
-  rill__jpeg_marks_t* m = rill__alloc(sizeof *m + marks_total(&t) * sizeof(mark_t));
+                          (uint8_t)(8 * h->hmax), 0, (uint16_t)col_step, (uint16_t)col_count, (uint32_t)hold,
+                          0, 0, 0};
+  rill__jpeg_marks_t* m = rill__alloc(sizeof *m + marks_total(&t) * sizeof(mark_t) + hold);
   if (m) *m = t;
   return m;
+}
+
+rill__jpeg_marks_t* rill__jpeg_marks_new(const void* buf, size_t n, int col_marks) {
+  return marks_make(buf, n, col_marks, 0);
+}
+
+/* where the held bytes start */
+static uint8_t* held_bytes(const rill__jpeg_marks_t* m) { return (uint8_t*)(m->mark + marks_total(m)); }
+
+rill__jpeg_marks_t* rill__jpeg_marks_hold(const void* buf, size_t n, int col_marks) {
+  if (n == 0 || n >= (size_t)1 << 29) return NULL;
+  rill__jpeg_marks_t* m = marks_make(buf, n, col_marks, n);
+  if (m) memcpy(held_bytes(m), buf, n);
+  return m;
+}
+
+const uint8_t* rill__jpeg_marks_stream(const rill__jpeg_marks_t* m, size_t* n) {
+  if (!m || !m->copy_len) return NULL;
+  *n = m->copy_len;
+  return held_bytes(m);
 }
 
 /* The mark at the walk's position: 0 when the position is past the data. A DC value no 8-bit
@@ -565,7 +589,7 @@ int rill__jpeg_marks_known(const rill__jpeg_marks_t* m) {
 }
 
 size_t rill__jpeg_marks_bytes(const rill__jpeg_marks_t* m) {
-  return m ? sizeof *m + marks_total(m) * sizeof m->mark[0] : 0;
+  return m ? sizeof *m + marks_total(m) * sizeof m->mark[0] + m->copy_len : 0;
 }
 
 int rill__jpeg_marks_have_columns(const rill__jpeg_marks_t* m) { return m->cols_ready; }
@@ -573,7 +597,9 @@ int rill__jpeg_marks_have_columns(const rill__jpeg_marks_t* m) { return m->cols_
 rill__jpeg_marks_t* rill__jpeg_marks_drop_columns(rill__jpeg_marks_t* m) {
   if (!m || !m->col_count) return m;
   size_t old = rill__jpeg_marks_bytes(m);
+  const uint8_t* held = held_bytes(m);
   m->col_count = 0, m->col_step = 0, m->cols_ready = 0;
+  memmove(held_bytes(m), held, m->copy_len); /* the held bytes follow the row marks */
   rill__jpeg_marks_t* q = rill__realloc(m, old, rill__jpeg_marks_bytes(m));
   return q ? q : m; /* out of memory: the room stays, unused */
 }

@@ -172,7 +172,9 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
    * The file's entropy marks, made on its first visit (with the column marks its share of
    * the table's memory allows) and kept here, let a region be decoded from a cut of the file
    * to the MCUs around it, or start at the mark above it, instead of entropy-decoding every
-   * block above and beside it. */
+   * block above and beside it. A file the marks cannot follow (a progressive one, say) is
+   * re-encoded once as a baseline copy of the same coefficients, kept with its marks when
+   * both fit in the file's share. */
   uint64_t key = 0;
   rill__jpeg_marks_t* marks = NULL;
   if (info.format == RILL__IMG_JPEG && req.w && req.h &&
@@ -181,7 +183,10 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
     int64_t slot = rill__img_memo_find(&op->verified->memo, key);
     req.tail_verified = slot >= 0;
     if (slot >= 0) req.marks = rill__img_memo_marks(&op->verified->memo, slot);
-    else req.marks_out = &marks, req.col_marks = rill__img_memo_col_marks(&op->verified->memo);
+    else {
+      req.marks_out = &marks, req.col_marks = rill__img_memo_col_marks(&op->verified->memo);
+      req.copy_max = rill__img_memo_share(&op->verified->memo);
+    }
   }
   rill__img_out_t plan;
   if ((rc = rill__img_plan(&info, &req, &plan, e)) < 0) return cell_fail(err, i, op, paths, rc, e->message);

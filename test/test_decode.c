@@ -1100,7 +1100,7 @@ Test(jpeg_marks, walk_tables_are_told_apart_by_their_symbols) {
       free(want), free(got);
       rill__free(m);
     }
-  free(f[0].p), free(f[1].p), free(px);
+  free(f[0].p), free(f[1].p), free(f[2].p), free(px);
 }
 
 /* The room for column marks: what a file may hold within a memory limit, and none when it
@@ -1489,6 +1489,157 @@ Test(jpeg_progressive_cut, rows_below_are_not_read) {
   free(bad.p), free(b.p), free(px);
 }
 
+/* ---------------------------------------------------------------- copies of files marks cannot follow */
+
+/* A region decoded from the file itself, checked to its end (no marks, no copy). */
+static uint8_t* original_region(const buf_t* b, rill__img_request_t rq, rill__img_out_t* o) {
+  rq.marks = NULL, rq.marks_out = NULL, rq.tail_verified = 0, rq.copy_max = 0;
+  return decode_ok(b, rq, o);
+}
+
+/* A file's first visit with `copy_max` bytes for a copy: the region, and the new marks in *m
+ * (NULL: none). */
+static uint8_t* first_visit(const buf_t* b, rill__img_request_t rq, int64_t copy_max, rill__jpeg_marks_t** m,
+                            rill__img_out_t* o) {
+  *m = NULL;
+  rq.marks = NULL, rq.marks_out = m, rq.tail_verified = 0, rq.col_marks = RILL__JPEG_COL_MARKS_MAX;
+  rq.copy_max = copy_max;
+  return decode_ok(b, rq, o);
+}
+
+/* The regions of a file with a copy: 30 random ones (DCT-scaled, gray and RGBA ones among
+ * them, at every edge) decoded through the copy equal those decoded from the file. */
+static void copy_regions_equal(const buf_t* b, const rill__jpeg_marks_t* m, int W, int H, unsigned rng,
+                               const char* what) {
+  for (int r = 0; r < 30; r++) {
+    rng = rng * 1103515245u + 12345u;
+    rill__img_request_t rq = {.channels = r % 5 == 4 ? 1 : r % 7 == 3 ? 4 : 3};
+    rq.h = 1 + (int)((rng >> 8) % (unsigned)(r % 2 ? H : H / 3 + 1)), rq.w = 1 + (int)((rng >> 4) % (unsigned)W);
+    rq.y = (int)((rng >> 12) % (unsigned)(H - rq.h + 1)), rq.x = (int)((rng >> 3) % (unsigned)(W - rq.w + 1));
+    if (r % 9 == 5) rq.x = W - rq.w, rq.y = H - rq.h;
+    if (r % 9 == 6) rq.x = 0;
+    if (r % 3 == 1) rq.min_w = rq.w / 3 + 1, rq.min_h = rq.h / 3 + 1;
+    if (r % 6 == 2) rq.min_w = rq.w / 5 + 1, rq.min_h = rq.h / 7 + 1, rq.scales = RILL__IMG_SCALES_ALL;
+    rill__img_out_t o1, o2;
+    uint8_t* want = original_region(b, rq, &o1);
+    rill__img_request_t later = rq;
+    later.tail_verified = 1, later.marks = (rill__jpeg_marks_t*)m;
+    uint8_t* got = decode_ok(b, later, &o2);
+    cr_assert(o1.w == o2.w && o1.h == o2.h && memcmp(want, got, out_bytes(&o1)) == 0,
+              "%s: region (%d,%d) %dx%d at %d/%d, %d channels: the copy's pixels differ", what, rq.x, rq.y, rq.w,
+              rq.h, o1.scale_num, o1.scale_denom, rq.channels);
+    free(want), free(got);
+  }
+}
+
+/* Files the marks cannot follow (progressive, restart intervals, both) get a baseline copy on
+ * their first visit: the first region and every later one decode to the pixels of the file
+ * itself, for every sampling, scale and channel count; the copy has column marks (cuts). */
+Test(jpeg_copy, copies_decode_the_same_pixels) {
+  struct {
+    int w, h, gray, hs, vs, q, progressive, restart;
+  } cases[] = {{300, 200, 0, 2, 2, 90, 1, 0}, {257, 311, 0, 2, 1, 85, 1, 0}, {200, 150, 0, 1, 1, 95, 1, 0},
+               {173, 131, 1, 0, 0, 90, 1, 0}, {96, 300, 0, 1, 2, 80, 1, 0},  {301, 263, 0, 2, 2, 90, 0, 1},
+               {500, 375, 0, 2, 2, 75, 1, 2}, {64, 64, 0, 2, 2, 100, 1, 0}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int W = cases[k].w, H = cases[k].h, ch = cases[k].gray ? 1 : 3;
+    uint8_t* px = textured_pixels(W, H, ch, (unsigned)k + 40);
+    buf_t b = enc_jpeg(px, W, H, (jpeg_spec_t){.in = ch == 1 ? JCS_GRAYSCALE : JCS_RGB, .quality = cases[k].q,
+                                               .hs = cases[k].hs, .vs = cases[k].vs,
+                                               .progressive = cases[k].progressive, .restart_rows = cases[k].restart});
+    cr_assert_null(rill__jpeg_marks_new(b.p, b.n, RILL__JPEG_COL_MARKS_MAX), "case %zu has marks of its own", k);
+    rill__img_request_t rq = {.channels = 3, .x = W / 4, .y = H / 3, .w = W / 2, .h = H / 3};
+    rill__img_out_t o1, o2;
+    rill__jpeg_marks_t* m;
+    uint8_t* got = first_visit(&b, rq, 1 << 24, &m, &o2);
+    uint8_t* want = original_region(&b, rq, &o1);
+    cr_assert(memcmp(want, got, out_bytes(&o1)) == 0, "case %zu: the first region differs", k);
+    free(want), free(got);
+    size_t held = 0;
+    const uint8_t* copy = rill__jpeg_marks_stream(m, &held);
+    cr_assert_not_null(copy, "case %zu: no copy", k);
+    cr_assert(rill__jpeg_marks_have_columns(m), "case %zu: the copy has no column marks", k);
+    cr_assert_geq(rill__jpeg_marks_bytes(m), held + 16, "case %zu: the copy's bytes are not counted", k);
+    cr_assert(copy[0] == 0xff && copy[1] == 0xd8 && copy[held - 2] == 0xff && copy[held - 1] == 0xd9);
+    buf_t cb = {(uint8_t*)copy, held};
+    rill__img_info_t ia, ib;
+    rill_error_t err = {0};
+    RT_OK(rill__img_probe(b.p, b.n, &ia, &err), err);
+    RT_OK(rill__img_probe(cb.p, cb.n, &ib, &err), err);
+    cr_assert(ia.width == ib.width && ia.height == ib.height && ia.channels == ib.channels);
+    rill__jpeg_marks_t* own = rill__jpeg_marks_new(cb.p, cb.n, 0);
+    cr_assert_not_null(own, "case %zu: the copy is no baseline file with one scan", k);
+    rill__free(own);
+    char what[32];
+    snprintf(what, sizeof what, "case %zu", k);
+    copy_regions_equal(&b, m, W, H, (unsigned)k * 7 + 1, what);
+    /* without its column marks (over the memory limit) the copy stays: regions seek */
+    rill__jpeg_marks_t* rows = rill__jpeg_marks_drop_columns(m);
+    size_t held2 = 0;
+    const uint8_t* copy2 = rill__jpeg_marks_stream(rows, &held2);
+    cr_assert(copy2 && held2 == held, "case %zu: the copy was lost with the column marks", k);
+    snprintf(what, sizeof what, "case %zu, row marks", k);
+    copy_regions_equal(&b, rows, W, H, (unsigned)k * 5 + 3, what);
+    rill__free(rows);
+    free(b.p), free(px);
+  }
+}
+
+/* No copy where it would not serve or would decode otherwise: a baseline file (marks of its
+ * own), no room or too little, a progression stopped early (libjpeg smooths its blocks), CMYK;
+ * their pixels are the file's all the same. A damaged file fails its first visit with the
+ * error of a decode without copies, and leaves no marks. */
+Test(jpeg_copy, no_copy_where_it_would_not_serve) {
+  int W = 240, H = 176;
+  uint8_t* px = textured_pixels(W, H, 3, 61);
+  buf_t prog = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2, .progressive = 1});
+  buf_t base = enc_jpeg(px, W, H, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2});
+  buf_t early = first_scans(&prog, 3);
+  uint8_t* px4 = textured_pixels(W, H, 4, 62);
+  buf_t cmyk = enc_jpeg(px4, W, H, (jpeg_spec_t){.in = JCS_CMYK, .progressive = 1});
+  rill__img_request_t rq = {.channels = 3, .x = 50, .y = 40, .w = 120, .h = 90};
+  struct {
+    const buf_t* b;
+    int64_t room;
+    int marks; /* 0: none; 1: marks without a copy; 2: a copy */
+    const char* what;
+  } cases[] = {{&prog, 1 << 24, 2, "progressive"},      {&prog, 0, 0, "no room"},
+               {&prog, 2000, 0, "too little room"},      {&base, 1 << 24, 1, "baseline"},
+               {&early, 1 << 24, 0, "stopped early"},    {&cmyk, 1 << 24, 0, "CMYK"}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    rill__img_out_t o1, o2;
+    rill__jpeg_marks_t* m;
+    uint8_t* got = first_visit(cases[k].b, rq, cases[k].room, &m, &o2);
+    uint8_t* want = original_region(cases[k].b, rq, &o1);
+    cr_assert(memcmp(want, got, out_bytes(&o1)) == 0, "%s: the region differs", cases[k].what);
+    size_t held;
+    int kind = m == NULL ? 0 : rill__jpeg_marks_stream(m, &held) ? 2 : 1;
+    cr_assert_eq(kind, cases[k].marks, "%s: marks %d, expected %d", cases[k].what, kind, cases[k].marks);
+    free(want), free(got);
+    rill__free(m);
+  }
+  /* damage in the middle of the scans: the same error with room for a copy as without */
+  size_t at[64];
+  int n = test_scans(&prog, at, 32);
+  cr_assert_geq(n, 4);
+  buf_t bad = {malloc(prog.n), prog.n};
+  memcpy(bad.p, prog.p, prog.n);
+  memset(bad.p + (at[2] + at[3]) / 2, 0xff, 24);
+  rill_error_t e1 = {0}, e2 = {0};
+  int rc1, rc2;
+  rill__img_out_t o;
+  rill__jpeg_marks_t* m = NULL;
+  rill__img_request_t with = rq, without = rq;
+  with.marks_out = &m, with.col_marks = RILL__JPEG_COL_MARKS_MAX, with.copy_max = 1 << 24;
+  cr_assert_null(decode(&bad, with, &o, &e1, &rc1));
+  cr_assert_null(decode(&bad, without, &o, &e2, &rc2));
+  cr_assert_eq(rc1, RILL_EFORMAT, "%d %s", rc1, e1.message);
+  cr_assert_eq(rc2, RILL_EFORMAT);
+  cr_assert_str_eq(e1.message, e2.message);
+  cr_assert_null(m, "a damaged file got marks");
+  free(bad.p), free(early.p), free(cmyk.p), free(prog.p), free(base.p), free(px), free(px4);
+}
+
 /* ---------------------------------------------------------------- real images */
 
 static const char* data_dir(void) {
@@ -1570,6 +1721,41 @@ Test(real, jpeg_variants_match_reference) {
   uint8_t* gd = decode_ok(&g, RGB(3), &o);
   for (int i = 0; i < o.w * o.h; i++) cr_assert(gd[i * 3] == gd[i * 3 + 1] && gd[i * 3] == gd[i * 3 + 2]);
   free(gd), free(g.p), free(t.p), free(r), free(ref.p);
+}
+
+/* The real progressive variants get copies whose regions decode as the files do; the gray
+ * file sampled 2x2 (libjpeg's one-block MCU: no marks for its copy either) and the progression
+ * stopped early (smoothed) get none, with their pixels unchanged. */
+Test(real, progressive_variants_copied) {
+  const char* dir = data_dir();
+  if (!dir) cr_skip_test("real images absent: run test/data/get_images.sh");
+  const char* names[] = {"video-001.progressive.jpeg",         "video-001.q50.410.progressive.jpeg",
+                         "video-001.q50.411.progressive.jpeg", "video-001.q50.420.progressive.jpeg",
+                         "video-001.q50.422.progressive.jpeg", "video-001.q50.440.progressive.jpeg",
+                         "video-001.q50.444.progressive.jpeg", "video-001.separate.dc.progression.progressive.jpeg",
+                         "video-005.gray.q50.progressive.jpeg", "video-005.gray.q50.2x2.progressive.jpeg",
+                         "video-001.progressive.truncated.jpeg"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    buf_t b = slurp(path);
+    rill__img_info_t info;
+    rill_error_t err = {0};
+    RT_OK(rill__img_probe(b.p, b.n, &info, &err), err);
+    rill__img_request_t rq = {.channels = 3, .x = info.width / 5, .y = info.height / 4, .w = info.width / 2,
+                              .h = info.height / 2};
+    rill__img_out_t o1, o2;
+    rill__jpeg_marks_t* m;
+    uint8_t* got = first_visit(&b, rq, 1 << 24, &m, &o2);
+    uint8_t* want = original_region(&b, rq, &o1);
+    cr_assert(memcmp(want, got, out_bytes(&o1)) == 0, "%s: the first region differs", names[i]);
+    size_t held;
+    int copied = rill__jpeg_marks_stream(m, &held) != NULL;
+    cr_assert_eq(copied, i < 9, "%s: copy %d", names[i], copied);
+    if (copied) copy_regions_equal(&b, m, info.width, info.height, (unsigned)i + 17, names[i]);
+    rill__free(m);
+    free(want), free(got), free(b.p);
+  }
 }
 
 Test(real, pngsuite) {

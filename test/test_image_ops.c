@@ -1022,6 +1022,56 @@ Test(image_ops, multi_crop_shares_one_verified_table) {
 #endif
 }
 
+/* Progressive files get baseline copies kept with their marks (within each file's share of
+ * marks_bytes): every epoch's crops equal those of a pipeline without marks or copies
+ * (marks_bytes < 0), which decodes the files themselves; with room for row marks only, no
+ * copies and the same crops. */
+Test(image_ops, progressive_files_are_copied_once) {
+#if !RILL_HAVE_JPEG
+  cr_skip_test("built without libjpeg");
+#else
+  buf_t enc[TEXTURED];
+  rill_array_t* bin = textured_jpegs(enc, 5, 1);
+  size_t each = 40 * 32 * 3;
+  int64_t asks[] = {0, 9 * 300};
+  for (int a = 0; a < 2; a++) {
+    rill_error_t err = {0};
+    rill_df_t* df = df_of("bytes", bin);
+    rill_rrc_opts_t o = {.size = {40, 32}, .scale = {0.1, 0.6}, .marks_bytes = asks[a]};
+    int col = rill_image_random_resized_crop(df, "a", 0, &o, &err);
+    cr_assert_geq(col, 0, "%s", err.message);
+    const rill__img_memo_t* memo = rill__img_op_table(df, col);
+    for (int e = 0; e < 3; e++) {
+      uint8_t* got = epoch_crops(df, col, e, 2, each, TEXTURED);
+      rill_df_t* plain = df_of("bytes", bin);
+      rill_rrc_opts_t po = o;
+      po.marks_bytes = -1;
+      cr_assert_eq(rill_image_random_resized_crop(plain, "a", 0, &po, &err), col);
+      uint8_t* want = epoch_crops(plain, col, e, RILL_THREADS_NONE, each, TEXTURED);
+      for (int i = 0; i < TEXTURED; i++)
+        cr_assert(memcmp(got + each * (size_t)i, want + each * (size_t)i, each) == 0,
+                  "marks_bytes %lld, epoch %d row %d: the crop differs from the files' own", (long long)asks[a], e, i);
+      free(got), free(want);
+      rill_df_free(plain);
+    }
+    int64_t copies = 0;
+    for (int i = 0; i < TEXTURED; i++) {
+      int64_t slot = rill__img_memo_find(memo, rill__img_fingerprint(enc[i].p, enc[i].n));
+      cr_assert_geq(slot, 0, "file %d was not verified", i);
+      size_t held = 0;
+      int copied = rill__jpeg_marks_stream(rill__img_memo_marks(memo, slot), &held) != NULL;
+      cr_assert_eq(copied, a == 0 && i % 2, "marks_bytes %lld, file %d: copy %d", (long long)asks[a], i, copied);
+      copies += (int64_t)held * copied;
+    }
+    cr_assert_gt(atomic_load(&memo->marks_bytes), copies, "the copies are not counted");
+    cr_assert_leq(atomic_load(&memo->marks_bytes), memo->marks_max);
+    rill_df_free(df);
+  }
+  rill_array_release(bin);
+  for (int i = 0; i < TEXTURED; i++) free(enc[i].p);
+#endif
+}
+
 /* marks_bytes bounds the memory of the files' entropy marks (shared by the crops over one
  * column: the largest asked for holds); none at all (< 0) or little room (row marks only)
  * changes no pixel, only the work per crop. */

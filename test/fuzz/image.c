@@ -1,8 +1,8 @@
 /* libFuzzer target for the image decoders: probe, plan and decode arbitrary bytes as JPEG or
  * PNG, whole and as a region (packed and padded), with every output channel count; and JPEG
  * regions through the entropy marks (made by the decode that checks the file, then kept:
- * seeks and cuts), which must give the outcome and the pixels of a decode from the file's
- * start; and regions
+ * seeks and cuts; or a baseline copy of a file the marks cannot follow, with its marks),
+ * which must give the outcome and the pixels of a decode from the file's start; and regions
  * of verified progressive files, their scans cut below the region, which must give the
  * pixels of a whole read. Any crash,
  * leak, sanitizer report or abort() is a bug; errors are expected. */
@@ -30,6 +30,7 @@ static void marks_case(const uint8_t* data, size_t size, const rill__img_info_t*
   rill__jpeg_marks_t* m = NULL;
   req.marks_out = &m;
   req.col_marks = info->width % 2 ? RILL__JPEG_COL_MARKS_MAX : 0; /* with a walk through the file or not */
+  req.copy_max = info->height % 2 ? (int64_t)1 << 22 : 0; /* a file the marks cannot follow: copied or not */
   int rb = rill__img_decode(data, size, &req, b, bytes, &out, &err);
   /* The same outcome: a damaged file never passes for having marks. The one exception is
    * libjpeg's own: a few junk bytes before the end marker are seen or not depending on how
@@ -37,9 +38,11 @@ static void marks_case(const uint8_t* data, size_t size, const rill__img_info_t*
   if ((ra == RILL_OK) != (rb == RILL_OK) && !strstr(err.message, "extraneous bytes")) abort();
   if (ra == RILL_OK && rb == RILL_OK && memcmp(a, b, bytes) != 0) abort();
   if (ra == RILL_OK && rb == RILL_OK && m) {
+    /* the file is verified: regions with the marks kept (cuts where they were all found; the
+     * copy's regions for a copied file) */
     req.marks_out = NULL;
-    for (int k = 1; k <= 3; k++) { /* the file is verified: regions with the marks kept (cuts */
-      req.y = info->height * k / 4, req.h = info->height - req.y; /* where they were all found) */
+    for (int k = 1; k <= 3; k++) {
+      req.y = info->height * k / 4, req.h = info->height - req.y;
       req.x = info->width * k / 7, req.w = info->width / (k + 1);
       if (rill__img_plan(info, &req, &plan, &err) != RILL_OK) continue;
       size_t n = (size_t)plan.w * (size_t)plan.h * 3;
