@@ -256,9 +256,11 @@ typedef struct rill_rrc_opts {
   int channels;               /* BINARY input: 1, 3 (0 = 3) or 4 */
   int64_t max_pixels;         /* BINARY input: larger images are RILL_ERANGE; 0 = 100 MP */
   rill_on_error_t on_error;   /* for rows whose image cannot be decoded */
-  int64_t marks_bytes;        /* BINARY input: memory the JPEG entropy marks of the files may
-                                 take (see the README; shared by the crops over the same
-                                 column, the largest asked for holds): 0 = 256 MB, < 0: none */
+  int64_t marks_bytes;        /* BINARY input: memory the JPEG entropy marks of the files, and
+                                 the baseline copies of progressive ones, may take (see the
+                                 README; an equal share per file; shared by the crops over the
+                                 same column, the largest asked for holds): 0 = 256 MB, < 0:
+                                 none */
 } rill_rrc_opts_t;
 
 /* Random resized crop (torchvision's RandomResizedCrop): samples an area fraction in
