@@ -196,7 +196,7 @@ int rill__img_memo_init(rill__img_memo_t* m, int64_t files) {
          cap < ((uint64_t)1 << MEMO_MAX_LOG2))
     cap *= 2;
   *m = (rill__img_memo_t){rill__calloc((size_t)cap, sizeof *m->keys), 0, rill__calloc((size_t)cap, sizeof *m->marks), 0,
-                          RILL__IMG_MARKS_MAX_BYTES, files > 0 ? files : 1};
+                          RILL__IMG_MARKS_MAX_BYTES, files > 0 ? files : 1, 0};
   if (!m->keys || !m->marks) {
     rill__img_memo_free(m);
     return RILL_ENOMEM;
@@ -208,6 +208,12 @@ int rill__img_memo_init(rill__img_memo_t* m, int64_t files) {
 int64_t rill__img_memo_share(const rill__img_memo_t* m) { return m->marks_max / (m->files > 0 ? m->files : 1); }
 
 int rill__img_memo_col_marks(const rill__img_memo_t* m) { return rill__jpeg_col_marks_within(rill__img_memo_share(m)); }
+
+int64_t rill__img_memo_copy_room(const rill__img_memo_t* m) {
+  int64_t share = rill__img_memo_share(m), later = m->files - atomic_load_explicit(&m->added, memory_order_relaxed) - 1;
+  int64_t room = m->marks_max - atomic_load_explicit(&m->marks_bytes, memory_order_relaxed) - (later > 0 ? later : 0) * share;
+  return room < 0 ? 0 : room;
+}
 
 /* what a slot holds for a file without marks */
 static char no_marks;
@@ -255,8 +261,10 @@ void rill__img_memo_add(rill__img_memo_t* m, uint64_t key, rill__jpeg_marks_t* m
     uint64_t slot = (key + i) & m->mask;
     uint64_t k = atomic_load_explicit(&m->keys[slot], memory_order_relaxed);
     if (k == 0 && atomic_compare_exchange_strong_explicit(&m->keys[slot], &k, key, memory_order_relaxed,
-                                                          memory_order_relaxed))
+                                                          memory_order_relaxed)) {
       k = key;
+      atomic_fetch_add_explicit(&m->added, 1, memory_order_relaxed);
+    }
     if (k != key) continue;
     rill__jpeg_marks_t* none = NULL;
     if (atomic_compare_exchange_strong_explicit(&m->marks[slot], &none, marks ? marks : NO_MARKS,

@@ -105,6 +105,7 @@ typedef struct rill__img_memo {
   _Atomic int64_t marks_bytes;   /* held by the marks, at most marks_max */
   int64_t marks_max;             /* RILL__IMG_MARKS_MAX_BYTES unless set after init */
   int64_t files;                 /* the files the table was made for */
+  _Atomic int64_t added;         /* files added so far */
 } rill__img_memo_t;
 #define RILL__IMG_MARKS_MAX_BYTES ((int64_t)256 << 20)
 /* The fingerprint of n bytes (never 0). */
@@ -123,6 +124,10 @@ void rill__img_memo_add(rill__img_memo_t* m, uint64_t key, struct rill__jpeg_mar
  * table's files to keep theirs within it (rill__img_request_t.col_marks, .copy_max). */
 int64_t rill__img_memo_share(const rill__img_memo_t* m);
 int rill__img_memo_col_marks(const rill__img_memo_t* m);
+/* The bytes a new file's copy and its marks may take (rill__img_request_t.copy_max): its
+ * share and what the files added so far left of theirs, the shares of the files not added
+ * yet set aside. */
+int64_t rill__img_memo_copy_room(const rill__img_memo_t* m);
 /* The entropy marks kept for the file in `slot`, or NULL. */
 struct rill__jpeg_marks* rill__img_memo_marks(const rill__img_memo_t* m, int64_t slot);
 /* The verified-file table that image operator `column` of df decodes regions with (a

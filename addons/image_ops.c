@@ -174,7 +174,7 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
    * to the MCUs around it, or start at the mark above it, instead of entropy-decoding every
    * block above and beside it. A file the marks cannot follow (a progressive one, say) is
    * re-encoded once as a baseline copy of the same coefficients, kept with its marks when
-   * both fit in the file's share. */
+   * both fit in the file's share and what the files before it left of theirs. */
   uint64_t key = 0;
   rill__jpeg_marks_t* marks = NULL;
   if (info.format == RILL__IMG_JPEG && req.w && req.h &&
@@ -185,7 +185,7 @@ static int decode_cell(const op_t* op, const rill_array_t* a, const rill_array_t
     if (slot >= 0) req.marks = rill__img_memo_marks(&op->verified->memo, slot);
     else {
       req.marks_out = &marks, req.col_marks = rill__img_memo_col_marks(&op->verified->memo);
-      req.copy_max = rill__img_memo_share(&op->verified->memo);
+      req.copy_max = rill__img_memo_copy_room(&op->verified->memo);
     }
   }
   rill__img_out_t plan;

@@ -1640,6 +1640,34 @@ Test(jpeg_copy, no_copy_where_it_would_not_serve) {
   free(bad.p), free(early.p), free(cmyk.p), free(prog.p), free(base.p), free(px), free(px4);
 }
 
+/* The room for a copy: the file's share and what the files added before it left of theirs,
+ * the shares of the files not added yet set aside. */
+Test(jpeg_copy, room_is_the_share_and_what_earlier_files_left) {
+  uint8_t* px = textured_pixels(240, 176, 3, 63);
+  buf_t b = enc_jpeg(px, 240, 176, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2});
+  rill__img_memo_t memo;
+  RT_OK(rill__img_memo_init(&memo, 4), (rill_error_t){0});
+  memo.marks_max = 4000;
+  cr_assert_eq(rill__img_memo_share(&memo), 1000);
+  cr_assert_eq(rill__img_memo_copy_room(&memo), 1000, "no file added: the share");
+  rill__jpeg_marks_t* rows = rill__jpeg_marks_new(b.p, b.n, 0);
+  int64_t used = (int64_t)rill__jpeg_marks_bytes(rows);
+  cr_assert(used > 0 && used < 1000, "%lld", (long long)used);
+  rill__img_memo_add(&memo, 11, rows);
+  cr_assert_eq(rill__img_memo_copy_room(&memo), 2000 - used, "one share and what the first file left of its");
+  rill__img_memo_add(&memo, 11, NULL); /* the same file again: not counted twice */
+  cr_assert_eq(rill__img_memo_copy_room(&memo), 2000 - used);
+  rill__img_memo_add(&memo, 22, NULL);
+  cr_assert_eq(rill__img_memo_copy_room(&memo), 3000 - used);
+  rill__img_memo_add(&memo, 33, NULL);
+  rill__img_memo_add(&memo, 44, NULL);
+  cr_assert_eq(rill__img_memo_copy_room(&memo), 4000 - used, "every file added: what is left");
+  memo.marks_max = 0;
+  cr_assert_eq(rill__img_memo_copy_room(&memo), 0);
+  rill__img_memo_free(&memo);
+  free(b.p), free(px);
+}
+
 /* ---------------------------------------------------------------- real images */
 
 static const char* data_dir(void) {

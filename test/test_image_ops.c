@@ -11,6 +11,7 @@
 #include "image_common.h"
 
 #include "image_internal.h" /* rill__image_set_simd, rill__rrc_params */
+#include "internal.h"       /* rill__free */
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -1067,6 +1068,63 @@ Test(image_ops, progressive_files_are_copied_once) {
     cr_assert_leq(atomic_load(&memo->marks_bytes), memo->marks_max);
     rill_df_free(df);
   }
+  rill_array_release(bin);
+  for (int i = 0; i < TEXTURED; i++) free(enc[i].p);
+#endif
+}
+
+/* A limit whose equal share holds no copy still gives copies from what the files before
+ * them left of their shares (one thread: the files in order), within the limit; the crops
+ * are the files' own. */
+Test(image_ops, copies_take_what_earlier_files_left) {
+#if !RILL_HAVE_JPEG
+  cr_skip_test("built without libjpeg");
+#else
+  buf_t enc[TEXTURED];
+  rill_array_t* bin = textured_jpegs(enc, 9, 1);
+  size_t each = 40 * 32 * 3;
+  int64_t smallest = INT64_MAX; /* the bytes of the smallest copy */
+  for (int i = 1; i < TEXTURED; i += 2) {
+    rill__img_info_t info;
+    rill_error_t err = {0};
+    RT_OK(rill__img_probe(enc[i].p, enc[i].n, &info, &err), err);
+    rill__jpeg_marks_t* m = NULL;
+    rill__img_request_t rq = {.channels = 3, .x = 10, .y = 10, .w = 40, .h = 40, .marks_out = &m, .copy_max = 1 << 24};
+    uint8_t* px = malloc(40 * 40 * 3);
+    RT_OK(rill__img_decode(enc[i].p, enc[i].n, &rq, px, 40 * 40 * 3, NULL, &err), err);
+    cr_assert_not_null(m, "file %d: no copy", i);
+    size_t held = 0;
+    cr_assert_not_null(rill__jpeg_marks_stream(m, &held));
+    if ((int64_t)held < smallest) smallest = (int64_t)held;
+    rill__free(m), free(px);
+  }
+  rill_error_t err = {0};
+  rill_df_t* df = df_of("bytes", bin);
+  rill_rrc_opts_t o = {.size = {40, 32}, .scale = {0.1, 0.6}, .marks_bytes = (smallest - 1) * TEXTURED};
+  int col = rill_image_random_resized_crop(df, "a", 0, &o, &err);
+  cr_assert_geq(col, 0, "%s", err.message);
+  const rill__img_memo_t* memo = rill__img_op_table(df, col);
+  cr_assert_lt(rill__img_memo_share(memo), smallest, "a share holds a copy");
+  uint8_t* got = epoch_crops(df, col, 0, RILL_THREADS_NONE, each, TEXTURED);
+  uint8_t* again = epoch_crops(df, col, 1, RILL_THREADS_NONE, each, TEXTURED);
+  rill_df_t* plain = df_of("bytes", bin);
+  o.marks_bytes = -1;
+  cr_assert_eq(rill_image_random_resized_crop(plain, "a", 0, &o, &err), col);
+  uint8_t* want = epoch_crops(plain, col, 0, RILL_THREADS_NONE, each, TEXTURED);
+  uint8_t* want1 = epoch_crops(plain, col, 1, RILL_THREADS_NONE, each, TEXTURED);
+  cr_assert(memcmp(got, want, each * TEXTURED) == 0 && memcmp(again, want1, each * TEXTURED) == 0,
+            "the crops differ from the files' own");
+  int copies = 0;
+  for (int i = 0; i < TEXTURED; i++) {
+    int64_t slot = rill__img_memo_find(memo, rill__img_fingerprint(enc[i].p, enc[i].n));
+    size_t held;
+    if (slot >= 0 && rill__jpeg_marks_stream(rill__img_memo_marks(memo, slot), &held)) copies++;
+  }
+  cr_assert_gt(copies, 0, "no copy from the room the baseline files left");
+  cr_assert_leq(atomic_load(&memo->marks_bytes), memo->marks_max);
+  free(got), free(again), free(want), free(want1);
+  rill_df_free(plain);
+  rill_df_free(df);
   rill_array_release(bin);
   for (int i = 0; i < TEXTURED; i++) free(enc[i].p);
 #endif
