@@ -17,9 +17,9 @@ def png(arr):
     return buf.getvalue()
 
 
-def jpeg(arr):
+def jpeg(arr, progressive=False):
     buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="JPEG", quality=95)
+    Image.fromarray(arr).save(buf, format="JPEG", quality=95, progressive=progressive)
     return buf.getvalue()
 
 
@@ -162,9 +162,12 @@ def test_image_pipeline_batched_jpeg_folder(tmp_path):
 
 
 def test_random_resized_crop_marks_bytes():
-    # the memory for the JPEG entropy marks changes the work per crop, never the pixels
+    # the memory for the JPEG entropy marks (and the baseline copies of progressive files)
+    # changes the work per crop, never the pixels
     rng = np.random.default_rng(5)
-    photos = [jpeg((rng.integers(0, 256, (120 + 16 * i, 160, 3)) // 32 * 32).astype(np.uint8)) for i in range(4)]
+    photos = [jpeg((rng.integers(0, 256, (120 + 16 * i, 160, 3)) // 32 * 32).astype(np.uint8), progressive=i % 2 == 1)
+              for i in range(6)]
+    assert b"\xff\xc2" in photos[1] and b"\xff\xc2" not in photos[0]
     crops = []
     for marks_bytes in (0, -1, 1 << 20):
         df = rill.from_numpy({"bytes": photos})
