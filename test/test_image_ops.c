@@ -1023,6 +1023,25 @@ Test(image_ops, multi_crop_shares_one_verified_table) {
 #endif
 }
 
+/* The crops of epoch e from a pipeline like o's without marks or copies (marks_bytes < 0),
+ * which decodes the files themselves. */
+static uint8_t* own_crops(const rill_array_t* bin, rill_rrc_opts_t o, int col, int e, size_t each) {
+  rill_error_t err = {0};
+  rill_df_t* plain = df_of("bytes", bin);
+  o.marks_bytes = -1;
+  cr_assert_eq(rill_image_random_resized_crop(plain, "a", 0, &o, &err), col, "%s", err.message);
+  uint8_t* want = epoch_crops(plain, col, e, RILL_THREADS_NONE, each, TEXTURED);
+  rill_df_free(plain);
+  return want;
+}
+
+/* The bytes of the copy the table keeps for a file (0: none). */
+static size_t kept_copy(const rill__img_memo_t* memo, const buf_t* f) {
+  int64_t slot = rill__img_memo_find(memo, rill__img_fingerprint(f->p, f->n));
+  size_t held = 0;
+  return slot >= 0 && rill__jpeg_marks_stream(rill__img_memo_marks(memo, slot), &held) ? held : 0;
+}
+
 /* Progressive files get baseline copies kept with their marks (within each file's share of
  * marks_bytes): every epoch's crops equal those of a pipeline without marks or copies
  * (marks_bytes < 0), which decodes the files themselves; with room for row marks only, no
@@ -1044,25 +1063,18 @@ Test(image_ops, progressive_files_are_copied_once) {
     const rill__img_memo_t* memo = rill__img_op_table(df, col);
     for (int e = 0; e < 3; e++) {
       uint8_t* got = epoch_crops(df, col, e, 2, each, TEXTURED);
-      rill_df_t* plain = df_of("bytes", bin);
-      rill_rrc_opts_t po = o;
-      po.marks_bytes = -1;
-      cr_assert_eq(rill_image_random_resized_crop(plain, "a", 0, &po, &err), col);
-      uint8_t* want = epoch_crops(plain, col, e, RILL_THREADS_NONE, each, TEXTURED);
+      uint8_t* want = own_crops(bin, o, col, e, each);
       for (int i = 0; i < TEXTURED; i++)
         cr_assert(memcmp(got + each * (size_t)i, want + each * (size_t)i, each) == 0,
                   "marks_bytes %lld, epoch %d row %d: the crop differs from the files' own", (long long)asks[a], e, i);
       free(got), free(want);
-      rill_df_free(plain);
     }
     int64_t copies = 0;
     for (int i = 0; i < TEXTURED; i++) {
-      int64_t slot = rill__img_memo_find(memo, rill__img_fingerprint(enc[i].p, enc[i].n));
-      cr_assert_geq(slot, 0, "file %d was not verified", i);
-      size_t held = 0;
-      int copied = rill__jpeg_marks_stream(rill__img_memo_marks(memo, slot), &held) != NULL;
-      cr_assert_eq(copied, a == 0 && i % 2, "marks_bytes %lld, file %d: copy %d", (long long)asks[a], i, copied);
-      copies += (int64_t)held * copied;
+      cr_assert_geq(rill__img_memo_find(memo, rill__img_fingerprint(enc[i].p, enc[i].n)), 0, "file %d was not verified", i);
+      size_t held = kept_copy(memo, &enc[i]);
+      cr_assert_eq(held > 0, a == 0 && i % 2, "marks_bytes %lld, file %d: copy of %zu bytes", (long long)asks[a], i, held);
+      copies += (int64_t)held;
     }
     cr_assert_gt(atomic_load(&memo->marks_bytes), copies, "the copies are not counted");
     cr_assert_leq(atomic_load(&memo->marks_bytes), memo->marks_max);
@@ -1105,25 +1117,16 @@ Test(image_ops, copies_take_what_earlier_files_left) {
   cr_assert_geq(col, 0, "%s", err.message);
   const rill__img_memo_t* memo = rill__img_op_table(df, col);
   cr_assert_lt(rill__img_memo_share(memo), smallest, "a share holds a copy");
-  uint8_t* got = epoch_crops(df, col, 0, RILL_THREADS_NONE, each, TEXTURED);
-  uint8_t* again = epoch_crops(df, col, 1, RILL_THREADS_NONE, each, TEXTURED);
-  rill_df_t* plain = df_of("bytes", bin);
-  o.marks_bytes = -1;
-  cr_assert_eq(rill_image_random_resized_crop(plain, "a", 0, &o, &err), col);
-  uint8_t* want = epoch_crops(plain, col, 0, RILL_THREADS_NONE, each, TEXTURED);
-  uint8_t* want1 = epoch_crops(plain, col, 1, RILL_THREADS_NONE, each, TEXTURED);
-  cr_assert(memcmp(got, want, each * TEXTURED) == 0 && memcmp(again, want1, each * TEXTURED) == 0,
-            "the crops differ from the files' own");
-  int copies = 0;
-  for (int i = 0; i < TEXTURED; i++) {
-    int64_t slot = rill__img_memo_find(memo, rill__img_fingerprint(enc[i].p, enc[i].n));
-    size_t held;
-    if (slot >= 0 && rill__jpeg_marks_stream(rill__img_memo_marks(memo, slot), &held)) copies++;
+  for (int e = 0; e < 2; e++) {
+    uint8_t* got = epoch_crops(df, col, e, RILL_THREADS_NONE, each, TEXTURED);
+    uint8_t* want = own_crops(bin, o, col, e, each);
+    cr_assert(memcmp(got, want, each * TEXTURED) == 0, "epoch %d: the crops differ from the files' own", e);
+    free(got), free(want);
   }
+  int copies = 0;
+  for (int i = 0; i < TEXTURED; i++) copies += kept_copy(memo, &enc[i]) > 0;
   cr_assert_gt(copies, 0, "no copy from the room the baseline files left");
   cr_assert_leq(atomic_load(&memo->marks_bytes), memo->marks_max);
-  free(got), free(again), free(want), free(want1);
-  rill_df_free(plain);
   rill_df_free(df);
   rill_array_release(bin);
   for (int i = 0; i < TEXTURED; i++) free(enc[i].p);
