@@ -2,7 +2,8 @@
  * files with one shared set of marks per file (walking to new marks while others seek with
  * the ones known), against decodes from the file's start; and a 2-thread image pipeline of
  * two crops of each file, whose operators share the files' verified table and marks across
- * epochs, against the same pipeline on the calling thread.
+ * epochs (and the baseline copy of a progressive file, which both workers may make at once
+ * in the first epoch), against the same pipeline on the calling thread.
  * Prints "N passed, N failed" last; exits non-zero on a failure. */
 #include <pthread.h>
 #include <stdio.h>
@@ -22,9 +23,9 @@ typedef struct file {
   rill__jpeg_marks_t* marks;
 } file_t;
 
-static file_t files[FILES];
+static file_t files[FILES], prog; /* prog: a progressive file, for the pipeline */
 
-static void encode(file_t* f, int w, int h, int ch, int hs, int vs, unsigned seed) {
+static void encode(file_t* f, int w, int h, int ch, int hs, int vs, unsigned seed, int progressive) {
   struct jpeg_compress_struct c;
   struct jpeg_error_mgr e;
   c.err = jpeg_std_error(&e);
@@ -37,6 +38,7 @@ static void encode(file_t* f, int w, int h, int ch, int hs, int vs, unsigned see
   jpeg_set_defaults(&c);
   jpeg_set_quality(&c, 90, TRUE);
   if (ch == 3) c.comp_info[0].h_samp_factor = hs, c.comp_info[0].v_samp_factor = vs;
+  if (progressive) jpeg_simple_progression(&c);
   jpeg_start_compress(&c, TRUE);
   unsigned char* row = malloc((size_t)w * ch);
   while (c.next_scanline < c.image_height) {
@@ -105,7 +107,10 @@ static unsigned char* run_pipeline(int threads, int epochs, size_t* total) {
   rill_error_t err = {0};
   rill_array_t* bin = NULL;
   if (rill_array_new(rill_type_scalar(RILL_BINARY), ROWS, &bin, &err) != RILL_OK) return NULL;
-  for (int i = 0; i < ROWS; i++) rill_array_set_var(bin, i, files[i % FILES].p, (int64_t)files[i % FILES].n, NULL);
+  for (int i = 0; i < ROWS; i++) {
+    const file_t* f = i % (FILES + 1) == FILES ? &prog : &files[i % (FILES + 1)];
+    rill_array_set_var(bin, i, f->p, (int64_t)f->n, NULL);
+  }
   rill_df_t* df = NULL;
   const char* names[1] = {"bytes"};
   const rill_array_t* cols[1] = {bin};
@@ -147,9 +152,10 @@ static void test_pipeline(void) {
 }
 
 int main(void) {
-  encode(&files[0], 320, 240, 3, 2, 2, 1);
-  encode(&files[1], 301, 263, 3, 2, 1, 2);
-  encode(&files[2], 200, 150, 1, 1, 1, 3);
+  encode(&files[0], 320, 240, 3, 2, 2, 1, 0);
+  encode(&files[1], 301, 263, 3, 2, 1, 2, 0);
+  encode(&files[2], 200, 150, 1, 1, 1, 3, 0);
+  encode(&prog, 280, 210, 3, 2, 2, 4, 1);
   for (int k = 0; k < FILES; k++) {
     files[k].marks = rill__jpeg_marks_new(files[k].p, files[k].n, RILL__JPEG_COL_MARKS_MAX);
     CHECK(files[k].marks != NULL, "file %d: no marks", k);
@@ -158,5 +164,6 @@ int main(void) {
   test_shared_marks();
   test_pipeline();
   for (int k = 0; k < FILES; k++) rill__free(files[k].marks), free(files[k].p);
+  free(prog.p);
   return tsan_report();
 }
