@@ -173,15 +173,17 @@ int rill__jpeg_marks_have_columns(const rill__jpeg_marks_t* m);
  * freed unless out of memory, when m comes back as it was, its column marks unused). */
 rill__jpeg_marks_t* rill__jpeg_marks_drop_columns(rill__jpeg_marks_t* m);
 /* A cut: a JPEG of the MCU rows and columns around a region and nothing else, made of the
- * file's own entropy-coded bytes. Each MCU row of the cut is one pad MCU (coded here: it sets
- * the DC predictions the row's next MCU was coded against and ends on the bit where that MCU
- * starts in the file) followed by the row's span of MCUs, copied. The region and one pixel
- * around it (the context of chroma upsampling) lie in the file's MCUs, so the cut decodes to
- * the same pixels there; the pad column, left of the span, is never part of the region. */
+ * file's own entropy-coded bytes. Each MCU row of the cut is a pad (coded here: it sets the
+ * DC predictions the row's next MCU was coded against and ends on the bit where that MCU
+ * starts in the file; one MCU, or up to 16 where the file's DC tables lack the code of a
+ * difference, which is then set in steps they have) followed by the row's span of MCUs,
+ * copied. The region and one pixel around it (the context of chroma upsampling) lie in the
+ * file's MCUs, so the cut decodes to the same pixels there; the pad columns, left of the
+ * span, are never part of the region. */
 typedef struct rill__jpeg_cut {
   size_t len;                    /* bytes of the stream */
   int left, top;                 /* full-resolution pixel of the file at the cut's (0, 0): the
-                                    cut's first column is the pad, so left may be < 0 */
+                                    cut's first columns are the pad, so left may be < 0 */
   int width, height;             /* the cut's frame */
 } rill__jpeg_cut_t;
 /* Builds the cut for the region (x, y, w, h) of the image scaled by num/denom to sw x sh, in

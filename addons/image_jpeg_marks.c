@@ -643,15 +643,15 @@ typedef struct extra {
   int comp, s;
 } extra_t;
 
-/* Writes one MCU whose first block of each scan component codes the DC difference dc[c] and
- * carries that component's extras, all other blocks a difference of 0 (or counts its bits
- * when w->p is NULL). 0 when a code it needs is missing from the tables. */
+/* Writes one MCU whose block j codes the DC difference dc[j] (no AC coefficient), the first
+ * block of each scan component carrying that component's extras (or counts its bits when
+ * w->p is NULL). 0 when a code it needs is missing from the tables. */
 static int write_mcu(bitwriter_t* w, const jhead_t* h, const int* comp, int nb, const int32_t* dc, const extra_t* ex,
                      int nex) {
   for (int j = 0; j < nb; j++) {
     int c = comp[j], first = j == 0 || comp[j - 1] != c;
     const htab_t *d = &h->dc[h->td[c]], *a = &h->ac[h->ta[c]];
-    int v = first ? dc[c] : 0, s = category(v);
+    int v = dc[j], s = category(v);
     if (s > 15 || !d->len[s]) return 0;
     put(w, d->code[s], d->len[s]);
     if (s) put(w, (uint32_t)(v < 0 ? v + (1 << s) - 1 : v), s);
@@ -673,7 +673,8 @@ static int synthetic_row(bitwriter_t* w, const jhead_t* h, const int16_t* dc, co
   int mx, my, comp[10];
   mcu_grid(h, &mx, &my);
   int nb = mcu_blocks(h, comp);
-  int32_t first[3] = {dc[0], dc[1], dc[2]}, zero[3] = {0, 0, 0};
+  int32_t first[10], zero[10] = {0};
+  for (int j = 0; j < nb; j++) first[j] = j == 0 || comp[j - 1] != comp[j] ? dc[comp[j]] : 0;
   for (int x = 0; x < mx; x++)
     if (!write_mcu(w, h, comp, nb, x ? zero : first, ex, x ? 0 : nex)) return 0;
   return 1;
@@ -794,10 +795,79 @@ int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int
 
 /* ---------------------------------------------------------------- the cut */
 
-/* The bytes of a cut row beyond those it copies: its pad MCU (at most 10 blocks of a DC code
- * and value, an end-of-block code and up to 8 extra AC codes: under 90 bytes), all stuffed at
- * worst, and the two bytes merged at the span's ends. */
-#define CUT_ROW_EXTRA (2 * 90 + 4)
+/* MCUs a cut row's pad may take: one, or a few where the file's DC table (made for the image)
+ * has no code for the difference the pad must set, which is then set in steps. */
+#define CUT_PAD_MAX 16
+
+/* The bytes of a cut row beyond those it copies: its `pad` MCUs (each at most 10 blocks of a
+ * DC code and value and an end-of-block code: 54 bytes) and up to 8 extra AC codes (26
+ * bytes), all stuffed at worst, and the two bytes merged at the span's ends. */
+#define CUT_ROW_EXTRA(pad) (2 * ((size_t)(pad) * 54 + 26) + 4)
+
+/* Splits the DC difference d into steps whose categories have codes (bit s of `codes`: the
+ * table codes category s): the whole rest where its category has a code, else the largest
+ * value of the largest category below it that has one, else the least of the next one above
+ * (the rest then changes sign and shrinks). The steps' count (0 for d = 0), -1 when `max`
+ * steps do not reach d. */
+static int dc_steps(int32_t d, unsigned codes, int32_t* step, int max) {
+  int n = 0;
+  while (d != 0) {
+    if (n == max) return -1;
+    int s = category(d), t;
+    int32_t a = d < 0 ? -d : d, v;
+    if (codes >> s & 1) {
+      v = a;
+    } else {
+      for (t = s - 1; t >= 1 && !(codes >> t & 1); t--) {}
+      if (t >= 1) {
+        v = ((int32_t)1 << t) - 1;
+      } else {
+        for (t = s + 1; t <= 11 && !(codes >> t & 1); t++) {}
+        if (t > 11) return -1;
+        v = (int32_t)1 << (t - 1);
+      }
+    }
+    step[n++] = d < 0 ? -v : v;
+    d -= d < 0 ? -v : v;
+  }
+  return n;
+}
+
+/* A cut row's pad: `k` MCUs whose DC differences sum to diff[c] for each component (in the
+ * steps of dc_steps over the component's blocks, in order), the extras in the last one. 0
+ * when a code is missing or k MCUs do not hold the steps. */
+static int write_pad(bitwriter_t* w, const jhead_t* h, const int* comp, int nb, const int32_t* diff, int k,
+                     const extra_t* ex, int nex) {
+  int32_t steps[3][10 * CUT_PAD_MAX];
+  int nsteps[3] = {0, 0, 0}, used[3] = {0, 0, 0};
+  for (int c = 0; c < h->ns; c++) {
+    unsigned codes = 0;
+    for (int s = 0; s <= 11; s++) codes |= (unsigned)(h->dc[h->td[c]].len[s] != 0) << s;
+    int per = 0;
+    for (int j = 0; j < nb; j++) per += comp[j] == c;
+    if ((nsteps[c] = dc_steps(diff[c], codes, steps[c], per * k)) < 0) return 0;
+  }
+  for (int x = 0; x < k; x++) {
+    int32_t dcb[10];
+    for (int j = 0; j < nb; j++) {
+      int c = comp[j];
+      dcb[j] = used[c] < nsteps[c] ? steps[c][used[c]] : 0;
+      used[c]++;
+    }
+    if (!write_mcu(w, h, comp, nb, dcb, ex, x == k - 1 ? nex : 0)) return 0;
+  }
+  return 1;
+}
+
+/* The MCUs a cut row's pad takes: the fewest that hold the steps of every component (1 ..
+ * CUT_PAD_MAX), 0 when none do. */
+static int pad_mcus(const jhead_t* h, const int* comp, int nb, const int32_t* diff) {
+  for (int k = 1; k <= CUT_PAD_MAX; k++) {
+    bitwriter_t count = {0};
+    if (write_pad(&count, h, comp, nb, diff, k, NULL, 0)) return k;
+  }
+  return 0;
+}
 
 /* The marks where row r's span of MCU columns [c0, c1) starts and ends (c1 = the row's
  * length: the next row's first MCU, or the data's end). */
@@ -831,37 +901,45 @@ int rill__jpeg_cut(const rill__jpeg_marks_t* m, const void* buf, size_t n, int x
   jhead_t hd, *hp = &hd;
   const uint8_t* p = buf;
   if (!parse_head(p, n, hp) || hp->width != m->width || hp->height != m->height || hp->ns != m->ncomp) return 0;
-  int width = (c1 < mx ? (c1 - c0) * m->mcu_w : m->width - c0 * m->mcu_w) + m->mcu_w;
-  int height = r1 < my - 1 ? (r1 - r0 + 1) * m->mcu_h : m->height - r0 * m->mcu_h;
-  if (width > 65535) return 0;
-  /* room: the head, each row's bytes with its pad MCU, the end */
+  /* room: the head, each row's bytes with its pad, the end; and the pad's MCUs: as many as
+   * the row that needs the most (the frame is one width) */
+  int comp[10], nb = mcu_blocks(hp, comp), pad = 1;
   size_t need = hp->data + 16;
   const mark_t *a, *e;
+  int32_t pred[3] = {0, 0, 0}; /* the decoder's DC predictions */
   for (int r = r0; r <= r1; r++) {
     row_span(m, r, c0, c1, &a, &e);
     if (a->at == UINT32_MAX || e->at == UINT32_MAX || e->at < a->at || (e->at >> 3) >= n) return 0;
-    need += (e->at >> 3) - (a->at >> 3) + CUT_ROW_EXTRA;
+    need += (e->at >> 3) - (a->at >> 3);
+    int32_t diff[3] = {0, 0, 0};
+    for (int c = 0; c < hp->ns; c++) diff[c] = a->dc[c] - pred[c], pred[c] = e->dc[c];
+    int k = pad_mcus(hp, comp, nb, diff);
+    if (k == 0) return 0;
+    if (k > pad) pad = k;
   }
+  need += (size_t)(r1 - r0 + 1) * CUT_ROW_EXTRA(pad);
+  int width = (c1 < mx ? (c1 - c0) * m->mcu_w : m->width - c0 * m->mcu_w) + pad * m->mcu_w;
+  int height = r1 < my - 1 ? (r1 - r0 + 1) * m->mcu_h : m->height - r0 * m->mcu_h;
+  if (width > 65535) return 0;
   if (need > *cap) {
     uint8_t* q = rill__alloc(need);
     if (!q) return RILL_ENOMEM;
     rill__free(*out);
     *out = q, *cap = need;
   }
-  int comp[10], nb = mcu_blocks(hp, comp);
   bitwriter_t bw = {.p = *out, .n = write_head(*out, p, hp, width, height)};
-  int32_t pred[3] = {0, 0, 0}; /* the decoder's DC predictions */
+  for (int c = 0; c < 3; c++) pred[c] = 0;
   for (int r = r0; r <= r1; r++) {
     row_span(m, r, c0, c1, &a, &e);
-    /* the pad MCU: sets the predictions the row's first MCU was coded against, and ends on
-     * the bit of its byte where that MCU starts */
+    /* the pad: sets the predictions the row's first MCU was coded against, and ends on the
+     * bit of its byte where that MCU starts */
     int32_t diff[3] = {0, 0, 0};
     for (int c = 0; c < hp->ns; c++) diff[c] = a->dc[c] - pred[c];
     extra_t ex[8];
     bitwriter_t count = {0};
-    if (!write_mcu(&count, hp, comp, nb, diff, ex, 0)) return 0;
+    if (!write_pad(&count, hp, comp, nb, diff, pad, ex, 0)) return 0;
     int at_bit = (int)(a->at & 7), nex = align_extras(hp, count.bits + (size_t)bw.cnt, at_bit, ex);
-    if (nex < 0 || !write_mcu(&bw, hp, comp, nb, diff, ex, nex) || bw.cnt != at_bit) return 0;
+    if (nex < 0 || !write_pad(&bw, hp, comp, nb, diff, pad, ex, nex) || bw.cnt != at_bit) return 0;
     /* the row's bits, from a to e: the bytes between them as they are in the file */
     size_t ab = a->at >> 3, eb = e->at >> 3;
     int e_bit = (int)(e->at & 7);
@@ -880,6 +958,6 @@ int rill__jpeg_cut(const rill__jpeg_marks_t* m, const void* buf, size_t n, int x
   }
   if (bw.cnt) put(&bw, 0xFF, 8 - bw.cnt); /* fill bits */
   bw.p[bw.n++] = 0xFF, bw.p[bw.n++] = 0xD9;
-  *cut = (rill__jpeg_cut_t){bw.n, (c0 - 1) * m->mcu_w, r0 * m->mcu_h, width, height};
+  *cut = (rill__jpeg_cut_t){bw.n, (c0 - pad) * m->mcu_w, r0 * m->mcu_h, width, height};
   return 1;
 }
