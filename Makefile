@@ -166,8 +166,13 @@ pytest: all venv
 	  PYTHONMALLOC=debug $(PYTEST); \
 	fi
 
+# Criterion's runner passes a test whose process LeakSanitizer reports at its exit (the report
+# is printed, the exit status is lost): the run's output is kept and searched for reports.
 check-asan:
-	$(MAKE) BUILD=build/asan OUT=build/asan SANITIZE=address,undefined test
+	@mkdir -p build/asan; set -o pipefail; \
+	$(MAKE) BUILD=build/asan OUT=build/asan SANITIZE=address,undefined test 2>&1 | tee build/asan/test.log; \
+	if grep -q -e "ERROR: LeakSanitizer" -e "ERROR: AddressSanitizer" -e "runtime error:" build/asan/test.log; then \
+	  echo "check-asan: sanitizer reports in the output above"; exit 1; fi
 
 # ThreadSanitizer: Criterion's test runner cannot start under TSan, so the threaded paths
 # (worker pool, prefetch, seek, epochs, errors, two iterators) are exercised by plain C
