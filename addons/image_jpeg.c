@@ -358,21 +358,25 @@ static boolean copy_more(j_compress_ptr c) {
 
 static void copy_end(j_compress_ptr c) { (void)c; }
 
-/* Does the file need a copy, and would the copy decode as the file does? After its header. */
+/* A progressive Huffman file of n bytes that cannot hold its blocks (each costs at least one
+ * bit per scan): truncated. After its header. */
+static int too_small_for_blocks(j_decompress_ptr c, size_t n) {
+  if (!c->progressive_mode || c->arith_code) return 0;
+  uint64_t blocks = 0;
+  for (int ci = 0; ci < c->num_components; ci++)
+    blocks += (uint64_t)c->comp_info[ci].width_in_blocks * c->comp_info[ci].height_in_blocks;
+  return (uint64_t)n * 8 < blocks;
+}
+
+/* Does the file need a copy, and would the copy decode as the file does? After its header
+ * (a truncated file gets none: its decode says so). */
 static int copy_wanted(j_decompress_ptr c, size_t n) {
   if (c->data_precision != 8 || c->total_iMCU_rows < 2) return 0;
   if (!(c->progressive_mode || c->arith_code || c->restart_interval || c->comps_in_scan < c->num_components)) return 0;
   if (c->num_components == 1) /* one component: marks need 1x1 sampling */
     return c->jpeg_color_space == JCS_GRAYSCALE && c->comp_info[0].h_samp_factor == 1 &&
            c->comp_info[0].v_samp_factor == 1;
-  if (c->num_components != 3 || c->jpeg_color_space != JCS_YCbCr) return 0;
-  if (c->progressive_mode && !c->arith_code) { /* too small for its blocks: truncated (jpeg_run says so) */
-    uint64_t blocks = 0;
-    for (int ci = 0; ci < c->num_components; ci++)
-      blocks += (uint64_t)c->comp_info[ci].width_in_blocks * c->comp_info[ci].height_in_blocks;
-    if ((uint64_t)n * 8 < blocks) return 0;
-  }
-  return 1;
+  return c->num_components == 3 && c->jpeg_color_space == JCS_YCbCr && !too_small_for_blocks(c, n);
 }
 
 /* The copy of the file in buf with its marks (every column mark that fits in `max` bytes
@@ -516,16 +520,10 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
   /* A progressive file is decoded into whole-image coefficient buffers allocated (and
    * zeroed) before any data is read. Each block costs at least one Huffman-coded bit per
    * scan, so a file too small for its blocks is truncated: reject it before that cost. */
-  if (c->progressive_mode && !c->arith_code) {
-    uint64_t blocks = 0;
-    for (int ci = 0; ci < c->num_components; ci++)
-      blocks += (uint64_t)c->comp_info[ci].width_in_blocks * c->comp_info[ci].height_in_blocks;
-    if ((uint64_t)n * 8 < blocks) {
-      jpeg_abort_decompress(c);
-      return rill_error_set(err, RILL_EFORMAT,
-                            "truncated JPEG data (%zu bytes cannot hold a %dx%d progressive image)", n,
-                            info.width, info.height);
-    }
+  if (too_small_for_blocks(c, n)) {
+    jpeg_abort_decompress(c);
+    return rill_error_set(err, RILL_EFORMAT, "truncated JPEG data (%zu bytes cannot hold a %dx%d progressive image)",
+                          n, info.width, info.height);
   }
   int channels = req->channels;
   size_t need = (size_t)g.w * (size_t)g.h * (size_t)channels;
@@ -680,8 +678,7 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
     if (copy_make(st, buf, n, req->copy_max, &m)) {
       rill__img_request_t r = *req;
       r.tail_verified = 1, r.marks = m, r.marks_out = NULL;
-      const uint8_t* made = rill__jpeg_marks_stream(m, &held);
-      int rc = jpeg_run(made, held, &r, dst, dst_size, out, NULL, err);
+      int rc = rill__jpeg_decode(buf, n, &r, dst, dst_size, out, err); /* decodes the copy */
       if (rc < 0) {
         rill__free(m);
         return rc;
