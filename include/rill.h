@@ -468,6 +468,11 @@ RILL_API int rill_iter_restore(rill_iter_t* it, const rill_iter_state_t* st);
  * the iterator, valid until its next call. For a NULL iterator: a static error. */
 RILL_API const rill_error_t* rill_iter_error(const rill_iter_t* it);
 RILL_API void rill_iter_stats(const rill_iter_t* it, rill_iter_stats_t* st);
+/* After fork(), in the child, an iterator the parent made with worker threads belongs to the
+ * parent: next, prefetch, seek, set_epoch and restore fail with RILL_EINVAL ("... made before
+ * fork() ..."), and rill_iter_free lets go of its dataframe without waiting for or touching
+ * what those threads were doing (its buffers stay the parent's copy-on-write pages). An
+ * iterator made with RILL_THREADS_NONE goes on in the child. */
 RILL_API void rill_iter_free(rill_iter_t* it);
 
 /* ---------------------------------------------------------------- native interchange view */

@@ -46,9 +46,13 @@ typedef struct rill__workers rill__workers_t;
  * in rill__workers_wait), started when fewer are parked. RILL_OK or RILL_ENOMEM. */
 int rill__workers_new(int nthreads, rill__workers_t** out);
 /* Frees a queue whose tasks have all finished or been cancelled, and parks its threads for
- * the next queue; NULL is a no-op. */
+ * the next queue; NULL is a no-op. Not for a queue rill__workers_forked reports. */
 void rill__workers_free(rill__workers_t* w);
 int rill__workers_count(const rill__workers_t* w);
+/* 1 in the child of a fork() for a queue made before it with threads: they were the
+ * parent's. Such a queue must not be used, waited for or freed there (one of its threads
+ * may have held its mutex at the fork); 0 otherwise, and for NULL. */
+int rill__workers_forked(const rill__workers_t* w);
 /* Queues `task` (memory owned by the caller until it has run or been cancelled) behind the
  * queued tasks whose group priority is lower or equal. */
 void rill__workers_submit(rill__workers_t* w, rill__task_t* task);

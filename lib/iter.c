@@ -226,8 +226,23 @@ static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
 
 /* ---------------------------------------------------------------- lifetime */
 
+/* An iterator the parent made with worker threads, in a fork's child: its threads do not
+ * exist there, and at the fork they may have held its locks (a queue's, an array pool's) or
+ * been half-way through its chunks. The child may only free it. */
+#define FORKED_MSG \
+  "%s: the iterator was made before fork() with worker threads, which do not exist in this process; free it " \
+  "and make a new one"
+
 void rill_iter_free(rill_iter_t* it) {
   if (!it) return;
+  if (rill__workers_forked(it->workers)) {
+    /* a fork's child: nothing its threads may have been using at the fork is touched (its
+     * buffers stay the parent's copy-on-write pages, which cost the child no memory); only
+     * the dataframe is let go */
+    rill__df_freeze(it->df, -1);
+    rill_df_free(it->df);
+    return;
+  }
   if (it->slots) {
     drop_all(it);
     for (int i = 0; i < it->nslots; i++) rill__chunk_destroy(&it->slots[i].chunk);
@@ -402,6 +417,7 @@ static int view_rebind(rill_array_t* v, const rill_array_t* src, int64_t i) {
 
 int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
   if (!it || !row) return rill__fail(err, RILL_EINVAL, "rill_iter_next: NULL argument");
+  if (rill__workers_forked(it->workers)) return rill__fail(err, RILL_EINVAL, FORKED_MSG, "rill_iter_next");
   for (;;) {
     if (it->cur_active) {
       rill__slot_t* s = &it->slots[it->head];
@@ -515,6 +531,7 @@ const rill_error_t* rill_iter_error(const rill_iter_t* it) { return it ? &it->la
 
 int rill_iter_prefetch(rill_iter_t* it, int n) {
   if (!it) return RILL_EINVAL;
+  if (rill__workers_forked(it->workers)) return iter_fail(it, RILL_EINVAL, FORKED_MSG, "rill_iter_prefetch");
   if (n < 0) return iter_fail(it, RILL_EINVAL, "rill_iter_prefetch: negative row count %d", n);
   schedule_upto(it, (n + it->chunk_rows - 1) / it->chunk_rows, 1);
   return RILL_OK;
@@ -522,6 +539,7 @@ int rill_iter_prefetch(rill_iter_t* it, int n) {
 
 int rill_iter_seek(rill_iter_t* it, int64_t row) {
   if (!it) return RILL_EINVAL;
+  if (rill__workers_forked(it->workers)) return iter_fail(it, RILL_EINVAL, FORKED_MSG, "rill_iter_seek");
   if (row < 0 || row > it->df->rows)
     return iter_fail(it, RILL_EINVAL, "rill_iter_seek: row %lld is outside 0..%lld", (long long)row,
                      (long long)it->df->rows);
@@ -533,6 +551,7 @@ int rill_iter_seek(rill_iter_t* it, int64_t row) {
 
 int rill_iter_set_epoch(rill_iter_t* it, int64_t epoch) {
   if (!it) return RILL_EINVAL;
+  if (rill__workers_forked(it->workers)) return iter_fail(it, RILL_EINVAL, FORKED_MSG, "rill_iter_set_epoch");
   drop_all(it);
   it->epoch = epoch;
   it->next_start = 0;
@@ -555,6 +574,7 @@ int rill_iter_save(const rill_iter_t* it, rill_iter_state_t* st) {
 int rill_iter_restore(rill_iter_t* it, const rill_iter_state_t* st) {
   if (!it) return RILL_EINVAL;
   if (!st) return iter_fail(it, RILL_EINVAL, "rill_iter_restore: the state is NULL");
+  if (rill__workers_forked(it->workers)) return iter_fail(it, RILL_EINVAL, FORKED_MSG, "rill_iter_restore");
   if (st->fingerprint != it->fingerprint)
     return iter_fail(it, RILL_EINVAL,
                      "rill_iter_restore: the state was saved by another pipeline (another dataframe or column "

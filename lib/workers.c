@@ -10,7 +10,9 @@
  * nobody. The pool's threads are joined when the process exits (or the library is
  * unloaded); those still serving a live iterator are left to the exit. In the child of a
  * fork() only the forking thread exists: the child's pool starts empty (pthread_atfork), and
- * a queue made before the fork neither waits for nor parks the parent's threads.
+ * a queue made before the fork is the parent's (rill__workers_forked): its threads do not
+ * exist there, and one of them may have held its mutex at the fork (putting itself to sleep
+ * after its last task), so the child never touches it.
  *
  * A queue: tasks ordered by priority (lower first; first in, first out among equal
  * priorities), guarded by one mutex. The iterator gives every chunk a priority that grows
@@ -205,10 +207,9 @@ __attribute__((destructor)) static void pool_exit(void) {
   }
 }
 
-/* Parks the sleeping threads of `list` (of pool generation `gen`) in the pool. */
-static void pool_park(pool_thread_t* list, uint64_t gen) {
+/* Parks the sleeping threads of `list` in the pool. */
+static void pool_park(pool_thread_t* list) {
   if (!list) return;
-  if (gen != atomic_load(&pool.gen)) return; /* a fork's child: the threads are the parent's */
   pthread_mutex_lock(&pool.mu);
   if (!pool.exiting) {
     pool_thread_t* last = list;
@@ -230,13 +231,12 @@ void rill__workers_free(rill__workers_t* w) {
   pthread_mutex_lock(&w->mu);
   w->stop = 1;
   /* every task has finished, but a thread woken for a task that another thread took may not
-   * be asleep yet (it will be at once); in a fork's child the parent's threads never will */
-  if (w->gen == atomic_load(&pool.gen))
-    while (w->nsleeping < w->nthreads) pthread_cond_wait(&w->done_cv, &w->mu);
+   * be asleep yet (it will be at once) */
+  while (w->nsleeping < w->nthreads) pthread_cond_wait(&w->done_cv, &w->mu);
   pool_thread_t* list = w->sleeping;
   w->sleeping = NULL;
   pthread_mutex_unlock(&w->mu);
-  pool_park(list, w->gen);
+  pool_park(list);
   pthread_cond_destroy(&w->done_cv);
   pthread_mutex_destroy(&w->mu);
   rill__free(w);
@@ -300,6 +300,10 @@ int rill__workers_new(int nthreads, rill__workers_t** out) {
 }
 
 int rill__workers_count(const rill__workers_t* w) { return w ? w->nthreads : 0; }
+
+int rill__workers_forked(const rill__workers_t* w) {
+  return w && w->nthreads > 0 && w->gen != atomic_load_explicit(&pool.gen, memory_order_relaxed);
+}
 
 void rill__workers_submit(rill__workers_t* w, rill__task_t* task) {
   int64_t p = prio_of(task);

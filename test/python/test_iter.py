@@ -1,4 +1,8 @@
 """rill.Iterator: rows, epochs, seek, resumable state, stats, close. Oracles: numpy."""
+import os
+import signal
+import warnings
+
 import numpy as np
 import pytest
 
@@ -150,3 +154,38 @@ def test_dunder_iter_and_repr():
     it = iter(df)
     assert isinstance(it, rill.Iterator)
     assert "4 rows" in repr(it)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_fork_child_refuses_the_parents_threaded_iterator():
+    it = pipeline().iter(threads=2)
+    first = ids(it, 10)
+    solo = pipeline().iter(threads=rill.THREADS_NONE)
+    solo_first = ids(solo, 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
+        pid = os.fork()
+    if pid == 0:
+        signal.alarm(30)  # a hang fails the test instead of blocking it
+        code = 0
+        try:
+            next(it)
+            code = 2
+        except rill.InvalidArgumentError as e:
+            if "made before fork()" not in str(e):
+                code = 3
+        except BaseException:
+            code = 4
+        try:
+            it.close()  # at once: nothing of the parent's threads is waited for
+            if ids(solo) != ids(pipeline().iter(threads=rill.THREADS_NONE))[10:]:
+                code = code or 5
+            if sorted(ids(pipeline().iter(threads=2))) != list(range(N)):
+                code = code or 6
+        except BaseException:
+            code = code or 7
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert sorted(first + ids(it)) == list(range(N))
+    assert len(solo_first) == 10

@@ -1,8 +1,8 @@
 /* ThreadSanitizer stress of the process-wide worker pool: threads reused by later iterators
  * and grown for larger ones, iterators made, used (errors, seeks, epochs) and freed on
- * several threads at once, some with work in flight, a fork() whose child uses rill, and an
- * exit with threads parked and an iterator still open. Prints "N passed, N failed" last;
- * exits non-zero on a failure. */
+ * several threads at once, some with work in flight, a fork() (and the parent's pool after
+ * it), and an exit with threads parked and an iterator still open. Prints "N passed, N
+ * failed" last; exits non-zero on a failure. */
 #include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -106,7 +106,7 @@ static void test_churn(int n0) {
   CHECK(pooled >= 4 && pooled <= NT * 3, "%d pool threads after the churn", pooled);
 }
 
-/* ---- fork(): the child uses rill; an iterator made before the fork is freed there */
+/* ---- fork(): an iterator made before the fork is freed in the child; the parent's pool goes on */
 
 static void test_fork(void) {
   rill_error_t err;
@@ -124,16 +124,13 @@ static void test_fork(void) {
   pid_t pid = fork();
   CHECK(pid >= 0, "fork failed");
   if (pid == 0) {
+    /* ThreadSanitizer stops checking in the child of a multi-threaded process, and its
+     * runtime may hold its own locks there (its allocator's: a child that allocates can hang
+     * in it): the child only frees the parent's iterator, which touches no lock, allocation
+     * or thread of the parent's. What a child does with rill is tested in test_threads.c. */
     alarm(60);
-    int code = 0;
     rill_iter_free(kept); /* must not wait for the parent's threads */
-    /* ThreadSanitizer does not support starting threads in the child of a multi-threaded
-     * process: the child iterates without worker threads here (test_threads.c starts them) */
-    worker_seen_t s2 = {.max_worker = -1};
-    if (worker_sum(ROWS, 1, RILL_THREADS_NONE, &s2) != ROWS_SUM) code = 2;
-    if (!code && atomic_load(&s2.on_workers) != 0) code = 3;
-    rill_df_free(df);
-    _exit(code);
+    _exit(0);
   }
   int status = 0;
   CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
