@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "addon.h"
 #include "rill_addons.h"
@@ -85,6 +86,7 @@ typedef struct conn {
   sqlite3_stmt* commit;
   sqlite3_stmt* load;         /* table mode: rowid, * over a rowid range (holding the table) */
   int busy;
+  pid_t pid;                  /* the process that opened db (a file's connection) */
   int big_cache;              /* page cache enlarged for point lookups */
   rowset_t rs;                /* the rows of the call using it (buffers reused) */
   int64_t* order;             /* point lookups: (rowid, row) pairs sorted by rowid, then the */
@@ -184,14 +186,24 @@ static int rowset_add(rowset_t* r, sqlite3_stmt* st, int ncols) {
   return RILL_OK;
 }
 
-static void conn_free(conn_t* c, int close_db) {
-  sqlite3_finalize(c->point);
-  sqlite3_finalize(c->range);
-  sqlite3_finalize(c->begin);
-  sqlite3_finalize(c->commit);
-  sqlite3_finalize(c->load);
+/* 1 for a file's connection opened by another process than `me` (getpid()): the parent,
+ * before a fork(). */
+static int conn_forked(const sq_t* s, const conn_t* c, pid_t me) { return s->path && c->pid != me; }
+
+/* Frees connection c of s: its statements, and its database unless it is the shared one.
+ * A connection the parent process opened before a fork() is not touched in the child
+ * (SQLite: a connection must not be used across fork(), and closing it is a use): only
+ * rill's own buffers are freed, SQLite's objects stay the parent's pages. */
+static void conn_free(const sq_t* s, conn_t* c, pid_t me) {
+  if (!conn_forked(s, c, me)) {
+    sqlite3_finalize(c->point);
+    sqlite3_finalize(c->range);
+    sqlite3_finalize(c->begin);
+    sqlite3_finalize(c->commit);
+    sqlite3_finalize(c->load);
+    if (c->db != s->shared_db) sqlite3_close(c->db);
+  }
   rill__free(c->order);
-  if (close_db) sqlite3_close(c->db);
   rowset_free(&c->rs);
   rill__free(c);
 }
@@ -207,10 +219,11 @@ static void held_free(held_t* h) {
 
 static void sq_unref(sq_t* s) {
   if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
+  pid_t me = getpid();
   while (s->conns) {
     conn_t* c = s->conns;
     s->conns = c->next;
-    conn_free(c, c->db != s->shared_db);
+    conn_free(s, c, me);
   }
   if (s->own_shared) sqlite3_close(s->shared_db);
   for (int64_t k = 0; k < s->nchunks; k++) rowset_free(&s->chunks[k]);
@@ -251,11 +264,27 @@ static int open_db(const char* path, int busy_ms, sqlite3** out, rill_error_t* e
 /* A free connection (with its statements in table mode): a new one when all are busy, or
  * the shared one once it is free (an in-memory or caller's database has only that one). */
 static conn_t* conn_get(sq_t* s, rill_error_t* err) {
+  conn_t* forked = NULL;
+  pid_t me = getpid();
   pthread_mutex_lock(&s->mu);
   for (;;) {
     conn_t* free_one = NULL;
-    for (conn_t* c = s->conns; c && !free_one; c = c->next)
+    for (conn_t** pp = &s->conns; *pp && !free_one;) {
+      conn_t* c = *pp;
+      if (conn_forked(s, c, me)) { /* the parent's, busy or not: never used here */
+        *pp = c->next;
+        c->next = forked;
+        forked = c;
+        continue;
+      }
       if (!c->busy) free_one = c;
+      pp = &c->next;
+    }
+    while (forked) {
+      conn_t* c = forked;
+      forked = c->next;
+      conn_free(s, c, me);
+    }
     if (free_one) {
       free_one->busy = 1;
       pthread_mutex_unlock(&s->mu);
@@ -278,6 +307,7 @@ static conn_t* conn_get(sq_t* s, rill_error_t* err) {
       rill__free(c);
       return NULL;
     }
+    c->pid = me;
   } else {
     c->db = s->shared_db;
   }
@@ -311,7 +341,7 @@ static void conn_put(sq_t* s, conn_t* c) {
   while (drop) {
     conn_t* x = drop;
     drop = x->next;
-    conn_free(x, 1);
+    conn_free(s, x, getpid());
   }
 }
 

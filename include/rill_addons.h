@@ -138,6 +138,8 @@ typedef struct rill_sqlite_opts {
  * The database is read with read() calls, not memory-mapped (PRAGMA mmap_size = 0), so a
  * file truncated by another process gives an SQLite error (RILL_ESQL) rather than SIGBUS.
  * Cells nulled under on_error NULL are counted in rill_iter_stats' `nulled`.
+ * After fork(), the child opens connections of its own to the file (an SQLite connection
+ * must not be used across a fork): those the parent opened are neither used nor closed there.
  * Errors: RILL_ESQL with sqlite3_errmsg and the SQL text (bad SQL, missing table, locked
  * database), RILL_EIO (the file cannot be opened), RILL_EINVAL, RILL_ENOMEM; RILL_ENOTSUP when
  * built without libsqlite3. Free with rill_df_free. */
@@ -145,7 +147,7 @@ RILL_API int rill_df_from_sqlite(const char* path, const char* sql, const rill_s
                                  int nparams, const rill_sqlite_opts_t* opts, rill_df_t** out,
                                  rill_error_t* err);
 /* The same over an open `sqlite3*` handle (borrowed: it must outlive the dataframe; rill
- * serialises its own use of it with a mutex). */
+ * serialises its own use of it with a mutex; across a fork() it is the caller's to manage). */
 RILL_API int rill_df_from_sqlite_db(void* db, const char* sql, const rill_sql_param_t* params,
                                     int nparams, const rill_sqlite_opts_t* opts, rill_df_t** out,
                                     rill_error_t* err);

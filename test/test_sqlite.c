@@ -1,5 +1,10 @@
-/* SQLite source: types, NULLs, parameters, table mode by rowid, errors. */
+/* SQLite source: types, NULLs, parameters, table mode by rowid, errors, fork(). */
+#include <dirent.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -225,6 +230,77 @@ Test(sqlite, file_table_by_rowid_shuffled_threads) {
   make_file_db(path, 3000, 1); /* rowids with gaps: the rowid list is used */
   check_table_read(path, 3000, 2);
   check_table_read(path, 3000, RILL_THREADS_NONE);
+}
+
+/* The descriptors of this process open on the file `path`; -1 when /proc cannot tell. */
+static int fds_on(const char* path) {
+  char want[PATH_MAX], got[PATH_MAX], link[300];
+  DIR* d = realpath(path, want) ? opendir("/proc/self/fd") : NULL;
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent* e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+    ssize_t k = readlink(link, got, sizeof got - 1);
+    if (k > 0) got[k] = 0, n += strcmp(got, want) == 0;
+  }
+  closedir(d);
+  return n;
+}
+
+/* Sums column v / 7 of table big over one pass in rowid order; -1 on an error. */
+static int64_t sum_in_order(rill_df_t* df) {
+  rill_error_t err = {0};
+  rill_iter_t* it;
+  if (rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err) != RILL_OK) return -1;
+  rill_row_t row;
+  int64_t sum = 0, nb;
+  int r;
+  while ((r = rill_iter_next(it, &row, &err)) == RILL_OK)
+    sum += *(const int64_t*)rill_array_cell(rill_row_get(&row, 1), 0, &nb) / 7;
+  rill_iter_free(it);
+  return r == RILL_END ? sum : -1;
+}
+
+/* fork(): SQLite's connections must not be used across a fork, so the child never uses the
+ * one the parent opened: it opens its own (one more descriptor on the file), reads every
+ * row, and closes only its own when the dataframe is freed; the parent goes on with its
+ * connection. */
+Test(sqlite, a_forked_child_opens_its_own_connection) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/forked.db", rt_tmpdir());
+  make_file_db(path, 2000, 0);
+  const int64_t all = 2000 * 1999 / 2;
+  rill_error_t err = {0};
+  rill_df_t* df;
+  RT_OK(rill_df_from_sqlite(path, "big", NULL, 0, NULL, &df, &err), err);
+  cr_assert_eq(sum_in_order(df), all);
+  int parent_fds = fds_on(path);
+  if (parent_fds < 0) cr_skip_test("/proc/self/fd cannot be read");
+  cr_assert_eq(parent_fds, 1, "the parent's one connection");
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    alarm(30);
+    int code = 0;
+    if (sum_in_order(df) != all) code = 2;
+    if (!code && fds_on(path) != 2) code = 3; /* the parent's (left alone) and its own */
+    if (!code && sum_in_order(df) != all) code = 4;
+    if (!code && fds_on(path) != 2) code = 5; /* its own connection is reused */
+    rill_df_free(df);
+    if (!code && fds_on(path) != 1) code = 6; /* its own closed, the parent's not touched */
+    _exit(code);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status), "the child did not exit (signal %d)", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  cr_assert_eq(WEXITSTATUS(status), 0, "the child failed with code %d", WEXITSTATUS(status));
+  cr_assert_eq(sum_in_order(df), all);
+  cr_assert_eq(fds_on(path), 1);
+  rill_df_free(df);
+  cr_assert_eq(fds_on(path), 0);
+  remove(path);
 }
 
 /* Cell r of column x of table w: text of (r * 37) % 300 bytes, NULL, an integer or a real. */
