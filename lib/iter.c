@@ -239,8 +239,10 @@ void rill_iter_free(rill_iter_t* it) {
     /* a fork's child: nothing its threads may have been using at the fork is touched (its
      * buffers stay the parent's copy-on-write pages, which cost the child no memory); only
      * the dataframe is let go */
-    rill__df_freeze(it->df, -1);
-    rill_df_free(it->df);
+    if (it->df) {
+      rill__df_freeze(it->df, -1);
+      rill_df_free(it->df);
+    }
     return;
   }
   if (it->slots) {
