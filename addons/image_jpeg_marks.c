@@ -26,7 +26,7 @@
 #include "image_internal.h"
 
 #define MARKS_MAX 16   /* row marks per file: 12 B each */
-#define LOOK 10        /* Huffman codes up to this length decode by one table lookup */
+#define LOOK 13        /* Huffman codes up to this length decode by one table lookup */
 
 typedef struct mark {
   uint32_t at;        /* byte << 3 | bits of that byte the MCUs before used; UINT32_MAX: unusable */
@@ -55,24 +55,33 @@ struct rill__jpeg_marks {
 
 /* ---------------------------------------------------------------- headers and tables */
 
+/* A Huffman table as a file defines it, with its codes (for writing pads). */
 typedef struct htab {
-  int present, derived;      /* derived: the decoding tables below are made */
+  int present;
   uint8_t bits[17];          /* codes of each length 1..16 */
   uint8_t vals[256];
   int nvals;
-  /* decoding (derived on demand) */
+  uint16_t code[256];
+  uint8_t len[256];          /* 0: the symbol has no code */
+} htab_t;
+
+/* The decoding tables of a Huffman table (derived once per thread: table_cache_t), 19 KB a
+ * DC table and 49 KB an AC one: outside jhead_t, which lives on the stack. */
+typedef struct hdec {
+  int derived, ac;           /* ac: skip and run are made (an AC table) */
+  uint8_t bits[17];          /* the table: codes of each length, symbols */
+  uint8_t vals[256];
+  int nvals;
   int32_t maxcode[18], valoff[17];
   uint16_t look[1 << LOOK];  /* len << 8 | symbol; 0: a longer code (or none) */
   uint16_t skip[1 << LOOK];  /* AC: a code and its value bits within LOOK bits, as the pass
                                 uses them: bits to drop | coefficients passed << 5 | SKIP_END
                                 (the block ends); 0: decode the symbol */
   uint16_t run[1 << LOOK];   /* AC: the codes with their value bits that fit whole in LOOK
-                                bits, as many as fit: bits to drop | coefficients passed << 4
-                                | RUN_END (the last code ends the block); 0: none fits */
-  /* encoding */
-  uint16_t code[256];
-  uint8_t len[256];          /* 0: the symbol has no code */
-} htab_t;
+                                bits, as many as fit and pass fewer than 64 coefficients:
+                                bits to drop | coefficients passed << 4 | RUN_END (the last
+                                code ends the block); 0: none fits */
+} hdec_t;
 
 typedef struct jhead {
   int width, height, nf, hmax, vmax;
@@ -104,11 +113,9 @@ static int derive_codes(htab_t* t) {
 #define SKIP_END 0x8000
 #define RUN_END 0x8000
 
-static void derive_decode(htab_t* t) {
-  if (t->derived) return; /* tables shared by components are made once */
-  t->derived = 1;
+static void derive_decode(hdec_t* t) {
   memset(t->look, 0, sizeof t->look);
-  memset(t->skip, 0, sizeof t->skip);
+  if (t->ac) memset(t->skip, 0, sizeof t->skip);
   int32_t code = 0;
   int k = 0;
   for (int l = 1; l <= 16; l++) {
@@ -119,7 +126,7 @@ static void derive_decode(htab_t* t) {
           int span = 1 << (LOOK - l);
           for (int j = 0; j < span; j++) t->look[(code << (LOOK - l)) | j] = (uint16_t)(l << 8 | t->vals[k]);
           int r = t->vals[k] >> 4, s = t->vals[k] & 15;
-          if (l + s <= LOOK) {
+          if (t->ac && l + s <= LOOK) {
             uint16_t e = (uint16_t)(l + s) | (uint16_t)((s ? r + 1 : 16) << 5) | (s == 0 && r != 15 ? SKIP_END : 0);
             for (int j = 0; j < span; j++) t->skip[(code << (LOOK - l)) | j] = e;
           }
@@ -131,6 +138,8 @@ static void derive_decode(htab_t* t) {
     code <<= 1;
   }
   t->maxcode[17] = INT32_MAX;
+  t->derived = 1;
+  if (!t->ac) return;
   /* the run of whole codes at the top of each window, one code at a time from the one-code
    * table (a code and value no longer than the bits left are decided by them: the window's
    * low bits, zeros here, do not matter) */
@@ -139,6 +148,7 @@ static void derive_decode(htab_t* t) {
     while (used < LOOK && !end) {
       uint16_t e = t->skip[(i << used) & ((1 << LOOK) - 1)];
       if (!e || used + (e & 31) > LOOK) break;
+      if (!(e & SKIP_END) && passed + ((e >> 5) & 31) > 63) break; /* no block passes more */
       used += e & 31;
       if (e & SKIP_END) end = 1;
       else passed += (e >> 5) & 31;
@@ -148,24 +158,21 @@ static void derive_decode(htab_t* t) {
 }
 
 /* Decoding tables derived once per thread for the Huffman tables met last (the files of a
- * dataset mostly share theirs), found by the tables' code lengths and symbols. A scan uses
- * at most 6 tables; the entries a walk has found (`*held`, a bit each) are not replaced
+ * dataset mostly share theirs), found by the tables' class, code lengths and symbols. A scan
+ * uses at most 6 tables; the entries a walk has found (`*held`, a bit each) are not replaced
  * while it looks up the others, so 8 entries always leave one to replace. */
 enum { TABLE_CACHE = 8 };
 typedef struct table_cache {
-  htab_t t[TABLE_CACHE];
+  hdec_t t[TABLE_CACHE];
   unsigned next; /* the entry replaced next */
 } table_cache_t;
 static const rill__scratch_kind_t cache_kind = {sizeof(table_cache_t), NULL};
 
-static const htab_t* derived(htab_t* t, table_cache_t* cache, unsigned* held) {
-  if (!cache) {
-    derive_decode(t);
-    return t;
-  }
+/* The decoding tables of t (an AC table when `ac`), from the cache. */
+static const hdec_t* derived(const htab_t* t, int ac, table_cache_t* cache, unsigned* held) {
   for (int i = 0; i < TABLE_CACHE; i++) {
-    const htab_t* c = &cache->t[i];
-    if (c->derived && c->nvals == t->nvals && !memcmp(c->bits, t->bits, sizeof t->bits) &&
+    const hdec_t* c = &cache->t[i];
+    if (c->derived && c->ac == ac && c->nvals == t->nvals && !memcmp(c->bits, t->bits, sizeof t->bits) &&
         !memcmp(c->vals, t->vals, (size_t)t->nvals)) {
       *held |= 1u << i;
       return c;
@@ -173,10 +180,10 @@ static const htab_t* derived(htab_t* t, table_cache_t* cache, unsigned* held) {
   }
   while (*held & 1u << (cache->next % TABLE_CACHE)) cache->next++;
   *held |= 1u << (cache->next % TABLE_CACHE);
-  htab_t* c = &cache->t[cache->next++ % TABLE_CACHE];
+  hdec_t* c = &cache->t[cache->next++ % TABLE_CACHE];
   memcpy(c->bits, t->bits, sizeof t->bits);
   memcpy(c->vals, t->vals, (size_t)t->nvals);
-  c->nvals = t->nvals, c->present = 1, c->derived = 0;
+  c->nvals = t->nvals, c->ac = ac, c->derived = 0;
   derive_decode(c);
   return c;
 }
@@ -201,7 +208,7 @@ int rill__jpeg_segment(const uint8_t* p, size_t n, size_t* i, const uint8_t** se
 /* Reads the segments up to the first scan header. 0: not a file the marks can follow. */
 static int parse_head(const uint8_t* p, size_t n, jhead_t* h) {
   memset(h, 0, offsetof(jhead_t, dc));
-  for (int i = 0; i < 4; i++) h->dc[i].present = h->ac[i].present = h->dc[i].derived = h->ac[i].derived = 0;
+  for (int i = 0; i < 4; i++) h->dc[i].present = h->ac[i].present = 0;
   if (n < 4 || p[0] != 0xFF || p[1] != 0xD8) return 0;
   size_t i = 2;
   int sof = 0;
@@ -246,7 +253,7 @@ static int parse_head(const uint8_t* p, size_t n, jhead_t* h) {
           for (int v = 0; v < total; v++)
             if (t->vals[v] > 15) return 0;
         if (!derive_codes(t)) return 0;
-        t->present = 1, t->derived = 0; /* a table may be defined again */
+        t->present = 1; /* a table may be defined again */
         k += 17 + (size_t)total;
       }
     } else if (m == 0xDD) {
@@ -348,7 +355,7 @@ static inline bits_t refill(source_t* s, bits_t b) {
 #define DROP(b, l) ((b).buf <<= (l), (b).cnt -= (l))
 
 /* The next symbol of t (needs 16 bits buffered); -1 for a code the table lacks. */
-static inline int decode(bits_t* b, const htab_t* t) {
+static inline int decode(bits_t* b, const hdec_t* t) {
   uint16_t e = t->look[b->buf >> (64 - LOOK)];
   if (e) {
     DROP(*b, e >> 8);
@@ -383,7 +390,7 @@ static uint32_t position(const source_t* s, bits_t b) {
 
 /* One block as libjpeg reads it (jdhuff.c: a coefficient index may run past 63 on a last
  * run, which libjpeg accepts). 0 on a code the tables lack. */
-static inline int walk_block(source_t* src, bits_t* bp, const htab_t* dc, const htab_t* ac, int32_t* pred) {
+static inline int walk_block(source_t* src, bits_t* bp, const hdec_t* dc, const hdec_t* ac, int32_t* pred) {
   bits_t b = *bp;
   if (b.cnt < 32) b = refill(src, b);
   int s = decode(&b, dc);
@@ -527,11 +534,12 @@ static int walk_marks(rill__jpeg_marks_t* m, jhead_t* h, const uint8_t* buf, siz
   int mx, my, comp[10];
   mcu_grid(h, &mx, &my);
   int nb = mcu_blocks(h, comp);
-  table_cache_t* cache = rill__scratch(&cache_kind); /* NULL (out of memory): derived in place */
-  const htab_t *dct[3], *act[3];
+  table_cache_t* cache = rill__scratch(&cache_kind);
+  if (!cache) return 0; /* out of memory: no marks */
+  const hdec_t *dct[3], *act[3];
   unsigned held = 0;
   for (int c = 0; c < h->ns; c++)
-    dct[c] = derived(&h->dc[h->td[c]], cache, &held), act[c] = derived(&h->ac[h->ta[c]], cache, &held);
+    dct[c] = derived(&h->dc[h->td[c]], 0, cache, &held), act[c] = derived(&h->ac[h->ta[c]], 1, cache, &held);
   source_t src = {.p = buf, .n = n, .pos = h->data};
   bits_t b = {0, 0};
   int32_t pred[3] = {0, 0, 0};
