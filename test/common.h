@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "rill.h"
 #include "rill_addons.h"
@@ -54,6 +56,25 @@ static inline rill_iter_t* rt_second_batch_of_two(rill_df_t* df, rill_df_t** b, 
   RT_OK(rill_iter_next(it, row, &err), err);
   RT_OK(rill_iter_next(it, row, &err), err);
   return it;
+}
+
+/* fork() for a test whose child checks what it can and _exits with 0 or the number of the
+ * check that failed (Criterion's assertions belong to the parent): the child has 30 s
+ * before an alarm ends it, so that a hang fails the test instead of blocking it. */
+static inline pid_t rt_fork(void) {
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1, "fork failed");
+  if (pid == 0) alarm(30);
+  return pid;
+}
+
+/* Waits for the child of rt_fork; fails unless it exited with 0. */
+static inline void rt_child_passed(pid_t pid) {
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status), "the child did not exit (signal %d)", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  cr_assert_eq(WEXITSTATUS(status), 0, "the child failed with code %d", WEXITSTATUS(status));
 }
 
 /* The repository root (tests read test/data from there). */

@@ -1,9 +1,7 @@
 /* SQLite source: types, NULLs, parameters, table mode by rowid, errors, fork(). */
 #include <dirent.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdint.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -278,11 +276,8 @@ Test(sqlite, a_forked_child_opens_its_own_connection) {
   int parent_fds = fds_on(path);
   if (parent_fds < 0) cr_skip_test("/proc/self/fd cannot be read");
   cr_assert_eq(parent_fds, 1, "the parent's one connection");
-  fflush(NULL);
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
+  pid_t pid = rt_fork();
   if (pid == 0) {
-    alarm(30);
     int code = 0;
     if (sum_in_order(df) != all) code = 2;
     if (!code && fds_on(path) != 2) code = 3; /* the parent's (left alone) and its own */
@@ -292,10 +287,7 @@ Test(sqlite, a_forked_child_opens_its_own_connection) {
     if (!code && fds_on(path) != 1) code = 6; /* its own closed, the parent's not touched */
     _exit(code);
   }
-  int status = 0;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  cr_assert(WIFEXITED(status), "the child did not exit (signal %d)", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  cr_assert_eq(WEXITSTATUS(status), 0, "the child failed with code %d", WEXITSTATUS(status));
+  rt_child_passed(pid);
   cr_assert_eq(sum_in_order(df), all);
   cr_assert_eq(fds_on(path), 1);
   rill_df_free(df);
