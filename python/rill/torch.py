@@ -32,6 +32,10 @@ random augmentations); :meth:`Loader.set_epoch` chooses it explicitly, as with a
 prefetch depth, so :meth:`Loader.state_dict` / :meth:`Loader.load_state_dict` resume a pass
 exactly where it stopped.
 
+fork(): a loader can be used in a child process (``multiprocessing`` with the fork start
+method): the child's first pass makes an iterator of its own (the parent's worker threads do
+not exist there); a pass the parent had started cannot go on in the child.
+
 Distributed training: when ``torch.distributed`` is initialised (or ``rank``/``world`` are
 given), every rank shuffles with the same seed and then takes its shard (rows ``rank``,
 ``rank + world``, ...), so the ranks together see every row exactly once per epoch. Give
@@ -39,6 +43,7 @@ every rank the same ``seed``.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -237,6 +242,7 @@ class Loader:
         self._emit = emit
         self._tensor = [n in self._tensor_columns for n in names]
         self._it: Any = None
+        self._it_pid = 0  # the process that made _it
         self._next_epoch = int(epoch)
         self._epoch = int(epoch)
         self._pending: Optional[Dict[str, Any]] = None
@@ -270,10 +276,16 @@ class Loader:
     # ------------------------------------------------------------------ iteration
 
     def _iterator(self) -> Any:
+        if self._it is not None and self._it_pid != os.getpid():
+            # made by the parent before a fork(): its worker threads are the parent's, so a
+            # child's pass gets an iterator of its own (closing the old one waits for nothing)
+            self._it.close()
+            self._it = None
         if self._it is None:
             self._it = self._frame.iter(self._emit, prefetch=self.prefetch,
                                         threads=self.threads, seed=self.seed,
                                         epoch=self._next_epoch)
+            self._it_pid = os.getpid()
         return self._it
 
     def __iter__(self) -> Iterator[Union[Dict[str, Any], Tuple[Any, ...]]]:
