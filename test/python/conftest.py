@@ -10,6 +10,10 @@ build/data/corpus, made by ``make data``).
 """
 import os
 import pathlib
+import signal
+import sys
+import traceback
+import warnings
 
 import pytest
 
@@ -55,3 +59,31 @@ def variable_shape_table():
         b"ARROW:extension:name": b"arrow.variable_shape_tensor",
         b"ARROW:extension:metadata": b'{"uniform_shape":[null,3]}'})
     return pa.Table.from_arrays([storage], schema=pa.schema([field]))
+
+
+@pytest.fixture
+def in_forked_child():
+    """run(check): calls check() in a forked child (skipped where there is no os.fork) and
+    fails the test unless the child exits with 0: check() returned, within 30 s (an alarm
+    ends a hang); a failed assertion or any exception in it prints its traceback and exits 1."""
+    if not hasattr(os, "fork"):
+        pytest.skip("no os.fork on this platform")
+
+    def run(check):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
+            pid = os.fork()
+        if pid == 0:
+            signal.alarm(30)
+            code = 0
+            try:
+                check()
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stderr.flush()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the child ended with status {status:#x}"
+
+    return run

@@ -1,9 +1,6 @@
 """rill.torch.Loader: zero-copy tensors, outputs, epochs, resuming, sharding, devices and a
 training step."""
 import gc
-import os
-import signal
-import warnings
 
 import numpy as np
 import pytest
@@ -322,8 +319,7 @@ def test_which_dtypes_become_tensors():
     assert isinstance(b["t"], rill.Array) and len(b["t"]) == 4
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
-def test_loader_passes_in_a_forked_child():
+def test_loader_passes_in_a_forked_child(in_forked_child):
     """A forked child's pass gets an iterator of its own with the same batches; the parent's
     pass, started before the fork, refuses to go on there; the parent goes on."""
     df, _ = frame()
@@ -335,26 +331,12 @@ def test_loader_passes_in_a_forked_child():
     loader.set_epoch(0)
     started = iter(loader)
     first = next(started)["y"].tolist()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
-        pid = os.fork()
-    if pid == 0:
-        signal.alarm(30)  # a hang fails the test instead of blocking it
-        code = 0
-        try:
+
+    def child():
+        with pytest.raises(rill.InvalidArgumentError, match=r"made before fork\(\)"):
             next(started)
-            code = 2
-        except rill.InvalidArgumentError as e:
-            code = 0 if "made before fork()" in str(e) else 3
-        except BaseException:
-            code = 4
-        try:
-            loader.set_epoch(1)
-            if ys(loader) != e1:
-                code = code or 5
-        except BaseException:
-            code = code or 6
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        loader.set_epoch(1)
+        assert ys(loader) == e1
+
+    in_forked_child(child)
     assert [first] + [b["y"].tolist() for b in started] == e0
