@@ -841,6 +841,16 @@ static int dc_steps(int32_t d, unsigned codes, int32_t* step, int max) {
   return n;
 }
 
+/* The steps of dc_steps for scan component c's DC difference d, in `k` MCUs of `nb` blocks
+ * (comp: their components); -1 when they do not hold them. */
+static int component_steps(const jhead_t* h, const int* comp, int nb, int c, int32_t d, int k, int32_t* step) {
+  unsigned codes = 0; /* bit s: the component's DC table codes category s */
+  for (int s = 0; s <= 11; s++) codes |= (unsigned)(h->dc[h->td[c]].len[s] != 0) << s;
+  int per = 0;
+  for (int j = 0; j < nb; j++) per += comp[j] == c;
+  return dc_steps(d, codes, step, per * k);
+}
+
 /* A cut row's pad: `k` MCUs whose DC differences sum to diff[c] for each component (in the
  * steps of dc_steps over the component's blocks, in order), the extras in the last one. 0
  * when a code is missing or k MCUs do not hold the steps. */
@@ -848,13 +858,8 @@ static int write_pad(bitwriter_t* w, const jhead_t* h, const int* comp, int nb, 
                      const extra_t* ex, int nex) {
   int32_t steps[3][10 * CUT_PAD_MAX];
   int nsteps[3] = {0, 0, 0}, used[3] = {0, 0, 0};
-  for (int c = 0; c < h->ns; c++) {
-    unsigned codes = 0;
-    for (int s = 0; s <= 11; s++) codes |= (unsigned)(h->dc[h->td[c]].len[s] != 0) << s;
-    int per = 0;
-    for (int j = 0; j < nb; j++) per += comp[j] == c;
-    if ((nsteps[c] = dc_steps(diff[c], codes, steps[c], per * k)) < 0) return 0;
-  }
+  for (int c = 0; c < h->ns; c++)
+    if ((nsteps[c] = component_steps(h, comp, nb, c, diff[c], k, steps[c])) < 0) return 0;
   for (int x = 0; x < k; x++) {
     int32_t dcb[10];
     for (int j = 0; j < nb; j++) {
@@ -870,11 +875,15 @@ static int write_pad(bitwriter_t* w, const jhead_t* h, const int* comp, int nb, 
 /* The MCUs a cut row's pad takes: the fewest that hold the steps of every component (1 ..
  * CUT_PAD_MAX), 0 when none do. */
 static int pad_mcus(const jhead_t* h, const int* comp, int nb, const int32_t* diff) {
-  for (int k = 1; k <= CUT_PAD_MAX; k++) {
-    bitwriter_t count = {0};
-    if (write_pad(&count, h, comp, nb, diff, k, NULL, 0)) return k;
+  int k = 1;
+  for (int c = 0; c < h->ns; c++) {
+    int32_t steps[10 * CUT_PAD_MAX];
+    int n = component_steps(h, comp, nb, c, diff[c], CUT_PAD_MAX, steps), per = 0;
+    if (n < 0) return 0;
+    for (int j = 0; j < nb; j++) per += comp[j] == c;
+    if ((n + per - 1) / per > k) k = (n + per - 1) / per;
   }
-  return 0;
+  return k;
 }
 
 /* The marks where row r's span of MCU columns [c0, c1) starts and ends (c1 = the row's
