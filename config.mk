@@ -11,8 +11,14 @@ USE_SQLITE ?= auto
 SANITIZE ?=
 OPT      ?= -O2
 # Where objects go and where lib/ and bin/ outputs go (sanitizer builds use build/<name>).
-BUILD ?= build
-OUT   ?= .
+# Taken from the command line only: an environment variable of the same name (OUT and BUILD
+# are common names) must not move the library away from where setup.py and the tests look.
+ifneq ($(origin BUILD),command line)
+BUILD := build
+endif
+ifneq ($(origin OUT),command line)
+OUT := .
+endif
 # Python of the test virtual environment: Debian's, whose python3-torch the tests use as an
 # oracle (the environment sees Debian's site-packages).
 PYTHON ?= /usr/bin/python3
