@@ -230,6 +230,10 @@ RILL_API const void* rill_array_cell(const rill_array_t* a, int64_t i, int64_t* 
 RILL_API int rill_array_cell_shape(const rill_array_t* a, int64_t i, int64_t* shape);
 /* Host-side wait for the array's event (no-op on host arrays). */
 RILL_API int rill_array_sync(const rill_array_t* a, rill_error_t* err);
+/* Orders the work enqueued later on `cuda_stream` (a cudaStream_t of the array's device; NULL =
+ * the legacy default stream) after the array's data is ready; the host does not wait. No-op
+ * on arrays without an event (host arrays, data already complete). */
+RILL_API int rill_array_stream_wait(const rill_array_t* a, void* cuda_stream, rill_error_t* err);
 
 /* ---------------------------------------------------------------- streams */
 
@@ -238,6 +242,14 @@ typedef struct rill_stream rill_stream_t;
 RILL_API rill_stream_t* rill_stream_new_cpu(void);     /* NULL only when out of memory */
 /* A CUDA stream on `device`. Without CUDA support or a device: RILL_ENODEV with a message. */
 RILL_API int rill_stream_new_cuda(int device, rill_stream_t** out, rill_error_t* err);
+/* A rill stream over the caller's CUDA stream `cuda_stream` (a cudaStream_t of `device`, e.g.
+ * the training loop's; NULL = the legacy default stream), to give an iterator as its consumer
+ * stream (rill_iter_opts_t.stream): batches are then ordered on it with events (no host wait),
+ * and their device memory is reused only after the work enqueued on it before the iterator
+ * moved past them. rill_stream_free frees the wrapper, never the CUDA stream, which must
+ * outlive the wrapper. RILL_EINVAL when the stream belongs to another device; RILL_ENODEV
+ * without CUDA or a device. */
+RILL_API int rill_stream_wrap_cuda(int device, void* cuda_stream, rill_stream_t** out, rill_error_t* err);
 RILL_API void* rill_stream_cuda_handle(const rill_stream_t* s); /* cudaStream_t, NULL for CPU */
 RILL_API rill_device_t rill_stream_device(const rill_stream_t* s);
 RILL_API int rill_stream_synchronize(rill_stream_t* s, rill_error_t* err);

@@ -100,5 +100,7 @@ void rill__cell_view(const rill_array_t* a, int64_t i, rill__cell_t* out);
  * stream, else waits on the host. A NULL event is ready. RILL_OK, or the CUDA error
  * (RILL_ECUDA / RILL_ENODEV) with its name in err. */
 int rill__event_wait(void* event, void* stream, rill_error_t* err);
+/* CUDA's handle of the legacy default stream (cudaStreamLegacy), for files without its headers. */
+#define RILL__CUDA_STREAM_LEGACY ((void*)0x1)
 
 #endif /* RILL_ADDON_H */

@@ -642,6 +642,12 @@ int rill_array_sync(const rill_array_t* a, rill_error_t* err) {
   return rill__event_wait(a->event, NULL, err);
 }
 
+int rill_array_stream_wait(const rill_array_t* a, void* cuda_stream, rill_error_t* err) {
+  if (!a) return rill__fail(err, RILL_EINVAL, "rill_array_stream_wait: NULL array");
+  if (a->event == NULL) return RILL_OK;
+  return rill__event_wait(a->event, cuda_stream != NULL ? cuda_stream : RILL__CUDA_STREAM_LEGACY, err);
+}
+
 /* ---------------------------------------------------------------- addon helpers */
 
 int rill__array_var_commit(rill_array_t* a, int64_t n) {

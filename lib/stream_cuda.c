@@ -18,6 +18,7 @@
 struct rill_stream {
   rill_device_t device;
   void* handle; /* cudaStream_t for CUDA streams, NULL for CPU */
+  int borrowed; /* rill_stream_wrap_cuda: the caller's stream, never destroyed here */
 };
 
 /* ---------------------------------------------------------------- CPU streams */
@@ -51,6 +52,12 @@ int rill__cuda_check_device(int device, rill_error_t* err) {
 
 int rill_stream_new_cuda(int device, rill_stream_t** out, rill_error_t* err) {
   if (out == NULL) return rill__fail(err, RILL_EINVAL, "rill_stream_new_cuda: out is NULL");
+  *out = NULL;
+  return rill__cuda_check_device(device, err);
+}
+
+int rill_stream_wrap_cuda(int device, void* cuda_stream, rill_stream_t** out, rill_error_t* err) {
+  if (out == NULL) return rill__fail(err, RILL_EINVAL, "rill_stream_wrap_cuda: out is NULL");
   *out = NULL;
   return rill__cuda_check_device(device, err);
 }
@@ -214,6 +221,36 @@ int rill_stream_new_cuda(int device, rill_stream_t** out, rill_error_t* err) {
   return RILL_OK;
 }
 
+int rill_stream_wrap_cuda(int device, void* cuda_stream, rill_stream_t** out, rill_error_t* err) {
+  if (out == NULL) return rill__fail(err, RILL_EINVAL, "rill_stream_wrap_cuda: out is NULL");
+  *out = NULL;
+  int rc = set_device(device, err);
+  if (rc != RILL_OK) return rc;
+  /* NULL names the legacy default stream: its own handle keeps it apart from CPU streams */
+  cudaStream_t cs = cuda_stream != NULL ? (cudaStream_t)cuda_stream : cudaStreamLegacy;
+#if CUDART_VERSION >= 12080
+  if (cs != cudaStreamLegacy && cs != cudaStreamPerThread) {
+    int d = -1;
+    cudaError_t e = cudaStreamGetDevice(cs, &d);
+    if (e != cudaSuccess) return cuda_fail(err, e, "rill_stream_wrap_cuda: cudaStreamGetDevice");
+    if (d != device)
+      return rill__fail(err, RILL_EINVAL, "rill_stream_wrap_cuda: the stream belongs to CUDA device %d, not %d",
+                        d, device);
+  }
+#endif
+  rill_stream_t* s = rill__calloc(1, sizeof(*s));
+  if (s == NULL) return rill__fail(err, RILL_ENOMEM, "out of memory wrapping a CUDA stream");
+  s->device = (rill_device_t){RILL_DEVICE_CUDA, device};
+  s->handle = cs;
+  s->borrowed = 1;
+  if (registry_add(s) != RILL_OK) {
+    rill__free(s);
+    return rill__fail(err, RILL_ENOMEM, "out of memory wrapping a CUDA stream");
+  }
+  *out = s;
+  return RILL_OK;
+}
+
 int rill_stream_synchronize(rill_stream_t* s, rill_error_t* err) {
   if (s == NULL) return rill__fail(err, RILL_EINVAL, "rill_stream_synchronize: stream is NULL");
   if (s->handle == NULL) return RILL_OK;
@@ -227,7 +264,7 @@ void rill_stream_free(rill_stream_t* s) {
     registry_remove(s);
     /* Pending work completes before the stream's resources go (CUDA's documented behaviour
      * for cudaStreamDestroy); blocks that recorded events on it keep valid events. */
-    cudaStreamDestroy((cudaStream_t)s->handle);
+    if (!s->borrowed) cudaStreamDestroy((cudaStream_t)s->handle);
   }
   rill__free(s);
 }

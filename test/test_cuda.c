@@ -82,6 +82,39 @@ Test(cuda, cuda_stream_bad_arguments) {
   RT_FAILS(rill_stream_new_cuda(0, NULL, &err), RILL_EINVAL, "out is NULL", err);
 }
 
+Test(cuda, wrapped_stream_without_device) {
+  skip_if_device();
+  rill_error_t err = {0};
+  rill_stream_t* s = (rill_stream_t*)&err; /* must be reset to NULL */
+  RT_FAILS(rill_stream_wrap_cuda(0, (void*)0x1234, &s, &err), RILL_ENODEV, NODEV_TEXT, err);
+  cr_assert_null(s);
+  RT_FAILS(rill_stream_wrap_cuda(0, NULL, &s, &err), RILL_ENODEV, NODEV_TEXT, err); /* legacy default */
+  cr_assert_null(s);
+}
+
+Test(cuda, wrapped_stream_bad_arguments) {
+  rill_error_t err = {0};
+  rill_stream_t* s = NULL;
+  RT_FAILS(rill_stream_wrap_cuda(-1, NULL, &s, &err), RILL_EINVAL, "invalid CUDA device -1", err);
+  cr_assert_null(s);
+  RT_FAILS(rill_stream_wrap_cuda(0, NULL, NULL, &err), RILL_EINVAL, "rill_stream_wrap_cuda: out is NULL", err);
+  RT_FAILS(rill_stream_wrap_cuda(rill_cuda_device_count(), NULL, &s, &err), RILL_ENODEV, NODEV_TEXT, err);
+  cr_assert_null(s);
+}
+
+/* An array without an event (host data, complete) orders nothing: no CUDA call is made, so
+ * any stream value is accepted, with or without a device. */
+Test(cuda, array_stream_wait) {
+  rill_error_t err = {0};
+  RT_FAILS(rill_array_stream_wait(NULL, NULL, &err), RILL_EINVAL, "rill_array_stream_wait: NULL array", err);
+  rill_array_t* a = NULL;
+  RT_OK(rill_array_new(rill_type_scalar(RILL_INT32), 4, &a, &err), err);
+  cr_assert_null(a->event);
+  RT_OK(rill_array_stream_wait(a, NULL, &err), err);
+  RT_OK(rill_array_stream_wait(a, (void*)0x1234, &err), err);
+  rill_array_release(a);
+}
+
 Test(cuda, device_beyond_count) {
   int n = rill_cuda_device_count();
   rill_error_t err = {0};
