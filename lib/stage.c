@@ -476,6 +476,28 @@ out:;
   rill__free(filled);
 }
 
+/* After a CUDA stage enqueued its work: that work reads the stage's device and pinned inputs
+ * on the stage's stream, later than the host lets go of them. An input of a pool goes back to
+ * it when the chunk drops its values, and the stage that writes into it next waits for its
+ * event (rill__node_acquire): the event is recorded again here, behind the reads, as the
+ * iterator does for its consumer's stream (iter.c, consumer_fence). Without it a copy to the
+ * device could overwrite an input that a stage held back on the GPU (waiting for a slow
+ * consumer) had not read yet. Lent arrays (no pool) are never written again. The stage
+ * waited for the input's previous event (wait_inputs), so the new one comes after it. */
+static int fence_inputs(run_t* R, rill_error_t* e) {
+  void* stream = rill_stream_cuda_handle(R->node->stream);
+  if (!stream) return RILL_OK;
+  for (int i = 0; i < R->nin; i++) {
+    rill_array_t* a = (rill_array_t*)R->in[i];
+    while (a && a->priv->parent) a = (rill_array_t*)a->priv->parent; /* a slice: its owner */
+    if (!a || !a->priv->pool || a->device.type == 0 || a->device.type == RILL_DEVICE_CPU) continue;
+    int r = a->event ? RILL_OK : rill__cuda_event_new(R->node->device.id, &a->event, e);
+    if (r == RILL_OK) r = rill__cuda_event_record(a->event, stream, e);
+    if (r != RILL_OK) return r;
+  }
+  return RILL_OK;
+}
+
 static int wait_inputs(run_t* R, const rill_array_t* const* in, int nin, rill_error_t* e) {
   void* stream = R->c->opts.where == RILL_STAGE_CUDA ? rill_stream_cuda_handle(R->node->stream) : NULL;
   for (int i = 0; i < nin; i++) {
@@ -658,6 +680,7 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
     int r = RILL_OK;
     if (!out->event) r = rill__cuda_event_new(R.node->device.id, &out->event, &e);
     if (r == RILL_OK) r = rill__cuda_event_record(out->event, rill_stream_cuda_handle(R.node->stream), &e);
+    if (r == RILL_OK) r = fence_inputs(&R, &e);
     if (r != RILL_OK) rill__chunk_fail(ch, r, "column '%s': %s", col->field.name, e.message);
   }
   if (ch->rc == RILL_OK && R.nfate > 0) {
