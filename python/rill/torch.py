@@ -156,7 +156,10 @@ class Loader:
       threads: worker threads (0: one per core).
       device: ``None``/``"cpu"`` (host memory) or ``"cuda"``/``"cuda:N"``: numeric columns are
         copied to the GPU by rill's to_device operator, several batches in flight (pinned
-        host batches). Raises rill.NoDeviceError when there is no such device.
+        host batches). Raises rill.NoDeviceError when there is no such device. The batches
+        are ordered on the CUDA stream current when the first pass starts (the training
+        loop's): the host never waits for them, and a batch's memory is reused only after
+        the work queued on that stream before the next batch was taken.
       epoch: the epoch of the first pass.
 
     ``len(loader)`` is the number of batches per epoch (of this rank). Iterating starts a pass
@@ -282,9 +285,13 @@ class Loader:
             self._it.close()
             self._it = None
         if self._it is None:
+            # device batches are ordered on the stream that is current now (the training
+            # loop's), with events: no host wait, and their memory is reused only after the
+            # work queued there before the loader moved past them
+            stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
             self._it = self._frame.iter(self._emit, prefetch=self.prefetch,
                                         threads=self.threads, seed=self.seed,
-                                        epoch=self._next_epoch)
+                                        epoch=self._next_epoch, stream=stream)
             self._it_pid = os.getpid()
         return self._it
 

@@ -229,3 +229,31 @@ def test_cuda_operators_without_a_device():
     assert info.value.code == rill.ENODEV
     with pytest.raises(rill.NoDeviceError, match="CUDA"):
         df.cuda_normalize("n", "x", mean=(0.5,) * 3, std=(0.5,) * 3)
+
+
+class _TorchLikeStream:
+    """What rill reads of a torch.cuda.Stream: its handle and its device's index."""
+    cuda_stream = 0x1234
+
+    class device:
+        index = 0
+
+
+@pytest.mark.skipif(rill.cuda_device_count() > 0, reason="a CUDA device is present")
+def test_iter_consumer_stream_without_a_device():
+    df = rill.from_numpy({"x": np.arange(6)})
+    for stream in (0, 0x1234, _TorchLikeStream()):
+        with pytest.raises(rill.NoDeviceError) as info:
+            df.iter(stream=stream)
+        msg = str(info.value)
+        assert msg.startswith("no CUDA device") or msg == "rill was built without CUDA"
+    # no stream: a host consumer, as before
+    assert [r["x"][0] for r in df.iter(stream=None)] == list(range(6))
+
+
+def test_iter_consumer_stream_must_name_a_cuda_stream():
+    df = rill.from_numpy({"x": np.arange(3)})
+    for bad in ("cuda", 1.5, object(), -3):
+        with pytest.raises(TypeError, match=r"^stream must be a CUDA stream: an int \(cudaStream_t\) or an "
+                                            r"object with __cuda_stream__"):
+            df.iter(stream=bad)

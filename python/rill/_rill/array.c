@@ -635,15 +635,34 @@ static PyObject* array_dlpack(PyObject* self, PyObject* args, PyObject* kwargs) 
                           "__dlpack__: the array lives on device (%d, %d); rill does not copy it "
                           "to device (%d, %d)", device_type(a), a->device.id, type, id);
   }
+  /* The consumer's stream (DLPack / array API): for CUDA arrays None and 1 name the legacy
+   * default stream, 2 the per-thread default stream, -1 asks for no ordering, 0 is refused
+   * (ambiguous), and other values are a cudaStream_t. The stream is ordered after the array's
+   * data with an event (the host does not wait). Host arrays ignore it; copies wait on the
+   * host. */
+  int cuda = device_type(a) == RILL_DEVICE_CUDA;
+  int order = cuda && !want_copy && a->event != NULL;
+  void* cs = NULL; /* the legacy default stream for rill_array_stream_wait */
+  if (order && stream != Py_None) {
+    if (!PyLong_Check(stream))
+      return PyErr_Format(PyExc_TypeError, "__dlpack__: stream must be an int or None, not %R", stream);
+    long long v = PyLong_AsLongLong(stream);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    if (v == 0)
+      return PyErr_Format(PyExc_BufferError,
+                          "__dlpack__: stream 0 is ambiguous for CUDA; use 1 (legacy default), "
+                          "2 (per-thread default) or the stream's handle");
+    if (v == -1) order = 0;
+    else if (v != 1) cs = (void*)(uintptr_t)v;
+  }
   rill_error_t err;
   rill_error_clear(&err);
   int rc = RILL_OK;
   rill_array_t* fresh = NULL;
-  if (want_copy || (stream != Py_None && a->event != NULL)) {
+  if (want_copy || a->event != NULL) {
     Py_BEGIN_ALLOW_THREADS
-    /* rill has no call that orders a consumer's stream after the array's event: wait on the
-     * host before handing the tensor over. */
-    if (a->event != NULL) rc = rill_array_sync(a, &err);
+    if (order) rc = rill_array_stream_wait(a, cs, &err);
+    else if (a->event != NULL && (want_copy || !cuda)) rc = rill_array_sync(a, &err);
     if (rc == RILL_OK && want_copy) rc = rill_array_copy(a, &fresh, &err);
     Py_END_ALLOW_THREADS
     if (rc < 0) return buffer_error(&err);

@@ -575,17 +575,18 @@ static PyObject* df_cuda_normalize(RillDataFrame* self, PyObject* args, PyObject
 /* ---------------------------------------------------------------- iteration */
 
 static PyObject* df_iter_method(RillDataFrame* self, PyObject* args, PyObject* kw) {
-  static char* kwlist[] = {"columns", "prefetch", "threads", "seed", "epoch", NULL};
-  PyObject* columns = Py_None;
+  static char* kwlist[] = {"columns", "prefetch", "threads", "seed", "epoch", "stream", NULL};
+  PyObject *columns = Py_None, *stream = Py_None;
   int prefetch = 0, threads = 0;
   unsigned long long seed = 0;
   long long epoch = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$iiKL:iter", kwlist, &columns, &prefetch, &threads, &seed, &epoch))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$iiKLO:iter", kwlist, &columns, &prefetch, &threads, &seed,
+                                   &epoch, &stream))
     return NULL;
-  return rillpy_iter_new(self, columns, prefetch, threads, (uint64_t)seed, (int64_t)epoch);
+  return rillpy_iter_new(self, columns, prefetch, threads, (uint64_t)seed, (int64_t)epoch, stream);
 }
 
-static PyObject* df_tp_iter(RillDataFrame* self) { return rillpy_iter_new(self, Py_None, 0, 0, 0, 0); }
+static PyObject* df_tp_iter(RillDataFrame* self) { return rillpy_iter_new(self, Py_None, 0, 0, 0, 0, NULL); }
 
 /* ---------------------------------------------------------------- Arrow streams */
 
@@ -832,7 +833,7 @@ static PyObject* df_dataframe(RillDataFrame* self, PyObject* args, PyObject* kw)
     }
   }
   PyObject* chunks = PyList_New(0);
-  PyObject* it = chunks ? rillpy_iter_new((RillDataFrame*)src, Py_None, 0, 0, 0, 0) : NULL;
+  PyObject* it = chunks ? rillpy_iter_new((RillDataFrame*)src, Py_None, 0, 0, 0, 0, NULL) : NULL;
   Py_DECREF(src);
   if (!it) {
     Py_XDECREF(chunks);
@@ -924,9 +925,14 @@ static PyMethodDef df_methods[] = {
      "cuda_normalize(name, column, *, mean=(0, 0, 0), std=(1, 1, 1), flip=0.0, dtype='float32', layout='chw', "
      "device=0) -> int\n\nnormalize on the GPU for uint8 images already on the device; NoDeviceError without one."},
     {"iter", (PyCFunction)(void (*)(void))df_iter_method, METH_VARARGS | METH_KEYWORDS,
-     "iter(columns=None, *, prefetch=0, threads=0, seed=0, epoch=0) -> Iterator\n\n"
+     "iter(columns=None, *, prefetch=0, threads=0, seed=0, epoch=0, stream=None) -> Iterator\n\n"
      "An iterator over the rows (batches) producing `columns` (None: all). prefetch: rows computed ahead "
-     "(0: 2, PREFETCH_NONE: none); threads: worker threads (0: one per core, THREADS_NONE: none)."},
+     "(0: 2, PREFETCH_NONE: none); threads: worker threads (0: one per core, THREADS_NONE: none). "
+     "stream: the CUDA stream that consumes device columns (torch.cuda.Stream, an object with "
+     "__cuda_stream__, or an int cudaStream_t, 0 = legacy default): batches are ordered on it with "
+     "events (no host wait), and their device memory is reused only after the work queued on it "
+     "before the iterator moved past them. Without a stream the host waits for each batch, and "
+     "GPU work reading a batch must be complete when the next one is taken."},
     {"to_arrow_stream", (PyCFunction)(void (*)(void))df_to_arrow_stream, METH_VARARGS | METH_KEYWORDS,
      "to_arrow_stream(columns=None, batch_rows=0, seed=0, threads=0, prefetch=0) -> ArrowStream\n\n"
      "A one-shot object with __arrow_c_stream__ over the chosen columns (batch_rows rows per record "

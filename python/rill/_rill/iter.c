@@ -11,6 +11,8 @@ typedef struct RillIterator {
   int* columns;          /* dataframe column of each row column (PyMem), NULL = all */
   int ncolumns;
   int busy;              /* a call without the GIL is running on it */
+  rill_stream_t* stream; /* the consumer's CUDA stream (a wrapper), or NULL */
+  PyObject* stream_obj;  /* the Python object that named it (kept alive with the iterator) */
   PyObject* weakrefs;
 } RillIterator;
 
@@ -28,10 +30,70 @@ static int enter(RillIterator* self) {
   return 0;
 }
 
+/* An integer attribute of `o`, or -1 with no exception when it has none. */
+static long long int_attr(PyObject* o, const char* name) {
+  PyObject* v = PyObject_GetAttrString(o, name);
+  if (v == NULL) {
+    PyErr_Clear();
+    return -1;
+  }
+  long long r = PyLong_Check(v) ? PyLong_AsLongLong(v) : -1;
+  Py_DECREF(v);
+  if (r == -1 && PyErr_Occurred()) PyErr_Clear();
+  return r;
+}
+
+/* The CUDA stream and device that `stream` names: an int (a cudaStream_t; 0 = the legacy
+ * default stream; device 0), or an object with __cuda_stream__() (the CUDA stream protocol),
+ * `cuda_stream` (torch.cuda.Stream) or `ptr` (cupy), its device from `device.index` or
+ * `device_id`. -1 with TypeError otherwise. */
+static int parse_stream(PyObject* stream, void** handle, int* device) {
+  *device = 0;
+  long long h = -1;
+  if (PyLong_Check(stream)) {
+    h = PyLong_AsLongLong(stream);
+    if (h == -1 && PyErr_Occurred()) return -1;
+  } else {
+    PyObject* proto = PyObject_HasAttrString(stream, "__cuda_stream__")
+                          ? PyObject_CallMethod(stream, "__cuda_stream__", NULL) : NULL;
+    if (proto != NULL) {
+      if (PyTuple_Check(proto) && PyTuple_GET_SIZE(proto) == 2 && PyLong_Check(PyTuple_GET_ITEM(proto, 1)))
+        h = PyLong_AsLongLong(PyTuple_GET_ITEM(proto, 1));
+      Py_DECREF(proto);
+      if (h == -1 && PyErr_Occurred()) return -1;
+    } else if (PyErr_Occurred()) {
+      return -1;
+    }
+    if (h < 0) h = int_attr(stream, "cuda_stream");
+    if (h < 0) h = int_attr(stream, "ptr");
+    PyObject* dev = PyObject_GetAttrString(stream, "device");
+    if (dev != NULL) {
+      long long i = int_attr(dev, "index");
+      if (i < 0 && PyLong_Check(dev)) i = PyLong_AsLongLong(dev);
+      if (i >= 0) *device = (int)i;
+      Py_DECREF(dev);
+    }
+    PyErr_Clear();
+    long long d = int_attr(stream, "device_id");
+    if (d >= 0) *device = (int)d;
+  }
+  if (h < 0) {
+    PyErr_Format(PyExc_TypeError,
+                 "stream must be a CUDA stream: an int (cudaStream_t) or an object with "
+                 "__cuda_stream__, cuda_stream (torch.cuda.Stream) or ptr (cupy), not %R", stream);
+    return -1;
+  }
+  *handle = (void*)(uintptr_t)h;
+  return 0;
+}
+
 PyObject* rillpy_iter_new(RillDataFrame* df, PyObject* columns, int prefetch, int threads, uint64_t seed,
-                          int64_t epoch) {
+                          int64_t epoch, PyObject* stream) {
   int* cols = NULL;
   int n = 0;
+  void* handle = NULL;
+  int device = 0;
+  if (stream != NULL && stream != Py_None && parse_stream(stream, &handle, &device) < 0) return NULL;
   if (rillpy_parse_columns(df->df, columns, &cols, &n) < 0) return NULL;
   RillIterator* self = PyObject_New(RillIterator, &RillIterator_Type);
   if (!self) {
@@ -43,7 +105,19 @@ PyObject* rillpy_iter_new(RillDataFrame* df, PyObject* columns, int prefetch, in
   self->columns = cols;
   self->ncolumns = n;
   self->busy = 0;
+  self->stream = NULL;
+  self->stream_obj = NULL;
   self->weakrefs = NULL;
+  rill_error_t err;
+  rill_error_clear(&err);
+  if (stream != NULL && stream != Py_None) {
+    int rc = rill_stream_wrap_cuda(device, handle, &self->stream, &err);
+    if (rc < 0) {
+      Py_DECREF(self);
+      return rillpy_raise(rc, &err);
+    }
+    self->stream_obj = Py_NewRef(stream);
+  }
   rill_iter_opts_t o = {0};
   o.columns = cols;
   o.ncolumns = n;
@@ -51,8 +125,7 @@ PyObject* rillpy_iter_new(RillDataFrame* df, PyObject* columns, int prefetch, in
   o.threads = threads;
   o.seed = seed;
   o.epoch = epoch;
-  rill_error_t err;
-  rill_error_clear(&err);
+  o.stream = self->stream;
   rill_iter_t* it = NULL;
   int rc;
   Py_BEGIN_ALLOW_THREADS
@@ -74,6 +147,10 @@ static void close_it(RillIterator* self) {
     rill_iter_free(it);
     Py_END_ALLOW_THREADS
   }
+  /* after the iterator: its last batches were fenced on the stream when it let them go */
+  rill_stream_free(self->stream);
+  self->stream = NULL;
+  Py_CLEAR(self->stream_obj);
 }
 
 static void iter_dealloc(RillIterator* self) {

@@ -190,7 +190,7 @@ PyObject* rillpy_raise_row_error(int rc, const rill_error_t* err, const rill_df_
 
 /* A new rill.Iterator over df producing `columns` (None = all; names or indices). */
 PyObject* rillpy_iter_new(RillDataFrame* df, PyObject* columns, int prefetch, int threads, uint64_t seed,
-                          int64_t epoch);
+                          int64_t epoch, PyObject* stream);
 
 /* ---------------------------------------------------------------- Python stages (pystage.c) */
 
