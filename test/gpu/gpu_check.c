@@ -379,6 +379,93 @@ done:
   rill_array_release(src);
 }
 
+/* ---------------------------------------------------------------- a caller's stream */
+
+/* A consumer on its own CUDA stream (wrapped with rill_stream_wrap_cuda), slower than the
+ * pipeline: each batch is summed by a kernel queued behind a 20 ms spin, and the loop takes
+ * the next batch at once. rill must order each batch on that stream without a host wait (when
+ * rill_iter_next returns, the step queued for the batch before is still running, for most
+ * batches: the host runs ahead by the prefetch depth) and must not reuse a batch's device
+ * memory before the queued kernel read it (every sum matches the host's). */
+static void check_caller_stream(void) {
+  enum { N = 96, H = 32, W = 32, B = 8, NB = N / B };
+  const int64_t cell = (int64_t)H * W * 3;
+  rill_error_t err = {0};
+  cudaStream_t us = NULL;
+  CUDA_OK(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking));
+  rill_stream_t *ws = NULL, *legacy = NULL;
+  rill_array_t* imgs = NULL;
+  rill_df_t *df = NULL, *bdf = NULL;
+  rill_iter_t* it = NULL;
+  float* acc = NULL;
+  CHECK_OK(rill_stream_wrap_cuda(0, us, &ws, &err), err, goto done);
+  CHECK(rill_stream_cuda_handle(ws) == (void*)us, "the wrapper's handle is not the caller's stream");
+  CHECK(rill_stream_device(ws).type == RILL_DEVICE_CUDA && rill_stream_device(ws).id == 0, "device");
+  CHECK_OK(rill_stream_wrap_cuda(0, NULL, &legacy, &err), err, (void)0);
+  CHECK(rill_stream_cuda_handle(legacy) != NULL, "the legacy default stream reads as a CPU stream");
+  rill_stream_t* bad = NULL;
+  CHECK(rill_stream_wrap_cuda(rill_cuda_device_count(), us, &bad, &err) != RILL_OK && bad == NULL,
+        "a device that does not exist was accepted");
+  CHECK_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 3, (int64_t[]){H, W, 3}), N, &imgs, &err), err, goto done);
+  for (int64_t i = 0; i < N * cell; i++) ((uint8_t*)imgs->data)[i] = (uint8_t)gpu_hash((uint64_t)i);
+  CHECK_OK(rill_df_from_arrays((const char* const[]){"img"}, (const rill_array_t* const[]){imgs}, 1, 1, &df, &err),
+           err, goto done);
+  CHECK_OK(rill_df_batch(df, (int[]){0}, 1, B, &(rill_batch_opts_t){.pinned = 1}, &bdf, &err), err, goto done);
+  int d = rill_to_device(bdf, "dev", 0, &(rill_to_device_opts_t){.inflight = 2}, &err);
+  CHECK(d >= 0, "to_device: %s", err.message);
+  rill_normalize_opts_t no = {.mean = {0.5, 0.5, 0.5}, .std = {0.25, 0.25, 0.25}, .layout = RILL_LAYOUT_CHW};
+  int x = d >= 0 ? rill_cuda_normalize(bdf, "x", d, &no, 0, &err) : -1;
+  CHECK(x >= 0, "cuda_normalize: %s", err.message);
+  if (x < 0) goto done;
+  CHECK_OK(rill_iter_new(bdf, &(rill_iter_opts_t){.columns = &x, .ncolumns = 1, .prefetch = 2, .threads = 2,
+                                                   .stream = ws},
+                         &it, &err),
+           err, goto done);
+  CUDA_OK(cudaMalloc((void**)&acc, NB * sizeof(float)));
+  CUDA_OK(cudaMemsetAsync(acc, 0, NB * sizeof(float), us));
+  rill_row_t row;
+  int nb = 0, ahead = 0, rc;
+  cudaEvent_t step_done = NULL;
+  CUDA_OK(cudaEventCreateWithFlags(&step_done, cudaEventDisableTiming));
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK && nb < NB) {
+    if (nb > 0) ahead += cudaEventQuery(step_done) == cudaErrorNotReady;
+    const rill_array_t* a = rill_row_get(&row, 0);
+    CHECK(rill_gpu_spin(us, (long long)(g_cyc_ms * 20)) == 0, "spin");
+    CHECK(rill_gpu_consume(us, a->data, a->length * cell, acc + nb, 0) == 0, "consume");
+    CUDA_OK(cudaEventRecord(step_done, us));
+    nb++;
+  }
+  (void)cudaGetLastError(); /* the queries' cudaErrorNotReady */
+  CHECK(rc == RILL_END, "iteration ended with %d: %s", rc, err.message);
+  CHECK(nb == NB, "%d batches of %d", nb, NB);
+  CUDA_OK(cudaStreamSynchronize(us));
+  CHECK(ahead >= (NB - 1) / 2, "only %d of %d batches were handed over while the step before ran: "
+        "rill_iter_next waited for the consumer's stream", ahead, NB - 1);
+  cudaEventDestroy(step_done);
+  float got[NB], scale[3], bias[3];
+  gpu_norm_consts(&no, 3, scale, bias);
+  CUDA_OK(cudaMemcpy(got, acc, sizeof(got), cudaMemcpyDeviceToHost));
+  for (int b = 0; b < nb; b++) {
+    double want = 0; /* the sum does not depend on the layout: HWC order here */
+    for (int64_t i = (int64_t)b * B * cell; i < (int64_t)(b + 1) * B * cell; i++)
+      want += ((uint8_t*)imgs->data)[i] * scale[i % 3] + bias[i % 3];
+    CHECK(fabs(got[b] - want) <= 1e-4 * (fabs(want) + B * cell), "batch %d: sum %.3f, want %.3f (its memory was "
+          "reused before the consumer's queued kernel read it)", b, got[b], want);
+  }
+done:
+  rill_iter_free(it);
+  rill_df_free(bdf);
+  rill_df_free(df);
+  rill_array_release(imgs);
+  rill_stream_free(ws);
+  rill_stream_free(legacy);
+  if (us != NULL) {
+    CHECK(cudaStreamQuery(us) == cudaSuccess, "rill_stream_free destroyed the caller's stream");
+    cudaStreamDestroy(us);
+  }
+  cudaFree(acc);
+}
+
 int main(void) {
   if (gpu_skip("gpu_check")) return 0;
   g_cyc_ms = rill_gpu_cycles_per_ms();
@@ -390,6 +477,7 @@ int main(void) {
       {"buffer pool reuse after events", check_pool},
       {"pipelines under load", check_pipelines},
       {"device exports", check_exports},
+      {"consumer on the caller's stream", check_caller_stream},
   };
   for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
     int before = g_fail;

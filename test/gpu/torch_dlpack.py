@@ -18,6 +18,7 @@ RILL_UINT8, RILL_INT64, RILL_FLOAT32 = 6, 5, 12
 RILL_OK, RILL_END = 0, 1
 RILL_LAYOUT_CHW = 1
 kDLCUDA = 2
+OPTS_RESERVED = 4  # RILL_OPTS_RESERVED: option structs end with this many zero int64s
 
 
 class Type(C.Structure):
@@ -41,7 +42,8 @@ class Error(C.Structure):
 
 
 class BatchOpts(C.Structure):
-    _fields_ = [("drop_last", C.c_int), ("layout", C.c_int), ("pinned", C.c_int)]
+    _fields_ = [("drop_last", C.c_int), ("layout", C.c_int), ("pinned", C.c_int),
+                ("reserved", C.c_int64 * OPTS_RESERVED)]
 
 
 class ToDeviceOpts(C.Structure):
@@ -56,7 +58,8 @@ class NormalizeOpts(C.Structure):
 class IterOpts(C.Structure):
     _fields_ = [("columns", C.POINTER(C.c_int)), ("ncolumns", C.c_int), ("prefetch", C.c_int),
                 ("threads", C.c_int), ("seed", C.c_uint64), ("epoch", C.c_int64),
-                ("stream", C.c_void_p)]
+                ("stream", C.c_void_p), ("batch_rows", C.c_int64),
+                ("reserved", C.c_int64 * (OPTS_RESERVED - 1))]
 
 
 class Row(C.Structure):
