@@ -11,6 +11,7 @@ import os
 import sys
 
 import numpy as np
+from gpu_checks import Checks
 import torch
 import torch.utils.dlpack
 
@@ -81,16 +82,7 @@ class DLManagedTensor(C.Structure):
     _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", C.c_void_p), ("deleter", C.c_void_p)]
 
 
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, file=sys.stderr)
+check = Checks()
 
 
 def main():
@@ -196,8 +188,7 @@ def main():
     torch.cuda.synchronize()
     lib.rill_df_free(bdf)
     lib.rill_df_free(df)
-    print("torch_dlpack: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return check.summary("torch_dlpack")
 
 
 if __name__ == "__main__":

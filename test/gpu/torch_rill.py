@@ -21,20 +21,12 @@ import sys
 import time
 
 import numpy as np
+from gpu_checks import Checks
 import rill
 import rill.torch
 import torch
 
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, file=sys.stderr, flush=True)
+check = Checks()
 
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -91,43 +83,48 @@ def zero_copy_values():
         check(np.array_equal(t.cpu().numpy(), expect), "a kept batch changed after the iterator moved on")
 
 
+def run_slow(tensors, b, cyc_ms):
+    """Queues a 30 ms GPU sleep and then a read of each batch (its per-image sums) on the
+    current stream, dropping the batch at once. Returns the sums, how many batches were taken
+    while the step before was still running, and the host's and the GPU's times."""
+    sums, ahead, step_done = [], 0, None
+    t0 = time.perf_counter()
+    for t in tensors:
+        if step_done is not None:
+            ahead += not step_done.query()                 # the host did not wait for the step
+        torch.cuda._sleep(int(30 * cyc_ms))              # a long step before the batch is read
+        sums.append(t.reshape(b, -1).double().sum(dim=1))
+        step_done = torch.cuda.Event()
+        step_done.record()
+        del t                                              # the loop lets go of its input
+    queued = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return torch.stack(sums).cpu().numpy(), ahead, queued, time.perf_counter() - t0
+
+
+def judge(where, got, want, ahead, queued, total):
+    bad = [i for i in range(len(want)) if not np.allclose(got[i], want[i], rtol=1e-5)]
+    check(not bad, f"{where}: batches {bad} were overwritten before the queued kernels read them "
+                   f"(rill reused their device memory too early)")
+    steps = len(want) - 1
+    check(ahead >= steps // 2, f"{where}: only {ahead} of {steps} batches were handed over while the "
+                               f"step before was running: next() waited for the GPU")
+    print(f"   {where}: {ahead} of {steps} batches taken while the previous step ran; handed over "
+          f"in {queued * 1e3:.1f} ms, GPU done after {total * 1e3:.1f} ms")
+
+
 def slow_consumer(cyc_ms, use_stream):
-    """Check 2 (and 3): a consumer whose kernels run 30 ms behind each batch."""
+    """Check 2 (and 3) through DataFrame.iter(stream=...)."""
     n, h, w, b = 24 * 8, 64, 64, 8
     images = np.random.default_rng(7).integers(0, 256, size=(n, h, w, 3), dtype=np.uint8)
     want = reference(images).reshape(n // b, b, -1).astype(np.float64).sum(axis=2)
     _df, bdf = pipeline(images, b, flip=0.0, inflight=2)
     stream = torch.cuda.Stream() if use_stream else torch.cuda.current_stream()
-    sums, ahead = [], 0
     with torch.cuda.stream(stream):
         it = bdf.iter(["x"], prefetch=2, threads=2, stream=stream)
-        t0 = time.perf_counter()
-        row = next(it)
-        while True:
-            t = torch.from_dlpack(row["x"])
-            torch.cuda._sleep(int(30 * cyc_ms))          # a long step before the batch is read
-            sums.append(t.reshape(b, -1).double().sum(dim=1))
-            step_done = torch.cuda.Event()
-            step_done.record()
-            del t, row                                     # the loop lets go of its input
-            try:
-                row = next(it)
-            except StopIteration:
-                break
-            ahead += not step_done.query()                 # the host did not wait for the step
-        queued = time.perf_counter() - t0
-        torch.cuda.synchronize()
-        total = time.perf_counter() - t0
-    got = torch.stack(sums).cpu().numpy()
-    bad = [i for i in range(n // b) if not np.allclose(got[i], want[i], rtol=1e-5)]
-    where = "its own stream" if use_stream else "the current stream"
-    check(not bad, f"consumer on {where}: batches {bad} were overwritten before the queued "
-                   f"kernels read them (rill reused their device memory too early)")
-    steps = n // b - 1
-    check(ahead >= steps // 2, f"consumer on {where}: only {ahead} of {steps} batches were handed over "
-                               f"while the step before was running: next() waited for the GPU")
-    print(f"   consumer on {where}: {ahead} of {steps} batches taken while the previous step ran; "
-          f"handed over in {queued * 1e3:.1f} ms, GPU done after {total * 1e3:.1f} ms")
+        got, ahead, queued, total = run_slow((torch.from_dlpack(row["x"]) for row in it), b, cyc_ms)
+    judge("consumer on " + ("its own stream" if use_stream else "the current stream"), got, want, ahead,
+          queued, total)
 
 
 def loader_on_cuda():
@@ -153,28 +150,8 @@ def loader_slow_consumer(cyc_ms):
     images = np.random.default_rng(9).integers(0, 256, size=(n, h, w, 3), dtype=np.uint8)
     want = images.reshape(n // b, b, -1).astype(np.float64).sum(axis=2)
     loader = rill.torch.Loader(rill.from_numpy(img=images), batch_size=b, device="cuda", threads=2)
-    sums, ahead, step_done = [], 0, None
-    t0 = time.perf_counter()
-    for batch in loader:
-        if step_done is not None:
-            ahead += not step_done.query()
-        torch.cuda._sleep(int(30 * cyc_ms))
-        sums.append(batch["img"].reshape(b, -1).double().sum(dim=1))
-        step_done = torch.cuda.Event()
-        step_done.record()
-        del batch
-    queued = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    total = time.perf_counter() - t0
-    got = torch.stack(sums).cpu().numpy()
-    bad = [i for i in range(n // b) if not np.allclose(got[i], want[i])]
-    check(not bad, f"Loader(device='cuda'): batches {bad} were overwritten before the queued kernels "
-                   f"read them")
-    steps = n // b - 1
-    check(ahead >= steps // 2, f"Loader(device='cuda'): only {ahead} of {steps} batches were handed over "
-                               f"while the step before was running")
-    print(f"   Loader(device='cuda'), slow consumer: {ahead} of {steps} batches taken while the previous "
-          f"step ran; handed over in {queued * 1e3:.1f} ms, GPU done after {total * 1e3:.1f} ms")
+    got, ahead, queued, total = run_slow((batch["img"] for batch in loader), b, cyc_ms)
+    judge("Loader(device='cuda')", got, want, ahead, queued, total)
 
 
 def main():
@@ -195,8 +172,7 @@ def main():
         except Exception as e:  # a failure of one check must not hide the others
             check(False, f"{name} raised {type(e).__name__}: {e}")
     torch.cuda.synchronize()
-    print(f"torch_rill: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.summary("torch_rill")
 
 
 if __name__ == "__main__":
