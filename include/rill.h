@@ -247,8 +247,8 @@ RILL_API int rill_stream_new_cuda(int device, rill_stream_t** out, rill_error_t*
  * stream (rill_iter_opts_t.stream): batches are then ordered on it with events (no host wait),
  * and their device memory is reused only after the work enqueued on it before the iterator
  * moved past them. rill_stream_free frees the wrapper (after the iterators that use it),
- * never the CUDA stream, which must outlive the wrapper. RILL_EINVAL when the stream belongs to another device; RILL_ENODEV
- * without CUDA or a device. */
+ * never the CUDA stream, which must outlive the wrapper. RILL_EINVAL when the stream belongs
+ * to another device; RILL_ENODEV without CUDA or a device. */
 RILL_API int rill_stream_wrap_cuda(int device, void* cuda_stream, rill_stream_t** out, rill_error_t* err);
 RILL_API void* rill_stream_cuda_handle(const rill_stream_t* s); /* cudaStream_t, NULL for CPU */
 RILL_API rill_device_t rill_stream_device(const rill_stream_t* s);
