@@ -648,6 +648,12 @@ int rill_array_stream_wait(const rill_array_t* a, void* cuda_stream, rill_error_
   return rill__event_wait(a->event, cuda_stream != NULL ? cuda_stream : RILL__CUDA_STREAM_LEGACY, err);
 }
 
+int rill__array_fence(rill_array_t* a, int device, void* stream, rill_error_t* err) {
+  if (!a || a->device.type == 0 || a->device.type == RILL_DEVICE_CPU) return RILL_OK;
+  int r = a->event ? RILL_OK : rill__cuda_event_new(device, &a->event, err);
+  return r == RILL_OK ? rill__cuda_event_record(a->event, stream, err) : r;
+}
+
 /* ---------------------------------------------------------------- addon helpers */
 
 int rill__array_var_commit(rill_array_t* a, int64_t n) {

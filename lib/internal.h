@@ -137,6 +137,11 @@ void* rill__cuda_alloc(rill_device_t dev, size_t size);
 void rill__cuda_free(rill_device_t dev, void* p);
 int rill__cuda_event_new(int device, void** event, rill_error_t* err);
 int rill__cuda_event_record(void* event, void* stream, rill_error_t* err);
+/* lib/array.c: records device or pinned array `a`'s event (made on `device` when it has
+ * none; left NULL when that fails) on CUDA stream `stream`: the work enqueued there so far
+ * reads the array, and the next writer of its memory waits for the event
+ * (rill__node_acquire). Host arrays: nothing. */
+int rill__array_fence(rill_array_t* a, int device, void* stream, rill_error_t* err);
 int rill__cuda_event_query(void* event);                 /* 1 done, 0 pending, < 0 error */
 void rill__cuda_event_free(void* event);
 /* Calls fn(ctx, stream, device) for every live stream made by rill_stream_new_cuda (the

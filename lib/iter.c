@@ -183,14 +183,10 @@ static void consumer_fence(rill_iter_t* it, rill__chunk_t* ch) {
   if (!cs || !ch->cols) return;
   for (int q = 0; q < it->nreq; q++) {
     rill_array_t* a = ch->cols[q];
-    if (!a || a->device.type == 0 || a->device.type == RILL_DEVICE_CPU) continue;
+    if (!a) continue;
     rill_error_t e;
     int dev = a->device.type == RILL_DEVICE_CUDA ? a->device.id : rill_stream_device(it->stream).id;
-    if (!a->event && rill__cuda_event_new(dev, &a->event, &e) != RILL_OK) {
-      a->event = NULL;
-      continue;
-    }
-    (void)rill__cuda_event_record(a->event, cs, &e);
+    (void)rill__array_fence(a, dev, cs, &e);
   }
 }
 

@@ -490,9 +490,8 @@ static int fence_inputs(run_t* R, rill_error_t* e) {
   for (int i = 0; i < R->nin; i++) {
     rill_array_t* a = (rill_array_t*)R->in[i];
     while (a && a->priv->parent) a = (rill_array_t*)a->priv->parent; /* a slice: its owner */
-    if (!a || !a->priv->pool || a->device.type == 0 || a->device.type == RILL_DEVICE_CPU) continue;
-    int r = a->event ? RILL_OK : rill__cuda_event_new(R->node->device.id, &a->event, e);
-    if (r == RILL_OK) r = rill__cuda_event_record(a->event, stream, e);
+    if (!a || !a->priv->pool) continue;
+    int r = rill__array_fence(a, R->node->device.id, stream, e);
     if (r != RILL_OK) return r;
   }
   return RILL_OK;
