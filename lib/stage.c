@@ -111,10 +111,15 @@ static void format_cell_error(run_t* R, int64_t idx, const char* stage, const ri
   rill_df_t* top = ch->it->df;
   int reqcol = blamed_column(R, e);
   const char* req = col_name(top, reqcol);
-  int64_t row = R->rowmode ? R->fr->rows[idx] : ch->start;
+  /* the iterated dataframe's row: level-0 frames hold their cells in the same order, so the
+   * top frame's cell idx is this cell's row there (the stage's own frame, under a shuffle,
+   * shard or filter view, numbers its rows otherwise) */
+  int64_t row = R->rowmode ? rill__frame_row(&ch->frames[0], idx) : ch->start;
   char where[160];
   if (ch->it->batched)
     snprintf(where, sizeof where, "batch %lld (row %lld)", (long long)ch->start, (long long)R->fr->rows[idx]);
+  else if (R->rowmode && R->fr->rows[idx] != row)
+    snprintf(where, sizeof where, "row %lld (the stage's row %lld)", (long long)row, (long long)R->fr->rows[idx]);
   else
     snprintf(where, sizeof where, "row %lld", (long long)row);
   out->code = e->code;

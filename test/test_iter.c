@@ -861,3 +861,58 @@ Test(iter, first_batch_of_a_cold_start_is_computed_alone) {
   rill_df_free(b);
   rill_df_free(df);
 }
+
+/* A row error of a stage beneath a shuffle or shard view comes in its place among the
+ * iterated rows, with the iterated row in err.row (the stage's own row in the message). */
+Test(iter, raise_beneath_a_view_reports_the_iterated_row) {
+  for (int v = 0; v < 3; v++) {
+    counter_t cs;
+    counter_failing(&cs, 0, 10); /* base row 10 fails; cells are base row ids */
+    rill_stage_opts_t o = {.grain = 4};
+    rill_df_t* df = make_src(32, &cs, &o);
+    rill_error_t err;
+    rill_df_t* view;
+    if (v == 0) RT_OK(rill_df_shuffle(df, 3, &view, &err), err);
+    else if (v == 1) RT_OK(rill_df_shard(df, 0, 2, &view, &err), err); /* rows 0, 2, ..., 10 is its 6th */
+    else {
+      rill_df_t* sh;
+      RT_OK(rill_df_shuffle(df, 4, &sh, &err), err);
+      RT_OK(rill_df_shard(sh, 1, 3, &view, &err), err);
+      rill_df_free(sh);
+    }
+    int64_t n = rill_df_rows(view);
+    for (int threads = 0; threads < 2; threads++) {
+      rill_iter_t* it = open_iter(view, &(rill_iter_opts_t){.threads = threads ? 2 : RILL_THREADS_NONE});
+      rill_row_t row;
+      int64_t got = 0, errors = 0, expect = 0;
+      for (int64_t i = 0; i < n; i++) {
+        int rc = rill_iter_next(it, &row, &err);
+        if (rc == RILL_EFORMAT) {
+          errors++;
+          cr_assert_eq(err.row, i, "view %d: the error came at row %lld with err.row %lld", v, (long long)i,
+                       (long long)err.row);
+          char want[64];
+          snprintf(want, sizeof want, "row %lld (the stage's row 10)", (long long)i);
+          cr_assert(strstr(err.message, want) && strstr(err.message, "bad value in row 10"), "%s", err.message);
+          continue;
+        }
+        RT_OK(rc, err);
+        cr_assert_eq(row.index, i, "view %d: row %lld came at %lld", v, (long long)row.index, (long long)i);
+        cr_assert_neq(((const int64_t*)rill_row_get(&row, 0)->data)[0], 10);
+        got++;
+      }
+      cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+      /* whether base row 10 is in the view: a pass without the failure says */
+      cs.fail_row = -1;
+      rill_iter_t* ref = open_iter(view, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE});
+      while (rill_iter_next(ref, &row, &err) == RILL_OK) expect += ((const int64_t*)rill_row_get(&row, 0)->data)[0] == 10;
+      rill_iter_free(ref);
+      cs.fail_row = 10;
+      cr_assert_eq(errors, expect, "view %d: %lld errors", v, (long long)errors);
+      cr_assert_eq(got + errors, n);
+      rill_iter_free(it);
+    }
+    rill_df_free(view);
+    rill_df_free(df);
+  }
+}
