@@ -422,7 +422,15 @@ typedef struct rill_iter_opts {
   /* rows per record batch of rill_df_export_stream when the dataframe is not batched;
    * 0 = 65536. A batched dataframe gives one record batch per batch. Iterators ignore it. */
   int64_t batch_rows;
-  int64_t reserved[RILL_OPTS_RESERVED - 1]; /* zero (room to grow, see "Option structs") */
+  /* 1: at the end of an epoch, prefetch goes on into the first chunks of epoch + 1 (as many
+   * as the prefetch depth allows), so that after rill_iter_set_epoch(it, epoch + 1), which
+   * keeps them, the next epoch's first rows are ready or under way instead of starting cold
+   * (a training loop's pattern); any other set_epoch, a seek or a restore drops them, and
+   * rill_iter_free cancels those not started and waits for the running ones. 0 = prefetch
+   * stops at the epoch's last row (a single pass does no work past it). Needs prefetch; the
+   * rows are the same either way. */
+  int next_epoch;
+  int64_t reserved[RILL_OPTS_RESERVED - 2]; /* zero (room to grow, see "Option structs") */
 } rill_iter_opts_t;
 
 typedef struct rill_row {
@@ -460,13 +468,15 @@ RILL_API const rill_array_t* rill_row_get(const rill_row_t* row, int i); /* borr
 /* The calls below take no rill_error_t (their signatures are fixed): when one fails, its
  * message is kept in the iterator and rill_iter_error returns it. */
 /* Starts computing the next n rows now (in chunks, rounded up to whole chunks), as far as
- * the iterator's prefetch depth allows; prefetch happens anyway after each rill_iter_next,
- * so calling it is optional. RILL_OK, or RILL_EINVAL for n < 0. */
+ * the iterator's prefetch depth allows (past the epoch's last row: with next_epoch, the next
+ * epoch's first rows); prefetch happens anyway after each rill_iter_next, so calling it is
+ * optional. RILL_OK, or RILL_EINVAL for n < 0. */
 RILL_API int rill_iter_prefetch(rill_iter_t* it, int n);
 /* Continues from `row` (0..rows) of the current epoch; drops prefetched rows. RILL_OK or
  * RILL_EINVAL. */
 RILL_API int rill_iter_seek(rill_iter_t* it, int64_t row);
-/* Starts epoch `epoch` (a new shuffle) at row 0; drops prefetched rows. RILL_OK, or
+/* Starts epoch `epoch` (a new shuffle) at row 0; drops prefetched rows, except those of
+ * epoch + 1 started ahead (rill_iter_opts_t.next_epoch) when `epoch` is that one. RILL_OK, or
  * RILL_EINVAL for a NULL iterator. */
 RILL_API int rill_iter_set_epoch(rill_iter_t* it, int64_t epoch);
 RILL_API int64_t rill_iter_epoch(const rill_iter_t* it);

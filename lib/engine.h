@@ -222,7 +222,10 @@ struct rill_iter {
   rill__slot_t* slots;
   int nslots;
   int head, inflight;
-  int64_t next_start;
+  int64_t next_start;   /* the next chunk to start: its first row, in epoch sched_epoch */
+  int64_t sched_epoch;  /* epoch, or epoch + 1 once the epoch's chunks are all started and
+                           prefetch went on into the next one (next_epoch) */
+  int next_epoch;       /* prefetch may go on into epoch + 1 */
   int64_t seq; /* chunks scheduled so far: the next chunk's priority */
   int cur_active;
   int64_t pos_r, pos_e; /* hand-out positions in the current slot */

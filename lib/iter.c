@@ -149,14 +149,21 @@ static void release_held(rill_iter_t* it) {
 /* Starts up to `max` more chunks, as many as free slots and remaining rows allow; `asked`:
  * the caller wants them computed now (rill_iter_prefetch), on the workers even when cheap. */
 static void schedule_upto(rill_iter_t* it, int64_t max, int asked) {
-  for (int64_t started = 0; started < max && it->inflight < it->nslots && it->next_start < it->df->rows; started++) {
+  for (int64_t started = 0; started < max && it->inflight < it->nslots; started++) {
+    if (it->next_start >= it->df->rows) {
+      /* the epoch's chunks are all started: go on into the next epoch's first ones, once */
+      if (!it->next_epoch || !it->ahead || it->sched_epoch != it->epoch || it->epoch == INT64_MAX || it->df->rows == 0)
+        break;
+      it->sched_epoch = it->epoch + 1;
+      it->next_start = 0;
+    }
     rill__slot_t* s = &it->slots[(it->head + it->inflight) % it->nslots];
     s->busy = 1;
     s->done = 0;
     s->chunk.start = it->next_start;
     s->chunk.end = it->next_start + it->chunk_rows;
     if (s->chunk.end > it->df->rows) s->chunk.end = it->df->rows;
-    s->chunk.epoch = it->epoch;
+    s->chunk.epoch = it->sched_epoch;
     s->chunk.prio = it->seq++;
     it->next_start = s->chunk.end;
     it->inflight++;
@@ -202,12 +209,16 @@ static void slot_finish(rill__slot_t* s, rill_iter_t* it) {
   s->done = 0;
 }
 
-static void drop_all(rill_iter_t* it) {
+/* Drops every chunk in flight and the rows handed out; the next chunk started is `row` of
+ * epoch `epoch`. */
+static void drop_all(rill_iter_t* it, int64_t epoch, int64_t row) {
   release_held(it);
   for (int i = 0; i < it->inflight; i++) slot_finish(&it->slots[(it->head + i) % it->nslots], it);
   it->head = 0;
   it->inflight = 0;
   it->cur_active = 0;
+  it->epoch = it->sched_epoch = epoch;
+  it->next_start = it->cursor = row;
 }
 
 static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
@@ -242,7 +253,7 @@ void rill_iter_free(rill_iter_t* it) {
     return;
   }
   if (it->slots) {
-    drop_all(it);
+    drop_all(it, it->epoch, 0);
     for (int i = 0; i < it->nslots; i++) rill__chunk_destroy(&it->slots[i].chunk);
   }
   rill__workers_free(it->workers);
@@ -280,6 +291,8 @@ int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_iter_t** out
         return rill__bad_column(err, who, df, o.columns[q]);
   if (o.prefetch < RILL_PREFETCH_NONE || o.threads < RILL_THREADS_NONE)
     return rill__fail(err, RILL_EINVAL, "%s: negative prefetch or thread count", who);
+  if (o.next_epoch != 0 && o.next_epoch != 1)
+    return rill__fail(err, RILL_EINVAL, "%s: next_epoch is %d (0 or 1)", who, o.next_epoch);
   if (o.stream && rill_stream_device(o.stream).type == RILL_DEVICE_CUDA) {
     int r = rill__cuda_check_device(rill_stream_device(o.stream).id, err);
     if (r != RILL_OK) return r;
@@ -290,7 +303,8 @@ int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_iter_t** out
   rill__df_retain(df);
   rill__df_freeze(df, 1);
   it->seed = o.seed;
-  it->epoch = o.epoch;
+  it->epoch = it->sched_epoch = o.epoch;
+  it->next_epoch = o.next_epoch;
   it->stream = o.stream;
   it->nreq = o.columns ? o.ncolumns : df->ncols;
   int r = RILL_OK;
@@ -483,7 +497,8 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
       schedule_upto(it, 1, 0);
     else
       schedule(it);
-    if (it->inflight == 0) return RILL_END;
+    /* the epoch is over (the next one's chunks may be running ahead) */
+    if (it->inflight == 0 || it->slots[it->head].chunk.epoch != it->epoch) return RILL_END;
     rill__slot_t* s = &it->slots[it->head];
     rill__stopwatch_t sw;
     rill__stopwatch_start(&sw);
@@ -541,19 +556,28 @@ int rill_iter_seek(rill_iter_t* it, int64_t row) {
   if (row < 0 || row > it->df->rows)
     return iter_fail(it, RILL_EINVAL, "rill_iter_seek: row %lld is outside 0..%lld", (long long)row,
                      (long long)it->df->rows);
-  drop_all(it);
-  it->next_start = row;
-  it->cursor = row;
+  drop_all(it, it->epoch, row);
   return RILL_OK;
 }
 
 int rill_iter_set_epoch(rill_iter_t* it, int64_t epoch) {
   if (!it) return RILL_EINVAL;
   if (rill__workers_forked(it->workers)) return iter_fail(it, RILL_EINVAL, FORKED_MSG, "rill_iter_set_epoch");
-  drop_all(it);
-  it->epoch = epoch;
-  it->next_start = 0;
-  it->cursor = 0;
+  if (epoch == it->sched_epoch && epoch != it->epoch) {
+    /* the next epoch, whose first chunks were started ahead: the current epoch's chunks
+     * (at the head of the ring) go, the next epoch's stay in flight */
+    release_held(it);
+    while (it->inflight > 0 && it->slots[it->head].chunk.epoch != epoch) {
+      slot_finish(&it->slots[it->head], it);
+      it->head = (it->head + 1) % it->nslots;
+      it->inflight--;
+    }
+    it->cur_active = 0;
+    it->epoch = epoch;
+    it->cursor = 0;
+    return RILL_OK;
+  }
+  drop_all(it, epoch, 0);
   return RILL_OK;
 }
 
@@ -580,11 +604,8 @@ int rill_iter_restore(rill_iter_t* it, const rill_iter_state_t* st) {
   if (st->cursor < 0 || st->cursor > it->df->rows)
     return iter_fail(it, RILL_EINVAL, "rill_iter_restore: cursor %lld is outside 0..%lld", (long long)st->cursor,
                      (long long)it->df->rows);
-  drop_all(it);
+  drop_all(it, st->epoch, st->cursor);
   it->seed = st->seed;
-  it->epoch = st->epoch;
-  it->next_start = st->cursor;
-  it->cursor = st->cursor;
   return RILL_OK;
 }
 

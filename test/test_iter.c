@@ -916,3 +916,241 @@ Test(iter, raise_beneath_a_view_reports_the_iterated_row) {
     rill_df_free(df);
   }
 }
+
+/* ---- next_epoch: prefetch past the end of an epoch into the next one */
+
+/* A source whose cell is row id * 100 + epoch, counting its cells per epoch (0..7) and
+ * failing on one (epoch, row) under RILL_ON_ERROR_RAISE. */
+typedef struct by_epoch {
+  _Atomic int64_t cells[8];
+  int64_t fail_epoch, fail_row;
+  int slow; /* each call takes 1 ms: chunks worth a worker thread */
+} by_epoch_t;
+
+static int src_epoch(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx, rill_error_t* err) {
+  by_epoch_t* c = ctx;
+  int64_t e = rill_exec_epoch(ex);
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  if (e >= 0 && e < 8) atomic_fetch_add(&c->cells[e], n);
+  if (c->slow) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  for (int64_t i = 0; i < n; i++) {
+    if (e == c->fail_epoch && rows[i] == c->fail_row) {
+      err->row = i;
+      return rill_error_set(err, RILL_EFORMAT, "bad row %lld of epoch %lld", (long long)rows[i], (long long)e);
+    }
+    ((int64_t*)out->data)[i] = rows[i] * 100 + e;
+  }
+  return RILL_OK;
+}
+
+/* 64 rows in chunks of 8 (grain), shuffled with seed 5. */
+static rill_df_t* epoch_frame(by_epoch_t* c, rill_df_t** base) {
+  memset(c, 0, sizeof *c);
+  c->fail_epoch = -1;
+  rill_error_t err;
+  RT_OK(rill_df_new(64, base, &err), err);
+  rill_stage_opts_t o = {.grain = 8};
+  cr_assert_eq(rill_df_add_source(*base, "v", rill_type_scalar(RILL_INT64), src_epoch, c, NULL, &o, &err), 0, "%s",
+               err.message);
+  rill_df_t* sh;
+  RT_OK(rill_df_shuffle(*base, 5, &sh, &err), err);
+  return sh;
+}
+
+/* The values of rows [from, 64) of `epoch` from an iterator without next_epoch. */
+static void epoch_reference(rill_df_t* df, int64_t epoch, int64_t* want) {
+  rill_error_t err;
+  rill_iter_t* it = open_iter(df, &(rill_iter_opts_t){.epoch = epoch, .threads = RILL_THREADS_NONE});
+  rill_row_t row;
+  for (int i = 0; i < 64; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    want[i] = ((const int64_t*)rill_row_get(&row, 0)->data)[0];
+    cr_assert_eq(want[i] % 100, epoch);
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it);
+}
+
+/* Reads rows [from, to) of the iterator's current epoch and checks them against `want`. */
+static void expect_rows(rill_iter_t* it, const int64_t* want, int64_t from, int64_t to) {
+  rill_error_t err;
+  rill_row_t row;
+  for (int64_t i = from; i < to; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    cr_assert_eq(row.index, i);
+    cr_assert_eq(((const int64_t*)rill_row_get(&row, 0)->data)[0], want[i], "row %lld: %lld, want %lld", (long long)i,
+                 (long long)((const int64_t*)rill_row_get(&row, 0)->data)[0], (long long)want[i]);
+  }
+}
+
+static void wait_cells(_Atomic int64_t* cells, int64_t want) {
+  for (int i = 0; i < 2000 && atomic_load(cells) < want; i++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
+Test(iter, next_epoch_runs_ahead_and_set_epoch_keeps_it) {
+  by_epoch_t c;
+  rill_df_t* base;
+  rill_df_t* sh = epoch_frame(&c, &base);
+  int64_t want[8][64];
+  for (int e = 0; e < 8; e++) epoch_reference(sh, e, want[e]);
+  for (int e = 0; e < 8; e++) atomic_store(&c.cells[e], 0);
+  c.slow = 1;
+  rill_error_t err;
+  rill_row_t row;
+  /* prefetch 24 rows: 3 chunks ahead, 4 slots */
+  rill_iter_t* it = open_iter(sh, &(rill_iter_opts_t){.prefetch = 24, .threads = 2, .next_epoch = 1});
+  expect_rows(it, want[0], 0, 64);
+  for (int k = 0; k < 3; k++) cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END, "the epoch is over");
+  cr_assert_eq(rill_iter_epoch(it), 0);
+  /* the next epoch's first chunks were started before set_epoch: the four slots' worth */
+  wait_cells(&c.cells[1], 32);
+  nanosleep(&(struct timespec){0, 20000000}, NULL);
+  cr_assert_eq(atomic_load(&c.cells[1]), 32, "%lld rows of epoch 1 computed ahead", (long long)atomic_load(&c.cells[1]));
+  cr_assert_eq(atomic_load(&c.cells[0]), 64);
+  /* set_epoch(1) keeps them: each row of epoch 1 is computed once */
+  RT_OK(rill_iter_set_epoch(it, 1), *rill_iter_error(it));
+  cr_assert_eq(rill_iter_epoch(it), 1);
+  expect_rows(it, want[1], 0, 64);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  cr_assert_eq(atomic_load(&c.cells[1]), 64, "epoch 1 computed %lld cells", (long long)atomic_load(&c.cells[1]));
+  rill_iter_state_t st;
+  RT_OK(rill_iter_save(it, &st), err);
+  cr_assert(st.epoch == 1 && st.cursor == 64, "saved epoch %lld cursor %lld", (long long)st.epoch,
+            (long long)st.cursor);
+  /* another epoch than the next one drops what ran ahead (epoch 2) and starts cold */
+  wait_cells(&c.cells[2], 8);
+  RT_OK(rill_iter_set_epoch(it, 5), *rill_iter_error(it));
+  int64_t ahead2 = atomic_load(&c.cells[2]);
+  cr_assert(ahead2 >= 8 && ahead2 <= 32, "%lld rows of epoch 2", (long long)ahead2);
+  expect_rows(it, want[5], 0, 10);
+  /* set_epoch(next) in the middle of an epoch: nothing ran ahead yet, it starts at row 0 */
+  RT_OK(rill_iter_set_epoch(it, 6), *rill_iter_error(it));
+  expect_rows(it, want[6], 0, 64);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  cr_assert_eq(atomic_load(&c.cells[2]), ahead2, "epoch 2 went on after it was dropped");
+  /* a seek after the end (epoch 7 running ahead) stays in the current epoch */
+  RT_OK(rill_iter_seek(it, 60), *rill_iter_error(it));
+  expect_rows(it, want[6], 60, 64);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  /* so does set_epoch of the same epoch: it starts over */
+  RT_OK(rill_iter_set_epoch(it, 6), *rill_iter_error(it));
+  expect_rows(it, want[6], 0, 30);
+  RT_OK(rill_iter_save(it, &st), err);
+  expect_rows(it, want[6], 30, 64);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  /* and a restore */
+  RT_OK(rill_iter_restore(it, &st), *rill_iter_error(it));
+  cr_assert_eq(rill_iter_epoch(it), 6);
+  expect_rows(it, want[6], 30, 64);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  /* the run-ahead epoch 7, after all of that, is still the right one */
+  RT_OK(rill_iter_set_epoch(it, 7), *rill_iter_error(it));
+  expect_rows(it, want[7], 0, 64);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_free(it); /* with epoch 8's chunks in flight */
+  rill_df_free(sh);
+  rill_df_free(base);
+}
+
+Test(iter, next_epoch_is_off_by_default_and_checked) {
+  by_epoch_t c;
+  rill_df_t* base;
+  rill_df_t* sh = epoch_frame(&c, &base);
+  rill_error_t err;
+  rill_row_t row;
+  c.slow = 1;
+  rill_iter_t* it = open_iter(sh, &(rill_iter_opts_t){.prefetch = 24, .threads = 2});
+  int64_t n = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) n++;
+  cr_assert_eq(n, 64);
+  nanosleep(&(struct timespec){0, 30000000}, NULL);
+  cr_assert_eq(atomic_load(&c.cells[1]), 0, "a single pass computed %lld rows past its end",
+               (long long)atomic_load(&c.cells[1]));
+  cr_assert_eq(atomic_load(&c.cells[0]), 64);
+  rill_iter_free(it);
+  /* only 0 and 1 */
+  rill_iter_t* bad = NULL;
+  cr_assert_eq(rill_iter_new(sh, &(rill_iter_opts_t){.next_epoch = 2}, &bad, &err), RILL_EINVAL);
+  cr_assert(strstr(err.message, "rill_iter_new: next_epoch is 2 (0 or 1)"), "%s", err.message);
+  cr_assert_null(bad);
+  cr_assert_eq(rill_iter_new(sh, &(rill_iter_opts_t){.next_epoch = -1}, &bad, &err), RILL_EINVAL);
+  cr_assert_null(bad);
+  /* without prefetch nothing runs ahead; without threads nothing is computed ahead */
+  int64_t want[64];
+  epoch_reference(sh, 1, want);
+  rill_iter_opts_t modes[2] = {{.prefetch = RILL_PREFETCH_NONE, .threads = 2, .next_epoch = 1},
+                               {.prefetch = 24, .threads = RILL_THREADS_NONE, .next_epoch = 1}};
+  for (int m = 0; m < 2; m++) {
+    for (int e = 0; e < 8; e++) atomic_store(&c.cells[e], 0);
+    it = open_iter(sh, &modes[m]);
+    while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    }
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+    cr_assert_eq(atomic_load(&c.cells[1]), 0, "mode %d: %lld rows computed ahead", m, (long long)atomic_load(&c.cells[1]));
+    RT_OK(rill_iter_set_epoch(it, 1), *rill_iter_error(it));
+    expect_rows(it, want, 0, 64);
+    cr_assert_eq(atomic_load(&c.cells[1]), 64);
+    rill_iter_free(it);
+  }
+  rill_df_free(sh);
+  rill_df_free(base);
+}
+
+/* A row that fails in a chunk computed ahead is reported in its own epoch, at its row, once. */
+Test(iter, next_epoch_error_of_a_chunk_run_ahead) {
+  by_epoch_t c;
+  rill_df_t* base;
+  rill_df_t* sh = epoch_frame(&c, &base);
+  int64_t want[64];
+  epoch_reference(sh, 1, want);
+  int64_t bad_row = -1; /* the view row whose parent row fails in epoch 1: the 3rd of epoch 1 */
+  c.fail_epoch = 1;
+  c.fail_row = want[2] / 100;
+  rill_error_t err;
+  rill_row_t row;
+  c.slow = 1;
+  rill_iter_t* it = open_iter(sh, &(rill_iter_opts_t){.prefetch = 24, .threads = 2, .next_epoch = 1});
+  int64_t n = 0;
+  int rc;
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) n++;
+  cr_assert_eq(rc, RILL_END, "epoch 0 ended with %d: %s", rc, err.message);
+  cr_assert_eq(n, 64);
+  wait_cells(&c.cells[1], 8);
+  RT_OK(rill_iter_set_epoch(it, 1), *rill_iter_error(it));
+  expect_rows(it, want, 0, 2);
+  rc = rill_iter_next(it, &row, &err);
+  cr_assert_eq(rc, RILL_EFORMAT, "row 2 of epoch 1: %d (%s), index %lld", rc, err.message, (long long)row.index);
+  bad_row = err.row;
+  cr_assert_eq(bad_row, 2, "error at row %lld", (long long)bad_row);
+  char msg[96];
+  snprintf(msg, sizeof msg, "row 2 (the stage's row %lld), column 'v' (stage 'v'): bad row %lld of epoch 1", (long long)c.fail_row,
+           (long long)c.fail_row);
+  cr_assert(strstr(err.message, msg), "%s", err.message);
+  expect_rows(it, want, 3, 64);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_eq(st.errors, 1);
+  rill_iter_free(it);
+  rill_df_free(sh);
+  rill_df_free(base);
+}
+
+/* An empty dataframe has nothing to run ahead into. */
+Test(iter, next_epoch_of_an_empty_dataframe) {
+  rill_error_t err;
+  rill_df_t* df;
+  RT_OK(rill_df_new(0, &df, &err), err);
+  by_epoch_t c = {0};
+  cr_assert_eq(rill_df_add_source(df, "v", rill_type_scalar(RILL_INT64), src_epoch, &c, NULL, NULL, &err), 0);
+  rill_iter_t* it = open_iter(df, &(rill_iter_opts_t){.prefetch = 4, .threads = 2, .next_epoch = 1});
+  rill_row_t row;
+  for (int e = 0; e < 3; e++) {
+    cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+    cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+    RT_OK(rill_iter_set_epoch(it, e + 1), *rill_iter_error(it));
+  }
+  rill_iter_free(it);
+  rill_df_free(df);
+}

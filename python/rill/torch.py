@@ -30,7 +30,10 @@ Epochs: each new pass over the loader uses the next epoch (a new shuffle permuta
 random augmentations); :meth:`Loader.set_epoch` chooses it explicitly, as with a
 ``DistributedSampler``. Randomness depends only on (seed, epoch, row), never on threads or
 prefetch depth, so :meth:`Loader.state_dict` / :meth:`Loader.load_state_dict` resume a pass
-exactly where it stopped.
+exactly where it stopped. At the end of a pass the loader's prefetch goes on into the next
+epoch's first batches (``DataFrame.iter(next_epoch=True)``), so the next pass, when it is that
+epoch, starts with them ready instead of waiting for its first batch; a pass of another epoch
+drops them.
 
 fork(): a loader can be used in a child process (``multiprocessing`` with the fork start
 method): the child's first pass makes an iterator of its own (the parent's worker threads do
@@ -291,7 +294,7 @@ class Loader:
             stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
             self._it = self._frame.iter(self._emit, prefetch=self.prefetch,
                                         threads=self.threads, seed=self.seed,
-                                        epoch=self._next_epoch, stream=stream)
+                                        epoch=self._next_epoch, stream=stream, next_epoch=True)
             self._it_pid = os.getpid()
         return self._it
 

@@ -3,7 +3,9 @@
  * full-size tjDecompress2 loop over the same JPEG files (the ceiling of a plain decode).
  * Also time to the first batch (with its CPU time, the kernel's part of it and page faults,
  * against the mean batch of the rest of epoch 0 and of epoch 1, and against the same batch
- * computed again once its buffers are warm; run 0, batch 256) and resident memory over epochs.
+ * computed again once its buffers are warm; run 0, batch 256), a training loop's epoch
+ * boundaries (next_epoch off and on: the first batch's wait at each new epoch, consumer steps
+ * of 1.25 batches' work) and resident memory over epochs.
  *
  * usage: bench_pipeline CORPUS_DIR [epochs_for_rss] [rounds]
  * Each of `rounds` (default 1; environment BATCHES: batch sizes, default "256") measures the
@@ -141,7 +143,7 @@ static void pipe_free(pipe_t* p) {
   rill_df_free(p->files);
 }
 
-static int pipe_new(const char* dir, int threads, int batch, int world, pipe_t* p, rill_error_t* err) {
+static int pipe_new(const char* dir, int threads, int batch, int world, int next_epoch, pipe_t* p, rill_error_t* err) {
   memset(p, 0, sizeof *p);
   rill_df_t* sh = NULL;
   if (rill_df_from_image_folder(dir, NULL, &p->files, err) < 0) return -1;
@@ -166,7 +168,8 @@ static int pipe_new(const char* dir, int threads, int batch, int world, pipe_t* 
   if (x < 0) return -1;
   if (rill_df_batch(p->view, (int[]){x, rill_df_column(p->view, "label")}, 2, batch, NULL, &p->batches, err) < 0)
     return -1;
-  return rill_iter_new(p->batches, &(rill_iter_opts_t){.prefetch = 4, .threads = threads, .seed = 1}, &p->it, err);
+  return rill_iter_new(p->batches, &(rill_iter_opts_t){.prefetch = 4, .threads = threads, .seed = 1, .next_epoch = next_epoch},
+                       &p->it, err);
 }
 
 static long minor_faults(void) {
@@ -210,6 +213,44 @@ static int epoch(pipe_t* p, epoch_stats_t* st, rill_error_t* err) {
   st->secs = now_s() - t0;
   st->cpu = cpu_s() - c0;
   return rc == RILL_END ? 0 : rc;
+}
+
+/* A training loop's epoch boundaries: 2 worker threads, batch 256, a consumer that spends
+ * `step_ms` on each batch without the CPU (a GPU step), epochs 1..4 after epoch 0 (which
+ * verifies the files, pulled without steps); the time rill_iter_set_epoch + rill_iter_next
+ * took at the first batch of epochs 2..4 (epoch 1's follows the step-less epoch 0), the mean
+ * wait of the other batches of epochs 1..4, and their seconds. */
+typedef struct boundary {
+  double first_ms, other_ms, secs;
+} boundary_t;
+
+static int boundaries(const char* dir, int next_epoch, double step_ms, boundary_t* b, rill_error_t* err) {
+  pipe_t p;
+  if (pipe_new(dir, 2, 256, 1, next_epoch, &p, err) < 0) return -1;
+  epoch_stats_t es;
+  if (epoch(&p, &es, err) < 0) return -1;
+  double first = 0, other = 0, t0 = now_s();
+  int64_t nother = 0;
+  struct timespec step = {0, (long)(step_ms * 1e6)};
+  for (int e = 1; e <= 4; e++) {
+    rill_row_t row;
+    int rc;
+    double w0 = now_s();
+    rill_iter_set_epoch(p.it, e);
+    for (int k = 0; (rc = rill_iter_next(p.it, &row, err)) == RILL_OK; k++) {
+      double w = now_s() - w0;
+      if (k == 0 && e > 1) first += w;
+      else if (k > 0) other += w, nother++;
+      nanosleep(&step, NULL);
+      w0 = now_s();
+    }
+    if (rc != RILL_END) return -1;
+  }
+  b->secs = now_s() - t0;
+  b->first_ms = first / 3 * 1e3;
+  b->other_ms = nother ? other / (double)nother * 1e3 : 0;
+  pipe_free(&p);
+  return 0;
 }
 
 int main(int argc, char** argv) {
@@ -258,7 +299,7 @@ int main(int argc, char** argv) {
       for (int threads = 1; threads <= 2; threads++) { /* "1t": the calling thread; "2t": two workers */
         pipe_t p;
         double t0 = now_s();
-        if (pipe_new(dir, threads == 1 ? RILL_THREADS_NONE : 2, batches[k], 1, &p, &err) < 0) {
+        if (pipe_new(dir, threads == 1 ? RILL_THREADS_NONE : 2, batches[k], 1, 0, &p, &err) < 0) {
           fprintf(stderr, "bench_pipeline: %s\n", err.message);
           return 1;
         }
@@ -352,9 +393,29 @@ int main(int argc, char** argv) {
   for (int i = 0; i < nf; i++) free(files[i].buf);
   free(files);
 
+  /* epoch boundaries: next_epoch off and on, alternated, best of two each; the step is 1.25
+   * batches' work at 2 threads, so that the workers keep up inside an epoch */
+  double step_ms = e1_batch_ms[1] > 0 ? 1.25 * e1_batch_ms[1] : 80;
+  boundary_t bb[2] = {{1e9, 1e9, 1e9}, {1e9, 1e9, 1e9}};
+  for (int r = 0; r < 2; r++)
+    for (int m = 0; m < 2; m++) {
+      boundary_t b;
+      if (boundaries(dir, m, step_ms, &b, &err) < 0) {
+        fprintf(stderr, "bench_pipeline: %s\n", err.message);
+        return 1;
+      }
+      if (b.secs < bb[m].secs) bb[m] = b;
+    }
+  printf("epoch_boundary_step_ms %.1f\n", step_ms);
+  for (int m = 0; m < 2; m++) {
+    const char* name = m ? "ahead" : "cold";
+    printf("epoch_boundary_first_wait_ms_%s %.1f\nepoch_boundary_other_wait_ms_%s %.2f\nepoch_boundary_secs_%s %.3f\n",
+           name, bb[m].first_ms, name, bb[m].other_ms, name, bb[m].secs);
+  }
+
   /* resident memory over epochs (a quarter of the corpus per epoch keeps this short) */
   pipe_t p;
-  if (pipe_new(dir, 2, 256, 4, &p, &err) < 0) {
+  if (pipe_new(dir, 2, 256, 4, 0, &p, &err) < 0) {
     fprintf(stderr, "bench_pipeline: %s\n", err.message);
     return 1;
   }

@@ -48,3 +48,10 @@ awk -v d="$(val direct_full_decode_1t)" -v dc="$(val direct_full_decode_per_cpu_
   printf " entropy marks of the files are found: the ratio_vs_direct_later_* lines)\n"
   if (p != "") printf "rill 2 threads / DataLoader(num_workers=2):      %.2fx (per CPU s: %.2fx)\n", q(r2, p), q(c2, pc)
 }'
+awk -v s="$(val epoch_boundary_step_ms)" -v fc="$(val epoch_boundary_first_wait_ms_cold)" \
+    -v fa="$(val epoch_boundary_first_wait_ms_ahead)" -v tc="$(val epoch_boundary_secs_cold)" \
+    -v ta="$(val epoch_boundary_secs_ahead)" 'function q(a, b) { return b > 0 ? a / b : 0 } BEGIN {
+  if (s == "") exit
+  printf "epoch boundary, %.0f ms steps: first batch waits %.1f ms with next_epoch, %.1f ms without;\n", s, fa, fc
+  printf "  epochs 1-4 take %.3f s against %.3f s: %.2fx\n", ta, tc, q(tc, ta)
+}'

@@ -56,6 +56,61 @@ def test_shuffle_is_a_permutation_and_set_epoch_reshuffles():
     assert ids(pipeline().iter(epoch=1, threads=rill.THREADS_NONE)) == e1
 
 
+def counted_pipeline(calls):
+    """pipeline(batch=10) with a map that takes 2 ms a call and counts its calls."""
+    import time
+
+    def slow(i):
+        calls.append(len(i))
+        time.sleep(0.002)
+        return i * 2
+
+    df = rill.from_numpy({"i": np.arange(N, dtype=np.int64)})
+    s = df.shuffle(7)
+    s.map("twice", slow, "i", "int64")
+    return s.batch(10)
+
+
+def wait_for(pred, seconds=5.0):
+    import time
+    end = time.monotonic() + seconds
+    while not pred() and time.monotonic() < end:
+        time.sleep(0.001)
+
+
+def test_next_epoch_prefetches_into_the_following_epoch():
+    calls = []
+    want = [ids(counted_pipeline([]).iter(epoch=e, threads=rill.THREADS_NONE)) for e in range(3)]
+    it = counted_pipeline(calls).iter(prefetch=30, threads=2, next_epoch=True)
+    assert ids(it) == want[0]
+    assert list(it) == []  # the epoch is over
+    assert it.epoch == 0
+    wait_for(lambda: sum(calls) > N)  # batches of epoch 1 computed before set_epoch
+    assert N < sum(calls) <= 2 * N
+    it.set_epoch(1)  # keeps them: every row of epoch 1 computed once
+    assert ids(it) == want[1]
+    wait_for(lambda: sum(calls) > 2 * N)
+    assert sum(calls) > 2 * N
+    it.set_epoch(0)  # not the next epoch: what ran ahead is dropped
+    assert ids(it) == want[0]
+    it.set_epoch(1)
+    assert ids(it, 10) == want[1][:10]
+    it.set_epoch(2)  # in the middle of epoch 1: starts at row 0
+    assert ids(it) == want[2]
+
+
+def test_next_epoch_is_off_by_default():
+    import time
+    calls = []
+    it = counted_pipeline(calls).iter(prefetch=30, threads=2)
+    assert len(ids(it)) == N
+    time.sleep(0.05)
+    assert sum(calls) == N  # a single pass computes nothing past its end
+    it.set_epoch(1)
+    assert sorted(ids(it)) == list(range(N))
+    assert sum(calls) == 2 * N
+
+
 def test_seek():
     it = pipeline().iter()
     full = ids(it)

@@ -126,6 +126,43 @@ def test_len():
     assert len(Loader(df, batch_size=8, rank=1, world=3)) == 3  # 17 rows of 50
 
 
+def test_a_pass_prefetches_the_next_epochs_first_batches():
+    """At the end of a pass the loader's prefetch goes on into the next epoch; the next pass
+    uses those batches (computed once) and gives the same batches as a loader that did not
+    run ahead."""
+    import collections
+    import time
+    n = 400
+    calls = []  # the y values of each call of the map
+
+    def loader_of(counted):
+        df, _ = frame(n)
+        if counted is None:
+            df.map("y2", lambda y: y, "y", "int64")
+        else:
+            df.map("y2", lambda y: counted.append(y.tolist()) or time.sleep(0.001) or y, "y", "int64")
+        return Loader(df, batch_size=8, shuffle=True, seed=5, columns=["y2"], threads=2, prefetch=4)
+
+    ref = loader_of(None)
+    want = [[b["y2"].tolist() for b in ref] for _ in range(3)]
+    ref.close()
+    loader = loader_of(calls)
+    assert [b["y2"].tolist() for b in loader] == want[0]
+    end = time.monotonic() + 5
+    while sum(map(len, calls)) <= n and time.monotonic() < end:
+        time.sleep(0.001)
+    assert n < sum(map(len, calls)) <= n + 5 * 8  # epoch 1's first batches, before its pass began
+    assert [b["y2"].tolist() for b in loader] == want[1]
+    assert loader.epoch == 2
+    loader.close()
+    # each row of epoch 1's first batch was computed in epochs 0 and 1 only (once in each),
+    # and perhaps ahead in epoch 2, whose first batches ran ahead in turn
+    seen = collections.Counter(v for c in calls for v in c)
+    ahead2 = {v for b in want[2][:5] for v in b}
+    for v in want[1][0]:
+        assert seen[v] in ((2, 3) if v in ahead2 else (2,)), (v, seen[v])
+
+
 def test_set_epoch_reshuffles_deterministically():
     """Each epoch has its own permutation, the same for the same seed."""
     df, _ = frame()

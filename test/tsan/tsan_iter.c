@@ -38,12 +38,14 @@ static void pipeline_free(pipeline_t* p) {
   rill_df_free(p->base);
 }
 
-/* Iterates (batched or row mode) two epochs; stores plus and rand values in order. */
-static int64_t run(pipeline_t* p, int batched, int threads, int prefetch, int64_t* plus, double* rnd) {
+/* Iterates (batched or row mode) two epochs; stores plus and rand values in order. With
+ * next_epoch, epoch 2's first chunks run ahead at the end of epoch 1, and epoch 3's are in
+ * flight when the iterator is freed. */
+static int64_t run(pipeline_t* p, int batched, int threads, int prefetch, int next_epoch, int64_t* plus, double* rnd) {
   rill_error_t err;
   rill_iter_t* it;
   int cols[2] = {p->plus, p->rand};
-  rill_iter_opts_t o = {.threads = threads, .prefetch = prefetch, .seed = 11, .epoch = 1};
+  rill_iter_opts_t o = {.threads = threads, .prefetch = prefetch, .seed = 11, .epoch = 1, .next_epoch = next_epoch};
   if (batched) {
     cols[0] = 0;
     cols[1] = 1;
@@ -86,20 +88,21 @@ static void test_pipelines(void) {
       sum += 3 * r + 1;
     }
   for (int batched = 0; batched <= 1; batched++) {
-    int64_t n = run(&p, batched, RILL_THREADS_NONE, RILL_PREFETCH_NONE, ref_plus, ref_rand);
+    int64_t n = run(&p, batched, RILL_THREADS_NONE, RILL_PREFETCH_NONE, 0, ref_plus, ref_rand);
     CHECK(n == 2 * kept, "reference: %lld values, expected %lld", (long long)n, (long long)(2 * kept));
     int64_t s = 0;
     for (int64_t i = 0; i < n; i++) s += ref_plus[i];
     CHECK(s == 2 * sum, "reference sum %lld, expected %lld", (long long)s, (long long)(2 * sum));
-    int configs[4][2] = {{2, 8}, {3, 8}, {4, 8}, {4, 64}};
-    for (int c = 0; c < 4; c++) {
-      int64_t m = run(&p, batched, configs[c][0], configs[c][1], got_plus, got_rand);
+    /* threads, prefetch, next_epoch */
+    int configs[6][3] = {{2, 8, 0}, {3, 8, 0}, {4, 8, 0}, {4, 64, 0}, {2, 8, 1}, {4, 64, 1}};
+    for (int c = 0; c < 6; c++) {
+      int64_t m = run(&p, batched, configs[c][0], configs[c][1], configs[c][2], got_plus, got_rand);
       CHECK(m == n, "batched %d threads %d: %lld values, expected %lld", batched, configs[c][0], (long long)m,
             (long long)n);
       int64_t bad = 0;
       for (int64_t i = 0; i < m && i < n; i++) bad += got_plus[i] != ref_plus[i] || got_rand[i] != ref_rand[i];
-      CHECK(bad == 0, "batched %d threads %d prefetch %d: %lld values differ from the reference", batched,
-            configs[c][0], configs[c][1], (long long)bad);
+      CHECK(bad == 0, "batched %d threads %d prefetch %d next_epoch %d: %lld values differ from the reference",
+            batched, configs[c][0], configs[c][1], configs[c][2], (long long)bad);
     }
   }
   pipeline_free(&p);

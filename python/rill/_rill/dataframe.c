@@ -575,18 +575,18 @@ static PyObject* df_cuda_normalize(RillDataFrame* self, PyObject* args, PyObject
 /* ---------------------------------------------------------------- iteration */
 
 static PyObject* df_iter_method(RillDataFrame* self, PyObject* args, PyObject* kw) {
-  static char* kwlist[] = {"columns", "prefetch", "threads", "seed", "epoch", "stream", NULL};
+  static char* kwlist[] = {"columns", "prefetch", "threads", "seed", "epoch", "stream", "next_epoch", NULL};
   PyObject *columns = Py_None, *stream = Py_None;
-  int prefetch = 0, threads = 0;
+  int prefetch = 0, threads = 0, next_epoch = 0;
   unsigned long long seed = 0;
   long long epoch = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$iiKLO:iter", kwlist, &columns, &prefetch, &threads, &seed,
-                                   &epoch, &stream))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$iiKLOp:iter", kwlist, &columns, &prefetch, &threads, &seed,
+                                   &epoch, &stream, &next_epoch))
     return NULL;
-  return rillpy_iter_new(self, columns, prefetch, threads, (uint64_t)seed, (int64_t)epoch, stream);
+  return rillpy_iter_new(self, columns, prefetch, threads, (uint64_t)seed, (int64_t)epoch, stream, next_epoch);
 }
 
-static PyObject* df_tp_iter(RillDataFrame* self) { return rillpy_iter_new(self, Py_None, 0, 0, 0, 0, NULL); }
+static PyObject* df_tp_iter(RillDataFrame* self) { return rillpy_iter_new(self, Py_None, 0, 0, 0, 0, NULL, 0); }
 
 /* ---------------------------------------------------------------- Arrow streams */
 
@@ -833,7 +833,7 @@ static PyObject* df_dataframe(RillDataFrame* self, PyObject* args, PyObject* kw)
     }
   }
   PyObject* chunks = PyList_New(0);
-  PyObject* it = chunks ? rillpy_iter_new((RillDataFrame*)src, Py_None, 0, 0, 0, 0, NULL) : NULL;
+  PyObject* it = chunks ? rillpy_iter_new((RillDataFrame*)src, Py_None, 0, 0, 0, 0, NULL, 0) : NULL;
   Py_DECREF(src);
   if (!it) {
     Py_XDECREF(chunks);
@@ -925,9 +925,11 @@ static PyMethodDef df_methods[] = {
      "cuda_normalize(name, column, *, mean=(0, 0, 0), std=(1, 1, 1), flip=0.0, dtype='float32', layout='chw', "
      "device=0) -> int\n\nnormalize on the GPU for uint8 images already on the device; NoDeviceError without one."},
     {"iter", (PyCFunction)(void (*)(void))df_iter_method, METH_VARARGS | METH_KEYWORDS,
-     "iter(columns=None, *, prefetch=0, threads=0, seed=0, epoch=0, stream=None) -> Iterator\n\n"
+     "iter(columns=None, *, prefetch=0, threads=0, seed=0, epoch=0, stream=None, next_epoch=False) -> Iterator\n\n"
      "An iterator over the rows (batches) producing `columns` (None: all). prefetch: rows computed ahead "
      "(0: 2, PREFETCH_NONE: none); threads: worker threads (0: one per core, THREADS_NONE: none). "
+     "next_epoch: at an epoch's end, prefetch goes on into the next epoch's first rows, which "
+     "set_epoch(epoch + 1) keeps (a training loop's first batch of each epoch is then ready). "
      "stream: the CUDA stream that consumes device columns (torch.cuda.Stream, an object with "
      "__cuda_stream__, or an int cudaStream_t, 0 = legacy default): batches are ordered on it with "
      "events (no host wait), and their device memory is reused only after the work queued on it "

@@ -88,7 +88,7 @@ static int parse_stream(PyObject* stream, void** handle, int* device) {
 }
 
 PyObject* rillpy_iter_new(RillDataFrame* df, PyObject* columns, int prefetch, int threads, uint64_t seed,
-                          int64_t epoch, PyObject* stream) {
+                          int64_t epoch, PyObject* stream, int next_epoch) {
   int* cols = NULL;
   int n = 0;
   void* handle = NULL;
@@ -126,6 +126,7 @@ PyObject* rillpy_iter_new(RillDataFrame* df, PyObject* columns, int prefetch, in
   o.seed = seed;
   o.epoch = epoch;
   o.stream = self->stream;
+  o.next_epoch = next_epoch;
   rill_iter_t* it = NULL;
   int rc;
   Py_BEGIN_ALLOW_THREADS

@@ -188,9 +188,10 @@ PyObject* rillpy_raise_row_error(int rc, const rill_error_t* err, const rill_df_
 
 /* ---------------------------------------------------------------- iterators (iter.c) */
 
-/* A new rill.Iterator over df producing `columns` (None = all; names or indices). */
+/* A new rill.Iterator over df producing `columns` (None = all; names or indices);
+ * next_epoch: rill_iter_opts_t.next_epoch. */
 PyObject* rillpy_iter_new(RillDataFrame* df, PyObject* columns, int prefetch, int threads, uint64_t seed,
-                          int64_t epoch, PyObject* stream);
+                          int64_t epoch, PyObject* stream, int next_epoch);
 
 /* ---------------------------------------------------------------- Python stages (pystage.c) */
 
