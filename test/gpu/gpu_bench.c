@@ -263,14 +263,15 @@ static void bench_overlap(int step_ms) {
                  : -1;
   ok = x >= 0 && rill_iter_new(bdf, &(rill_iter_opts_t){.columns = &x, .ncolumns = 1, .prefetch = 4,
                                                           .threads = rill__ncores() > 1 ? rill__ncores() - 1 : 1,
-                                                          .stream = consumer},
+                                                          .stream = consumer, .next_epoch = 1},
                                &it, &err) == RILL_OK;
   void* cs = rill_stream_cuda_handle(consumer);
   double wait = 0, total = 0, base = 0, boundary = 0, wait_max = 0;
   int64_t nb = ok ? rill_df_rows(bdf) : 0, measured = 0;
-  /* The steps are taken inside one epoch: the first batch of an epoch waits for the pipeline
-   * to fill up again (reported on its own line; once per epoch, which is 5,000 batches of 256
-   * on ImageNet and a few dozen on the corpus here). */
+  /* The steps are taken inside one epoch; the first batch of the next one is reported on its
+   * own line (once per epoch, which is 5,000 batches of 256 on ImageNet and a few dozen on the
+   * corpus here): with next_epoch, as a training loop's iterator, its first batches were
+   * prefetched at the end of the epoch before. */
   const int warm = 3;
   int n = ok ? (int)(nb - warm < steps ? nb - warm : steps) : 0;
   if (ok && n < 5) {
