@@ -917,6 +917,56 @@ Test(iter, raise_beneath_a_view_reports_the_iterated_row) {
   }
 }
 
+/* The same after an earlier stage dropped a row (SKIP): the cells were compacted, and the
+ * error still names the iterated row it stands for. */
+Test(iter, raise_after_a_skip_beneath_a_shuffle) {
+  counter_t cs, cm;
+  counter_failing(&cs, 0, 3);  /* the source skips base row 3 */
+  counter_failing(&cm, 0, 10); /* the map fails on base row 10 */
+  rill_stage_opts_t skip = {.on_error = RILL_ON_ERROR_SKIP};
+  rill_df_t* df = make_src(32, &cs, &skip);
+  add_map(df, "m", 0, &cm, NULL);
+  rill_error_t err;
+  rill_df_t* sh;
+  RT_OK(rill_df_shuffle(df, 3, &sh, &err), err);
+  /* the base row of each iterated row, from a pass without failures */
+  cs.fail_row = cm.fail_row = -1;
+  int64_t base[32];
+  rill_iter_t* ref = open_iter(sh, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE});
+  rill_row_t row;
+  for (int i = 0; i < 32; i++) {
+    RT_OK(rill_iter_next(ref, &row, &err), err);
+    base[i] = ((const int64_t*)rill_row_get(&row, 0)->data)[0];
+  }
+  rill_iter_free(ref);
+  cs.fail_row = 3;
+  cm.fail_row = 10;
+  rill_iter_t* it = open_iter(sh, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE});
+  int64_t errors = 0;
+  for (int64_t i = 0; i < 32; i++) {
+    if (base[i] == 3) continue; /* skipped: never handed out */
+    int rc = rill_iter_next(it, &row, &err);
+    if (base[i] == 10) {
+      cr_assert_eq(rc, RILL_EFORMAT, "row %lld: %d", (long long)i, rc);
+      cr_assert_eq(err.row, i);
+      char want[64];
+      snprintf(want, sizeof want, "row %lld (the stage's row 10)", (long long)i);
+      cr_assert(strstr(err.message, want), "%s", err.message);
+      errors++;
+      continue;
+    }
+    RT_OK(rc, err);
+    cr_assert_eq(row.index, i);
+    cr_assert_eq(((const int64_t*)rill_row_get(&row, 1)->data)[0], base[i]);
+  }
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+  cr_assert_eq(errors, 1);
+  expect_stats(it, 30, ANY, 1, ANY, 1);
+  rill_iter_free(it);
+  rill_df_free(sh);
+  rill_df_free(df);
+}
+
 /* ---- next_epoch: prefetch past the end of an epoch into the next one */
 
 /* A source whose cell is row id * 100 + epoch, counting its cells per epoch (0..7) and
