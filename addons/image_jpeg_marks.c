@@ -841,14 +841,19 @@ static int dc_steps(int32_t d, unsigned codes, int32_t* step, int max) {
   return n;
 }
 
+/* The blocks of scan component c in an MCU of `nb` blocks (comp: their components). */
+static int blocks_of(const int* comp, int nb, int c) {
+  int per = 0;
+  for (int j = 0; j < nb; j++) per += comp[j] == c;
+  return per;
+}
+
 /* The steps of dc_steps for scan component c's DC difference d, in `k` MCUs of `nb` blocks
  * (comp: their components); -1 when they do not hold them. */
 static int component_steps(const jhead_t* h, const int* comp, int nb, int c, int32_t d, int k, int32_t* step) {
   unsigned codes = 0; /* bit s: the component's DC table codes category s */
   for (int s = 0; s <= 11; s++) codes |= (unsigned)(h->dc[h->td[c]].len[s] != 0) << s;
-  int per = 0;
-  for (int j = 0; j < nb; j++) per += comp[j] == c;
-  return dc_steps(d, codes, step, per * k);
+  return dc_steps(d, codes, step, blocks_of(comp, nb, c) * k);
 }
 
 /* A cut row's pad: `k` MCUs whose DC differences sum to diff[c] for each component (in the
@@ -878,9 +883,8 @@ static int pad_mcus(const jhead_t* h, const int* comp, int nb, const int32_t* di
   int k = 1;
   for (int c = 0; c < h->ns; c++) {
     int32_t steps[10 * CUT_PAD_MAX];
-    int n = component_steps(h, comp, nb, c, diff[c], CUT_PAD_MAX, steps), per = 0;
+    int n = component_steps(h, comp, nb, c, diff[c], CUT_PAD_MAX, steps), per = blocks_of(comp, nb, c);
     if (n < 0) return 0;
-    for (int j = 0; j < nb; j++) per += comp[j] == c;
     if ((n + per - 1) / per > k) k = (n + per - 1) / per;
   }
   return k;

@@ -209,13 +209,20 @@ static void slot_finish(rill__slot_t* s, rill_iter_t* it) {
   s->done = 0;
 }
 
+/* Lets go of the oldest chunk in flight (the one handed out, if any). */
+static void pop_head(rill_iter_t* it) {
+  slot_finish(&it->slots[it->head], it);
+  it->head = (it->head + 1) % it->nslots;
+  it->inflight--;
+  it->cur_active = 0;
+}
+
 /* Drops every chunk in flight and the rows handed out; the next chunk started is `row` of
  * epoch `epoch`. */
 static void drop_all(rill_iter_t* it, int64_t epoch, int64_t row) {
   release_held(it);
-  for (int i = 0; i < it->inflight; i++) slot_finish(&it->slots[(it->head + i) % it->nslots], it);
+  while (it->inflight > 0) pop_head(it);
   it->head = 0;
-  it->inflight = 0;
   it->cur_active = 0;
   it->epoch = it->sched_epoch = epoch;
   it->next_start = it->cursor = row;
@@ -439,10 +446,7 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
         if (err) *err = ch->err;
         it->st.errors++;
         it->cursor = ch->end;
-        slot_finish(s, it);
-        it->head = (it->head + 1) % it->nslots;
-        it->inflight--;
-        it->cur_active = 0;
+        pop_head(it);
         schedule(it);
         return rc;
       }
@@ -485,10 +489,7 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
         return RILL_OK;
       }
       if (it->cursor < ch->end) it->cursor = ch->end;
-      slot_finish(s, it);
-      it->head = (it->head + 1) % it->nslots;
-      it->inflight--;
-      it->cur_active = 0;
+      pop_head(it);
     }
     /* Nothing in flight (a new iterator, a seek, a new epoch): the caller waits for the
      * first chunk, so it starts alone and every thread helps with its tasks; the chunks
@@ -567,11 +568,7 @@ int rill_iter_set_epoch(rill_iter_t* it, int64_t epoch) {
     /* the next epoch, whose first chunks were started ahead: the current epoch's chunks
      * (at the head of the ring) go, the next epoch's stay in flight */
     release_held(it);
-    while (it->inflight > 0 && it->slots[it->head].chunk.epoch != epoch) {
-      slot_finish(&it->slots[it->head], it);
-      it->head = (it->head + 1) % it->nslots;
-      it->inflight--;
-    }
+    while (it->inflight > 0 && it->slots[it->head].chunk.epoch != epoch) pop_head(it);
     it->cur_active = 0;
     it->epoch = epoch;
     it->cursor = 0;

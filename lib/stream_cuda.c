@@ -197,28 +197,35 @@ static void registry_remove(rill_stream_t* s) {
 
 /* ---------------------------------------------------------------- streams */
 
+/* A rill_stream_t over CUDA stream `cs` of `device`, in the registry, in *out (`borrowed`:
+ * the caller's, never destroyed here). RILL_ENOMEM (with `what` in the message) leaves cs
+ * to the caller. */
+static int stream_add(int device, cudaStream_t cs, int borrowed, const char* what, rill_stream_t** out,
+                      rill_error_t* err) {
+  rill_stream_t* s = rill__calloc(1, sizeof(*s));
+  if (s == NULL) return rill__fail(err, RILL_ENOMEM, "out of memory %s", what);
+  s->device = (rill_device_t){RILL_DEVICE_CUDA, device};
+  s->handle = cs;
+  s->borrowed = borrowed;
+  if (registry_add(s) != RILL_OK) {
+    rill__free(s);
+    return rill__fail(err, RILL_ENOMEM, "out of memory %s", what);
+  }
+  *out = s;
+  return RILL_OK;
+}
+
 int rill_stream_new_cuda(int device, rill_stream_t** out, rill_error_t* err) {
   if (out == NULL) return rill__fail(err, RILL_EINVAL, "rill_stream_new_cuda: out is NULL");
   *out = NULL;
   int rc = set_device(device, err);
   if (rc != RILL_OK) return rc;
-  rill_stream_t* s = rill__calloc(1, sizeof(*s));
-  if (s == NULL) return rill__fail(err, RILL_ENOMEM, "out of memory creating a CUDA stream");
   cudaStream_t cs;
   cudaError_t e = cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
-  if (e != cudaSuccess) {
-    rill__free(s);
-    return cuda_fail(err, e, "cudaStreamCreateWithFlags");
-  }
-  s->device = (rill_device_t){RILL_DEVICE_CUDA, device};
-  s->handle = cs;
-  if (registry_add(s) != RILL_OK) {
-    cudaStreamDestroy(cs);
-    rill__free(s);
-    return rill__fail(err, RILL_ENOMEM, "out of memory creating a CUDA stream");
-  }
-  *out = s;
-  return RILL_OK;
+  if (e != cudaSuccess) return cuda_fail(err, e, "cudaStreamCreateWithFlags");
+  rc = stream_add(device, cs, 0, "creating a CUDA stream", out, err);
+  if (rc != RILL_OK) cudaStreamDestroy(cs);
+  return rc;
 }
 
 int rill_stream_wrap_cuda(int device, void* cuda_stream, rill_stream_t** out, rill_error_t* err) {
@@ -238,17 +245,7 @@ int rill_stream_wrap_cuda(int device, void* cuda_stream, rill_stream_t** out, ri
                         d, device);
   }
 #endif
-  rill_stream_t* s = rill__calloc(1, sizeof(*s));
-  if (s == NULL) return rill__fail(err, RILL_ENOMEM, "out of memory wrapping a CUDA stream");
-  s->device = (rill_device_t){RILL_DEVICE_CUDA, device};
-  s->handle = cs;
-  s->borrowed = 1;
-  if (registry_add(s) != RILL_OK) {
-    rill__free(s);
-    return rill__fail(err, RILL_ENOMEM, "out of memory wrapping a CUDA stream");
-  }
-  *out = s;
-  return RILL_OK;
+  return stream_add(device, cs, 1, "wrapping a CUDA stream", out, err);
 }
 
 int rill_stream_synchronize(rill_stream_t* s, rill_error_t* err) {
