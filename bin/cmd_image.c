@@ -27,6 +27,7 @@ typedef struct opts {
   const char* dir;
   const char* out;   /* PNG grid */
   int size, batch, threads, epochs, prefetch;
+  int cold;          /* bench: each epoch from a stopped pipeline (no prefetch across epochs) */
   uint64_t seed;
 } opts_t;
 
@@ -66,8 +67,9 @@ static int parse_int(const char* cmd, const char* name, const char* v, int lo, i
   return 0;
 }
 
-/* Parses argv[1..]: options and at most one positional folder. Returns 0, 2 (usage error)
- * or -1 (--help printed). */
+/* Parses argv[1..]: options and at most one positional folder; `allow_runs` 1 takes --threads,
+ * 2 also the options of repeated runs (--epochs, --prefetch, --cold-epochs). Returns 0, 2
+ * (usage error) or -1 (--help printed). */
 static int parse(const char* cmd, int argc, char** argv, opts_t* o, int allow_out, int allow_runs, const char* usage) {
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
@@ -93,10 +95,12 @@ static int parse(const char* cmd, int argc, char** argv, opts_t* o, int allow_ou
       o->seed = (uint64_t)s;
     } else if (allow_runs && !strcmp(a, "--threads")) {
       rc = parse_int(cmd, a, v, 0, 1024, &o->threads), i++;
-    } else if (allow_runs && !strcmp(a, "--epochs")) {
+    } else if (allow_runs > 1 && !strcmp(a, "--epochs")) {
       rc = parse_int(cmd, a, v, 1, 1000000, &o->epochs), i++;
-    } else if (allow_runs && !strcmp(a, "--prefetch")) {
+    } else if (allow_runs > 1 && !strcmp(a, "--prefetch")) {
       rc = parse_int(cmd, a, v, 1, 1024, &o->prefetch), i++;
+    } else if (allow_runs > 1 && !strcmp(a, "--cold-epochs")) {
+      o->cold = 1;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "rill %s: unknown option '%s'\n%s", cmd, a, usage);
       return 2;
@@ -172,7 +176,9 @@ static int pipeline_new(const char* cmd, const opts_t* o, pipeline_t* p) {
   /* the paths ride along so that a run can tell which images were skipped */
   if (rill_df_batch(p->shuffled, (int[]){x, label, path}, 3, o->batch, NULL, &p->batches, &err) < 0) goto fail;
   p->paths = 2;
-  rill_iter_opts_t io = {.prefetch = o->prefetch ? o->prefetch : 4, .threads = o->threads, .seed = o->seed};
+  /* several epochs: the prefetch runs on into the next one, as in a training loop */
+  rill_iter_opts_t io = {.prefetch = o->prefetch ? o->prefetch : 4, .threads = o->threads, .seed = o->seed,
+                         .next_epoch = o->epochs > 1 && !o->cold};
   if (rill_iter_new(p->batches, &io, &p->it, &err) < 0) goto fail;
   return 0;
 fail:
@@ -323,6 +329,9 @@ static int run_epoch(const char* cmd, pipeline_t* p, progress_t* pr, int64_t don
     fprintf(stderr, "rill %s: out of memory\n", cmd);
     return 1;
   }
+  rill_iter_stats_t st;
+  rill_iter_stats(p->it, &st);
+  int64_t skipped_before = st.skipped; /* the iterator's counts run over all epochs */
   double t0 = now_s();
   while ((rc = rill_iter_next(p->it, &row, &err)) == RILL_OK) {
     const rill_array_t* t = rill_row_get(&row, 0);
@@ -346,9 +355,8 @@ static int run_epoch(const char* cmd, pipeline_t* p, progress_t* pr, int64_t don
     fprintf(stderr, "rill %s: %s\n", cmd, err.message[0] ? err.message : rill_strerror(rc));
     return 1;
   }
-  rill_iter_stats_t st;
   rill_iter_stats(p->it, &st);
-  r->skipped = st.skipped;
+  r->skipped = st.skipped - skipped_before;
   return 0;
 }
 
@@ -474,10 +482,13 @@ int rill_cmd_preview(int argc, char** argv) {
 
 static const char* BENCH_USAGE =
     "usage: rill bench images DIR [--threads N] [--batch B] [--epochs E] [--size S] [--prefetch P]\n"
+    "                             [--cold-epochs]\n"
     "\n"
     "Measures the training-input pipeline (decode + random resized crop S (224) + flip +\n"
     "normalize float32 CHW + batch B (256)) over the ImageFolder tree DIR for E epochs (3):\n"
-    "images/s per epoch, time to the first batch and resident memory after each epoch.\n"
+    "images/s per epoch, time to the first batch, images skipped and resident memory after\n"
+    "each epoch. The epochs run back to back and the prefetch goes on across their ends, as in\n"
+    "a training loop (rill.torch.Loader); --cold-epochs starts each epoch from a stopped pipeline.\n"
     "Threads 0 (default) = one per core.\n"
     "Exit status: 0 ok, 1 runtime error, 2 usage error.\n";
 
@@ -485,11 +496,12 @@ int rill_cmd_bench_images(int argc, char** argv) {
   opts_t o = {.size = 224, .batch = 256, .seed = 1, .epochs = 3};
   pipeline_t p;
   double setup;
-  int rc = dir_pipeline("bench images", argc, argv, &o, 0, 1, BENCH_USAGE, &p, &setup);
+  int rc = dir_pipeline("bench images", argc, argv, &o, 0, 2, BENCH_USAGE, &p, &setup);
   if (rc >= 0) return rc;
   rc = 0;
-  printf("rill bench images: %lld images, batch %d, size %d, threads %d (0 = per core)\n", (long long)p.images, o.batch,
-         o.size, o.threads);
+  printf("rill bench images: %lld images, batch %d, size %d, threads %d (0 = per core), epochs %s\n",
+         (long long)p.images, o.batch, o.size, o.threads,
+         o.epochs == 1 ? "1" : o.cold ? "cold (each from a stopped pipeline)" : "back to back (prefetched across)");
   double best = 0;
   for (int e = 0; e < o.epochs && !rc; e++) {
     if (e > 0 && rill_iter_set_epoch(p.it, e) < 0) {

@@ -1473,9 +1473,24 @@ Test(image_ops, cli_demo_preview_bench) {
   cr_assert(strstr(out, "bee/broken.jpg") && strstr(out, "written in"), "skipped images are named: %s", out);
   snprintf(path, sizeof path, "%s/preview.png", rt_tmpdir());
   cr_assert(fopen(path, "rb") != NULL, "demo wrote no preview.png");
-  snprintf(cmd, sizeof cmd, "'%s' bench images '%s' --epochs 2 --batch 4 --size 32 --threads 2 2>&1", bin, dir);
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
-  cr_assert(strstr(out, "epoch 1: 6 images") && strstr(out, "RSS"), "%s", out);
+  /* each epoch counts its own images and skipped files, back to back (prefetched across the
+   * epochs' ends) or cold */
+  const char* modes[] = {"", " --cold-epochs"};
+  const char* said[] = {"epochs back to back (prefetched across)", "epochs cold"};
+  for (int m = 0; m < 2; m++) {
+    snprintf(cmd, sizeof cmd, "'%s' bench images '%s' --epochs 3 --batch 4 --size 32 --threads 2%s 2>&1", bin, dir,
+             modes[m]);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, said[m]) && strstr(out, "RSS"), "%s", out);
+    for (int e = 0; e < 3; e++) {
+      char line[64];
+      snprintf(line, sizeof line, "epoch %d: 6 images", e);
+      const char* at = strstr(out, line);
+      cr_assert(at, "%s missing: %s", line, out);
+      const char* sk = strstr(at, "skipped ");
+      cr_assert(sk && atoi(sk + 8) == 1, "epoch %d skipped one file: %s", e, out);
+    }
+  }
 
   /* usage errors: exit 2; runtime errors: exit 1 naming the file; --help: exit 0 */
   snprintf(cmd, sizeof cmd, "'%s' preview '%s' 2>&1", bin, dir);
@@ -1486,6 +1501,9 @@ Test(image_ops, cli_demo_preview_bench) {
   cr_assert(strstr(out, "--threads needs an integer"), "%s", out);
   snprintf(cmd, sizeof cmd, "'%s' demo '%s' --bogus 2>&1", bin, dir);
   cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  snprintf(cmd, sizeof cmd, "'%s' demo '%s' --epochs 2 2>&1", bin, dir); /* one pass: bench's options only */
+  cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_assert(strstr(out, "unknown option '--epochs'"), "%s", out);
   snprintf(cmd, sizeof cmd, "'%s' demo '%s/missing' 2>&1", bin, dir);
   cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
   cr_assert(strstr(out, "/missing") && strstr(out, "No such file"), "%s", out);
