@@ -489,6 +489,10 @@ RILL_API int rill_iter_restore(rill_iter_t* it, const rill_iter_state_t* st);
  * and message; its row and column are -1); defined only after one of them failed. Owned by
  * the iterator, valid until its next call. For a NULL iterator: a static error. */
 RILL_API const rill_error_t* rill_iter_error(const rill_iter_t* it);
+/* Counts since the iterator was made, over all its epochs (set_epoch, seek and restore do not
+ * reset them): a count per epoch is the difference of two calls. rows, cells, skipped, nulled
+ * and errors count when rows are handed out (rows computed ahead: in their own epoch);
+ * compute_ns, stage_calls, allocs and reuses as the work is done. */
 RILL_API void rill_iter_stats(const rill_iter_t* it, rill_iter_stats_t* st);
 /* After fork(), in the child, an iterator the parent made with worker threads belongs to the
  * parent: next, prefetch, seek, set_epoch and restore fail with RILL_EINVAL ("... made before
