@@ -38,6 +38,7 @@ static void csv_unref(rill__csv_t* c) {
   rill__free(c->held);
   rill__free(c->far);
   rill__free(c->lines);
+  rill__free(c->bad);
   if (c->map) munmap(c->map, (size_t)c->size);
   if (c->fd >= 0) close(c->fd);
   rill__free(c->owned);
@@ -650,4 +651,18 @@ int rill_df_from_csv_buffer(const void* data, size_t size, const rill_csv_opts_t
   if (rc == RILL_OK) rc = csv_open(c, &o, out, err);
   csv_unref(c);
   return rc;
+}
+
+int64_t rill_csv_bad_rows(const rill_df_t* df, rill_csv_bad_row_t* rows, int64_t cap, rill_error_t* err) {
+  if (!df || cap < 0 || (cap > 0 && !rows))
+    return rill__fail(err, RILL_EINVAL, "rill_csv_bad_rows: %s",
+                      !df ? "the dataframe is NULL" : cap < 0 ? "cap is negative" : "rows is NULL with cap > 0");
+  for (int k = 0; k < rill_df_ncolumns(df); k++) {
+    if (rill__df_column_fn(df, k) != (rill__fn_t)csv_fill) continue;
+    const rill__csv_t* c = rill__df_column_ctx(df, k);
+    int64_t n = c->nbad_kept < cap ? c->nbad_kept : cap;
+    if (n > 0) memcpy(rows, c->bad, (size_t)n * sizeof *rows);
+    return c->nbad;
+  }
+  return rill__fail(err, RILL_EINVAL, "rill_csv_bad_rows: no column of the dataframe is read from a CSV file");
 }

@@ -207,6 +207,29 @@ nomem:
   return rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index (%lld rows)", c->name, (long long)nrows);
 }
 
+/* Keeps the number of bad rows and the lines of the first RILL_CSV_BAD_ROWS_KEPT, in file
+ * order, for rill_csv_bad_rows. The chunks' lists (pairs: record start, fields) are each in
+ * file order and so is their concatenation; `xbad` (records spanning chunks) is merged in. */
+static int keep_bad_rows(rill__csv_t* c, rill__csv_spec_t* const* pick, int64_t nch, const rill__csv_vec_t* xbad,
+                         int64_t nbad, rill_error_t* err) {
+  int64_t keep = nbad < RILL_CSV_BAD_ROWS_KEPT ? nbad : RILL_CSV_BAD_ROWS_KEPT;
+  c->bad = rill__alloc((size_t)keep * sizeof *c->bad);
+  if (!c->bad) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+  int64_t k = 0, i = 0, x = 0;
+  for (int64_t n = 0; n < keep; n++) {
+    while (k < nch && i >= pick[k]->bad.n) k++, i = 0;
+    int from_x = x < xbad->n && (k >= nch || xbad->v[x] < pick[k]->bad.v[i]);
+    if (!from_x && k >= nch) break; /* fewer pairs than counted: not expected */
+    const int64_t* pair = from_x ? xbad->v + x : pick[k]->bad.v + i;
+    c->bad[n] = (rill_csv_bad_row_t){.line = rill__csv_line(c, pair[0]), .fields = pair[1]};
+    c->nbad_kept = n + 1;
+    if (from_x) x += 2;
+    else i += 2;
+  }
+  c->nbad = nbad;
+  return RILL_OK;
+}
+
 int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const rill_csv_opts_t* o,
                           rill_error_t* err) {
   int64_t chunk = o->chunk_bytes > 0 ? o->chunk_bytes : CSV_DEFAULT_CHUNK;
@@ -319,6 +342,7 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
     goto done;
   }
   rc = place_rows(c, pick, nch, &xbad, o->on_bad_row == RILL_ON_ERROR_SKIP && nbad, err);
+  if (rc == RILL_OK && nbad) rc = keep_bad_rows(c, pick, nch, &xbad, nbad, err);
   rill__free(pick);
   rill__free(xbad.v);
 done:

@@ -46,6 +46,9 @@ typedef struct rill__csv {
   int64_t* lines;             /* lines[k]: physical line at byte k << RILL__CSV_LINE_STEP_SHIFT */
   int64_t nlines;
   _Atomic int64_t drop_mark;  /* mapped bytes below it were handed back to the page cache */
+  int64_t nbad;               /* rows with a wrong number of fields (on_bad_row SKIP or NULL) */
+  int64_t nbad_kept;          /* of them, the first ones kept in `bad` (RILL_CSV_BAD_ROWS_KEPT at most) */
+  rill_csv_bad_row_t* bad;
 } rill__csv_t;
 
 #define RILL__CSV_LINE_STEP_SHIFT 16 /* line-number checkpoints every 64 KiB */

@@ -201,6 +201,21 @@ static void print_table(int ncols, char** names, char** types, char** cells, int
   free(w);
 }
 
+/* Names on stderr the rows --skip-bad-rows left out: how many, and the lines of the first. */
+static void report_bad_rows(const char* path, const rill_df_t* df, int ncols) {
+  enum { SHOWN = 5 };
+  rill_csv_bad_row_t bad[SHOWN];
+  rill_error_t err = {0};
+  int64_t n = rill_csv_bad_rows(df, bad, SHOWN, &err);
+  if (n <= 0) return;
+  fprintf(stderr, "rill head: %s: left out %lld row%s with a wrong number of fields (%d expected):", path,
+          (long long)n, n == 1 ? "" : "s", ncols);
+  for (int64_t i = 0; i < n && i < SHOWN; i++)
+    fprintf(stderr, "%s line %lld (%lld field%s)", i ? "," : "", (long long)bad[i].line, (long long)bad[i].fields,
+            bad[i].fields == 1 ? "" : "s");
+  fprintf(stderr, "%s\n", n > SHOWN ? ", ..." : "");
+}
+
 int rill_cmd_head(int argc, char** argv) {
   int64_t limit = 10;
   int all = 0, fmt = FMT_TABLE;
@@ -280,6 +295,7 @@ int rill_cmd_head(int argc, char** argv) {
     return 1;
   }
   int ncols = rill_df_ncolumns(df);
+  if (co.on_bad_row == RILL_ON_ERROR_SKIP && npos == 1) report_bad_rows(pos[0], df, ncols);
   int64_t nrows = rill_df_rows(df);
   if (!all && limit < nrows) nrows = limit;
   char** names = calloc((size_t)ncols + 1, sizeof *names);

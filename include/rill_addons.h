@@ -51,7 +51,8 @@ typedef struct rill_csv_opts {
   rill_on_error_t on_error;
   /* A row with too few or too many fields, found when the file is opened: RAISE (the open
    * fails naming the line), SKIP (the row is left out of the dataframe) or NULL (missing
-   * fields are null; a row with too many fields becomes all nulls). */
+   * fields are null; a row with too many fields becomes all nulls); rill_csv_bad_rows
+   * lists them. */
   rill_on_error_t on_bad_row;
   int threads;                /* threads of the index pass; 0 = one per core */
   int64_t infer_rows;         /* rows sampled for type inference; 0 = 1000; < 0 = all */
@@ -87,6 +88,25 @@ RILL_API int rill_df_from_csv(const char* path, const rill_csv_opts_t* opts, ril
  * `data` must stay valid and unchanged while the dataframe and its iterators live). */
 RILL_API int rill_df_from_csv_buffer(const void* data, size_t size, const rill_csv_opts_t* opts,
                                      rill_df_t** out, rill_error_t* err);
+/* A row of a CSV file with too few or too many fields. */
+typedef struct rill_csv_bad_row {
+  int64_t line;               /* 1-based physical line where the record starts */
+  int64_t fields;             /* fields found (the header, or the first row, has the count expected) */
+} rill_csv_bad_row_t;
+
+#define RILL_CSV_BAD_ROWS_KEPT 1024 /* bad rows whose lines a CSV dataframe keeps: the first ones */
+
+/* The rows with a wrong number of fields of the CSV file under `df` that on_bad_row SKIP
+ * left out, or NULL kept with nulls (RAISE never opens such a file). `df` is a dataframe read
+ * from a CSV file or buffer, a view of one (shuffle, shard, filter) or one with columns added
+ * (the file of its first CSV column answers); a batched dataframe does not (ask the one it
+ * batches). Returns how many bad rows there were (0 when none) and copies the first
+ * min(count, cap, RILL_CSV_BAD_ROWS_KEPT), in file order, into rows (NULL when cap is 0).
+ * RILL_EINVAL (< 0, with a message) when no column of df is read from a CSV file, cap < 0,
+ * or rows is NULL with cap > 0. Thread-safe. */
+RILL_API int64_t rill_csv_bad_rows(const rill_df_t* df, rill_csv_bad_row_t* rows, int64_t cap,
+                                   rill_error_t* err);
+
 /* Parses an ISO 8601 timestamp (YYYY-MM-DD[(T| )HH:MM[:SS[.fraction]]][Z|+HH:MM|-HH:MM|+HHMM])
  * into microseconds since the epoch, UTC. Returns RILL_OK or RILL_EFORMAT. */
 RILL_API int rill_parse_timestamp(const char* s, size_t n, int64_t* us);

@@ -445,6 +445,14 @@ Test(csv, row_index_blocks_match_sequential_scan) {
           rill__free(c.blocks);
           rill__free(c.far);
           rill__free(c.lines);
+          cr_assert_eq(c.nbad, all.bad.n / 2, "%d rows, chunk %lld", rows, (long long)chunks[ci]);
+          for (int64_t k = 0; k < c.nbad_kept; k++) { /* in file order: line of record start */
+            int64_t line = 1;
+            for (int64_t q = 0; q < all.bad.v[2 * k]; q++) line += text[q] == '\n';
+            cr_assert(c.bad[k].line == line && c.bad[k].fields == 2, "%d rows, chunk %lld, bad row %lld",
+                      rows, (long long)chunks[ci], (long long)k);
+          }
+          rill__free(c.bad);
           pthread_mutex_destroy(&c.mu);
         }
       rill__free(all.starts.v);
@@ -473,6 +481,77 @@ Test(csv, bad_row_spanning_parallel_chunks) {
     table_free(&t);
     rill_df_free(df);
   }
+}
+
+/* rill_csv_bad_rows: the rows left out (SKIP) or kept with nulls (NULL), counted, with their
+ * lines and field counts in file order, whatever the chunks of the parallel index pass (the
+ * record of line 4 spans lines and chunks); a view over the file answers too. */
+Test(csv, bad_rows_reported_with_their_lines) {
+  const char* text = "a,b\n1,2\n3\n\"x\ny\",2,3\n4,5\n6,7,8\n\"p\nq\",9\n10\n";
+  const rill_csv_bad_row_t want[] = {{3, 1}, {4, 3}, {7, 3}, {10, 1}};
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  for (int skip = 0; skip < 2; skip++)
+    for (int64_t chunk = 1; chunk < 48; chunk += 2) {
+      RT_OK(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.threads = 3, .chunk_bytes = chunk,
+                                    .on_bad_row = skip ? RILL_ON_ERROR_SKIP : RILL_ON_ERROR_NULL}, &df, &err), err);
+      cr_assert_eq(rill_df_rows(df), skip ? 3 : 7);
+      rill_csv_bad_row_t got[8];
+      memset(got, 0xff, sizeof got);
+      cr_assert_eq(rill_csv_bad_rows(df, got, 8, &err), 4, "chunk %lld: %s", (long long)chunk, err.message);
+      for (int i = 0; i < 4; i++)
+        cr_assert(got[i].line == want[i].line && got[i].fields == want[i].fields,
+                  "chunk %lld, skip %d, bad row %d: line %lld with %lld fields", (long long)chunk, skip, i,
+                  (long long)got[i].line, (long long)got[i].fields);
+      cr_assert_eq(got[4].line, -1, "nothing past the count is written");
+      memset(got, 0xff, sizeof got);
+      cr_assert_eq(rill_csv_bad_rows(df, got, 2, &err), 4);
+      cr_assert(got[1].line == 4 && got[2].line == -1, "cap 2 copies two");
+      cr_assert_eq(rill_csv_bad_rows(df, NULL, 0, &err), 4);
+      rill_df_free(df);
+    }
+
+  /* a view and a batched view over the file; other dataframes; wrong arguments */
+  df = load(text, &(rill_csv_opts_t){.on_bad_row = RILL_ON_ERROR_SKIP});
+  rill_df_t *sh = NULL, *b = NULL;
+  RT_OK(rill_df_shuffle(df, 3, &sh, &err), err);
+  RT_OK(rill_df_batch(sh, (int[]){0, 1}, 2, 2, NULL, &b, &err), err);
+  cr_assert_eq(rill_csv_bad_rows(sh, NULL, 0, &err), 4);
+  RT_FAILS(rill_csv_bad_rows(b, NULL, 0, &err), RILL_EINVAL, /* ask the dataframe it batches */
+           "rill_csv_bad_rows: no column of the dataframe is read from a CSV file", err);
+  RT_FAILS(rill_csv_bad_rows(df, NULL, 1, &err), RILL_EINVAL, "rill_csv_bad_rows: rows is NULL with cap > 0", err);
+  rill_csv_bad_row_t one;
+  RT_FAILS(rill_csv_bad_rows(df, &one, -1, &err), RILL_EINVAL, "rill_csv_bad_rows: cap is negative", err);
+  RT_FAILS(rill_csv_bad_rows(NULL, NULL, 0, &err), RILL_EINVAL, "rill_csv_bad_rows: the dataframe is NULL", err);
+  rill_df_free(b);
+  rill_df_free(sh);
+  rill_df_free(df);
+  rill_df_t* plain = NULL;
+  RT_OK(rill_df_new(3, &plain, &err), err);
+  RT_FAILS(rill_csv_bad_rows(plain, NULL, 0, &err), RILL_EINVAL,
+           "rill_csv_bad_rows: no column of the dataframe is read from a CSV file", err);
+  rill_df_free(plain);
+  df = load("a,b\n1,2\n", &(rill_csv_opts_t){.on_bad_row = RILL_ON_ERROR_SKIP});
+  cr_assert_eq(rill_csv_bad_rows(df, &one, 1, &err), 0, "no bad rows");
+  rill_df_free(df);
+
+  /* more bad rows than are kept: all counted, the first RILL_CSV_BAD_ROWS_KEPT kept */
+  int nbad = RILL_CSV_BAD_ROWS_KEPT + 500;
+  char* many = malloc((size_t)nbad * 16 + 16);
+  size_t n = (size_t)sprintf(many, "a,b\n");
+  for (int i = 0; i < nbad; i++) n += (size_t)sprintf(many + n, "%d,%d\n%d\n", i, i, i); /* a good line, a bad one */
+  RT_OK(rill_df_from_csv_buffer(many, n, &(rill_csv_opts_t){.threads = 2, .chunk_bytes = 4096,
+                                .on_bad_row = RILL_ON_ERROR_SKIP}, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), nbad);
+  rill_csv_bad_row_t* all = malloc((size_t)(nbad + 1) * sizeof *all);
+  memset(all, 0xff, (size_t)(nbad + 1) * sizeof *all);
+  cr_assert_eq(rill_csv_bad_rows(df, all, nbad + 1, &err), nbad);
+  for (int i = 0; i < RILL_CSV_BAD_ROWS_KEPT; i++)
+    cr_assert(all[i].line == 3 + 2 * i && all[i].fields == 1, "bad row %d: line %lld", i, (long long)all[i].line);
+  cr_assert_eq(all[RILL_CSV_BAD_ROWS_KEPT].line, -1, "only the kept ones are copied");
+  free(all);
+  free(many);
+  rill_df_free(df);
 }
 
 Test(csv, shuffled_concurrent_reads) {

@@ -80,7 +80,10 @@ def test_short_rows_error_and_skip():
     _, _, proc = rill_rows(path, check=False)
     assert proc.returncode == 1
     assert b"short_rows.csv:3: expected 3 fields, found 2" in proc.stderr
-    names, rows, _ = rill_rows(path, "--no-infer", "--skip-bad-rows")
+    names, rows, proc = rill_rows(path, "--no-infer", "--skip-bad-rows")
+    # the rows left out are named on stderr, with their lines
+    assert proc.stderr.decode() == ("rill head: %s: left out 2 rows with a wrong number of fields "
+                                    "(3 expected): line 3 (2 fields), line 5 (1 field)\n" % path)
     py_names, py_rows = python_rows(path)
     assert rows == [r for r in py_rows if len(r) == len(py_names)]
     _, pa_rows = arrow_rows(path, py_names, skip_bad=True)

@@ -183,6 +183,20 @@ def test_from_csv_errors(tmp_path):
     assert pa.table(skipped).column("a").to_pylist() == [1, 4]
     nulled = rill.from_csv(bad, on_bad_row="null")
     assert pa.table(nulled).column("b").to_pylist() == [2, None, 5]
+    # the bad rows, left out or nulled, are listed with their lines
+    for df in (skipped, nulled, skipped.shuffle(1)):
+        assert df.bad_row_count == 1
+        assert df.bad_rows == [(3, 1)]
+    assert skipped.batch(2).bad_rows is None  # ask the dataframe it batches
+    good = rill.from_csv_buffer(b"a,b\n1,2\n", on_bad_row="skip")
+    assert (good.bad_row_count, good.bad_rows) == (0, [])
+    arrays = rill.from_numpy({"a": np.arange(3)})
+    assert (arrays.bad_row_count, arrays.bad_rows) == (None, None)
+    many = tmp_path / "many.csv"
+    many.write_text("a,b\n" + "".join("%d\n%d,%d\n" % (i, i, i) for i in range(1500)))
+    df = rill.from_csv(many, on_bad_row="skip")
+    assert df.num_rows == 1500 and df.bad_row_count == 1500
+    assert df.bad_rows == [(2 + 2 * i, 1) for i in range(1024)]  # the first 1024 are kept
     typed = tmp_path / "typed.csv"
     typed.write_text("a\n1\nx\n3\n")
     df = rill.from_csv(typed, dtypes={"a": "int64"})

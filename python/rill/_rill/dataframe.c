@@ -96,6 +96,34 @@ static PyObject* df_classes(RillDataFrame* self, void* c) {
   return PySequence_List(self->classes);
 }
 
+/* rill_csv_bad_rows: None for a dataframe without CSV columns (or a batched one), else the
+ * count (`which` 0) or the list of (line, fields) of the first ones kept (`which` 1). */
+static PyObject* df_bad_rows_of(RillDataFrame* self, int which) {
+  rill_csv_bad_row_t* rows = PyMem_Malloc(RILL_CSV_BAD_ROWS_KEPT * sizeof *rows);
+  if (!rows) return PyErr_NoMemory();
+  rill_error_t err = {0};
+  int64_t n = rill_csv_bad_rows(self->df, rows, RILL_CSV_BAD_ROWS_KEPT, &err);
+  PyObject* out = NULL;
+  if (n < 0) {
+    out = Py_NewRef(Py_None);
+  } else if (which == 0) {
+    out = PyLong_FromLongLong(n);
+  } else {
+    int64_t kept = n < RILL_CSV_BAD_ROWS_KEPT ? n : RILL_CSV_BAD_ROWS_KEPT;
+    out = PyList_New((Py_ssize_t)kept);
+    for (int64_t i = 0; out && i < kept; i++) {
+      PyObject* t = Py_BuildValue("(LL)", (long long)rows[i].line, (long long)rows[i].fields);
+      if (!t) Py_CLEAR(out);
+      else PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+    }
+  }
+  PyMem_Free(rows);
+  return out;
+}
+
+static PyObject* df_bad_row_count(RillDataFrame* self, void* c) { return df_bad_rows_of(self, 0); }
+static PyObject* df_bad_rows(RillDataFrame* self, void* c) { return df_bad_rows_of(self, 1); }
+
 static PyObject* df_field(RillDataFrame* self, PyObject* arg) {
   int col;
   if (rillpy_parse_column(self->df, arg, &col) < 0) return NULL;
@@ -960,6 +988,11 @@ static PyGetSetDef df_getset[] = {
     {"is_batched", (getter)df_is_batched, NULL, "True for a dataframe made by batch() (and views of it).", NULL},
     {"classes", (getter)df_classes, NULL,
      "Class names of an image-folder dataframe (and views derived from it), indexed by label; else None.", NULL},
+    {"bad_row_count", (getter)df_bad_row_count, NULL,
+     "Rows of the CSV file with a wrong number of fields that on_bad_row='skip' left out (or 'null' kept "
+     "with nulls), for a CSV dataframe or an unbatched view of it; else None.", NULL},
+    {"bad_rows", (getter)df_bad_rows, NULL,
+     "The first of those rows (up to 1024), in file order: list of (line, fields found); else None.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PySequenceMethods df_as_sequence = {.sq_length = (lenfunc)df_len};
