@@ -107,6 +107,13 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (rc1 != rc2) abort(); /* parallel and sequential index disagree */
   if (rc1 == RILL_OK) {
     if (rill_df_rows(seq) != rill_df_rows(par) || rill_df_ncolumns(seq) != rill_df_ncolumns(par)) abort();
+    /* the same bad rows, in file order, none with the expected field count */
+    rill_csv_bad_row_t a[8], b[8];
+    int64_t na = rill_csv_bad_rows(seq, a, 8, &err), nb = rill_csv_bad_rows(par, b, 8, &err);
+    if (na < 0 || na != nb || memcmp(a, b, (size_t)(na < 8 ? na : 8) * sizeof *a) != 0) abort();
+    if (o.on_bad_row == RILL_ON_ERROR_RAISE && na != 0) abort();
+    for (int64_t i = 0; i < na && i < 8; i++)
+      if (a[i].fields == rill_df_ncolumns(seq) || (i && a[i].line <= a[i - 1].line) || a[i].line < 1) abort();
     touch_all(par);
   }
   rill_df_free(seq);
