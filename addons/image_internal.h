@@ -166,8 +166,13 @@ void rill__jpeg_marks_size(const rill__jpeg_marks_t* m, int* width, int* height,
  * and the file is intact to its end: every block decoded as libjpeg decodes it, and the end
  * marker right after the last MCU (a decode need not read the rows below its region to check
  * them); 1: found; 0: the walk failed or the file has no room for column marks (the row marks
- * are then found by seeks as before). Not thread-safe: for marks not shared yet. */
+ * are then found by seeks as before); -1: the data is damaged (rill__jpeg_marks_damaged says
+ * where). Not thread-safe: for marks not shared yet. */
 int rill__jpeg_marks_walk_all(rill__jpeg_marks_t* m, const void* buf, size_t n);
+/* 1 when a walk of the marks met a Huffman code the file's tables lack or a DC value out of
+ * range (damage libjpeg-turbo's fast Huffman decoder lets pass without a warning), with the
+ * MCU's row and column; else 0. */
+int rill__jpeg_marks_damaged(const rill__jpeg_marks_t* m, int* row, int* col);
 int rill__jpeg_marks_have_columns(const rill__jpeg_marks_t* m);
 /* The same marks without the column marks and their room (a smaller allocation: m itself is
  * freed unless out of memory, when m comes back as it was, its column marks unused). */
@@ -205,7 +210,8 @@ typedef struct rill__jpeg_seek {
  * walked to first from the last one known (unless another thread is walking this file's
  * marks: then the last known mark serves), which checks the rows walked as libjpeg would.
  * 1: done; 0: no mark serves (none above the row, the walk failed, or the bytes are not the
- * ones the marks were made for): decode from the start; RILL_ENOMEM. */
+ * ones the marks were made for): decode from the start; RILL_EFORMAT: a walk of these marks
+ * met damaged data (rill__jpeg_marks_damaged); RILL_ENOMEM. */
 int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int num, int denom,
                     uint8_t** head, size_t* cap, rill__jpeg_seek_t* out);
 

@@ -437,6 +437,15 @@ static int copy_make(jpeg_state_t* st, const uint8_t* buf, size_t n, int64_t max
   return 1;
 }
 
+/* The error of a file whose entropy-coded data rill's walk found damaged. libjpeg-turbo's
+ * fast Huffman decoder (most of a file's MCUs) takes a code its tables lack for a zero
+ * without a warning, so this is said here, the same for every crop of the file. */
+static int damaged(rill_error_t* err, int row, int col) {
+  return rill_error_set(err, RILL_EFORMAT,
+                        "corrupt JPEG data (MCU row %d, column %d: a Huffman code the file's tables lack, or a DC "
+                        "value out of range)", row, col);
+}
+
 /* Reads the header of the JPEG in buf and, unless `probe` is set (then it receives the
  * header's facts and nothing is decoded), decodes the requested region into dst. libjpeg's
  * errors come back through setjmp, which must stay in this function. */
@@ -462,6 +471,8 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
      * file's rows below the region (below) is done already. */
     if (marks && req->w && req->h) verified = rill__jpeg_marks_walk_all(marks, buf, n) == 2;
   }
+  int bad_row, bad_col;
+  if (marks && rill__jpeg_marks_damaged(marks, &bad_row, &bad_col)) return damaged(err, bad_row, bad_col);
   if (marks && req->w && req->h) {
     info.format = RILL__IMG_JPEG;
     rill__jpeg_marks_size(marks, &info.width, &info.height, &info.channels);
@@ -486,6 +497,8 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
     rill__jpeg_seek_t sk;
     if (!seek && req->y > 0) {
       rc = rill__jpeg_seek(marks, buf, n, g.y, g.num, g.denom, &st->head, &st->head_cap, &sk);
+      if (rc == RILL_EFORMAT && rill__jpeg_marks_damaged(marks, &bad_row, &bad_col))
+        return damaged(err, bad_row, bad_col);
       if (rc < 0) return rill_error_set(err, rc, "out of memory (JPEG seek)");
       if (rc == 1) {
         seek = 1, sw = info.width, sh = info.height - sk.drop;

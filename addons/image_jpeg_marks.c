@@ -48,6 +48,8 @@ struct rill__jpeg_marks {
   _Atomic int known;  /* marks found: mark[0, known) (written before `known` is raised) */
   _Atomic int busy;   /* a thread is walking to more marks */
   _Atomic int stuck;  /* a walk failed: no more marks */
+  _Atomic uint32_t damaged; /* 1 + the MCU (row * mcu_cols + column) where a walk met a code the
+                         tables lack or a DC value out of range; 0: none met */
   mark_t mark[];      /* the row marks at the rows' first MCU; then, when col_step is set, the
                          column marks: MCU (r, k * col_step) at mark[count + r * col_count + k],
                          and after them the end of the data (found by rill__jpeg_marks_walk_all) */
@@ -484,7 +486,7 @@ static rill__jpeg_marks_t* marks_make(const void* buf, size_t n, int col_marks, 
   rill__jpeg_marks_t t = {h->width,        h->height,          (uint16_t)my,   (uint16_t)mx,
                           (uint16_t)step,  (uint16_t)count,    (uint8_t)h->ns, (uint8_t)(8 * h->vmax),
                           (uint8_t)(8 * h->hmax), 0, (uint16_t)col_step, (uint16_t)col_count, (uint32_t)hold,
-                          0, 0, 0};
+                          0, 0, 0, 0};
   rill__jpeg_marks_t* m = rill__alloc(sizeof *m + marks_total(&t) * sizeof(mark_t) + hold);
   if (m) *m = t;
   return m;
@@ -527,8 +529,8 @@ static int record(mark_t* k, const source_t* src, bits_t b, const jhead_t* h, co
 /* Walks the MCU rows from mark `from` (a usable one, or -1: the data's start) to mark `to`,
  * recording the marks `first` .. `to` (those between `from` and `first` are known); with
  * `all` (from -1 only), on to the end of the data, recording the column marks too. 0 when the
- * walk fails: a code the tables lack, a DC value out of range, or the data ending before the
- * mark. */
+ * walk fails: a code the tables lack or a DC value out of range (damaged data: m->damaged
+ * names the MCU), or the data ending before the mark. */
 static int walk_marks(rill__jpeg_marks_t* m, jhead_t* h, const uint8_t* buf, size_t n, int from, int first, int to,
                       int all) {
   int mx, my, comp[10];
@@ -565,7 +567,10 @@ static int walk_marks(rill__jpeg_marks_t* m, jhead_t* h, const uint8_t* buf, siz
         return 0;
       for (int j = 0; j < nb; j++) {
         int c = comp[j];
-        if (!walk_block(&src, &b, dct[c], act[c], &pred[c])) return 0;
+        if (!walk_block(&src, &b, dct[c], act[c], &pred[c])) {
+          atomic_store_explicit(&m->damaged, (uint32_t)(y * mx + x) + 1, memory_order_relaxed);
+          return 0;
+        }
       }
     }
   }
@@ -576,8 +581,8 @@ int rill__jpeg_marks_walk_all(rill__jpeg_marks_t* m, const void* buf, size_t n) 
   if (!m->col_count || atomic_load_explicit(&m->known, memory_order_relaxed) || !parse_head(buf, n, h) ||
       h->width != m->width || h->height != m->height || h->ns != m->ncomp)
     return 0;
-  if (!walk_marks(m, h, buf, n, -1, 0, m->count - 1, 1))
-    return 0; /* none known: seeks walk to their marks as before, and fail where this did */
+  if (!walk_marks(m, h, buf, n, -1, 0, m->count - 1, 1)) /* none known: seeks walk to their marks */
+    return atomic_load_explicit(&m->damaged, memory_order_relaxed) ? -1 : 0;
   m->cols_ready = 1;
   atomic_store_explicit(&m->known, m->count, memory_order_release);
   /* Intact to the end? The last MCU's byte (its unused bits are padding), then the end marker
@@ -590,6 +595,13 @@ int rill__jpeg_marks_walk_all(rill__jpeg_marks_t* m, const void* buf, size_t n) 
   if (i >= n || p[i] != 0xFF) return 1;
   while (i + 1 < n && p[i + 1] == 0xFF) i++;
   return i + 1 < n && p[i + 1] == 0xD9 ? 2 : 1;
+}
+
+int rill__jpeg_marks_damaged(const rill__jpeg_marks_t* m, int* row, int* col) {
+  uint32_t d = atomic_load_explicit(&((rill__jpeg_marks_t*)m)->damaged, memory_order_relaxed);
+  if (!d) return 0;
+  *row = (int)((d - 1) / m->mcu_cols), *col = (int)((d - 1) % m->mcu_cols);
+  return 1;
 }
 
 int rill__jpeg_marks_known(const rill__jpeg_marks_t* m) {
@@ -761,6 +773,7 @@ int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int
     }
     atomic_store_explicit(&m->busy, 0, memory_order_release);
   }
+  if (atomic_load_explicit(&m->damaged, memory_order_relaxed)) return RILL_EFORMAT; /* a walk met damage above y */
   int k = known - 1 < t ? known - 1 : t;
   while (k >= 0 && m->mark[k].at == UINT32_MAX) k--;
   if (k < 0) return 0;

@@ -1340,6 +1340,50 @@ Test(jpeg_marks, walk_checks_the_end_of_the_data) {
   free(want), free(b.p), free(px);
 }
 
+/* A Huffman code the tables lack (sixteen 1-bits, which no table codes) in the middle of the
+ * data: libjpeg-turbo's fast decoder takes it for a zero without a warning, rill's walk does
+ * not. With the column marks (one walk through the file) the first decode fails naming the
+ * MCU wherever its crop lies (above the damage, around it, below it); without them, where
+ * the walk to the crop's rows passes the damage. */
+Test(jpeg_marks, damaged_huffman_data_fails_whatever_the_crop) {
+  uint8_t* px = textured_pixels(320, 240, 3, 29);
+  buf_t b = enc_jpeg(px, 320, 240, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2});
+  size_t sos = 0;
+  for (size_t i = 2; i + 1 < b.n && !sos; i++)
+    if (b.p[i] == 0xff && b.p[i + 1] == 0xda) sos = i + 2 + ((size_t)b.p[i + 2] << 8 | b.p[i + 3]);
+  cr_assert(sos > 0);
+  size_t at = sos + (b.n - sos) / 2; /* about MCU row 7 of 15 */
+  while (b.p[at - 1] == 0xff || b.p[at] == 0xff) at++;
+  for (int k = 0; k < 12; k++) b.p[at + 2 * k] = 0xff, b.p[at + 2 * k + 1] = 0x00; /* 12 data bytes of ones */
+  int bad_row = -1, bad_col = -1;
+  rill__jpeg_marks_t* m = rill__jpeg_marks_new(b.p, b.n, RILL__JPEG_COL_MARKS_MAX);
+  cr_assert_eq(rill__jpeg_marks_walk_all(m, b.p, b.n), -1);
+  cr_assert(rill__jpeg_marks_damaged(m, &bad_row, &bad_col));
+  cr_assert(bad_row >= 4 && bad_row <= 11 && bad_col >= 0 && bad_col < 20, "MCU (%d, %d)", bad_row, bad_col);
+  rill__free(m);
+  char want[96];
+  snprintf(want, sizeof want, "corrupt JPEG data (MCU row %d, column %d: a Huffman code", bad_row, bad_col);
+  const int ys[] = {0, 100, 200}; /* the region's top: above the damage, around it, below it */
+  for (int cols = 0; cols < 2; cols++)
+    for (size_t i = 0; i < sizeof ys / sizeof *ys; i++) {
+      rill__jpeg_marks_t* out = NULL;
+      rill__img_request_t rq = {.channels = 3, .x = 40, .y = ys[i], .w = 100, .h = 40, .marks_out = &out,
+                                .col_marks = cols ? RILL__JPEG_COL_MARKS_MAX : 0};
+      rill__img_out_t o;
+      rill_error_t err = {0};
+      int rc;
+      uint8_t* got = decode(&b, rq, &o, &err, &rc);
+      if (cols || ys[i] > 100) { /* the walk reached the damage: through the file, or to the crop */
+        cr_assert_null(got, "columns %d, y %d: decoded", cols, ys[i]);
+        cr_assert_eq(rc, RILL_EFORMAT);
+        cr_assert(strstr(err.message, want), "columns %d, y %d: %s", cols, ys[i], err.message);
+      }
+      free(got);
+      rill__free(out);
+    }
+  free(b.p), free(px);
+}
+
 /* Column marks (a few KB a file) give way first: over the table's limit a file keeps its row
  * marks without them, and marks whose columns were never found keep no room for them. */
 Test(jpeg_marks, verified_table_drops_column_marks_first) {

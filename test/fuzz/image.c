@@ -32,10 +32,14 @@ static void marks_case(const uint8_t* data, size_t size, const rill__img_info_t*
   req.col_marks = info->width % 2 ? RILL__JPEG_COL_MARKS_MAX : 0; /* with a walk through the file or not */
   req.copy_max = info->height % 2 ? (int64_t)1 << 22 : 0; /* a file the marks cannot follow: copied or not */
   int rb = rill__img_decode(data, size, &req, b, bytes, &out, &err);
-  /* The same outcome: a damaged file never passes for having marks. The one exception is
+  /* The same outcome: a damaged file never passes for having marks. The exceptions are
    * libjpeg's own: a few junk bytes before the end marker are seen or not depending on how
-   * far its bit reader had read ahead, which differs between the two streams. */
-  if ((ra == RILL_OK) != (rb == RILL_OK) && !strstr(err.message, "extraneous bytes")) abort();
+   * far its bit reader had read ahead, which differs between the two streams; and its fast
+   * Huffman decoder (used while enough bytes are left) takes a code the tables lack for a
+   * zero without a warning, where rill's walk fails the file (never the other way round). */
+  if ((ra == RILL_OK) != (rb == RILL_OK) && !strstr(err.message, "extraneous bytes") &&
+      !(ra == RILL_OK && strstr(err.message, "a Huffman code the file's tables lack")))
+    abort();
   if (ra == RILL_OK && rb == RILL_OK && memcmp(a, b, bytes) != 0) abort();
   if (ra == RILL_OK && rb == RILL_OK && m) {
     /* the file is verified: regions with the marks kept (cuts where they were all found; the
