@@ -182,6 +182,58 @@ static int64_t plain_strings(const rill__csv_t* c, const csv_block_t* b, int k, 
   return b->complete ? plain_strings_as(c, b, k, 1, j0, bn, out, pos_io) : plain_strings_as(c, b, k, 0, j0, bn, out, pos_io);
 }
 
+/* STRING and BINARY (an override) columns hold their cells' bytes; BINARY ones unchecked. */
+static inline int holds_bytes(rill_dtype_t dt) { return dt == RILL_STRING || dt == RILL_BINARY; }
+
+/* The UTF-8 check of STRING cells [0, bn) of block `b`, written from byte pos0 to *pos. The
+ * cells' bytes are checked as one text first: when it is UTF-8 and no cell starts with a
+ * continuation byte, every cell boundary lies between characters and each cell is UTF-8.
+ * Otherwise the cells are checked one by one: one that is not UTF-8 fails the call at its row
+ * (*at, the message in err); under RILL_ON_ERROR_NULL it becomes an empty null cell instead
+ * (the bytes after it move down; *pos follows). */
+static int check_utf8(const rill__csv_t* c, const csv_block_t* b, int k, rill_array_t* out, int64_t bn,
+                      int64_t pos0, int64_t* pos, int64_t* nulled, int64_t* at, rill_error_t* err) {
+  char* d = out->data;
+  int64_t* offs = out->offsets + b->b0; /* cell j: [offs[j], offs[j + 1]) */
+  if (rill__utf8_invalid(d + pos0, *pos - pos0) < 0) {
+    int64_t j = 0;
+    for (; j < bn; j++)
+      if (offs[j] < offs[j + 1] && ((unsigned char)d[offs[j]] & 0xC0) == 0x80) break;
+    if (j == bn) return RILL_OK;
+  }
+  int64_t src = offs[0], dst = src;
+  for (int64_t j = 0; j < bn; j++) {
+    int64_t end = offs[j + 1], len = end - src;
+    int64_t bad = rill__utf8_invalid(d + src, len);
+    if (bad >= 0) {
+      int64_t i = b->b0 + j;
+      if (c->on_error != RILL_ON_ERROR_NULL) {
+        int64_t line = rill__csv_line((rill__csv_t*)c, rill__csv_start(c, b->rows[i]));
+        rill_error_set(err, RILL_EFORMAT,
+                       "%s:%lld: column '%s': not UTF-8 text (byte 0x%02X at byte %lld of the field; a column "
+                       "of another encoding can be read as binary)",
+                       c->name, (long long)line, c->names[k], (unsigned char)d[src + bad], (long long)bad);
+        if (err) {
+          err->row = i;
+          err->column = k;
+        }
+        *at = i; /* nothing was moved: cells are nulled only under NULL */
+        return RILL_EFORMAT;
+      }
+      if (rill_array_set_null(out, i) != RILL_OK) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+      (*nulled)++;
+      len = 0;
+    } else if (dst != src) {
+      memmove(d + dst, d + src, (size_t)len);
+    }
+    dst += len;
+    src = end;
+    offs[j + 1] = dst;
+  }
+  *pos = dst;
+  return RILL_OK;
+}
+
 /* Fills the cells of column k for the rows of block `b` before call row `limit`. A string
  * column appends at out->data_size (its bytes so far). Returns RILL_OK; or a value that does
  * not convert, with *at its row in the call and the message in err; or out of memory
@@ -193,7 +245,8 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
   int64_t bn = limit - b->b0 < b->n ? limit - b->b0 : b->n;
   int64_t pos = out->data_size;
   *at = -1;
-  if (dt == RILL_STRING) {
+  int64_t pos0 = pos;
+  if (holds_bytes(dt)) {
     /* the raw field spans bound the unescaped bytes: one reservation, then direct writes */
     int64_t bound = 0;
     const int64_t* sp = b->spans + 2 * k;
@@ -211,7 +264,7 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
                 : dt == RILL_INT64 ? (void*)((int64_t*)out->data + b->b0) : NULL;
   for (int64_t j = 0; j < bn; j++) {
     if (plain && (j = plain_numbers(c, b, k, dt, j, bn, plain)) == bn) break;
-    if (dt == RILL_STRING && (j = plain_strings(c, b, k, j, bn, out, &pos)) == bn) break;
+    if (holds_bytes(dt) && (j = plain_strings(c, b, k, j, bn, out, &pos)) == bn) break;
     int64_t i = b->b0 + j;
     int64_t nf = b->nfields[j];
     int is_null = nf > c->ncols || k >= nf; /* kept bad rows (policy NULL) */
@@ -226,9 +279,9 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
         out->data_size = pos;
         return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       }
-      if (dt != RILL_STRING && len == 0) is_null = 1;
+      if (!holds_bytes(dt) && len == 0) is_null = 1;
     }
-    if (dt == RILL_STRING) {
+    if (holds_bytes(dt)) {
       if (!is_null && len) {
         memcpy((char*)out->data + pos, txt, len);
         pos += (int64_t)len;
@@ -265,6 +318,11 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
       out->data_size = pos;
       return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
     }
+  }
+  if (dt == RILL_STRING) {
+    int rc = check_utf8(c, b, k, out, bn, pos0, &pos, nulled, at, err);
+    out->data_size = pos;
+    return rc;
   }
   out->data_size = pos;
   return RILL_OK;
@@ -320,7 +378,7 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
     if (rc != RILL_OK)
       return rill_error_set(err, rc, "%s: column '%s': cannot allocate %lld cells", c->name, c->names[k],
                             (long long)n);
-    if (c->types[k] == RILL_STRING) {
+    if (holds_bytes(c->types[k])) {
       if (!out->offsets) return rill_error_set(err, RILL_EINVAL, "%s: column '%s': no offsets", c->name, c->names[k]);
       out->offsets[0] = 0;
       out->data_size = 0;
@@ -368,7 +426,7 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
   if (rc == RILL_OK) rc = fail_rc;
   for (int k = 0; k < nouts; k++) {
     rill_array_t* out = outs[k];
-    if (!out || c->types[k] != RILL_STRING) continue;
+    if (!out || !holds_bytes(c->types[k])) continue;
     if (rc != RILL_OK) /* the cells after the failing one were not written */
       for (int64_t i = 0; i < n; i++)
         if (out->offsets[i + 1] < out->offsets[i]) out->offsets[i + 1] = out->offsets[i];
@@ -473,6 +531,12 @@ static int read_header(rill__csv_t* c, int64_t pos, int no_header, int64_t* data
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       break;
     }
+    int64_t bad = rill__utf8_invalid(s, (int64_t)n); /* names go to Arrow schemas: UTF-8 */
+    if (bad >= 0) {
+      rc = rill__fail(err, RILL_EFORMAT, "%s:%lld: the name of column %d is not UTF-8 text (byte 0x%02X at byte %lld)",
+                      c->name, (long long)rill__csv_line(c, sp[2 * k]), k + 1, (unsigned char)s[bad], (long long)bad);
+      break;
+    }
     c->names[k] = rill__column_name(s, n, k);
     if (!c->names[k]) rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
   }
@@ -489,7 +553,7 @@ static int apply_overrides(rill__csv_t* c, const rill_csv_opts_t* o, rill_error_
     const rill_csv_column_t* ov = &o->columns[i];
     int k = rill__override_column(ov, c->names, c->ncols, c->name, "file", err);
     if (k < 0) return k;
-    if (!rill__text_dtype_supported(ov->dtype))
+    if (!rill__text_dtype_supported(ov->dtype) && ov->dtype != RILL_BINARY)
       return rill__fail(err, RILL_ENOTSUP, "%s: column '%s': dtype %s is not supported for CSV",
                         c->name, c->names[k], rill_dtype_name(ov->dtype));
     c->types[k] = ov->dtype;
@@ -518,8 +582,10 @@ static int csv_open(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, r
   }
   for (int k = 0; k < c->ncols; k++) {
     types[k] = rill_type_scalar(c->types[k]);
-    /* an empty field is a null number; a missing field of a short row is null everywhere */
-    nullable[k] = c->types[k] != RILL_STRING || o->on_bad_row == RILL_ON_ERROR_NULL;
+    /* an empty field is a null number; a missing field of a short row is null everywhere;
+     * text that is not UTF-8 is null under on_error NULL */
+    nullable[k] = !holds_bytes(c->types[k]) || o->on_bad_row == RILL_ON_ERROR_NULL ||
+                  (c->types[k] == RILL_STRING && o->on_error == RILL_ON_ERROR_NULL);
   }
   /* tasks of up to 1024 rows (fewer for wide rows) */
   int64_t grain = ((int64_t)1 << 20) / c->ncols;

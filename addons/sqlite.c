@@ -64,6 +64,7 @@ typedef struct held {
   uint8_t* rec;               /* n records */
   hbytes_t* bytes;            /* per segment */
   int* uniform;               /* per column: the storage class of every row, 0 when they differ */
+  _Atomic int* not_utf8;      /* per column: a TEXT or BLOB value is not UTF-8 */
   _Atomic int64_t mem;        /* bytes allocated */
   _Atomic int failed;         /* a segment could not be loaded: the copy is dropped */
 } held_t;
@@ -214,6 +215,7 @@ static void held_free(held_t* h) {
   rill__free(h->bytes);
   rill__free(h->rec);
   rill__free(h->uniform);
+  rill__free((void*)h->not_utf8);
   rill__free(h);
 }
 
@@ -455,6 +457,26 @@ static int put_row(fill_t* f, int64_t i, const sqval_t* row, const char* const* 
         f->vcap[k] = cap;
       }
     }
+    int64_t bad = dt == RILL_STRING && (v->type == SQLITE_TEXT || v->type == SQLITE_BLOB)
+                      ? rill__utf8_invalid(ptrs[k], v->len) : -1;
+    if (bad >= 0) { /* string cells hold UTF-8 */
+      out->offsets[i + 1] = out->data_size;
+      if (s->on_error == RILL_ON_ERROR_NULL) {
+        if (rill_array_set_null(out, i) != RILL_OK) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+        f->nulled++;
+        continue;
+      }
+      int rc = rill_error_set(err, RILL_EFORMAT,
+                              "sqlite: row %lld, column '%s': %s that is not UTF-8 text (byte 0x%02X at byte %lld; a "
+                              "column of another encoding can be read as binary) (SQL: %.200s)",
+                              (long long)f->rows[i], s->names[k], sqtype_name(v->type),
+                              (unsigned char)ptrs[k][bad], (long long)bad, s->sql);
+      if (err) {
+        err->row = i;
+        err->column = k;
+      }
+      return rc;
+    }
     int vrc = store_value(out, i, dt, v, ptrs[k], &out->data_size);
     if (vrc == RILL_OK) continue;
     if (vrc == RILL_ENOMEM) return rill__fail(err, vrc, "sqlite: out of memory");
@@ -664,7 +686,8 @@ static held_t* held_new(const sq_t* s) {
   atomic_init(&h->failed, 0);
   if (mem > s->hold_max || !(h->rec = rill__alloc((size_t)(n * h->stride))) ||
       !(h->bytes = rill__calloc((size_t)h->nseg, sizeof *h->bytes)) ||
-      !(h->uniform = rill__calloc((size_t)s->ncols, sizeof *h->uniform))) {
+      !(h->uniform = rill__calloc((size_t)s->ncols, sizeof *h->uniform)) ||
+      !(h->not_utf8 = rill__calloc((size_t)s->ncols, sizeof *h->not_utf8))) {
     held_free(h);
     return NULL;
   }
@@ -704,8 +727,10 @@ static int held_load_segment(sq_t* s, held_t* h, conn_t* c, int64_t g) {
       int64_t x = 0;
       if (v.type == SQLITE_INTEGER) x = v.i;
       else if (v.type == SQLITE_FLOAT) memcpy(&x, &v.d, sizeof x);
-      else if (v.type == SQLITE_TEXT || v.type == SQLITE_BLOB)
+      else if (v.type == SQLITE_TEXT || v.type == SQLITE_BLOB) {
         ok = (p || v.len == 0) && held_add_bytes(s, h, g, p, v.len, &x);
+        if (ok && s->types[k] == RILL_STRING && rill__utf8_invalid(p, v.len) >= 0) atomic_store(&h->not_utf8[k], 1);
+      }
       rec[k] = (uint8_t)v.type;
       memcpy(rec + h->voff + 8 * k, &x, sizeof x);
     }
@@ -745,7 +770,8 @@ static int held_gather(const sq_t* s, const held_t* h, int k, const int64_t* row
   if ((u == SQLITE_INTEGER && dt == RILL_INT64) || (u == SQLITE_FLOAT && dt == RILL_FLOAT64)) {
     char* d = out->data; /* the 8 bytes as they are: int64, or the double's bits */
     for (int64_t i = 0; i < n; i++) memcpy(d + 8 * i, vals + rows[i] * h->stride, 8);
-  } else if ((u == SQLITE_TEXT || u == SQLITE_BLOB) && (dt == RILL_STRING || dt == RILL_BINARY)) {
+  } else if ((u == SQLITE_TEXT || u == SQLITE_BLOB) &&
+             (dt == RILL_BINARY || (dt == RILL_STRING && !atomic_load(&h->not_utf8[k])))) {
     int64_t total = 0, x, len;
     for (int64_t i = 0; i < n; i++) {
       memcpy(&x, vals + rows[i] * h->stride, sizeof x);

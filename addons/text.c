@@ -228,6 +228,93 @@ int rill_parse_timestamp(const char* s, size_t n, int64_t* us) {
 
 /* ------------------------------------------------------------------ cells */
 
+/* UTF-8 as an automaton over byte classes, from Unicode's table of well-formed sequences.
+ * Classes: 0 ASCII; 1 80..8F, 2 90..9F, 3 A0..BF (continuations); 4 C2..DF; 5 E0; 6 E1..EC and
+ * EE..EF; 7 ED; 8 F0; 9 F1..F3; 10 F4; 11 C0, C1, F5..FF (never in UTF-8). States: 0 between
+ * characters; 1, 2, 3 continuations to go; 4 after E0 (A0..BF next), 5 after ED (80..9F next),
+ * 6 after F0 (90..BF next), 7 after F4 (80..8F next); 8 not UTF-8 (absorbing). A class's row
+ * holds the next state of each state s at bits 6s.. (as 6 x state, the shift for the next
+ * byte): one shift per byte. */
+static const uint8_t utf8_class[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 00..0F */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 10..1F */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 20..2F */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 30..3F */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 40..4F */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 50..5F */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 60..6F */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 70..7F */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 80..8F */
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, /* 90..9F */
+    3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, /* A0..AF */
+    3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, /* B0..BF */
+    11, 11, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, /* C0..CF */
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, /* D0..DF */
+    5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 6, 6, /* E0..EF */
+    8, 9, 9, 9, 10, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, 11, /* F0..FF */
+};
+
+#define U8_ROW(s0, s1, s2, s3, s4, s5, s6, s7)                                                         \
+  ((uint64_t)(6 * (s0)) | (uint64_t)(6 * (s1)) << 6 | (uint64_t)(6 * (s2)) << 12 | (uint64_t)(6 * (s3)) << 18 | \
+   (uint64_t)(6 * (s4)) << 24 | (uint64_t)(6 * (s5)) << 30 | (uint64_t)(6 * (s6)) << 36 |                   \
+   (uint64_t)(6 * (s7)) << 42 | (uint64_t)(6 * 8) << 48)
+static const uint64_t utf8_next[12] = {
+    /* from state:   0  1  2  3  4  5  6  7 */
+    U8_ROW(0, 8, 8, 8, 8, 8, 8, 8), /* ASCII */
+    U8_ROW(8, 0, 1, 2, 8, 1, 8, 2), /* 80..8F */
+    U8_ROW(8, 0, 1, 2, 8, 1, 2, 8), /* 90..9F */
+    U8_ROW(8, 0, 1, 2, 1, 8, 2, 8), /* A0..BF */
+    U8_ROW(1, 8, 8, 8, 8, 8, 8, 8), /* C2..DF */
+    U8_ROW(4, 8, 8, 8, 8, 8, 8, 8), /* E0 */
+    U8_ROW(2, 8, 8, 8, 8, 8, 8, 8), /* E1..EC, EE..EF */
+    U8_ROW(5, 8, 8, 8, 8, 8, 8, 8), /* ED */
+    U8_ROW(6, 8, 8, 8, 8, 8, 8, 8), /* F0 */
+    U8_ROW(3, 8, 8, 8, 8, 8, 8, 8), /* F1..F3 */
+    U8_ROW(7, 8, 8, 8, 8, 8, 8, 8), /* F4 */
+    U8_ROW(8, 8, 8, 8, 8, 8, 8, 8), /* C0, C1, F5..FF */
+};
+#undef U8_ROW
+enum { U8_OK = 0, U8_BAD = 6 * 8 };
+
+static inline unsigned utf8_step(unsigned st, unsigned char c) {
+  return (unsigned)(utf8_next[utf8_class[c]] >> st) & 63;
+}
+
+/* Where the first sequence of p[0..n) that is not UTF-8 starts (p[0..n) is known not to be). */
+static int64_t utf8_first_bad(const unsigned char* p, int64_t n) {
+  unsigned st = U8_OK;
+  int64_t start = 0;
+  for (int64_t i = 0; i < n && st != U8_BAD; i++) {
+    st = utf8_step(st, p[i]);
+    if (st == U8_OK) start = i + 1;
+  }
+  return start;
+}
+
+int64_t rill__utf8_invalid(const char* s, int64_t n) {
+  const unsigned char* p = (const unsigned char*)s;
+  unsigned st = U8_OK;
+  int64_t i = 0;
+  while (i + 16 <= n) {
+    uint64_t x, y;
+    memcpy(&x, p + i, 8);
+    memcpy(&y, p + i + 8, 8);
+    if (st == U8_OK && !((x | y) & 0x8080808080808080ULL)) { /* 16 ASCII bytes between characters */
+      i += 16;
+      continue;
+    }
+    for (int64_t e = i + 16; i < e; i += 4) {
+      st = utf8_step(st, p[i]);
+      st = utf8_step(st, p[i + 1]);
+      st = utf8_step(st, p[i + 2]);
+      st = utf8_step(st, p[i + 3]);
+    }
+    if (st == U8_BAD) break; /* absorbing: no need to read on */
+  }
+  for (; i < n && st != U8_BAD; i++) st = utf8_step(st, p[i]);
+  return st == U8_OK ? -1 : utf8_first_bad(p, n);
+}
+
 int rill__text_dtype_supported(rill_dtype_t dt) {
   switch (dt) {
   case RILL_BOOL: case RILL_INT8: case RILL_INT16: case RILL_INT32: case RILL_INT64:

@@ -24,6 +24,11 @@ int rill__parse_bool(const char* s, size_t n, int allow01, uint8_t* v);
 int rill__store_text(rill_array_t* out, int64_t i, rill_dtype_t dt, const char* s, size_t n);
 /* 1 when text converts to `dt` (the dtypes above and STRING). */
 int rill__text_dtype_supported(rill_dtype_t dt);
+/* The offset of the first byte of s[0..n) that does not start a well-formed UTF-8 sequence
+ * (Unicode's table of well-formed byte sequences: no overlong forms, surrogates or code
+ * points past U+10FFFF; a sequence cut by the end is not well formed), or -1 when all of it
+ * is. ASCII runs are passed 8 bytes at a time. */
+int64_t rill__utf8_invalid(const char* s, int64_t n);
 
 /* Renames repeated names in place ("a", "a" -> "a", "a<sep>1"); names are rill__alloc'ed
  * strings. RILL_OK or RILL_ENOMEM. Linear time. */

@@ -3,6 +3,7 @@
 
 #include "common.h"
 #include "csv_internal.h"
+#include "text.h"
 
 typedef struct table {
   int64_t nrows;
@@ -215,6 +216,154 @@ Test(csv, type_error_null_and_skip_policies) {
   RT_OK(collect(df, 0, &t, &err), err);
   cr_assert_eq(t.nrows, 3, "two rows skipped");
   cr_assert_str_eq(cell(&t, 2, 0), "5");
+  table_free(&t);
+  rill_df_free(df);
+}
+
+/* Well-formed UTF-8 per Unicode's table: every boundary of every length, and what is not. */
+Test(csv, utf8_check) {
+  static const struct {
+    const char* s;
+    int64_t bad; /* -1: well formed */
+  } cases[] = {
+      {"", -1}, {"plain ascii text, long enough for words", -1}, {"caf\xc3\xa9", -1},
+      {"\xc2\x80\xdf\xbf", -1},                 /* U+0080, U+07FF */
+      {"\xe0\xa0\x80\xef\xbf\xbf", -1},         /* U+0800, U+FFFF */
+      {"\xed\x9f\xbf\xee\x80\x80", -1},         /* U+D7FF, U+E000 */
+      {"\xf0\x90\x80\x80\xf4\x8f\xbf\xbf", -1}, /* U+10000, U+10FFFF */
+      {"12345678caf\xe9", 11},                  /* Latin-1 after an 8-byte ASCII word */
+      {"\x80", 0}, {"a\xbf", 1},                /* a lone continuation byte */
+      {"\xc0\xaf", 0}, {"\xc1\xbf", 0},         /* overlong 2-byte forms */
+      {"\xe0\x9f\xbf", 0},                      /* overlong 3-byte form */
+      {"\xed\xa0\x80", 0},                      /* a surrogate */
+      {"\xf0\x8f\xbf\xbf", 0},                  /* overlong 4-byte form */
+      {"\xf4\x90\x80\x80", 0},                  /* past U+10FFFF */
+      {"\xf5\x80\x80\x80", 0}, {"\xff", 0},     /* never in UTF-8 */
+      {"ab\xc3", 2}, {"ab\xe2\x82", 2},          /* cut by the end */
+      {"\xe2\x28\xa1", 0},                      /* a bad third byte */
+      {"\xf0\x90\x80\x41", 0},                  /* a bad fourth byte */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    cr_assert_eq(rill__utf8_invalid(cases[i].s, (int64_t)strlen(cases[i].s)), cases[i].bad, "case %zu", i);
+  /* long texts (the 16-byte steps) against a check written from the table, one character at a
+   * time: random mixes of ASCII runs, characters of every length and stray bytes */
+  static const char* pieces[] = {"a", "plain ascii run ", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+                                 "\xed\x9f\xbf", "\xf4\x8f\xbf\xbf", "\x80", "\xc3", "\xed\xa0\x80", "\xff"};
+  uint64_t rng = 12345;
+  char buf[256];
+  for (int round = 0; round < 20000; round++) {
+    int n = 0;
+    int stray = round % 3 == 0; /* a third of them may hold bytes that are not UTF-8 */
+    while (n < 200) {
+      rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+      const char* piece = pieces[(rng >> 33) % (stray ? 11 : 7)];
+      size_t len = strlen(piece);
+      memcpy(buf + n, piece, len);
+      n += (int)len;
+      if ((rng >> 20) % 7 == 0) break;
+    }
+    int64_t want = -1;
+    for (int64_t i = 0; i < n && want < 0;) { /* the reference: Unicode's table, row by row */
+      const unsigned char* u = (const unsigned char*)buf + i;
+      int64_t left = n - i;
+      int len = u[0] < 0x80 ? 1 : u[0] >= 0xC2 && u[0] <= 0xDF ? 2 : u[0] >= 0xE0 && u[0] <= 0xEF ? 3
+                : u[0] >= 0xF0 && u[0] <= 0xF4 ? 4 : 0;
+      int ok = len > 0 && left >= len;
+      unsigned lo = u[0] == 0xE0 ? 0xA0 : u[0] == 0xF0 ? 0x90 : 0x80, hi = u[0] == 0xED ? 0x9F : u[0] == 0xF4 ? 0x8F : 0xBF;
+      if (ok && len > 1) ok = u[1] >= lo && u[1] <= hi;
+      for (int k = 2; ok && k < len; k++) ok = (u[k] & 0xC0) == 0x80;
+      if (!ok) want = i;
+      else i += len;
+    }
+    cr_assert_eq(rill__utf8_invalid(buf, n), want, "round %d (%d bytes)", round, n);
+  }
+}
+
+/* STRING cells must be UTF-8 (Arrow's rule for its string arrays): other bytes fail the row
+ * with its line (RAISE), drop it (SKIP) or make the cell null (NULL, the cells after it kept
+ * whole); quoted and plain fields alike; a character cut between two rows' cells is two bad
+ * cells; a BINARY override takes the bytes as they are; a header name must be UTF-8 too. */
+Test(csv, text_that_is_not_utf8) {
+  const char* text = "name,n\n"
+                     "caf\xc3\xa9,1\n"      /* line 2: UTF-8 */
+                     "caf\xe9,2\n"           /* line 3: Latin-1 */
+                     "\"na\xefve, \"\"q\"\"\",3\n" /* line 4: quoted, Latin-1 */
+                     "\xe2\x82\xac \xf0\x9f\x98\x80,4\n" /* line 5: three- and four-byte characters */
+                     "ab\xc3,5\n"            /* line 6: cut ... */
+                     "\xa9" "cd,6\n"         /* line 7: ... and its tail */
+                     "last,7\n";
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  table_t t;
+  for (int threads = 0; threads < 3; threads += 2) {
+    df = load(text, NULL);
+    cr_assert_eq(rill_df_field(df, 0)->type.dtype, RILL_STRING);
+    cr_assert(!rill_df_field(df, 0)->nullable, "no null text without on_error NULL");
+    RT_FAILS(collect(df, threads, &t, &err), RILL_EFORMAT,
+             "<buffer>:3: column 'name': not UTF-8 text (byte 0xE9 at byte 3 of the field; a column of another "
+             "encoding can be read as binary)", err);
+    cr_assert_eq(err.row, 1);
+    cr_assert_eq(t.nrows, 1, "the rows before it are handed out");
+    cr_assert_str_eq(cell(&t, 0, 0), "caf\xc3\xa9");
+    table_free(&t);
+    rill_df_free(df);
+
+    df = load(text, &(rill_csv_opts_t){.on_error = RILL_ON_ERROR_SKIP});
+    RT_OK(collect(df, threads, &t, &err), err);
+    cr_assert_eq(t.nrows, 3, "lines 3, 4, 6 and 7 skipped");
+    EXPECT_CELLS(&t, {0, 0, "caf\xc3\xa9"}, {1, 0, "\xe2\x82\xac \xf0\x9f\x98\x80"}, {1, 1, "4"}, {2, 0, "last"}, {2, 1, "7"});
+    table_free(&t);
+    rill_df_free(df);
+
+    df = load(text, &(rill_csv_opts_t){.on_error = RILL_ON_ERROR_NULL});
+    cr_assert(rill_df_field(df, 0)->nullable);
+    rill_iter_t* it;
+    RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = threads}, &it, &err), err);
+    const char* want[] = {"caf\xc3\xa9", NULL, NULL, "\xe2\x82\xac \xf0\x9f\x98\x80", NULL, NULL, "last"};
+    rill_row_t row;
+    for (int r = 0; r < 7; r++) {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      const rill_array_t* a = rill_row_get(&row, 0);
+      int64_t n;
+      const char* p = rill_array_cell(a, 0, &n);
+      if (!want[r]) {
+        cr_assert(!rill_array_is_valid(a, 0) && n == 0, "row %d: an empty null cell", r);
+      } else {
+        cr_assert(rill_array_is_valid(a, 0) && n == (int64_t)strlen(want[r]) && !memcmp(p, want[r], (size_t)n),
+                  "row %d: '%.*s'", r, (int)n, p);
+      }
+      cr_assert_eq(*(const int64_t*)rill_array_cell(rill_row_get(&row, 1), 0, &n), r + 1, "row %d", r);
+    }
+    cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+    rill_iter_stats_t st;
+    rill_iter_stats(it, &st);
+    cr_assert_eq(st.nulled, 4);
+    rill_iter_free(it);
+    rill_df_free(df);
+
+    df = load(text, &(rill_csv_opts_t){.columns = (rill_csv_column_t[]){{.name = "name", .dtype = RILL_BINARY}},
+                                       .ncolumns = 1});
+    cr_assert_eq(rill_df_field(df, 0)->type.dtype, RILL_BINARY);
+    RT_OK(collect(df, threads, &t, &err), err);
+    cr_assert_eq(t.nrows, 7);
+    table_free(&t);
+    RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = threads}, &it, &err), err);
+    for (int r = 0; r < 5; r++) {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      int64_t n;
+      const char* p = rill_array_cell(rill_row_get(&row, 0), 0, &n);
+      if (r == 2) cr_assert(n == 10 && !memcmp(p, "na\xefve, \"q\"", 10), "the quoted field unescaped, its bytes kept");
+      if (r == 4) cr_assert(n == 3 && !memcmp(p, "ab\xc3", 3));
+    }
+    rill_iter_free(it);
+    rill_df_free(df);
+  }
+  const char* names = "id,gr\xf6\xdf" "e\n1,2\n";
+  RT_FAILS(rill_df_from_csv_buffer(names, strlen(names), NULL, &df, &err), RILL_EFORMAT,
+           "<buffer>:1: the name of column 2 is not UTF-8 text (byte 0xF6 at byte 2)", err);
+  df = load(names, &(rill_csv_opts_t){.no_header = 1, .no_infer = 1, .on_error = RILL_ON_ERROR_NULL});
+  RT_OK(collect(df, 0, &t, &err), err);
+  EXPECT_CELLS(&t, {0, 0, "id"}, {0, 1, "NULL"}, {1, 1, "2"}); /* without a header: a cell like any other */
   table_free(&t);
   rill_df_free(df);
 }

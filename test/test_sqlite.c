@@ -595,6 +595,101 @@ Test(sqlite, held_table_conversion_errors_keep_their_row) {
   sqlite3_close(db);
 }
 
+/* STRING cells hold UTF-8: a TEXT (or BLOB) value of other bytes fails its row (RAISE, with
+ * row, column and the SQL), drops it (SKIP) or is null (NULL); the same whether the table is
+ * read by rowid, held in memory (where a column of TEXT values only is otherwise copied
+ * straight) or read through a query; read as BINARY its bytes pass as they are. */
+Test(sqlite, text_that_is_not_utf8) {
+  sqlite3* db = NULL;
+  cr_assert_eq(sqlite3_open(":memory:", &db), SQLITE_OK);
+  exec_sql(db, "CREATE TABLE v(id INTEGER, s TEXT, u TEXT);"
+               "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 999) "
+               "INSERT INTO v SELECT x, 's' || x, 'ok' FROM c;"
+               "UPDATE v SET s = CAST(x'636166e9' AS TEXT) WHERE id = 300;" /* Latin-1 'cafe' with an accent */
+               "UPDATE v SET s = CAST(x'c3a9e282ac' AS TEXT) WHERE id = 301;" /* UTF-8 */
+               "UPDATE v SET u = x'ff' WHERE id = 500;");                    /* a BLOB in a TEXT column */
+  const char* sources[] = {"v", "SELECT id, s, u FROM v ORDER BY id"};
+  for (int src = 0; src < 2; src++)
+    for (int64_t hold = -1; hold <= 0; hold++) {
+      if (src == 1 && hold == 0) continue; /* a query is never held */
+      rill_error_t err = {0};
+      rill_df_t* df = NULL;
+      rill_iter_t* it;
+      rill_row_t row;
+      int64_t n = 0, nb;
+      /* RAISE: each bad row fails in its turn, the others come through */
+      RT_OK(rill_df_from_sqlite_db(db, sources[src], NULL, 0, &(rill_sqlite_opts_t){.table_hold_bytes = hold}, &df, &err), err);
+      cr_assert_eq(rill_df_field(df, 1)->type.dtype, RILL_STRING);
+      RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = 2}, &it, &err), err);
+      int rc, errors = 0;
+      while ((rc = rill_iter_next(it, &row, &err)) != RILL_END) {
+        if (rc == RILL_OK) {
+          n++;
+          continue;
+        }
+        cr_assert_eq(rc, RILL_EFORMAT);
+        cr_assert(strstr(err.message, errors == 0 ? "row 300, column 's': TEXT that is not UTF-8 text (byte 0xE9 at byte 3; a "
+                                                    "column of another encoding can be read as binary) (SQL: "
+                                                  : "row 500, column 'u': BLOB that is not UTF-8 text (byte 0xFF at byte 0"),
+                  "source %d, hold %lld: %s", src, (long long)hold, err.message);
+        errors++;
+      }
+      cr_assert(errors == 2 && n == 998, "source %d, hold %lld: %d errors, %lld rows", src, (long long)hold, errors,
+                (long long)n);
+      rill_iter_free(it);
+      rill_df_free(df);
+      /* NULL and SKIP, shuffled */
+      for (int policy = 0; policy < 2; policy++) {
+        rill_df_t* sh = NULL;
+        RT_OK(rill_df_from_sqlite_db(db, sources[src], NULL, 0, &(rill_sqlite_opts_t){.table_hold_bytes = hold,
+                                     .on_error = policy ? RILL_ON_ERROR_SKIP : RILL_ON_ERROR_NULL}, &df, &err), err);
+        RT_OK(rill_df_shuffle(df, 9, &sh, &err), err);
+        RT_OK(rill_iter_new(sh, &(rill_iter_opts_t){.threads = 2}, &it, &err), err);
+        int64_t nulls = 0;
+        n = 0;
+        while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+          int64_t id = *(const int64_t*)rill_array_cell(rill_row_get(&row, 0), 0, &nb);
+          const rill_array_t* a = rill_row_get(&row, 1);
+          const char* txt = rill_array_cell(a, 0, &nb);
+          if (id == 300) {
+            cr_assert(!rill_array_is_valid(a, 0) && nb == 0, "an empty null cell");
+            nulls++;
+          } else if (id == 301) {
+            cr_assert(nb == 5 && !memcmp(txt, "\xc3\xa9\xe2\x82\xac", 5));
+          } else {
+            char want[16];
+            int wn = snprintf(want, sizeof want, "s%lld", (long long)id);
+            cr_assert(nb == wn && !memcmp(txt, want, (size_t)wn), "id %lld", (long long)id);
+          }
+          nulls += !rill_array_is_valid(rill_row_get(&row, 2), 0);
+          n++;
+        }
+        cr_assert_eq(rc, RILL_END, "%s", err.message);
+        cr_assert(policy ? (n == 998 && nulls == 0) : (n == 1000 && nulls == 2), "policy %d: %lld rows, %lld nulls",
+                  policy, (long long)n, (long long)nulls);
+        rill_iter_free(it);
+        rill_df_free(sh);
+        rill_df_free(df);
+      }
+    }
+  /* as BINARY: the bytes as they are */
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_sqlite_db(db, "SELECT s FROM v WHERE id = 300", NULL, 0,
+                               &(rill_sqlite_opts_t){.columns = &(rill_csv_column_t){.index = 0, .dtype = RILL_BINARY},
+                                                     .ncolumns = 1}, &df, &err), err);
+  rill_iter_t* it;
+  rill_row_t row;
+  RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  int64_t nb;
+  const char* b = rill_array_cell(rill_row_get(&row, 0), 0, &nb);
+  cr_assert(nb == 4 && !memcmp(b, "caf\xe9", 4));
+  rill_iter_free(it);
+  rill_df_free(df);
+  sqlite3_close(db);
+}
+
 Test(sqlite, query_materialised_in_chunks) {
   char path[512];
   snprintf(path, sizeof path, "%s/q.db", rt_tmpdir());

@@ -1,5 +1,5 @@
-/* libFuzzer target: the CSV source must never crash on any input, the parallel index must
- * agree with the sequential one, the bitmask chunk scan (every SIMD level) with the state
+/* libFuzzer target: the CSV source must never crash on any input, its text cells must be
+ * UTF-8, the parallel index must agree with the sequential one, the bitmask chunk scan (every SIMD level) with the state
  * machine, and the mask record splits (every level) with the byte loop. The first byte picks
  * the options. */
 #include <stdint.h>
@@ -9,6 +9,7 @@
 #include "rill.h"
 #include "rill_addons.h"
 #include "csv_internal.h"
+#include "text.h"
 
 static void touch_all(rill_df_t* df) {
   rill_error_t err = {0};
@@ -29,6 +30,8 @@ static void touch_all(rill_df_t* df) {
       int64_t nb = 0;
       const uint8_t* p = rill_array_cell(a, 0, &nb);
       for (int64_t k = 0; k < nb; k++) sink ^= p[k];
+      if (a->type.dtype == RILL_STRING && rill__utf8_invalid((const char*)p, nb) >= 0) abort(); /* text is UTF-8 */
+      if (a->type.dtype == RILL_STRING && !rill_array_is_valid(a, 0) && nb != 0) abort();     /* a null is empty */
     }
   }
   (void)sink;

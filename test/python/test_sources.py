@@ -206,6 +206,23 @@ def test_from_csv_errors(tmp_path):
     assert pa.table(df).column("a").to_pylist() == [1, None, 3]
 
 
+def test_from_csv_text_must_be_utf8(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"name,n\ncaf\xc3\xa9,1\ncaf\xe9,2\nok,3\n")
+    with pytest.raises(rill.FormatError, match=r"latin1\.csv:3: column 'name': not UTF-8 text \(byte 0xE9 at byte 3"):
+        list(rill.from_csv(path))
+    with pytest.raises(OSError, match=r"latin1\.csv:3: column 'name': not UTF-8 text"):  # pyarrow's error
+        pa.table(rill.from_csv(path))
+    nulled = pa.table(rill.from_csv(path, on_error="null"))
+    nulled.validate(full=True)
+    assert nulled.column("name").to_pylist() == ["caf\u00e9", None, "ok"]
+    skipped = pa.table(rill.from_csv(path, on_error="skip"))
+    assert skipped.column("n").to_pylist() == [1, 3]
+    raw = pa.table(rill.from_csv(path, dtypes={"name": "binary"}))
+    assert raw.column("name").to_pylist() == [b"caf\xc3\xa9", b"caf\xe9", b"ok"]
+    assert [b.decode("latin-1") for b in raw.column("name").to_pylist()][1] == "caf\u00e9"
+
+
 def test_from_csv_buffer():
     data = b"x,y\n1,hello\n2,\n"
     df = rill.from_csv_buffer(data)
