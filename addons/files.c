@@ -16,6 +16,7 @@
 
 #include "addon.h"
 #include "rill_addons.h"
+#include "text.h"
 
 #define MAX_DEPTH 32 /* folder nesting followed under a class (guards symlink loops) */
 
@@ -204,11 +205,31 @@ static int label_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_
   return RILL_OK;
 }
 
+/* RILL_EFORMAT naming the first path or class name of c that is not UTF-8 (the path column
+ * and the class names are text), else RILL_OK. */
+static int check_names(const files_ctx_t* c, rill_error_t* err) {
+  for (int64_t i = 0; i < c->nclasses + c->n; i++) { /* the class names first: paths hold them */
+    int cls = i < c->nclasses;
+    const char* s = cls ? c->classes[i] : c->paths[i - c->nclasses];
+    int64_t bad = rill__utf8_invalid(s, cls ? (int64_t)strlen(s) : c->lens[i - c->nclasses]);
+    if (bad >= 0)
+      return rill__fail(err, RILL_EFORMAT, "%s: the %s is not UTF-8 text (byte 0x%02X at byte %lld); paths and class "
+                        "names are text: rename it", s, cls ? "class name" : "path", (unsigned char)s[bad],
+                        (long long)bad);
+  }
+  return RILL_OK;
+}
+
 /* Builds the dataframe over c (which it consumes: c is unreferenced on every path). */
 static int build_df(files_ctx_t* c, const rill_files_opts_t* opts, rill_df_t** out, rill_error_t* err) {
   rill_files_opts_t o = opts ? *opts : (rill_files_opts_t){0};
   rill_df_t* df = NULL;
-  int rc = rill_df_new(c->n, &df, err);
+  int rc = check_names(c, err);
+  if (rc < 0) {
+    ctx_unref(c);
+    return rc;
+  }
+  rc = rill_df_new(c->n, &df, err);
   if (rc < 0) {
     ctx_unref(c);
     return rc;

@@ -411,6 +411,30 @@ Test(folder, classes_labels_and_sorting, .fini = cleanup) {
 /* Ends the test process if a call blocks (an open() waiting on a FIFO never returns). */
 static void guard(unsigned seconds) { alarm(seconds); }
 
+/* Paths and class names are text: a name that is not UTF-8 (Linux allows any bytes) is an
+ * error naming it when the dataframe is made, never a string cell of other bytes. */
+Test(folder, names_must_be_utf8, .fini = cleanup) {
+  mkdirs("ok/cats");
+  rt_write_file(tpath("ok/cats/caf\xc3\xa9.jpg"), "1", 1);
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_image_folder(tpath("ok"), NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 1);
+  rill_df_free(df);
+  rt_write_file(tpath("ok/cats/caf\xe9.jpg"), "2", 1);
+  RT_FAILS(rill_df_from_image_folder(tpath("ok"), NULL, &df, &err), RILL_EFORMAT,
+           "/ok/cats/caf\xe9.jpg: the path is not UTF-8 text (byte 0xE9 at byte", err);
+  cr_assert_null(df);
+  mkdirs("cls/gr\xf6n");
+  rt_write_file(tpath("cls/gr\xf6n/x.jpg"), "3", 1);
+  RT_FAILS(rill_df_from_image_folder(tpath("cls"), NULL, &df, &err), RILL_EFORMAT,
+           "gr\xf6n: the class name is not UTF-8 text (byte 0xF6 at byte 2); paths and class names are text: rename it",
+           err);
+  const char* paths[] = {"a.jpg", "b\xff.jpg"};
+  RT_FAILS(rill_df_from_files(paths, 2, NULL, &df, &err), RILL_EFORMAT,
+           "b\xff.jpg: the path is not UTF-8 text (byte 0xFF at byte 1)", err);
+}
+
 Test(files, fifo_is_a_row_error_not_a_wait, .fini = cleanup, .timeout = 10) {
   guard(8);
   mkdirs("ff/cls");
