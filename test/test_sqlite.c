@@ -16,6 +16,16 @@ static void exec_sql(sqlite3* db, const char* sql) {
   sqlite3_free(msg);
 }
 
+/* An in-memory database made by `sql`; THOUSAND before an INSERT ... SELECT ... FROM c gives it
+ * the numbers x = 0..999. */
+#define THOUSAND "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 999) "
+static sqlite3* db_of(const char* sql) {
+  sqlite3* db = NULL;
+  cr_assert_eq(sqlite3_open(":memory:", &db), SQLITE_OK);
+  exec_sql(db, sql);
+  return db;
+}
+
 static sqlite3* mem_db(void) {
   sqlite3* db = NULL;
   cr_assert_eq(sqlite3_open(":memory:", &db), SQLITE_OK);
@@ -543,12 +553,9 @@ Test(sqlite, table_changed_before_held_reports_missing_rowid) {
 /* Held or not, a value that does not convert fails at its own row (or becomes null); mixed
  * columns convert cell by cell from the held copy, uniform ones are gathered whole. */
 Test(sqlite, held_table_conversion_errors_keep_their_row) {
-  sqlite3* db = NULL;
-  cr_assert_eq(sqlite3_open(":memory:", &db), SQLITE_OK);
-  exec_sql(db, "CREATE TABLE v(n INTEGER, r REAL, s TEXT, b BLOB);"
-               "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 999) "
-               "INSERT INTO v SELECT x, x * 0.5, 's' || x, x'00ff' FROM c;"
-               "UPDATE v SET n = 'abc' WHERE rowid = 701;"); /* row 700 */
+  sqlite3* db = db_of("CREATE TABLE v(n INTEGER, r REAL, s TEXT, b BLOB);" THOUSAND
+                      "INSERT INTO v SELECT x, x * 0.5, 's' || x, x'00ff' FROM c;"
+                      "UPDATE v SET n = 'abc' WHERE rowid = 701;"); /* row 700 */
   for (int64_t hold = -1; hold <= 0; hold++) {
     for (int policy = 0; policy < 2; policy++) {
       rill_error_t err = {0};
@@ -600,14 +607,11 @@ Test(sqlite, held_table_conversion_errors_keep_their_row) {
  * read by rowid, held in memory (where a column of TEXT values only is otherwise copied
  * straight) or read through a query; read as BINARY its bytes pass as they are. */
 Test(sqlite, text_that_is_not_utf8) {
-  sqlite3* db = NULL;
-  cr_assert_eq(sqlite3_open(":memory:", &db), SQLITE_OK);
-  exec_sql(db, "CREATE TABLE v(id INTEGER, s TEXT, u TEXT);"
-               "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 999) "
-               "INSERT INTO v SELECT x, 's' || x, 'ok' FROM c;"
-               "UPDATE v SET s = CAST(x'636166e9' AS TEXT) WHERE id = 300;" /* Latin-1 'cafe' with an accent */
-               "UPDATE v SET s = CAST(x'c3a9e282ac' AS TEXT) WHERE id = 301;" /* UTF-8 */
-               "UPDATE v SET u = x'ff' WHERE id = 500;");                    /* a BLOB in a TEXT column */
+  sqlite3* db = db_of("CREATE TABLE v(id INTEGER, s TEXT, u TEXT);" THOUSAND
+                      "INSERT INTO v SELECT x, 's' || x, 'ok' FROM c;"
+                      "UPDATE v SET s = CAST(x'636166e9' AS TEXT) WHERE id = 300;"   /* Latin-1 'cafe' + accent */
+                      "UPDATE v SET s = CAST(x'c3a9e282ac' AS TEXT) WHERE id = 301;" /* UTF-8 */
+                      "UPDATE v SET u = x'ff' WHERE id = 500;");                      /* a BLOB in a TEXT column */
   const char* sources[] = {"v", "SELECT id, s, u FROM v ORDER BY id"};
   for (int src = 0; src < 2; src++)
     for (int64_t hold = -1; hold <= 0; hold++) {
