@@ -234,6 +234,48 @@ static int check_utf8(const rill__csv_t* c, const csv_block_t* b, int k, rill_ar
   return RILL_OK;
 }
 
+/* Text of another encoding (c->encoding LATIN1 or UTF8_LOSSY) as UTF-8: STRING cells [0, bn)
+ * of block `b`, written from byte pos0 to *pos, re-encoded in place (by way of the scratch
+ * text; *pos follows). Nothing is done where the bytes are ASCII, or UTF-8 cell by cell under
+ * UTF8_LOSSY. */
+static int transcode(const rill__csv_t* c, const csv_block_t* b, int k, rill_array_t* out, int64_t bn, int64_t pos0,
+                     int64_t* pos, csv_scratch_t* s, rill_error_t* err) {
+  int64_t n = *pos - pos0;
+  int64_t* offs = out->offsets + b->b0;
+  if (c->encoding == RILL_CSV_UTF8_LOSSY && rill__utf8_invalid((char*)out->data + pos0, n) < 0) {
+    int64_t j = 0; /* as in check_utf8: whole characters in each cell */
+    while (j < bn && !(offs[j] < offs[j + 1] && ((unsigned char)((char*)out->data)[offs[j]] & 0xC0) == 0x80)) j++;
+    if (j == bn) return RILL_OK;
+  }
+  if (c->encoding == RILL_CSV_LATIN1) {
+    int64_t i = 0;
+    while (i < n && (unsigned char)((char*)out->data)[pos0 + i] < 0x80) i++;
+    if (i == n) return RILL_OK;
+  }
+  if ((size_t)n > s->text_cap) {
+    char* t = rill__realloc(s->text, 0, (size_t)n);
+    if (!t) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+    s->text = t;
+    s->text_cap = (size_t)n;
+  }
+  memcpy(s->text, (char*)out->data + pos0, (size_t)n);
+  int64_t room = pos0 + n * (c->encoding == RILL_CSV_LATIN1 ? 2 : 3) + 16;
+  int rc = rill_array_reserve(out, room);
+  if (rc != RILL_OK)
+    return rill__fail(err, rc, "%s: column '%s': cannot reserve %lld bytes", c->name, c->names[k], (long long)room);
+  char* d = out->data;
+  int64_t w = pos0, start = 0;
+  for (int64_t j = 0; j < bn; j++) {
+    int64_t end = offs[j + 1] - pos0;
+    w += c->encoding == RILL_CSV_LATIN1 ? rill__latin1_to_utf8(s->text + start, end - start, d + w)
+                                        : rill__utf8_lossy(s->text + start, end - start, d + w);
+    offs[j + 1] = w;
+    start = end;
+  }
+  *pos = w;
+  return RILL_OK;
+}
+
 /* Fills the cells of column k for the rows of block `b` before call row `limit`. A string
  * column appends at out->data_size (its bytes so far). Returns RILL_OK; or a value that does
  * not convert, with *at its row in the call and the message in err; or out of memory
@@ -320,7 +362,8 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
     }
   }
   if (dt == RILL_STRING) {
-    int rc = check_utf8(c, b, k, out, bn, pos0, &pos, nulled, at, err);
+    int rc = c->encoding == RILL_CSV_UTF8 ? check_utf8(c, b, k, out, bn, pos0, &pos, nulled, at, err)
+                                          : transcode(c, b, k, out, bn, pos0, &pos, s, err);
     out->data_size = pos;
     return rc;
   }
@@ -531,7 +574,20 @@ static int read_header(rill__csv_t* c, int64_t pos, int no_header, int64_t* data
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       break;
     }
-    int64_t bad = rill__utf8_invalid(s, (int64_t)n); /* names go to Arrow schemas: UTF-8 */
+    if (c->encoding != RILL_CSV_UTF8 && n > 0) { /* names go to Arrow schemas: UTF-8 */
+      char* t = rill__alloc(3 * n);
+      if (!t) {
+        rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+        break;
+      }
+      n = (size_t)(c->encoding == RILL_CSV_LATIN1 ? rill__latin1_to_utf8(s, (int64_t)n, t)
+                                                   : rill__utf8_lossy(s, (int64_t)n, t));
+      c->names[k] = rill__column_name(t, n, k);
+      rill__free(t);
+      if (!c->names[k]) rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+      continue;
+    }
+    int64_t bad = rill__utf8_invalid(s, (int64_t)n);
     if (bad >= 0) {
       rc = rill__fail(err, RILL_EFORMAT, "%s:%lld: the name of column %d is not UTF-8 text (byte 0x%02X at byte %lld)",
                       c->name, (long long)rill__csv_line(c, sp[2 * k]), k + 1, (unsigned char)s[bad], (long long)bad);
@@ -605,6 +661,8 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out
     return rill__fail(err, RILL_EINVAL, "%s: the delimiter and quote must differ and not be line breaks", name);
   if (o->ncolumns < 0 || (o->ncolumns > 0 && !o->columns))
     return rill__fail(err, RILL_EINVAL, "%s: ncolumns %d without columns", name, o->ncolumns);
+  if ((unsigned)o->encoding > RILL_CSV_LATIN1)
+    return rill__fail(err, RILL_EINVAL, "%s: unknown encoding %d", name, (int)o->encoding);
   rill__csv_t* c = rill__calloc(1, sizeof *c);
   if (!c) return rill__fail(err, RILL_ENOMEM, "out of memory");
   c->name = rill__strdup(name);
@@ -618,6 +676,7 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out
   c->delim = o->delimiter ? o->delimiter : ',';
   c->quote = o->quote ? o->quote : '"';
   c->on_error = o->on_error;
+  c->encoding = o->encoding;
   *out = c;
   return RILL_OK;
 }

@@ -42,6 +42,7 @@ typedef struct rill__csv {
   int64_t* far;
   int64_t nfar;
   rill_on_error_t on_error;
+  rill_csv_encoding_t encoding;
   pthread_mutex_t mu;         /* guards lines */
   int64_t* lines;             /* lines[k]: physical line at byte k << RILL__CSV_LINE_STEP_SHIFT */
   int64_t nlines;

@@ -315,6 +315,44 @@ int64_t rill__utf8_invalid(const char* s, int64_t n) {
   return st == U8_OK ? -1 : utf8_first_bad(p, n);
 }
 
+int64_t rill__latin1_to_utf8(const char* s, int64_t n, char* o) {
+  int64_t w = 0;
+  for (int64_t i = 0; i < n; i++) {
+    unsigned char b = (unsigned char)s[i];
+    if (b < 0x80) {
+      o[w++] = (char)b;
+    } else {
+      o[w++] = (char)(0xC0 | b >> 6);
+      o[w++] = (char)(0x80 | (b & 0x3F));
+    }
+  }
+  return w;
+}
+
+int64_t rill__utf8_lossy(const char* s, int64_t n, char* o) {
+  const unsigned char* p = (const unsigned char*)s;
+  int64_t w = 0, i = 0;
+  while (i < n) {
+    unsigned st = utf8_step(U8_OK, p[i]);
+    int64_t j = i + 1;
+    while (st != U8_OK && st != U8_BAD && j < n) { /* the longest start of a character */
+      unsigned next = utf8_step(st, p[j]);
+      if (next == U8_BAD) break;
+      st = next;
+      j++;
+    }
+    if (st == U8_OK) {
+      memcpy(o + w, p + i, (size_t)(j - i));
+      w += j - i;
+    } else {
+      memcpy(o + w, "\xEF\xBF\xBD", 3);
+      w += 3;
+    }
+    i = j;
+  }
+  return w;
+}
+
 int rill__text_dtype_supported(rill_dtype_t dt) {
   switch (dt) {
   case RILL_BOOL: case RILL_INT8: case RILL_INT16: case RILL_INT32: case RILL_INT64:

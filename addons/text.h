@@ -29,6 +29,13 @@ int rill__text_dtype_supported(rill_dtype_t dt);
  * points past U+10FFFF; a sequence cut by the end is not well formed), or -1 when all of it
  * is. ASCII runs are passed 8 bytes at a time. */
 int64_t rill__utf8_invalid(const char* s, int64_t n);
+/* s[0..n) written as UTF-8 at o (room for 2n bytes), each byte the Latin-1 character of its
+ * value; returns the bytes written. */
+int64_t rill__latin1_to_utf8(const char* s, int64_t n, char* o);
+/* s[0..n) written at o (room for 3n bytes) with each ill-formed part of it replaced by U+FFFD:
+ * a maximal start of a well-formed sequence that ends too soon, or else one byte (Unicode's
+ * recommended practice, as Python's "replace" error handler); returns the bytes written. */
+int64_t rill__utf8_lossy(const char* s, int64_t n, char* o);
 
 /* Renames repeated names in place ("a", "a" -> "a", "a<sep>1"); names are rill__alloc'ed
  * strings. RILL_OK or RILL_ENOMEM. Linear time. */

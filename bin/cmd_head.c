@@ -25,6 +25,8 @@ static const char* head_usage =
     "  --no-header        the CSV file has no header row\n"
     "  --no-infer         read every CSV column as a string\n"
     "  --skip-bad-rows    leave out CSV rows with a wrong number of fields\n"
+    "  --encoding E       of the CSV text: utf-8 (default), utf-8-lossy (ill-formed parts\n"
+    "                     shown as U+FFFD) or latin-1\n"
     "  -h, --help         this help\n"
     "exit status: 0 success, 1 error reading the data, 2 usage error\n";
 
@@ -255,6 +257,12 @@ int rill_cmd_head(int argc, char** argv) {
         fprintf(stderr, "rill head: --quote needs one character\n");
         return 2;
       }
+    } else if ((t = TAKE("--encoding"))) {
+      if (t < 0 || !(!strcmp(val, "utf-8") || !strcmp(val, "utf-8-lossy") || !strcmp(val, "latin-1"))) {
+        fprintf(stderr, "rill head: --encoding needs utf-8, utf-8-lossy or latin-1\n");
+        return 2;
+      }
+      co.encoding = !strcmp(val, "latin-1") ? RILL_CSV_LATIN1 : !strcmp(val, "utf-8") ? RILL_CSV_UTF8 : RILL_CSV_UTF8_LOSSY;
     } else if (!strcmp(a, "--all")) {
       all = 1;
     } else if (!strcmp(a, "--no-header")) {

@@ -35,6 +35,13 @@ typedef struct rill_csv_column {
  * LF line ends, a last line without a line end); a UTF-8 byte order mark is skipped; blank
  * lines are skipped. A quote inside an unquoted field, and characters after a closing quote,
  * are kept literally (as Python's csv module does). */
+/* The encoding of a CSV file's text (its string cells and header names; rill's text is UTF-8). */
+typedef enum rill_csv_encoding {
+  RILL_CSV_UTF8 = 0,          /* UTF-8: other bytes are an error (on_error decides; a name: the open fails) */
+  RILL_CSV_UTF8_LOSSY,        /* UTF-8, each ill-formed part (its longest start of a character) read as U+FFFD */
+  RILL_CSV_LATIN1             /* ISO-8859-1: each byte is the character of its value */
+} rill_csv_encoding_t;
+
 typedef struct rill_csv_opts {
   char delimiter;             /* 0 = ',' */
   char quote;                 /* 0 = '"' */
@@ -59,6 +66,7 @@ typedef struct rill_csv_opts {
   int64_t chunk_bytes;        /* bytes per parallel index chunk; 0 = 8 MiB */
   int borrow;                 /* rill_df_from_csv_buffer: 1 = use the caller's memory */
   const char* name;           /* name of a buffer in messages; NULL = "<buffer>" */
+  rill_csv_encoding_t encoding; /* of the text; 0 = UTF-8 (a BINARY override reads bytes as they are) */
 } rill_csv_opts_t;
 
 /* A dataframe over a CSV file: one source column per field, typed by inference over the

@@ -368,6 +368,52 @@ Test(csv, text_that_is_not_utf8) {
   rill_df_free(df);
 }
 
+/* Text of other encodings as UTF-8: Latin-1 byte by byte (names too), or UTF-8 with each
+ * ill-formed part as U+FFFD; plain and quoted fields, with parallel chunks and threads. */
+Test(csv, encodings_latin1_and_lossy_utf8) {
+  const char* text = "gr\xf6\xdf" "e,n\n"
+                     "caf\xe9,1\n"
+                     "\"na\xefve, \"\"q\"\"\",2\n"
+                     "plain,3\n"
+                     "\xe2\x82\xac\xe2\x82,4\n";
+  rill_error_t err = {0};
+  for (int threads = 0; threads < 3; threads += 2) {
+    rill_df_t* df = load(text, &(rill_csv_opts_t){.encoding = RILL_CSV_LATIN1, .chunk_bytes = 7, .threads = 3});
+    cr_assert_str_eq(rill_df_field(df, 0)->name, "gr\xc3\xb6\xc3\x9f" "e");
+    table_t t;
+    RT_OK(collect(df, threads, &t, &err), err);
+    EXPECT_CELLS(&t, {0, 0, "caf\xc3\xa9"}, {1, 0, "na\xc3\xafve, \"q\""}, {2, 0, "plain"},
+                 {3, 0, "\xc3\xa2\xc2\x82\xc2\xac\xc3\xa2\xc2\x82"}, {3, 1, "4"});
+    table_free(&t);
+    rill_df_free(df);
+
+    df = load(text, &(rill_csv_opts_t){.encoding = RILL_CSV_UTF8_LOSSY, .chunk_bytes = 7, .threads = 3});
+    cr_assert_str_eq(rill_df_field(df, 0)->name, "gr\xef\xbf\xbd\xef\xbf\xbd" "e");
+    RT_OK(collect(df, threads, &t, &err), err);
+    EXPECT_CELLS(&t, {0, 0, "caf\xef\xbf\xbd"}, {1, 0, "na\xef\xbf\xbdve, \"q\""}, {2, 0, "plain"},
+                 {3, 0, "\xe2\x82\xac\xef\xbf\xbd"}, {3, 1, "4"}); /* the cut character: one U+FFFD */
+    table_free(&t);
+    rill_df_free(df);
+  }
+  rill_df_t* df = NULL;
+  RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.encoding = (rill_csv_encoding_t)7}, &df, &err),
+           RILL_EINVAL, "<buffer>: unknown encoding 7", err);
+  /* maximal ill-formed parts, one U+FFFD each */
+  static const struct {
+    const char *in, *out;
+  } lossy[] = {{"\xe2\x82" "A", "\xef\xbf\xbd" "A"},            /* a cut 3-byte character */
+               {"\xf0\x9f\x98", "\xef\xbf\xbd"},                 /* a cut 4-byte character at the end */
+               {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},         /* overlong: two */
+               {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* a surrogate: three */
+               {"\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd"},
+               {"ok\xc3\xa9", "ok\xc3\xa9"}};
+  char o[64];
+  for (size_t i = 0; i < sizeof lossy / sizeof *lossy; i++) {
+    int64_t w = rill__utf8_lossy(lossy[i].in, (int64_t)strlen(lossy[i].in), o);
+    cr_assert(w == (int64_t)strlen(lossy[i].out) && !memcmp(o, lossy[i].out, (size_t)w), "case %zu", i);
+  }
+}
+
 Test(csv, overflow_is_a_range_error) {
   const char* text = "x,y\n1,1\n99999999999999999999,300\n";
   rill_csv_column_t ov = {.name = "y", .dtype = RILL_INT8};

@@ -1,6 +1,6 @@
 import enum
 import os
-from typing import (Any, Callable, Dict, Iterator as _PyIterator, List, Mapping, Optional,
+from typing import (Any, Literal, Callable, Dict, Iterator as _PyIterator, List, Mapping, Optional,
                     Sequence, Tuple, TypeVar, Union, final, overload)
 
 _T = TypeVar("_T")
@@ -298,14 +298,16 @@ def from_arrow(obj: Any) -> DataFrame: ...
 def from_csv(path: _PathLike, *, delimiter: str = ",", quote: str = '"', header: bool = True,
              infer: bool = True, dtypes: Optional[Mapping[Union[str, int], _DType]] = None,
              on_error: _OnError = "raise", on_bad_row: _OnError = "raise", threads: int = 0,
-             infer_rows: int = 0, chunk_bytes: int = 0) -> DataFrame: ...
+             infer_rows: int = 0, chunk_bytes: int = 0,
+             encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8") -> DataFrame: ...
 def from_csv_buffer(data: Union[bytes, bytearray, memoryview], *, name: Optional[str] = None,
                     delimiter: str = ",", quote: str = '"', header: bool = True,
                     infer: bool = True,
                     dtypes: Optional[Mapping[Union[str, int], _DType]] = None,
                     on_error: _OnError = "raise", on_bad_row: _OnError = "raise",
                     threads: int = 0, infer_rows: int = 0,
-                    chunk_bytes: int = 0) -> DataFrame: ...
+                    chunk_bytes: int = 0,
+                    encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8") -> DataFrame: ...
 def from_sqlite(path: _PathLike, sql: str,
                 params: Sequence[Union[None, int, float, str, bytes]] = (), *,
                 dtypes: Optional[Mapping[Union[str, int], _DType]] = None,

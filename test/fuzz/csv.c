@@ -95,6 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.on_bad_row = (rill_on_error_t)(((f >> 3) & 3) % 3);
   o.on_error = (rill_on_error_t)(((f >> 5) & 3) % 3);
   o.infer_rows = (f & 0x80) ? 2 : 0;
+  o.encoding = (rill_csv_encoding_t)(size % 3); /* the first byte's bits are all taken */
   o.threads = 1;
   o.chunk_bytes = 1 << 30;
   same_scan((const char*)data + 1, (int64_t)size - 1, o.delimiter);

@@ -90,6 +90,20 @@ def test_short_rows_error_and_skip():
     assert rows == pa_rows
 
 
+def test_encodings(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes("name,n\ncaf\u00e9,1\n".encode("latin-1"))
+    _, _, proc = rill_rows(path, check=False)
+    assert proc.returncode == 1
+    assert b"latin1.csv:2: column 'name': not UTF-8 text (byte 0xE9 at byte 3" in proc.stderr
+    names, rows, _ = rill_rows(path, "--encoding", "latin-1")
+    assert names == ["name", "n"] and rows == [["caf\u00e9", 1]]
+    _, rows, _ = rill_rows(path, "--encoding", "utf-8-lossy")
+    assert rows == [["caf\ufffd", 1]]
+    _, _, proc = rill_rows(path, "--encoding", "cp1252", check=False)
+    assert proc.returncode == 2 and b"--encoding needs utf-8, utf-8-lossy or latin-1" in proc.stderr
+
+
 def test_typed_values_match_pyarrow():
     path = CORPUS / "typed.csv"
     names, rows, _ = rill_rows(path)

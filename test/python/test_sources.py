@@ -223,6 +223,28 @@ def test_from_csv_text_must_be_utf8(tmp_path):
     assert [b.decode("latin-1") for b in raw.column("name").to_pylist()][1] == "caf\u00e9"
 
 
+def test_from_csv_encodings_match_python(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes("gr\u00f6\u00dfe,n\ncaf\u00e9,1\n".encode("latin-1"))
+    t = pa.table(rill.from_csv(path, encoding="latin-1"))
+    assert t.column_names == ["gr\u00f6\u00dfe", "n"]
+    assert t.column(0).to_pylist() == ["caf\u00e9"]
+    # random fields of characters and ill-formed pieces, quoted, across parallel chunks
+    rng = np.random.default_rng(3)
+    pieces = [b"a", b"plain ", "\u00e9".encode(), "\u20ac".encode(), "\U0001F600".encode(), b"\x80", b"\xc3",
+              b"\xed\xa0\x80", b"\xff", b"\xe2\x82", b"\xf0\x9f\x98", b"\xc0\xaf", b"\xf4\x90\x80\x80"]
+    rows = [b"".join(pieces[k] for k in rng.integers(0, len(pieces), rng.integers(0, 12))) for _ in range(3000)]
+    data = b"text\n" + b"".join(b'"' + r + b'"\n' for r in rows)
+    for encoding, errors in (("utf-8-lossy", "replace"), ("latin-1", "strict")):
+        py = "latin-1" if encoding == "latin-1" else "utf-8"
+        df = rill.from_csv_buffer(data, encoding=encoding, infer=False, chunk_bytes=4096, threads=2)
+        table = pa.table(df)
+        table.validate(full=True)
+        assert table.column("text").to_pylist() == [r.decode(py, errors) for r in rows], encoding
+    with pytest.raises(ValueError, match="encoding must be 'utf-8', 'utf-8-lossy' or 'latin-1', got 'cp1252'"):
+        rill.from_csv(path, encoding="cp1252")
+
+
 def test_from_csv_buffer():
     data = b"x,y\n1,hello\n2,\n"
     df = rill.from_csv_buffer(data)

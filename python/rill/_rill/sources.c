@@ -4,6 +4,7 @@
 #include "rillpy.h"
 
 #include <string.h>
+#include <strings.h>
 
 /* ================================================================ arrays from Python values */
 
@@ -590,12 +591,33 @@ static int parse_char(PyObject* o, char* out, const char* what) {
   return 0;
 }
 
+/* The encoding named `e` (NULL: UTF-8), in *out; -1 with ValueError for another name. */
+static int parse_encoding(const char* e, rill_csv_encoding_t* out) {
+  static const struct {
+    const char* name;
+    rill_csv_encoding_t enc;
+  } names[] = {{"utf-8", RILL_CSV_UTF8},           {"utf8", RILL_CSV_UTF8},
+               {"utf-8-lossy", RILL_CSV_UTF8_LOSSY}, {"utf8-lossy", RILL_CSV_UTF8_LOSSY},
+               {"latin-1", RILL_CSV_LATIN1},       {"latin1", RILL_CSV_LATIN1},
+               {"iso-8859-1", RILL_CSV_LATIN1}};
+  *out = RILL_CSV_UTF8;
+  if (!e) return 0;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (!strcasecmp(e, names[i].name)) {
+      *out = names[i].enc;
+      return 0;
+    }
+  PyErr_Format(PyExc_ValueError, "encoding must be 'utf-8', 'utf-8-lossy' or 'latin-1', got '%s'", e);
+  return -1;
+}
+
 /* Common options of from_csv / from_csv_buffer. */
 static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer, PyObject* dtypes,
                     PyObject* on_error, PyObject* on_bad_row, int threads, long long infer_rows,
-                    long long chunk_bytes, rill_csv_opts_t* o, rill_csv_column_t** cols) {
+                    long long chunk_bytes, const char* encoding, rill_csv_opts_t* o, rill_csv_column_t** cols) {
   memset(o, 0, sizeof *o);
   *cols = NULL;
+  if (parse_encoding(encoding, &o->encoding) < 0) return -1;
   if (parse_char(delimiter, &o->delimiter, "delimiter") < 0 || parse_char(quote, &o->quote, "quote") < 0 ||
       rillpy_parse_on_error(on_error, &o->on_error) < 0 || rillpy_parse_on_error(on_bad_row, &o->on_bad_row) < 0)
     return -1;
@@ -611,17 +633,19 @@ static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer,
 
 static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"path", "delimiter", "quote", "header", "infer", "dtypes", "on_error", "on_bad_row",
-                           "threads", "infer_rows", "chunk_bytes", NULL};
+                           "threads", "infer_rows", "chunk_bytes", "encoding", NULL};
   PyObject *path, *delimiter = NULL, *quote = NULL, *dtypes = Py_None, *on_error = Py_None, *on_bad_row = Py_None;
   int header = 1, infer = 1, threads = 0;
   long long infer_rows = 0, chunk_bytes = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOppOOOiLL:from_csv", kwlist, &path, &delimiter, &quote, &header,
-                                   &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows, &chunk_bytes))
+  const char* encoding = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOppOOOiLLz:from_csv", kwlist, &path, &delimiter, &quote, &header,
+                                   &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows, &chunk_bytes,
+                                   &encoding))
     return NULL;
   rill_csv_opts_t o;
   rill_csv_column_t* cols;
-  if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes, &o,
-               &cols) < 0)
+  if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes,
+               encoding, &o, &cols) < 0)
     return NULL;
   rill_df_t* df = NULL;
   int rc = open_path(path, open_csv, &o, &df);
@@ -631,14 +655,14 @@ static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
 
 static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"data", "name", "delimiter", "quote", "header", "infer", "dtypes", "on_error",
-                           "on_bad_row", "threads", "infer_rows", "chunk_bytes", NULL};
+                           "on_bad_row", "threads", "infer_rows", "chunk_bytes", "encoding", NULL};
   PyObject *data, *delimiter = NULL, *quote = NULL, *dtypes = Py_None, *on_error = Py_None, *on_bad_row = Py_None;
-  const char* name = NULL;
+  const char *name = NULL, *encoding = NULL;
   int header = 1, infer = 1, threads = 0;
   long long infer_rows = 0, chunk_bytes = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOOppOOOiLL:from_csv_buffer", kwlist, &data, &name, &delimiter,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOOppOOOiLLz:from_csv_buffer", kwlist, &data, &name, &delimiter,
                                    &quote, &header, &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows,
-                                   &chunk_bytes))
+                                   &chunk_bytes, &encoding))
     return NULL;
   Py_buffer b;
   if (PyUnicode_Check(data))
@@ -646,8 +670,8 @@ static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
   if (PyObject_GetBuffer(data, &b, PyBUF_SIMPLE) < 0) return NULL;
   rill_csv_opts_t o;
   rill_csv_column_t* cols;
-  if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes, &o,
-               &cols) < 0) {
+  if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes,
+               encoding, &o, &cols) < 0) {
     PyBuffer_Release(&b);
     return NULL;
   }
@@ -865,12 +889,14 @@ static PyMethodDef source_functions[] = {
      "zero-copy where the layout allows."},
     {"from_csv", (PyCFunction)(void (*)(void))py_from_csv, METH_VARARGS | METH_KEYWORDS,
      "from_csv(path, *, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, on_error='raise', "
-     "on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0) -> DataFrame\n\n"
+     "on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0, encoding='utf-8') -> DataFrame\n\n"
      "A dataframe over a CSV file (str or os.PathLike), parsed when rows are pulled. dtypes: "
-     "{column name or index: dtype} overrides of the inferred types."},
+     "{column name or index: dtype} overrides of the inferred types ('binary': bytes as they are). "
+     "encoding: 'utf-8' (text that is not is a row error, see on_error), 'utf-8-lossy' (ill-formed "
+     "parts read as U+FFFD) or 'latin-1'."},
     {"from_csv_buffer", (PyCFunction)(void (*)(void))py_from_csv_buffer, METH_VARARGS | METH_KEYWORDS,
      "from_csv_buffer(data, *, name=None, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, "
-     "on_error='raise', on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0) -> DataFrame\n\n"
+     "on_error='raise', on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0, encoding='utf-8') -> DataFrame\n\n"
      "As from_csv over bytes-like CSV data (copied); name is used in error messages."},
     {"from_sqlite", (PyCFunction)(void (*)(void))py_from_sqlite, METH_VARARGS | METH_KEYWORDS,
      "from_sqlite(path, sql, params=(), *, dtypes=None, on_error='raise', infer_rows=0, chunk_rows=0, "
