@@ -185,22 +185,25 @@ static int64_t plain_strings(const rill__csv_t* c, const csv_block_t* b, int k, 
 /* STRING and BINARY (an override) columns hold their cells' bytes; BINARY ones unchecked. */
 static inline int holds_bytes(rill_dtype_t dt) { return dt == RILL_STRING || dt == RILL_BINARY; }
 
-/* The UTF-8 check of STRING cells [0, bn) of block `b`, written from byte pos0 to *pos. The
- * cells' bytes are checked as one text first: when it is UTF-8 and no cell starts with a
- * continuation byte, every cell boundary lies between characters and each cell is UTF-8.
- * Otherwise the cells are checked one by one: one that is not UTF-8 fails the call at its row
+/* 1 when the cells [0, bn) at offs (bytes pos0..pos of d) are each UTF-8: their bytes as one
+ * text are, and no cell starts with a continuation byte (every boundary lies between
+ * characters). */
+static int cells_utf8(const char* d, const int64_t* offs, int64_t bn, int64_t pos0, int64_t pos) {
+  if (rill__utf8_invalid(d + pos0, pos - pos0) >= 0) return 0;
+  for (int64_t j = 0; j < bn; j++)
+    if (offs[j] < offs[j + 1] && ((unsigned char)d[offs[j]] & 0xC0) == 0x80) return 0;
+  return 1;
+}
+
+/* The UTF-8 check of STRING cells [0, bn) of block `b`, written from byte pos0 to *pos: at
+ * once where cells_utf8 says so, else cell by cell: one that is not UTF-8 fails the call at its row
  * (*at, the message in err); under RILL_ON_ERROR_NULL it becomes an empty null cell instead
  * (the bytes after it move down; *pos follows). */
 static int check_utf8(const rill__csv_t* c, const csv_block_t* b, int k, rill_array_t* out, int64_t bn,
                       int64_t pos0, int64_t* pos, int64_t* nulled, int64_t* at, rill_error_t* err) {
   char* d = out->data;
   int64_t* offs = out->offsets + b->b0; /* cell j: [offs[j], offs[j + 1]) */
-  if (rill__utf8_invalid(d + pos0, *pos - pos0) < 0) {
-    int64_t j = 0;
-    for (; j < bn; j++)
-      if (offs[j] < offs[j + 1] && ((unsigned char)d[offs[j]] & 0xC0) == 0x80) break;
-    if (j == bn) return RILL_OK;
-  }
+  if (cells_utf8(d, offs, bn, pos0, *pos)) return RILL_OK;
   int64_t src = offs[0], dst = src;
   for (int64_t j = 0; j < bn; j++) {
     int64_t end = offs[j + 1], len = end - src;
@@ -210,8 +213,8 @@ static int check_utf8(const rill__csv_t* c, const csv_block_t* b, int k, rill_ar
       if (c->on_error != RILL_ON_ERROR_NULL) {
         int64_t line = rill__csv_line((rill__csv_t*)c, rill__csv_start(c, b->rows[i]));
         rill_error_set(err, RILL_EFORMAT,
-                       "%s:%lld: column '%s': not UTF-8 text (byte 0x%02X at byte %lld of the field; a column "
-                       "of another encoding can be read as binary)",
+                       "%s:%lld: column '%s': not UTF-8 text (byte 0x%02X at byte %lld of the field; for another "
+                       "encoding see the encoding option, or read the column as binary)",
                        c->name, (long long)line, c->names[k], (unsigned char)d[src + bad], (long long)bad);
         if (err) {
           err->row = i;
@@ -242,11 +245,7 @@ static int transcode(const rill__csv_t* c, const csv_block_t* b, int k, rill_arr
                      int64_t* pos, csv_scratch_t* s, rill_error_t* err) {
   int64_t n = *pos - pos0;
   int64_t* offs = out->offsets + b->b0;
-  if (c->encoding == RILL_CSV_UTF8_LOSSY && rill__utf8_invalid((char*)out->data + pos0, n) < 0) {
-    int64_t j = 0; /* as in check_utf8: whole characters in each cell */
-    while (j < bn && !(offs[j] < offs[j + 1] && ((unsigned char)((char*)out->data)[offs[j]] & 0xC0) == 0x80)) j++;
-    if (j == bn) return RILL_OK;
-  }
+  if (c->encoding == RILL_CSV_UTF8_LOSSY && cells_utf8(out->data, offs, bn, pos0, *pos)) return RILL_OK;
   if (c->encoding == RILL_CSV_LATIN1) {
     int64_t i = 0;
     while (i < n && (unsigned char)((char*)out->data)[pos0 + i] < 0x80) i++;

@@ -300,8 +300,8 @@ Test(csv, text_that_is_not_utf8) {
     cr_assert_eq(rill_df_field(df, 0)->type.dtype, RILL_STRING);
     cr_assert(!rill_df_field(df, 0)->nullable, "no null text without on_error NULL");
     RT_FAILS(collect(df, threads, &t, &err), RILL_EFORMAT,
-             "<buffer>:3: column 'name': not UTF-8 text (byte 0xE9 at byte 3 of the field; a column of another "
-             "encoding can be read as binary)", err);
+             "<buffer>:3: column 'name': not UTF-8 text (byte 0xE9 at byte 3 of the field; for another encoding "
+             "see the encoding option, or read the column as binary)", err);
     cr_assert_eq(err.row, 1);
     cr_assert_eq(t.nrows, 1, "the rows before it are handed out");
     cr_assert_str_eq(cell(&t, 0, 0), "caf\xc3\xa9");
