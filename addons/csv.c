@@ -189,6 +189,7 @@ static inline int holds_bytes(rill_dtype_t dt) { return dt == RILL_STRING || dt 
  * text are, and no cell starts with a continuation byte (every boundary lies between
  * characters). */
 static int cells_utf8(const char* d, const int64_t* offs, int64_t bn, int64_t pos0, int64_t pos) {
+  if (rill__ascii_only(d + pos0, pos - pos0)) return 1;
   if (rill__utf8_invalid(d + pos0, pos - pos0) >= 0) return 0;
   for (int64_t j = 0; j < bn; j++)
     if (offs[j] < offs[j + 1] && ((unsigned char)d[offs[j]] & 0xC0) == 0x80) return 0;
@@ -246,11 +247,7 @@ static int transcode(const rill__csv_t* c, const csv_block_t* b, int k, rill_arr
   int64_t n = *pos - pos0;
   int64_t* offs = out->offsets + b->b0;
   if (c->encoding == RILL_CSV_UTF8_LOSSY && cells_utf8(out->data, offs, bn, pos0, *pos)) return RILL_OK;
-  if (c->encoding == RILL_CSV_LATIN1) {
-    int64_t i = 0;
-    while (i < n && (unsigned char)((char*)out->data)[pos0 + i] < 0x80) i++;
-    if (i == n) return RILL_OK;
-  }
+  if (c->encoding == RILL_CSV_LATIN1 && rill__ascii_only((char*)out->data + pos0, n)) return RILL_OK;
   if ((size_t)n > s->text_cap) {
     char* t = rill__realloc(s->text, 0, (size_t)n);
     if (!t) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);

@@ -315,6 +315,18 @@ int64_t rill__utf8_invalid(const char* s, int64_t n) {
   return st == U8_OK ? -1 : utf8_first_bad(p, n);
 }
 
+int rill__ascii_only(const char* s, int64_t n) {
+  uint64_t acc = 0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    uint64_t w[4];
+    memcpy(w, s + i, sizeof w);
+    acc |= w[0] | w[1] | w[2] | w[3];
+  }
+  for (; i < n; i++) acc |= (unsigned char)s[i];
+  return !(acc & 0x8080808080808080ULL);
+}
+
 int64_t rill__latin1_to_utf8(const char* s, int64_t n, char* o) {
   int64_t w = 0;
   for (int64_t i = 0; i < n; i++) {

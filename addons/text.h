@@ -29,6 +29,8 @@ int rill__text_dtype_supported(rill_dtype_t dt);
  * points past U+10FFFF; a sequence cut by the end is not well formed), or -1 when all of it
  * is. ASCII runs are passed 8 bytes at a time. */
 int64_t rill__utf8_invalid(const char* s, int64_t n);
+/* 1 when s[0..n) is ASCII only (32 bytes a step, no branch on the data). */
+int rill__ascii_only(const char* s, int64_t n);
 /* s[0..n) written as UTF-8 at o (room for 2n bytes), each byte the Latin-1 character of its
  * value; returns the bytes written. */
 int64_t rill__latin1_to_utf8(const char* s, int64_t n, char* o);
