@@ -210,8 +210,8 @@ typedef struct rill__jpeg_seek {
  * walked to first from the last one known (unless another thread is walking this file's
  * marks: then the last known mark serves), which checks the rows walked as libjpeg would.
  * 1: done; 0: no mark serves (none above the row, the walk failed, or the bytes are not the
- * ones the marks were made for): decode from the start; RILL_EFORMAT: a walk of these marks
- * met damaged data (rill__jpeg_marks_damaged); RILL_ENOMEM. */
+ * ones the marks were made for; a walk that met damaged data says so in
+ * rill__jpeg_marks_damaged): decode from the start; RILL_ENOMEM. */
 int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int num, int denom,
                     uint8_t** head, size_t* cap, rill__jpeg_seek_t* out);
 

@@ -471,10 +471,6 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
      * file's rows below the region (below) is done already. */
     if (marks && req->w && req->h) verified = rill__jpeg_marks_walk_all(marks, buf, n) == 2;
   }
-  /* damage a walk met decides a file's first visit; a file verified then keeps that verdict */
-  int bad_row, bad_col;
-  if (marks && !req->tail_verified && rill__jpeg_marks_damaged(marks, &bad_row, &bad_col))
-    return damaged(err, bad_row, bad_col);
   if (marks && req->w && req->h) {
     info.format = RILL__IMG_JPEG;
     rill__jpeg_marks_size(marks, &info.width, &info.height, &info.channels);
@@ -499,10 +495,6 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
     rill__jpeg_seek_t sk;
     if (!seek && req->y > 0) {
       rc = rill__jpeg_seek(marks, buf, n, g.y, g.num, g.denom, &st->head, &st->head_cap, &sk);
-      if (rc == RILL_EFORMAT && rill__jpeg_marks_damaged(marks, &bad_row, &bad_col)) {
-        if (!req->tail_verified) return damaged(err, bad_row, bad_col);
-        rc = 0; /* verified: decoded from the start, as on its first visit */
-      }
       if (rc < 0) return rill_error_set(err, rc, "out of memory (JPEG seek)");
       if (rc == 1) {
         seek = 1, sw = info.width, sh = info.height - sk.drop;
@@ -512,6 +504,11 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
       }
     }
   }
+  /* damage a walk met (through the file, or to the seek's mark) decides a file's first visit;
+   * a file verified then keeps that verdict */
+  int bad_row, bad_col;
+  if (marks && !req->tail_verified && rill__jpeg_marks_damaged(marks, &bad_row, &bad_col))
+    return damaged(err, bad_row, bad_col);
   if (!seek) src_set(st, buf, n, NULL, 0);
   jpeg_read_header(c, TRUE);
   if (seek) {

@@ -773,7 +773,6 @@ int rill__jpeg_seek(rill__jpeg_marks_t* m, const void* buf, size_t n, int y, int
     }
     atomic_store_explicit(&m->busy, 0, memory_order_release);
   }
-  if (atomic_load_explicit(&m->damaged, memory_order_relaxed)) return RILL_EFORMAT; /* a walk met damage above y */
   int k = known - 1 < t ? known - 1 : t;
   while (k >= 0 && m->mark[k].at == UINT32_MAX) k--;
   if (k < 0) return 0;
