@@ -258,11 +258,14 @@ int rill_cmd_head(int argc, char** argv) {
         return 2;
       }
     } else if ((t = TAKE("--encoding"))) {
-      if (t < 0 || !(!strcmp(val, "utf-8") || !strcmp(val, "utf-8-lossy") || !strcmp(val, "latin-1"))) {
+      static const char* const encodings[] = {"utf-8", "utf-8-lossy", "latin-1"}; /* rill_csv_encoding_t's order */
+      int e = 0;
+      while (t > 0 && e < 3 && strcmp(val, encodings[e])) e++;
+      if (t < 0 || e == 3) {
         fprintf(stderr, "rill head: --encoding needs utf-8, utf-8-lossy or latin-1\n");
         return 2;
       }
-      co.encoding = !strcmp(val, "latin-1") ? RILL_CSV_LATIN1 : !strcmp(val, "utf-8") ? RILL_CSV_UTF8 : RILL_CSV_UTF8_LOSSY;
+      co.encoding = (rill_csv_encoding_t)e;
     } else if (!strcmp(a, "--all")) {
       all = 1;
     } else if (!strcmp(a, "--no-header")) {
