@@ -36,6 +36,7 @@ typedef struct jpeg_state {
     const uint8_t* then;
     size_t then_n;
     int part;                    /* 0: in `first`; 1: in `then`; 2: past the end */
+    const uint8_t *next, *end;   /* checked reading (src_set): the rest of the part, in pieces */
     struct cut {                 /* a verified progressive file, its scans cut below the region */
       const uint8_t *base, *next, *end; /* the file; where the next piece of `first` starts */
       const uint32_t* scans;     /* [start, end) of each scan's entropy-coded data, by offset */
@@ -47,6 +48,9 @@ typedef struct jpeg_state {
   uint32_t* scans;               /* the scan table of a cut */
   int64_t scans_cap;             /* in [start, end) pairs */
   int ready;                     /* cinfo was created */
+  JHUFF_TBL std_dc[2], std_ac[2]; /* the standard Huffman tables (libjpeg's, see tables_forget) */
+  int row_base;                  /* the file's MCU row of the decoded stream's row 0; -1 while
+                                    no scan's data is read (for the place named in errors) */
   struct jpeg_compress_struct enc; /* writes copies (copy_make) */
   struct copy_dest {             /* into `copy`, grown up to `max` bytes */
     struct jpeg_destination_mgr pub;
@@ -74,9 +78,27 @@ static void src_init(j_decompress_ptr c) { (void)c; }
  * only between pieces (a smaller piece decodes fewer rows past the cut, at one call each). */
 #define CUT_PIECE 64
 
+/* Bytes handed to libjpeg at a time by a checked reading (a file's first visit, not yet walked
+ * to its end by rill). libjpeg-turbo takes its fast Huffman path only while 512 bytes a block
+ * of an MCU are buffered (jdhuff.c), and that path takes a code its tables lack for a zero
+ * without a warning; given under 512 bytes at a time it stays on its checked path, which warns
+ * (an error here). The cost was measured at 1-4% of a whole decode. */
+#define CHECKED_PIECE 511
+
+/* The next piece of the part being read in pieces, if any is left. */
+static int src_piece(struct source* s) {
+  if (s->next >= s->end) return 0;
+  size_t left = (size_t)(s->end - s->next), piece = left < CHECKED_PIECE ? left : CHECKED_PIECE;
+  s->pub.next_input_byte = s->next;
+  s->pub.bytes_in_buffer = piece;
+  s->next += piece;
+  return 1;
+}
+
 static boolean src_fill(j_decompress_ptr c) {
   struct source* s = (struct source*)c->src;
   struct cut* k = &s->cut;
+  if (src_piece(s)) return TRUE;
   if (s->part == 0 && k->base && k->next < k->end) {
     /* A scan whose data goes on past `need` complete iMCU rows jumps to the marker after its
      * data: libjpeg finds the scan's data ended and leaves the blocks below as they are. */
@@ -96,6 +118,10 @@ static boolean src_fill(j_decompress_ptr c) {
     s->part = 1;
     s->pub.next_input_byte = s->then;
     s->pub.bytes_in_buffer = s->then_n;
+    if (s->end) { /* checked: in pieces too */
+      s->next = s->then, s->end = s->then + s->then_n;
+      src_piece(s);
+    }
     return TRUE;
   }
   static const JOCTET eoi[2] = {0xFF, JPEG_EOI};
@@ -123,13 +149,23 @@ static void src_skip(j_decompress_ptr c, long k) {
 
 static void src_term(j_decompress_ptr c) { (void)c; }
 
-static void src_set(jpeg_state_t* st, const uint8_t* first, size_t n, const uint8_t* then, size_t then_n) {
-  st->src.pub = (struct jpeg_source_mgr){first, n, src_init, src_fill, src_skip, jpeg_resync_to_restart, src_term};
-  st->src.then = then;
-  st->src.then_n = then_n;
-  st->src.part = 0;
-  st->src.cut = (struct cut){0};
-  st->cinfo.src = &st->src.pub;
+/* The stream `first`, then `then`; `checked`: handed to libjpeg in pieces (CHECKED_PIECE). A
+ * cut (arm_cut) is armed only on bytes given whole. */
+static void src_set(jpeg_state_t* st, const uint8_t* first, size_t n, const uint8_t* then, size_t then_n,
+                    int checked) {
+  struct source* s = &st->src;
+  s->pub = (struct jpeg_source_mgr){first, n, src_init, src_fill, src_skip, jpeg_resync_to_restart, src_term};
+  s->then = then;
+  s->then_n = then_n;
+  s->part = 0;
+  s->next = s->end = NULL;
+  if (checked) {
+    s->next = first, s->end = first + n;
+    src_piece(s);
+  }
+  s->cut = (struct cut){0};
+  st->row_base = -1;
+  st->cinfo.src = &s->pub;
 }
 
 /* The entropy-coded data of each scan of the JPEG in buf: [start, end) offsets into
@@ -231,8 +267,18 @@ static void on_emit_message(j_common_ptr cinfo, int level) {
     return;
   cinfo->err->format_message(cinfo, st->message);
   /* the arithmetic-code warning exists only in some libjpeg builds: known by its text */
-  if (corrupt_data_warning(cinfo->err->msg_code) || strstr(st->message, "bad arithmetic code"))
+  if (corrupt_data_warning(cinfo->err->msg_code) || strstr(st->message, "bad arithmetic code")) {
+    if (cinfo->is_decompressor && st->row_base >= 0) { /* the place: the MCU row being read */
+      j_decompress_ptr c = (j_decompress_ptr)cinfo;
+      size_t k = strlen(st->message);
+      int row = st->row_base + (int)c->input_iMCU_row;
+      if (c->progressive_mode || c->input_scan_number > 1)
+        snprintf(st->message + k, sizeof st->message - k, ", at scan %d, MCU row %d", c->input_scan_number, row);
+      else
+        snprintf(st->message + k, sizeof st->message - k, ", at MCU row %d", row);
+    }
     longjmp(st->jump, 1);
+  }
 }
 
 static void on_output_message(j_common_ptr cinfo) { (void)cinfo; }
@@ -258,8 +304,60 @@ static jpeg_state_t* state_get(rill_error_t* err) {
     return NULL;
   }
   jpeg_create_decompress(&st->cinfo);
+  /* the standard Huffman tables, as libjpeg's compressor sets them by default */
+  struct jpeg_compress_struct e;
+  memset(&e, 0, sizeof e);
+  e.err = &st->mgr;
+  e.client_data = st;
+  jpeg_create_compress(&e);
+  e.in_color_space = JCS_RGB;
+  e.input_components = 3;
+  jpeg_set_defaults(&e);
+  for (int i = 0; i < 2; i++) st->std_dc[i] = *e.dc_huff_tbl_ptrs[i], st->std_ac[i] = *e.ac_huff_tbl_ptrs[i];
+  jpeg_destroy_compress(&e);
   st->ready = 1;
   return st;
+}
+
+/* libjpeg keeps the tables of the streams it read before (for abbreviated streams), so a file
+ * that lacks one would be decoded with another file's table: whichever the thread decoded
+ * last. Before each header the decompressor's tables are put back as a new one has them, in
+ * the room they already have: quantization tables all zero (which no table of a file holds;
+ * quant_undefined fails a file that used one), Huffman tables 0 and 1 the standard ones
+ * (libjpeg-turbo gives a stream without them those, as Motion-JPEG frames need), 2 and 3
+ * without codes (any code read with them is bad). */
+static void tables_forget(jpeg_state_t* st) {
+  j_decompress_ptr c = &st->cinfo;
+  for (int i = 0; i < NUM_QUANT_TBLS; i++)
+    if (c->quant_tbl_ptrs[i]) memset(c->quant_tbl_ptrs[i]->quantval, 0, sizeof c->quant_tbl_ptrs[i]->quantval);
+  for (int i = 0; i < NUM_HUFF_TBLS; i++) {
+    JHUFF_TBL none = {{0}, {0}, FALSE};
+    if (c->dc_huff_tbl_ptrs[i]) *c->dc_huff_tbl_ptrs[i] = i < 2 ? st->std_dc[i] : none;
+    if (c->ac_huff_tbl_ptrs[i]) *c->ac_huff_tbl_ptrs[i] = i < 2 ? st->std_ac[i] : none;
+  }
+}
+
+/* The header of the stream set, read with the tables of no other stream. */
+static void header_read(jpeg_state_t* st) {
+  tables_forget(st);
+  jpeg_read_header(&st->cinfo, TRUE);
+}
+
+/* After the scans began (jpeg_start_decompress, jpeg_read_coefficients): -1 when a component
+ * read a quantization table its file does not define (all zero: see tables_forget), else 0
+ * and *which is unused. */
+static int quant_undefined(j_decompress_ptr c, int* which) {
+  for (int ci = 0; ci < c->num_components; ci++) {
+    const JQUANT_TBL* q = c->comp_info[ci].quant_table;
+    if (!q) continue; /* a component no scan has reached */
+    int any = 0;
+    for (int k = 0; k < DCTSIZE2; k++) any |= q->quantval[k];
+    if (!any) {
+      *which = c->comp_info[ci].quant_tbl_no;
+      return -1;
+    }
+  }
+  return 0;
 }
 
 static int rows_reserve(jpeg_state_t* st, size_t bytes, rill_error_t* err) {
@@ -398,13 +496,19 @@ static int copy_make(jpeg_state_t* st, const uint8_t* buf, size_t n, int64_t max
     st->dest.pub = (struct jpeg_destination_mgr){NULL, 0, copy_start, copy_more, copy_end};
     st->enc_ready = 1;
   }
-  src_set(st, buf, n, NULL, 0);
-  jpeg_read_header(c, TRUE);
+  src_set(st, buf, n, NULL, 0, 1);
+  header_read(st);
+  st->row_base = 0;
   if (!copy_wanted(c, n)) {
     jpeg_abort_decompress(c);
     return 0;
   }
   jvirt_barray_ptr* coefs = jpeg_read_coefficients(c);
+  int qt;
+  if (quant_undefined(c, &qt) < 0) { /* the decode of the file says so */
+    jpeg_abort_decompress(c);
+    return 0;
+  }
   for (int ci = 0; c->progressive_mode && ci < c->num_components; ci++)
     for (int k = 0; k < 10; k++)
       if (c->coef_bits[ci][k] != 0) { /* libjpeg would smooth the blocks */
@@ -461,6 +565,7 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
   rill__img_info_t info;
   rill__img_geom_t g, d; /* g: the region in the image; d: the same in the stream decoded */
   int rc, seek = 0, sw = 0, sh = 0; /* seek: the stream is a seek's (1) or a cut (2), of sw x sh */
+  rill__jpeg_seek_t sk = {0};
   rill__jpeg_marks_t* marks = probe ? NULL : req->tail_verified ? req->marks : NULL;
   int verified = !probe && req->tail_verified; /* the entropy-coded data is known to be intact */
   if (!probe && !req->tail_verified && req->marks_out) {
@@ -487,12 +592,11 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
         d.x -= ct.left * g.num / g.denom, d.y -= ct.top * g.num / g.denom;
         d.sw = (int)(((int64_t)sw * g.num + g.denom - 1) / g.denom);
         d.sh = (int)(((int64_t)sh * g.num + g.denom - 1) / g.denom);
-        src_set(st, st->head, ct.len, NULL, 0);
+        src_set(st, st->head, ct.len, NULL, 0, 0);
       }
     }
     /* else start at the last entropy mark above the region (walking to it if it is not known
      * yet: the walk reads those rows in place of libjpeg, and checks them as strictly) */
-    rill__jpeg_seek_t sk;
     if (!seek && req->y > 0) {
       rc = rill__jpeg_seek(marks, buf, n, g.y, g.num, g.denom, &st->head, &st->head_cap, &sk);
       if (rc < 0) return rill_error_set(err, rc, "out of memory (JPEG seek)");
@@ -500,7 +604,7 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
         seek = 1, sw = info.width, sh = info.height - sk.drop;
         int drop = (int)((int64_t)sk.drop * g.num / g.denom); /* rows (scaled) above the stream */
         d.y -= drop, d.sh -= drop;
-        src_set(st, st->head, sk.head, (const uint8_t*)buf + sk.rest, n - sk.rest);
+        src_set(st, st->head, sk.head, (const uint8_t*)buf + sk.rest, n - sk.rest, !verified);
       }
     }
   }
@@ -509,8 +613,12 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
   int bad_row, bad_col;
   if (marks && !req->tail_verified && rill__jpeg_marks_damaged(marks, &bad_row, &bad_col))
     return damaged(err, bad_row, bad_col);
-  if (!seek) src_set(st, buf, n, NULL, 0);
-  jpeg_read_header(c, TRUE);
+  /* Bytes not known intact to their end are read by libjpeg's checked path (CHECKED_PIECE) */
+  if (!seek) src_set(st, buf, n, NULL, 0, !verified);
+  header_read(st);
+  /* errors name the file's MCU row (a seek's stream starts `drop` rows down; a cut's is
+   * verified) */
+  st->row_base = seek == 2 ? -1 : seek ? sk.drop / (DCTSIZE * c->max_v_samp_factor) : 0;
   if (seek) {
     if ((int)c->image_width != sw || (int)c->image_height != sh || c->num_components != info.channels ||
         c->progressive_mode) {
@@ -567,6 +675,12 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
     return rill_error_set(err, rc, "out of memory (JPEG scan table)");
   }
   jpeg_start_decompress(c);
+  int qt;
+  if (quant_undefined(c, &qt) < 0) {
+    jpeg_abort_decompress(c);
+    return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (quantization table %d is not defined in the file)",
+                          qt);
+  }
   if ((int)c->output_width != d.sw || (int)c->output_height != d.sh) {
     jpeg_abort_decompress(c);
     return rill_error_set(err, RILL_EFORMAT, "JPEG decoder produced %ux%u pixels, expected %dx%d",

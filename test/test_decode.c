@@ -1341,10 +1341,11 @@ Test(jpeg_marks, walk_checks_the_end_of_the_data) {
 }
 
 /* A Huffman code the tables lack (sixteen 1-bits, which no table codes) in the middle of the
- * data: libjpeg-turbo's fast decoder takes it for a zero without a warning, rill's walk does
- * not. With the column marks (one walk through the file) the first decode fails naming the
- * MCU wherever its crop lies (above the damage, around it, below it); without them, where
- * the walk to the crop's rows passes the damage. */
+ * data: libjpeg-turbo's fast decoder takes it for a zero without a warning; rill's walk and
+ * libjpeg's checked path (the data given in pieces) do not. With the column marks (one walk
+ * through the file) the first decode fails naming the MCU wherever its crop lies (above the
+ * damage, around it, below it); without them, the walk to the crop's rows or libjpeg reading
+ * the rest names the MCU row; so does a whole-image decode, with or without marks. */
 Test(jpeg_marks, damaged_huffman_data_fails_whatever_the_crop) {
   uint8_t* px = textured_pixels(320, 240, 3, 29);
   buf_t b = enc_jpeg(px, 320, 240, (jpeg_spec_t){.in = JCS_RGB, .quality = 90, .hs = 2, .vs = 2});
@@ -1353,6 +1354,7 @@ Test(jpeg_marks, damaged_huffman_data_fails_whatever_the_crop) {
     if (b.p[i] == 0xff && b.p[i + 1] == 0xda) sos = i + 2 + ((size_t)b.p[i + 2] << 8 | b.p[i + 3]);
   cr_assert(sos > 0);
   size_t at = sos + (b.n - sos) / 2; /* about MCU row 7 of 15 */
+  cr_assert_gt(b.n - at, 6 * 512 + 24, "libjpeg's fast path must be in use at the damage");
   while (b.p[at - 1] == 0xff || b.p[at] == 0xff) at++;
   for (int k = 0; k < 12; k++) b.p[at + 2 * k] = 0xff, b.p[at + 2 * k + 1] = 0x00; /* 12 data bytes of ones */
   int bad_row = -1, bad_col = -1;
@@ -1361,27 +1363,75 @@ Test(jpeg_marks, damaged_huffman_data_fails_whatever_the_crop) {
   cr_assert(rill__jpeg_marks_damaged(m, &bad_row, &bad_col));
   cr_assert(bad_row >= 4 && bad_row <= 11 && bad_col >= 0 && bad_col < 20, "MCU (%d, %d)", bad_row, bad_col);
   rill__free(m);
-  char want[96];
-  snprintf(want, sizeof want, "corrupt JPEG data (MCU row %d, column %d: a Huffman code", bad_row, bad_col);
-  const int ys[] = {0, 100, 200}; /* the region's top: above the damage, around it, below it */
-  for (int cols = 0; cols < 2; cols++)
+  char walked[96], checked[96];
+  snprintf(walked, sizeof walked, "corrupt JPEG data (MCU row %d, column %d: a Huffman code", bad_row, bad_col);
+  snprintf(checked, sizeof checked, "corrupt JPEG data (Corrupt JPEG data: bad Huffman code, at MCU row %d)",
+           bad_row);
+  const int ys[] = {0, 100, 200, -1}; /* the region's top: above the damage, around it, below it; whole image */
+  for (int way = 0; way < 3; way++) /* marks with columns, marks without, no marks (a one-off decode) */
     for (size_t i = 0; i < sizeof ys / sizeof *ys; i++) {
       rill__jpeg_marks_t* out = NULL;
-      rill__img_request_t rq = {.channels = 3, .x = 40, .y = ys[i], .w = 100, .h = 40, .marks_out = &out,
-                                .col_marks = cols ? RILL__JPEG_COL_MARKS_MAX : 0};
+      rill__img_request_t rq = {.channels = 3, .x = 40, .y = ys[i], .w = 100, .h = 40,
+                                .marks_out = way < 2 ? &out : NULL, .col_marks = way == 0 ? RILL__JPEG_COL_MARKS_MAX : 0};
+      if (ys[i] < 0) rq.x = rq.y = rq.w = rq.h = 0;
       rill__img_out_t o;
       rill_error_t err = {0};
       int rc;
       uint8_t* got = decode(&b, rq, &o, &err, &rc);
-      if (cols || ys[i] > 100) { /* the walk reached the damage: through the file, or to the crop */
-        cr_assert_null(got, "columns %d, y %d: decoded", cols, ys[i]);
-        cr_assert_eq(rc, RILL_EFORMAT);
-        cr_assert(strstr(err.message, want), "columns %d, y %d: %s", cols, ys[i], err.message);
-      }
+      cr_assert_null(got, "way %d, y %d: decoded", way, ys[i]);
+      cr_assert_eq(rc, RILL_EFORMAT);
+      /* a walk met the damage: through the file (with columns, for a region) or to the crop */
+      int by_walk = ys[i] >= 0 && way < 2 && (way == 0 || ys[i] > 100);
+      cr_assert(strstr(err.message, by_walk ? walked : checked), "way %d, y %d: %s", way, ys[i], err.message);
       free(got);
       rill__free(out);
     }
   free(b.p), free(px);
+}
+
+/* The JPEG in b without its marker segments of type `marker` (DQT 0xDB, DHT 0xC4). */
+static buf_t without_segments(const buf_t* b, uint8_t marker) {
+  buf_t o = {malloc(b->n), 2};
+  memcpy(o.p, b->p, 2);
+  size_t i = 2;
+  while (i + 4 <= b->n && b->p[i] == 0xff && b->p[i + 1] != 0xda) {
+    size_t len = 2 + ((size_t)b->p[i + 2] << 8 | b->p[i + 3]);
+    if (b->p[i + 1] != marker) memcpy(o.p + o.n, b->p + i, len), o.n += len;
+    i += len;
+  }
+  memcpy(o.p + o.n, b->p + i, b->n - i);
+  o.n += b->n - i;
+  return o;
+}
+
+/* libjpeg keeps the tables of the streams a decompressor read before; a file decodes as if it
+ * were the thread's first all the same. Without its quantization tables it fails, after a
+ * file that had some too; without its Huffman tables (Motion-JPEG frames) it is decoded with
+ * the standard ones, as by a new decompressor, also after a file whose own tables differ. */
+Test(jpeg, tables_of_files_decoded_before_are_not_used) {
+  uint8_t* px = textured_pixels(96, 64, 3, 31);
+  buf_t std = enc_jpeg(px, 96, 64, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2});
+  buf_t opt = enc_jpeg(px, 96, 64, (jpeg_spec_t){.in = JCS_RGB, .hs = 2, .vs = 2, .quality = 60, .optimize = 1});
+  buf_t no_dqt = without_segments(&std, 0xdb), no_dht = without_segments(&std, 0xc4);
+  cr_assert(no_dqt.n < std.n && no_dht.n < std.n);
+  rill__img_request_t whole = {.channels = 3}, crop = {.channels = 3, .x = 16, .y = 24, .w = 40, .h = 32};
+  rill__img_out_t o;
+  uint8_t* want = decode_ok(&std, whole, &o);
+  for (int before = 0; before < 2; before++) /* after a file with the standard tables, or its own */
+    for (int region = 0; region < 2; region++) {
+      uint8_t* prior = decode_ok(before ? &opt : &std, whole, &o);
+      free(prior);
+      rill_error_t err = {0};
+      int rc;
+      uint8_t* got = decode(&no_dqt, region ? crop : whole, &o, &err, &rc);
+      cr_assert_null(got, "before %d, region %d: decoded with another file's quantization tables", before, region);
+      cr_assert_eq(rc, RILL_EFORMAT);
+      cr_assert(strstr(err.message, "uantization table") && strstr(err.message, "not defined"), "%s", err.message);
+      got = decode_ok(&no_dht, whole, &o);
+      cr_assert(memcmp(got, want, (size_t)96 * 64 * 3) == 0, "before %d: not the standard tables' pixels", before);
+      free(got);
+    }
+  free(want), free(std.p), free(opt.p), free(no_dqt.p), free(no_dht.p), free(px);
 }
 
 /* Column marks (a few KB a file) give way first: over the table's limit a file keeps its row

@@ -34,9 +34,10 @@ static void marks_case(const uint8_t* data, size_t size, const rill__img_info_t*
   int rb = rill__img_decode(data, size, &req, b, bytes, &out, &err);
   /* The same outcome: a damaged file never passes for having marks. The exceptions are
    * libjpeg's own: a few junk bytes before the end marker are seen or not depending on how
-   * far its bit reader had read ahead, which differs between the two streams; and its fast
-   * Huffman decoder (used while enough bytes are left) takes a code the tables lack for a
-   * zero without a warning, where rill's walk fails the file (never the other way round). */
+   * far its bit reader had read ahead, which differs between the two streams; and a DC value
+   * out of range, which rill's walk fails and libjpeg lets through (never the other way
+   * round; a code the tables lack fails both: a decode from the file's start reads it by
+   * libjpeg's checked path). */
   if ((ra == RILL_OK) != (rb == RILL_OK) && !strstr(err.message, "extraneous bytes") &&
       !(ra == RILL_OK && strstr(err.message, "a Huffman code the file's tables lack")))
     abort();

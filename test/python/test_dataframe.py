@@ -17,9 +17,9 @@ def png(arr):
     return buf.getvalue()
 
 
-def jpeg(arr, progressive=False):
+def jpeg(arr, progressive=False, quality=95):
     buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="JPEG", quality=95, progressive=progressive)
+    Image.fromarray(arr).save(buf, format="JPEG", quality=quality, progressive=progressive)
     return buf.getvalue()
 
 
@@ -202,6 +202,45 @@ def test_corrupt_image(policy):
         cells = [r["img"].to_pylist()[0] for r in it]
         assert cells[1] is None and cells[0] is not None
         assert it.stats()["nulled"] == 1
+
+
+def damaged_jpeg():
+    """A 320x240 photo-like JPEG with 96 1-bits (a Huffman code no table has) in the middle of
+    its data, where libjpeg-turbo's fast path takes it for a zero without a warning (and, for
+    this file, decodes the rest without one either)."""
+    rng = np.random.default_rng(3)
+    y, x = np.mgrid[0:240, 0:320]
+    a = np.stack([(x + y) % 256, (3 * x) % 256, (2 * y) % 256], axis=2) + rng.integers(0, 40, (240, 320, 3))
+    b = bytearray(jpeg(np.clip(a, 0, 255).astype(np.uint8), quality=75))
+    sos = b.index(b"\xff\xda")
+    start = sos + 2 + (b[sos + 2] << 8 | b[sos + 3])
+    at = (start + len(b)) // 2
+    while b[at - 1] == 0xFF or b[at] == 0xFF:
+        at += 1
+    b[at:at + 24] = b"\xff\x00" * 12
+    assert len(b) - at > 6 * 512
+    return bytes(b)
+
+
+@pytest.mark.parametrize("op", ["decode", "crop", "crop_without_marks"])
+def test_damaged_jpeg_data_fails_in_every_epoch(op):
+    good = jpeg(images(1)[0])
+    df = rill.from_numpy({"path": ["good.jpg", "bad.jpg", "good2.jpg"], "bytes": [good, damaged_jpeg(), good]})
+    if op == "decode":
+        df.decode("img", "bytes", on_error="skip")
+    else:
+        df.random_resized_crop("img", "bytes", 16, scale=(0.05, 0.1), on_error="skip",
+                               marks_bytes=-1 if op == "crop_without_marks" else 0)
+    it = df.iter(columns=["img"], threads=2)
+    for epoch in range(3):  # the same verdict in every epoch, whatever the crop
+        it.set_epoch(epoch)
+        assert [r.index for r in it] == [0, 2]
+        assert it.stats()["skipped"] == epoch + 1
+    strict = rill.from_numpy({"path": ["bad.jpg"], "bytes": [damaged_jpeg()]})
+    strict.decode("img", "bytes")
+    with pytest.raises(rill.FormatError, match=r"row 0, column 'img'.*bad\.jpg: corrupt JPEG data "
+                       r"\(Corrupt JPEG data: bad Huffman code, at MCU row \d+\)"):
+        list(strict.iter())
 
 
 def test_operator_argument_errors():
