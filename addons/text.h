@@ -27,8 +27,12 @@ int rill__text_dtype_supported(rill_dtype_t dt);
 /* The offset of the first byte of s[0..n) that does not start a well-formed UTF-8 sequence
  * (Unicode's table of well-formed byte sequences: no overlong forms, surrogates or code
  * points past U+10FFFF; a sequence cut by the end is not well formed), or -1 when all of it
- * is. ASCII runs are passed 8 bytes at a time. */
+ * is. Texts of 64 bytes or more are checked 32 bytes a step with AVX2 where the CPU has it;
+ * otherwise (and to find the place in a text that fails) by an automaton, ASCII runs 16 bytes
+ * a step. */
 int64_t rill__utf8_invalid(const char* s, int64_t n);
+/* The same by the automaton alone (what the vector check is tested against). */
+int64_t rill__utf8_invalid_scalar(const char* s, int64_t n);
 /* 1 when s[0..n) is ASCII only (32 bytes a step, no branch on the data). */
 int rill__ascii_only(const char* s, int64_t n);
 /* s[0..n) written as UTF-8 at o (room for 2n bytes), each byte the Latin-1 character of its

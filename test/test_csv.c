@@ -220,6 +220,24 @@ Test(csv, type_error_null_and_skip_policies) {
   rill_df_free(df);
 }
 
+/* The reference: Unicode's table of well-formed sequences, row by row; where the first
+ * sequence that is not one starts, or -1. */
+static int64_t utf8_reference(const char* buf, int64_t n) {
+  for (int64_t i = 0; i < n;) {
+    const unsigned char* u = (const unsigned char*)buf + i;
+    int64_t left = n - i;
+    int len = u[0] < 0x80 ? 1 : u[0] >= 0xC2 && u[0] <= 0xDF ? 2 : u[0] >= 0xE0 && u[0] <= 0xEF ? 3
+              : u[0] >= 0xF0 && u[0] <= 0xF4 ? 4 : 0;
+    int ok = len > 0 && left >= len;
+    unsigned lo = u[0] == 0xE0 ? 0xA0 : u[0] == 0xF0 ? 0x90 : 0x80, hi = u[0] == 0xED ? 0x9F : u[0] == 0xF4 ? 0x8F : 0xBF;
+    if (ok && len > 1) ok = u[1] >= lo && u[1] <= hi;
+    for (int k = 2; ok && k < len; k++) ok = (u[k] & 0xC0) == 0x80;
+    if (!ok) return i;
+    i += len;
+  }
+  return -1;
+}
+
 /* Well-formed UTF-8 per Unicode's table: every boundary of every length, and what is not. */
 Test(csv, utf8_check) {
   static const struct {
@@ -262,21 +280,40 @@ Test(csv, utf8_check) {
       n += (int)len;
       if ((rng >> 20) % 7 == 0) break;
     }
-    int64_t want = -1;
-    for (int64_t i = 0; i < n && want < 0;) { /* the reference: Unicode's table, row by row */
-      const unsigned char* u = (const unsigned char*)buf + i;
-      int64_t left = n - i;
-      int len = u[0] < 0x80 ? 1 : u[0] >= 0xC2 && u[0] <= 0xDF ? 2 : u[0] >= 0xE0 && u[0] <= 0xEF ? 3
-                : u[0] >= 0xF0 && u[0] <= 0xF4 ? 4 : 0;
-      int ok = len > 0 && left >= len;
-      unsigned lo = u[0] == 0xE0 ? 0xA0 : u[0] == 0xF0 ? 0x90 : 0x80, hi = u[0] == 0xED ? 0x9F : u[0] == 0xF4 ? 0x8F : 0xBF;
-      if (ok && len > 1) ok = u[1] >= lo && u[1] <= hi;
-      for (int k = 2; ok && k < len; k++) ok = (u[k] & 0xC0) == 0x80;
-      if (!ok) want = i;
-      else i += len;
-    }
-    cr_assert_eq(rill__utf8_invalid(buf, n), want, "round %d (%d bytes)", round, n);
+    cr_assert_eq(rill__utf8_invalid(buf, n), utf8_reference(buf, n), "round %d (%d bytes)", round, n);
   }
+}
+
+/* Every 2-byte sequence, 3-byte ones from every lead byte E0..FF and every second byte, and
+ * 4-byte ones from every lead byte F0..FF (the bytes after a lead from a set of each kind), at offsets around the 16- and 32-byte steps of
+ * the vector check, in ASCII and after a 3-byte character; also cut by the end. */
+Test(csv, utf8_check_every_short_sequence) {
+  static const unsigned char later[] = {0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC2, 0xE0, 0xF0, 0xFF};
+  static const int at[] = {0, 14, 15, 16, 30, 31, 32, 33, 62, 63};
+  char buf[96];
+  long checked = 0;
+  for (int a = 0; a < 256; a++)
+    for (int b = 0; b < 256; b++)
+      for (size_t k3 = 0; k3 <= sizeof later; k3++)
+        for (size_t k4 = 0; k4 <= sizeof later; k4++) {
+          if ((a < 0xE0 && k3 > 0) || (a < 0xF0 && k4 > 0) || (k3 == 0 && k4 > 0)) continue;
+          if (k4 > 0 && !memchr(later, b, sizeof later)) continue; /* 4 bytes: every kind of second byte */
+          unsigned char seq[4] = {(unsigned char)a, (unsigned char)b, k3 ? later[k3 - 1] : 0, k4 ? later[k4 - 1] : 0};
+          int len = 2 + (k3 > 0) + (k4 > 0);
+          for (size_t j = 0; j < sizeof at / sizeof *at; j++)
+            for (int ctx = 0; ctx < 3; ctx++) {
+              int n = at[j] + len + (ctx == 2 ? 0 : 70 - at[j] - len); /* ctx 2: the sequence ends the text */
+              memset(buf, 'x', (size_t)n);
+              if (ctx == 1 && at[j] >= 3) memcpy(buf + at[j] - 3, "\xe2\x82\xac", 3);
+              memcpy(buf + at[j], seq, (size_t)len);
+              int64_t want = utf8_reference(buf, n), got = rill__utf8_invalid(buf, n);
+              if (got != want)
+                cr_assert_eq(got, want, "%02x %02x %02x %02x (%d bytes) at %d, context %d, %d bytes: %lld, not %lld", seq[0], seq[1],
+                        seq[2], seq[3], len, at[j], ctx, n, (long long)got, (long long)want);
+              checked++;
+            }
+        }
+  cr_assert_gt(checked, 1000000);
 }
 
 /* STRING cells must be UTF-8 (Arrow's rule for its string arrays): other bytes fail the row

@@ -1,5 +1,6 @@
 /* libFuzzer target: the CSV source must never crash on any input, its text cells must be
- * UTF-8, the parallel index must agree with the sequential one, the bitmask chunk scan (every SIMD level) with the state
+ * UTF-8 (and the vector UTF-8 check agree with the automaton on the input's bytes), the
+ * parallel index must agree with the sequential one, the bitmask chunk scan (every SIMD level) with the state
  * machine, and the mask record splits (every level) with the byte loop. The first byte picks
  * the options. */
 #include <stdint.h>
@@ -87,6 +88,10 @@ static void same_split(const char* d, int64_t n, char dl) {
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
+  for (size_t at = 0; at < 4 && at < size; at++) /* the vector UTF-8 check, at four alignments */
+    if (rill__utf8_invalid((const char*)data + at, (int64_t)(size - at)) !=
+        rill__utf8_invalid_scalar((const char*)data + at, (int64_t)(size - at)))
+      abort();
   uint8_t f = data[0];
   rill_csv_opts_t o = {0};
   o.delimiter = (f & 1) ? ';' : ',';
