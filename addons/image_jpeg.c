@@ -477,6 +477,26 @@ static int copy_wanted(j_decompress_ptr c, size_t n) {
   return c->num_components == 3 && c->jpeg_color_space == JCS_YCbCr && !too_small_for_blocks(c, n);
 }
 
+/* 1 when every coefficient read fits the baseline Huffman coding of 8-bit samples (DC within
+ * -1024..1023, AC within -1023..1023, as the DCT of 8-bit samples gives): libjpeg-turbo's
+ * encoder writes others wrongly without an error, and damaged data (arithmetic coding can
+ * carry any 16-bit value) can hold them. */
+static int coefs_codable(j_decompress_ptr c, jvirt_barray_ptr* coefs) {
+  for (int ci = 0; ci < c->num_components; ci++) {
+    const jpeg_component_info* comp = &c->comp_info[ci];
+    for (JDIMENSION r = 0; r < comp->height_in_blocks; r++) {
+      JBLOCKARRAY row = (*c->mem->access_virt_barray)((j_common_ptr)c, coefs[ci], r, 1, FALSE);
+      for (JDIMENSION x = 0; x < comp->width_in_blocks; x++) {
+        const JCOEF* b = row[0][x];
+        int bad = b[0] < -1024 || b[0] > 1023;
+        for (int k = 1; k < DCTSIZE2; k++) bad |= b[k] < -1023 || b[k] > 1023;
+        if (bad) return 0;
+      }
+    }
+  }
+  return 1;
+}
+
 /* The copy of the file in buf with its marks (every column mark that fits in `max` bytes
  * with it), walked and found intact, in *out: 1. 0: no copy (not wanted, larger than max,
  * damaged data, out of memory): the file is decoded as it is, with that decode's errors. */
@@ -505,7 +525,7 @@ static int copy_make(jpeg_state_t* st, const uint8_t* buf, size_t n, int64_t max
   }
   jvirt_barray_ptr* coefs = jpeg_read_coefficients(c);
   int qt;
-  if (quant_undefined(c, &qt) < 0) { /* the decode of the file says so */
+  if (quant_undefined(c, &qt) < 0 || !coefs_codable(c, coefs)) { /* the file is decoded as it is */
     jpeg_abort_decompress(c);
     return 0;
   }

@@ -1531,6 +1531,37 @@ static int test_scans(const buf_t* b, size_t* at, int max) {
   return n;
 }
 
+/* The JPEG in b written again with arithmetic coding, one AC coefficient of its first chroma
+ * component set to -3000: beyond what 8-bit samples give (and what baseline Huffman coding
+ * can hold), as damaged data can decode to; libjpeg decodes it without a complaint. */
+static buf_t with_wide_coefficient(const buf_t* b) {
+  struct jpeg_decompress_struct d;
+  struct jpeg_compress_struct c;
+  struct jpeg_error_mgr e1, e2;
+  d.err = jpeg_std_error(&e1);
+  jpeg_create_decompress(&d);
+  jpeg_mem_src(&d, b->p, (unsigned long)b->n);
+  jpeg_read_header(&d, TRUE);
+  jvirt_barray_ptr* coefs = jpeg_read_coefficients(&d);
+  JBLOCKARRAY row = (*d.mem->access_virt_barray)((j_common_ptr)&d, coefs[1], 2, 1, TRUE);
+  row[0][3][1] = -3000;
+  c.err = jpeg_std_error(&e2);
+  jpeg_create_compress(&c);
+  unsigned char* out = NULL;
+  unsigned long size = 0;
+  jpeg_mem_dest(&c, &out, &size);
+  jpeg_copy_critical_parameters(&d, &c);
+  c.arith_code = TRUE;
+  jpeg_write_coefficients(&c, coefs);
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  jpeg_destroy_decompress(&d);
+  buf_t o = {malloc(size), size};
+  memcpy(o.p, out, size);
+  free(out);
+  return o;
+}
+
 /* The file's first `scans` scans and its end marker: a valid file whose progression stops
  * short of full precision (libjpeg then smooths the blocks, reading rows below each one). */
 static buf_t first_scans(const buf_t* b, int scans) {
@@ -1736,6 +1767,7 @@ Test(jpeg_copy, no_copy_where_it_would_not_serve) {
   buf_t early = first_scans(&prog, 3);
   uint8_t* px4 = textured_pixels(W, H, 4, 62);
   buf_t cmyk = enc_jpeg(px4, W, H, (jpeg_spec_t){.in = JCS_CMYK, .progressive = 1});
+  buf_t wide = with_wide_coefficient(&base);
   rill__img_request_t rq = {.channels = 3, .x = 50, .y = 40, .w = 120, .h = 90};
   struct {
     const buf_t* b;
@@ -1744,7 +1776,8 @@ Test(jpeg_copy, no_copy_where_it_would_not_serve) {
     const char* what;
   } cases[] = {{&prog, 1 << 24, 2, "progressive"},      {&prog, 0, 0, "no room"},
                {&prog, 2000, 0, "too little room"},      {&base, 1 << 24, 1, "baseline"},
-               {&early, 1 << 24, 0, "stopped early"},    {&cmyk, 1 << 24, 0, "CMYK"}};
+               {&early, 1 << 24, 0, "stopped early"},    {&cmyk, 1 << 24, 0, "CMYK"},
+               {&wide, 1 << 24, 0, "a coefficient no 8-bit baseline file holds"}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     rill__img_out_t o1, o2;
     rill__jpeg_marks_t* m;
@@ -1776,7 +1809,7 @@ Test(jpeg_copy, no_copy_where_it_would_not_serve) {
   cr_assert_eq(rc2, RILL_EFORMAT);
   cr_assert_str_eq(e1.message, e2.message);
   cr_assert_null(m, "a damaged file got marks");
-  free(bad.p), free(early.p), free(cmyk.p), free(prog.p), free(base.p), free(px), free(px4);
+  free(bad.p), free(early.p), free(cmyk.p), free(wide.p), free(prog.p), free(base.p), free(px), free(px4);
 }
 
 /* The room for a copy: the file's share and what the files added before it left of theirs,
