@@ -806,6 +806,43 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
   return RILL_OK;
 }
 
+/* libjpeg-turbo's fast Huffman path takes 0xFF bytes followed by 0xFF (fill bytes, which the
+ * standard allows before markers only) in entropy-coded data for a marker, and leaves the MCU
+ * to its checked path with the coefficients it already wrote into the block; the checked path
+ * skips them as fill. The two decode such data differently, both without a warning, so a
+ * file's verdict and pixels would depend on which path met it. The offset of the first 0xFF
+ * of fill bytes before a stuffed zero in the data of any scan, or -1 (also for a file not
+ * laid out as expected: libjpeg judges it). */
+static int64_t fill_before_stuffing(const uint8_t* p, size_t n) {
+  size_t i = 2;
+  while (i + 4 <= n) {
+    if (p[i] != 0xFF) return -1;
+    uint8_t m = p[i + 1];
+    if (m == 0xFF || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) { /* fill, TEM, RSTn, SOI: no length */
+      i += m == 0xFF ? 1 : 2;
+      continue;
+    }
+    if (m == 0xD9) return -1;
+    i += 2 + ((size_t)p[i + 2] << 8 | p[i + 3]);
+    if (m != 0xDA) continue;
+    while (i + 1 < n) { /* a scan's data, to the marker after it */
+      const uint8_t* q = memchr(p + i, 0xFF, n - 1 - i);
+      if (!q) return -1;
+      size_t at = (size_t)(q - p), j = at + 1;
+      while (j < n && p[j] == 0xFF) j++;
+      if (j >= n) return -1;
+      if (p[j] == 0x00 && j > at + 1) return (int64_t)at;
+      if (p[j] == 0x00 || (p[j] >= 0xD0 && p[j] <= 0xD7)) { /* a stuffed zero, a restart marker */
+        i = j + 1;
+        continue;
+      }
+      i = j - 1; /* the marker after the data */
+      break;
+    }
+  }
+  return -1;
+}
+
 int rill__jpeg_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err) {
   return jpeg_run(buf, n, NULL, NULL, 0, NULL, info, err);
 }
@@ -816,6 +853,12 @@ int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req,
   const uint8_t* copy = req->tail_verified ? rill__jpeg_marks_stream(req->marks, &held) : NULL;
   if (copy) /* the file's copy, made on its first visit */
     return jpeg_run(copy, held, req, dst, dst_size, out, NULL, err);
+  if (!req->tail_verified) { /* a file's first visit, or a decode of bytes not known intact */
+    int64_t fill = fill_before_stuffing(buf, n);
+    if (fill >= 0)
+      return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (0xFF fill bytes before a stuffed zero at byte %lld)",
+                            (long long)fill);
+  }
   if (req->tail_verified || !req->marks_out) return jpeg_run(buf, n, req, dst, dst_size, out, NULL, err);
   /* a file's first visit: its marks, or a copy with marks (whose decode of the region then
    * stands for the file's: the copy was made from a read of every scan to the end marker) */

@@ -1389,6 +1389,49 @@ Test(jpeg_marks, damaged_huffman_data_fails_whatever_the_crop) {
   free(b.p), free(px);
 }
 
+/* Fill bytes (0xFF) are allowed before markers only: libjpeg-turbo's fast path takes 0xFF 0xFF
+ * 0x00 in entropy-coded data for a marker (and leaves coefficients it wrote in the block), its
+ * checked path for fill and a stuffed 0xFF; the two decode it differently without a warning,
+ * so the first visit fails such a file, whatever the region. Fill before a real marker (the
+ * end marker here) stays accepted. */
+Test(jpeg, fill_bytes_before_a_stuffed_zero_fail) {
+  uint8_t* px = textured_pixels(160, 120, 3, 33);
+  buf_t b = enc_jpeg(px, 160, 120, (jpeg_spec_t){.in = JCS_RGB, .quality = 95});
+  size_t sos = 0, stuffed = 0;
+  for (size_t i = 2; i + 1 < b.n && !sos; i++)
+    if (b.p[i] == 0xff && b.p[i + 1] == 0xda) sos = i + 2 + ((size_t)b.p[i + 2] << 8 | b.p[i + 3]);
+  for (size_t i = sos + (b.n - sos) / 2; i + 1 < b.n && !stuffed; i++)
+    if (b.p[i] == 0xff && b.p[i + 1] == 0x00) stuffed = i;
+  cr_assert(sos > 0 && stuffed > 0, "no stuffed zero in the second half of the data");
+  buf_t f = {malloc(b.n + 1), b.n + 1}; /* one more 0xFF before the stuffed pair */
+  memcpy(f.p, b.p, stuffed);
+  f.p[stuffed] = 0xff;
+  memcpy(f.p + stuffed + 1, b.p + stuffed, b.n - stuffed);
+  char want[96];
+  snprintf(want, sizeof want, "corrupt JPEG data (0xFF fill bytes before a stuffed zero at byte %zu)", stuffed);
+  rill__img_request_t whole = {.channels = 3}, crop = {.channels = 3, .x = 8, .y = 8, .w = 40, .h = 24};
+  for (int way = 0; way < 4; way++) {
+    rill__jpeg_marks_t* m = NULL;
+    rill__img_request_t rq = way & 1 ? crop : whole;
+    if (way & 2) rq.marks_out = &m, rq.col_marks = RILL__JPEG_COL_MARKS_MAX;
+    rill__img_out_t o;
+    rill_error_t err = {0};
+    int rc;
+    uint8_t* got = decode(&f, rq, &o, &err, &rc);
+    cr_assert_null(got, "way %d: decoded", way);
+    cr_assert_eq(rc, RILL_EFORMAT);
+    cr_assert_str_eq(err.message, want);
+    cr_assert_null(m);
+  }
+  buf_t end = {malloc(b.n + 2), b.n + 2}; /* two fill bytes before the end marker */
+  memcpy(end.p, b.p, b.n - 2);
+  memcpy(end.p + b.n - 2, "\xff\xff\xff\xd9", 4);
+  rill__img_out_t o1, o2;
+  uint8_t *x = decode_ok(&b, whole, &o1), *y = decode_ok(&end, whole, &o2);
+  cr_assert(memcmp(x, y, (size_t)160 * 120 * 3) == 0);
+  free(x), free(y), free(end.p), free(f.p), free(b.p), free(px);
+}
+
 /* The JPEG in b without its marker segments of type `marker` (DQT 0xDB, DHT 0xC4). */
 static buf_t without_segments(const buf_t* b, uint8_t marker) {
   buf_t o = {malloc(b->n), 2};
