@@ -695,8 +695,8 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
     return rill_error_set(err, rc, "out of memory (JPEG scan table)");
   }
   jpeg_start_decompress(c);
-  int qt;
-  if (quant_undefined(c, &qt) < 0) {
+  int qt; /* on a file's first visit (a later one's tables are those the first found defined) */
+  if (!req->tail_verified && quant_undefined(c, &qt) < 0) {
     jpeg_abort_decompress(c);
     return rill_error_set(err, RILL_EFORMAT, "corrupt JPEG data (quantization table %d is not defined in the file)",
                           qt);
