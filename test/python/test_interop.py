@@ -290,12 +290,16 @@ def test_variable_shape_tensor_round_trip(variable_shape_table):
         table = pa.table(variant)
         col = table.column("img").combine_chunks()
         col.validate(full=True)
-        if isinstance(col.type, pa.ExtensionType):
+        # pyarrow 25 knows the canonical type (a C++ extension type: BaseExtensionType, not
+        # the Python-defined ExtensionType); older ones keep the extension on the field
+        if isinstance(col.type, pa.BaseExtensionType):
             assert col.type.extension_name == "arrow.variable_shape_tensor"
+            assert col.type.storage_type == src.schema.field("img").type
             col = col.storage
-        else:  # a pyarrow without the canonical type keeps the extension on the field
+        else:
             meta = table.schema.field("img").metadata
             assert meta[b"ARROW:extension:name"] == b"arrow.variable_shape_tensor"
+            assert meta[b"ARROW:extension:metadata"] == b'{"uniform_shape":[null,3]}'
         assert col.to_pylist() == [{"data": [1, 2, 3, 4, 5, 6], "shape": [2, 3]}, None,
                                            {"data": [7, 8, 9], "shape": [1, 3]}]
     with pytest.raises(BufferError, match="variable shape"):

@@ -276,7 +276,8 @@ def test_from_sqlite_matches_sqlite3(db):
     df = rill.from_sqlite(db, sql, params)
     assert [f.dtype for f in df.schema] == ["int64", "string", "float64", "binary"]
     con = sqlite3.connect(db)
-    ref = con.execute(sql, params).fetchall()
+    # sqlite3 binds numbered parameters (?1) by name ("1"): a sequence for them is deprecated
+    ref = con.execute(sql, {str(i + 1): p for i, p in enumerate(params)}).fetchall()
     t = pa.table(df)
     assert list(zip(*[t.column(c).to_pylist() for c in t.column_names])) == ref
     # a bare table name, NULL parameters
