@@ -11,7 +11,8 @@
  *      file for the first time, is also reported apart);
  *   3. CPU scaling of the image pipeline on 1, 2, 4, 8, 15, 16 cores (worker threads and the
  *      calling thread; goal >= 85% of linear), beside libjpeg's own full decodes in plain
- *      threads on the same files (the machine's scaling for this work).
+ *      threads on the same files (the machine's scaling for this work) and arithmetic alone
+ *      (the cores' clock as more of them work).
  * The image pipeline decodes JPEG/PNG files from an ImageFolder tree when RILL_GPU_CORPUS (or
  * build/data/corpus) exists and rill has JPEG support; otherwise a synthetic uint8 source with
  * a comparable CPU cost per image is used (the output says which).
@@ -524,6 +525,65 @@ static void peer_scaling(const int* cores, int ncores) {
 }
 #endif
 
+/* ---- the machine's ceiling: arithmetic in registers only (no memory, no shared cache), in
+ * plain threads. Where it scales below linear, the cores slow down as more of them work
+ * (shared clock and power budget), and no program can scale better. */
+
+typedef struct alu_work {
+  long long iters;
+  uint64_t out;
+  pthread_barrier_t* start;
+} alu_work_t;
+
+static void* alu_worker(void* p) {
+  alu_work_t* w = p;
+  uint64_t a = 0x9e3779b97f4a7c15ULL, b = (uint64_t)(uintptr_t)p | 1;
+  pthread_barrier_wait(w->start);
+  for (long long i = 0; i < w->iters; i++) {
+    a ^= a << 13;
+    a ^= a >> 7;
+    a ^= a << 17;
+    b = b * 6364136223846793005ULL + a;
+  }
+  w->out = a ^ b;
+  return NULL;
+}
+
+/* Iterations/s of `threads` threads running `iters` iterations each. */
+static double alu_rate(int threads, long long iters) {
+  pthread_t tid[64];
+  alu_work_t w[64];
+  pthread_barrier_t start;
+  pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+  for (int t = 0; t < threads; t++) {
+    w[t] = (alu_work_t){iters, 0, &start};
+    pthread_create(&tid[t], NULL, alu_worker, &w[t]);
+  }
+  pthread_barrier_wait(&start);
+  double t0 = gpu_now_s();
+  uint64_t sink = 0;
+  for (int t = 0; t < threads; t++) {
+    pthread_join(tid[t], NULL);
+    sink ^= w[t].out;
+  }
+  double dt = gpu_now_s() - t0;
+  pthread_barrier_destroy(&start);
+  if (sink == 42) printf(" "); /* keeps the loops */
+  return (double)threads * (double)iters / dt;
+}
+
+static void alu_scaling(const int* cores, int ncores) {
+  const long long iters = 300000000LL; /* about 0.3 s a thread */
+  printf("   peer: arithmetic in registers only, plain threads (the machine's own ceiling)\n");
+  printf("   %6s %12s %9s %11s\n", "cores", "M iter/s", "speedup", "of linear");
+  double r1 = 0;
+  for (int k = 0; k < ncores && cores[k] <= rill__ncores() && cores[k] <= 64; k++) {
+    double r = alu_rate(cores[k], iters);
+    if (k == 0) r1 = r;
+    printf("   %6d %12.0f %8.2fx %10.0f%%\n", cores[k], r / 1e6, r / r1, 100.0 * r / r1 / cores[k]);
+  }
+}
+
 /* Every thread count decodes the same later epoch of the corpus (its marks made by a warm-up
  * pass first, as in training after epoch 0), so that each count does the same work. */
 static void bench_scaling(void) {
@@ -567,6 +627,7 @@ static void bench_scaling(void) {
 #ifdef GPU_HAVE_JPEGLIB
   if (src.real) peer_scaling(cores, (int)(sizeof(cores) / sizeof(cores[0])));
 #endif
+  alu_scaling(cores, (int)(sizeof(cores) / sizeof(cores[0])));
   rill_df_free(bdf);
   source_free(&src);
 }
