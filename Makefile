@@ -67,7 +67,7 @@ BENCH_C   := $(sort $(wildcard test/bench/bench_*.c))
 BENCH_BIN := $(BENCH_C:test/bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: print-ldlibs pyext all lib tests check check-boundary test pytest check-asan tsan tsan-run bench bench-deps data demo fuzz fuzz-smoke deps venv \
-        gpu-check gpu-bench clean distclean install install-check info
+        gpu-check gpu-bench gpu-build-check clean distclean install install-check info
 all: deps $(LIB_A) $(LIB_SO) $(RILL)
 lib: $(LIB_A) $(LIB_SO)
 
@@ -200,8 +200,17 @@ check-boundary:
 	if [ -n "$$bad" ]; then echo "check-boundary: private array fields written outside the engine:"; echo "$$bad"; exit 1; fi; \
 	echo "check-boundary: engine.h stays inside the engine"
 
-check: all check-boundary data test pytest fuzz-smoke check-asan tsan install-check
-	@echo "make check: passed: build, engine boundary, data, $(words $(TEST_BIN)) C test programs, pytest, fuzz smoke ($(words $(FUZZ_C)) targets x $(FUZZ_SECONDS)s), C tests under ASan+UBSan, $(words $(TSAN_C)) TSan programs, install into a temporary DESTDIR"
+check: all check-boundary data test pytest fuzz-smoke check-asan tsan install-check gpu-build-check
+	@echo "make check: passed: build, engine boundary, data, $(words $(TEST_BIN)) C test programs, pytest, fuzz smoke ($(words $(FUZZ_C)) targets x $(FUZZ_SECONDS)s), C tests under ASan+UBSan, $(words $(TSAN_C)) TSan programs, install into a temporary DESTDIR, GPU programs built (and run: without a device they skip)"
+
+# The GPU programs are built wherever CUDA's toolkit is (they rot otherwise), and run: on a
+# machine without a device each prints why it skips and exits 0; with one, this is gpu-check.
+gpu-build-check:
+	@if [ "$(USE_CUDA_R)" = 1 ]; then \
+	  $(MAKE) --no-print-directory -f test/gpu/Makefile.inc gpu-build >/dev/null && \
+	  build/gpu/gpu_check && build/gpu/gpu_bench && \
+	  $(PYTHON) -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' test/gpu/*.py; \
+	else echo "gpu-build-check: skipped: rill is built without CUDA"; fi
 
 # ------------------------------------------------------------------ fuzzing (clang libFuzzer)
 FUZZ_C   := $(sort $(wildcard test/fuzz/*.c))
