@@ -815,15 +815,11 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
  * laid out as expected: libjpeg judges it). */
 static int64_t fill_before_stuffing(const uint8_t* p, size_t n) {
   size_t i = 2;
-  while (i + 4 <= n) {
-    if (p[i] != 0xFF) return -1;
-    uint8_t m = p[i + 1];
-    if (m == 0xFF || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) { /* fill, TEM, RSTn, SOI: no length */
-      i += m == 0xFF ? 1 : 2;
-      continue;
-    }
-    if (m == 0xD9) return -1;
-    i += 2 + ((size_t)p[i + 2] << 8 | p[i + 3]);
+  for (;;) {
+    const uint8_t* h;
+    size_t len;
+    int m = rill__jpeg_segment(p, n, &i, &h, &len);
+    if (m == 0 || m == JPEG_EOI) return -1;
     if (m != 0xDA) continue;
     while (i + 1 < n) { /* a scan's data, to the marker after it */
       const uint8_t* q = memchr(p + i, 0xFF, n - 1 - i);
@@ -832,7 +828,7 @@ static int64_t fill_before_stuffing(const uint8_t* p, size_t n) {
       while (j < n && p[j] == 0xFF) j++;
       if (j >= n) return -1;
       if (p[j] == 0x00 && j > at + 1) return (int64_t)at;
-      if (p[j] == 0x00 || (p[j] >= 0xD0 && p[j] <= 0xD7)) { /* a stuffed zero, a restart marker */
+      if (p[j] == 0x00 || (p[j] >= JPEG_RST0 && p[j] <= JPEG_RST0 + 7)) { /* a stuffed zero, a restart marker */
         i = j + 1;
         continue;
       }
@@ -840,7 +836,6 @@ static int64_t fill_before_stuffing(const uint8_t* p, size_t n) {
       break;
     }
   }
-  return -1;
 }
 
 int rill__jpeg_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err) {

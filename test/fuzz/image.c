@@ -78,42 +78,24 @@ static void marks_case(const uint8_t* data, size_t size, const rill__img_info_t*
 }
 
 #if RILL_HAVE_JPEG
-#include <stdio.h>
-
-#include <jpeglib.h>
+#include "../image_enc.h"
 
 /* Before each input the thread's decoder reads the same other JPEG (its own optimized Huffman
  * tables, quality 30): libjpeg keeps the tables of the stream it read last, so what a decode
  * may inherit is the same for every input and never the previous input's (a finding replays
  * alone), and an input that lacks a table meets tables that are not its own. */
 static void prime(void) {
-  static unsigned char* jpg;
-  static unsigned long len;
-  if (!jpg) {
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr e;
-    c.err = jpeg_std_error(&e);
-    jpeg_create_compress(&c);
-    jpeg_mem_dest(&c, &jpg, &len);
-    c.image_width = 48, c.image_height = 32, c.input_components = 3, c.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_quality(&c, 30, TRUE);
-    c.optimize_coding = TRUE;
-    jpeg_start_compress(&c, TRUE);
-    unsigned char row[48 * 3];
-    while (c.next_scanline < c.image_height) {
-      for (int i = 0; i < 48 * 3; i++) row[i] = (unsigned char)(i * 7 + c.next_scanline * 13);
-      JSAMPROW r = row;
-      jpeg_write_scanlines(&c, &r, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-  }
+  static buf_t jpg;
   static uint8_t px[48 * 32 * 3];
+  if (!jpg.p) {
+    for (int y = 0; y < 32; y++)
+      for (int i = 0; i < 48 * 3; i++) px[y * 48 * 3 + i] = (uint8_t)(i * 7 + y * 13);
+    jpg = enc_jpeg(px, 48, 32, (jpeg_spec_t){.in = JCS_RGB, .quality = 30, .hs = 2, .vs = 2, .optimize = 1});
+  }
   rill__img_request_t req = {.channels = 3};
   rill__img_out_t out;
   rill_error_t err;
-  if (rill__img_decode(jpg, len, &req, px, sizeof px, &out, &err) != RILL_OK) abort();
+  if (rill__img_decode(jpg.p, jpg.n, &req, px, sizeof px, &out, &err) != RILL_OK) abort();
 }
 #else
 static void prime(void) {}
