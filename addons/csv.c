@@ -255,7 +255,7 @@ static int transcode(const rill__csv_t* c, const csv_block_t* b, int k, rill_arr
     s->text_cap = (size_t)n;
   }
   memcpy(s->text, (char*)out->data + pos0, (size_t)n);
-  int64_t room = pos0 + n * (c->encoding == RILL_CSV_LATIN1 ? 2 : 3) + 16;
+  int64_t room = pos0 + rill__recode_room(c->encoding, n) + 16;
   int rc = rill_array_reserve(out, room);
   if (rc != RILL_OK)
     return rill__fail(err, rc, "%s: column '%s': cannot reserve %lld bytes", c->name, c->names[k], (long long)room);
@@ -263,8 +263,7 @@ static int transcode(const rill__csv_t* c, const csv_block_t* b, int k, rill_arr
   int64_t w = pos0, start = 0;
   for (int64_t j = 0; j < bn; j++) {
     int64_t end = offs[j + 1] - pos0;
-    w += c->encoding == RILL_CSV_LATIN1 ? rill__latin1_to_utf8(s->text + start, end - start, d + w)
-                                        : rill__utf8_lossy(s->text + start, end - start, d + w);
+    w += rill__recode(c->encoding, s->text + start, end - start, d + w);
     offs[j + 1] = w;
     start = end;
   }
@@ -570,26 +569,13 @@ static int read_header(rill__csv_t* c, int64_t pos, int no_header, int64_t* data
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       break;
     }
-    if (c->encoding != RILL_CSV_UTF8 && n > 0) { /* names go to Arrow schemas: UTF-8 */
-      char* t = rill__alloc(3 * n);
-      if (!t) {
-        rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
-        break;
-      }
-      n = (size_t)(c->encoding == RILL_CSV_LATIN1 ? rill__latin1_to_utf8(s, (int64_t)n, t)
-                                                   : rill__utf8_lossy(s, (int64_t)n, t));
-      c->names[k] = rill__column_name(t, n, k);
-      rill__free(t);
-      if (!c->names[k]) rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
-      continue;
-    }
-    int64_t bad = rill__utf8_invalid(s, (int64_t)n);
+    int64_t bad;
+    c->names[k] = rill__column_name_in(c->encoding, s, n, k, &bad);
     if (bad >= 0) {
       rc = rill__fail(err, RILL_EFORMAT, "%s:%lld: the name of column %d is not UTF-8 text (byte 0x%02X at byte %lld)",
                       c->name, (long long)rill__csv_line(c, sp[2 * k]), k + 1, (unsigned char)s[bad], (long long)bad);
       break;
     }
-    c->names[k] = rill__column_name(s, n, k);
     if (!c->names[k]) rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
   }
   rill__free(scratch);

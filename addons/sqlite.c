@@ -64,7 +64,8 @@ typedef struct held {
   uint8_t* rec;               /* n records */
   hbytes_t* bytes;            /* per segment */
   int* uniform;               /* per column: the storage class of every row, 0 when they differ */
-  _Atomic int* not_utf8;      /* per column: a TEXT or BLOB value is not UTF-8 */
+  _Atomic int* recode;        /* per column: a TEXT or BLOB value that a STRING cell cannot take
+                                 as it is (not UTF-8; under LATIN1, not ASCII) */
   _Atomic int64_t mem;        /* bytes allocated */
   _Atomic int failed;         /* a segment could not be loaded: the copy is dropped */
 } held_t;
@@ -108,6 +109,7 @@ typedef struct sq {
   rill_dtype_t* types;
   int64_t nrows;
   rill_on_error_t on_error;
+  rill_csv_encoding_t encoding; /* of TEXT values read as STRING, and of column names */
   /* table mode */
   char* table;                /* quoted name, NULL in query mode */
   int64_t rowid_base;
@@ -215,7 +217,7 @@ static void held_free(held_t* h) {
   rill__free(h->bytes);
   rill__free(h->rec);
   rill__free(h->uniform);
-  rill__free((void*)h->not_utf8);
+  rill__free((void*)h->recode);
   rill__free(h);
 }
 
@@ -447,8 +449,33 @@ static int put_row(fill_t* f, int64_t i, const sqval_t* row, const char* const* 
     if (!out) continue;
     rill_dtype_t dt = s->types[k];
     const sqval_t* v = &row[k];
+    /* string cells hold UTF-8: TEXT or BLOB bytes of another encoding are recoded */
+    int text = v->type == SQLITE_TEXT || v->type == SQLITE_BLOB;
+    int64_t bad = -1, grow = 0;
+    if (dt == RILL_STRING && text && !rill__text_as_is(s->encoding, ptrs[k], v->len, &bad)) {
+      if (s->encoding == RILL_CSV_UTF8) {
+        out->offsets[i + 1] = out->data_size;
+        if (s->on_error == RILL_ON_ERROR_NULL) {
+          if (rill_array_set_null(out, i) != RILL_OK) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
+          f->nulled++;
+          continue;
+        }
+        int rc = rill_error_set(err, RILL_EFORMAT,
+                                "sqlite: row %lld, column '%s': %s that is not UTF-8 text (byte 0x%02X at byte %lld; "
+                                "for another encoding see the encoding option, or read the column as binary) "
+                                "(SQL: %.200s)",
+                                (long long)f->rows[i], s->names[k], sqtype_name(v->type),
+                                (unsigned char)ptrs[k][bad], (long long)bad, s->sql);
+        if (err) {
+          err->row = i;
+          err->column = k;
+        }
+        return rc;
+      }
+      grow = rill__recode_room(s->encoding, v->len) - v->len;
+    }
     if (dt == RILL_STRING || dt == RILL_BINARY) {
-      int64_t need = out->data_size + ((v->type == SQLITE_TEXT || v->type == SQLITE_BLOB) ? v->len : SQ_NUM_TEXT);
+      int64_t need = out->data_size + (text ? v->len + grow : SQ_NUM_TEXT);
       if (need > f->vcap[k]) {
         int64_t cap = f->vcap[k] * 2 > need ? f->vcap[k] * 2 : need;
         int rc = rill_array_reserve(out, cap);
@@ -457,25 +484,10 @@ static int put_row(fill_t* f, int64_t i, const sqval_t* row, const char* const* 
         f->vcap[k] = cap;
       }
     }
-    int64_t bad = dt == RILL_STRING && (v->type == SQLITE_TEXT || v->type == SQLITE_BLOB)
-                      ? rill__utf8_invalid(ptrs[k], v->len) : -1;
-    if (bad >= 0) { /* string cells hold UTF-8 */
+    if (grow) {
+      out->data_size += rill__recode(s->encoding, ptrs[k], v->len, (char*)out->data + out->data_size);
       out->offsets[i + 1] = out->data_size;
-      if (s->on_error == RILL_ON_ERROR_NULL) {
-        if (rill_array_set_null(out, i) != RILL_OK) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
-        f->nulled++;
-        continue;
-      }
-      int rc = rill_error_set(err, RILL_EFORMAT,
-                              "sqlite: row %lld, column '%s': %s that is not UTF-8 text (byte 0x%02X at byte %lld; a "
-                              "column of another encoding can be read as binary) (SQL: %.200s)",
-                              (long long)f->rows[i], s->names[k], sqtype_name(v->type),
-                              (unsigned char)ptrs[k][bad], (long long)bad, s->sql);
-      if (err) {
-        err->row = i;
-        err->column = k;
-      }
-      return rc;
+      continue;
     }
     int vrc = store_value(out, i, dt, v, ptrs[k], &out->data_size);
     if (vrc == RILL_OK) continue;
@@ -687,7 +699,7 @@ static held_t* held_new(const sq_t* s) {
   if (mem > s->hold_max || !(h->rec = rill__alloc((size_t)(n * h->stride))) ||
       !(h->bytes = rill__calloc((size_t)h->nseg, sizeof *h->bytes)) ||
       !(h->uniform = rill__calloc((size_t)s->ncols, sizeof *h->uniform)) ||
-      !(h->not_utf8 = rill__calloc((size_t)s->ncols, sizeof *h->not_utf8))) {
+      !(h->recode = rill__calloc((size_t)s->ncols, sizeof *h->recode))) {
     held_free(h);
     return NULL;
   }
@@ -729,7 +741,8 @@ static int held_load_segment(sq_t* s, held_t* h, conn_t* c, int64_t g) {
       else if (v.type == SQLITE_FLOAT) memcpy(&x, &v.d, sizeof x);
       else if (v.type == SQLITE_TEXT || v.type == SQLITE_BLOB) {
         ok = (p || v.len == 0) && held_add_bytes(s, h, g, p, v.len, &x);
-        if (ok && s->types[k] == RILL_STRING && rill__utf8_invalid(p, v.len) >= 0) atomic_store(&h->not_utf8[k], 1);
+        if (ok && s->types[k] == RILL_STRING && !rill__text_as_is(s->encoding, p, v.len, NULL))
+          atomic_store(&h->recode[k], 1);
       }
       rec[k] = (uint8_t)v.type;
       memcpy(rec + h->voff + 8 * k, &x, sizeof x);
@@ -771,7 +784,7 @@ static int held_gather(const sq_t* s, const held_t* h, int k, const int64_t* row
     char* d = out->data; /* the 8 bytes as they are: int64, or the double's bits */
     for (int64_t i = 0; i < n; i++) memcpy(d + 8 * i, vals + rows[i] * h->stride, 8);
   } else if ((u == SQLITE_TEXT || u == SQLITE_BLOB) &&
-             (dt == RILL_BINARY || (dt == RILL_STRING && !atomic_load(&h->not_utf8[k])))) {
+             (dt == RILL_BINARY || (dt == RILL_STRING && !atomic_load(&h->recode[k])))) {
     int64_t total = 0, x, len;
     for (int64_t i = 0; i < n; i++) {
       memcpy(&x, vals + rows[i] * h->stride, sizeof x);
@@ -1073,7 +1086,12 @@ static int read_columns(sq_t* s, sqlite3_stmt* st, rill_error_t* err) {
   if (!s->names || !s->types) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
   for (int k = 0; k < s->ncols; k++) {
     const char* nm = sqlite3_column_name(st, k);
-    s->names[k] = rill__column_name(nm, nm ? strlen(nm) : 0, k);
+    int64_t bad;
+    s->names[k] = rill__column_name_in(s->encoding, nm, nm ? strlen(nm) : 0, k, &bad);
+    if (bad >= 0)
+      return rill__fail(err, RILL_EFORMAT,
+                        "sqlite: the name of column %d is not UTF-8 text (byte 0x%02X at byte %lld; see the encoding "
+                        "option) (SQL: %.300s)", k + 1, (unsigned char)nm[bad], (long long)bad, s->sql);
     if (!s->names[k]) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory");
     s->types[k] = decl_dtype(sqlite3_column_decltype(st, k));
   }
@@ -1252,6 +1270,8 @@ static int sq_new(const char* sql, const rill_sqlite_opts_t* o, sq_t** out, rill
   if (!sql) return rill__fail(err, RILL_EINVAL, "sqlite: sql is required");
   if (o->ncolumns < 0 || (o->ncolumns > 0 && !o->columns))
     return rill__fail(err, RILL_EINVAL, "sqlite: ncolumns %d without columns", o->ncolumns);
+  if ((unsigned)o->encoding > RILL_CSV_LATIN1)
+    return rill__fail(err, RILL_EINVAL, "sqlite: unknown encoding %d", (int)o->encoding);
   sq_t* s = rill__calloc(1, sizeof *s);
   if (!s || !(s->sql = rill__strdup(sql))) {
     rill__free(s);
@@ -1261,6 +1281,7 @@ static int sq_new(const char* sql, const rill_sqlite_opts_t* o, sq_t** out, rill
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   s->on_error = o->on_error;
+  s->encoding = o->encoding;
   s->busy_ms = o->busy_timeout_ms;
   s->chunk_rows = o->chunk_rows > 0 ? o->chunk_rows : SQ_DEFAULT_CHUNK;
   s->hold_max = o->table_hold_bytes ? o->table_hold_bytes : SQ_DEFAULT_HOLD_MAX;

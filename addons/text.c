@@ -587,6 +587,28 @@ char* rill__column_name(const char* s, size_t n, int k) {
   return name;
 }
 
+char* rill__column_name_in(rill_csv_encoding_t enc, const char* s, size_t n, int k, int64_t* bad) {
+  *bad = -1;
+  if (rill__text_as_is(enc, s, (int64_t)n, bad)) return rill__column_name(s, n, k);
+  if (enc == RILL_CSV_UTF8) return NULL;
+  char* t = rill__alloc((size_t)rill__recode_room(enc, (int64_t)n));
+  if (!t) return NULL;
+  char* name = rill__column_name(t, (size_t)rill__recode(enc, s, (int64_t)n, t), k);
+  rill__free(t);
+  return name;
+}
+
+int64_t rill__recode(rill_csv_encoding_t enc, const char* s, int64_t n, char* o) {
+  return enc == RILL_CSV_LATIN1 ? rill__latin1_to_utf8(s, n, o) : rill__utf8_lossy(s, n, o);
+}
+
+int rill__text_as_is(rill_csv_encoding_t enc, const char* s, int64_t n, int64_t* bad) {
+  if (enc == RILL_CSV_LATIN1) return rill__ascii_only(s, n);
+  int64_t b = rill__utf8_invalid(s, n);
+  if (bad) *bad = enc == RILL_CSV_UTF8 ? b : -1;
+  return b < 0;
+}
+
 int rill__override_column(const rill_csv_column_t* ov, char* const* names, int n, const char* who,
                           const char* what, rill_error_t* err) {
   if (ov->name) {

@@ -43,6 +43,16 @@ int64_t rill__latin1_to_utf8(const char* s, int64_t n, char* o);
  * recommended practice, as Python's "replace" error handler); returns the bytes written. */
 int64_t rill__utf8_lossy(const char* s, int64_t n, char* o);
 
+/* Text of encoding `enc` (LATIN1 or UTF8_LOSSY) written as UTF-8 at o (room for
+ * rill__recode_room(enc, n) bytes): rill__latin1_to_utf8 or rill__utf8_lossy; returns the bytes
+ * written. */
+int64_t rill__recode(rill_csv_encoding_t enc, const char* s, int64_t n, char* o);
+static inline int64_t rill__recode_room(rill_csv_encoding_t enc, int64_t n) { return n * (enc == RILL_CSV_LATIN1 ? 2 : 3); }
+/* 1 when text s[0..n) of encoding `enc` is copied as it is into a STRING cell: it is
+ * ASCII (LATIN1) or UTF-8 (UTF8, UTF8_LOSSY). *bad (bad may be NULL): under UTF8 the offset
+ * of the first byte that is not UTF-8, or -1; under the others -1. */
+int rill__text_as_is(rill_csv_encoding_t enc, const char* s, int64_t n, int64_t* bad);
+
 /* Renames repeated names in place ("a", "a" -> "a", "a<sep>1"); names are rill__alloc'ed
  * strings. RILL_OK or RILL_ENOMEM. Linear time. */
 int rill__unique_names(char** names, int n, char sep);
@@ -52,6 +62,10 @@ void rill__free_columns(char** names, rill_dtype_t* types, int n);
 /* A rill__alloc'ed copy of the column name `s[0..n)`, or "column_<k>" when it is empty
  * (s may then be NULL); NULL when out of memory. */
 char* rill__column_name(const char* s, size_t n, int k);
+/* The same for a name of encoding `enc`, made UTF-8 (names go to Arrow schemas). Under UTF8 a
+ * name that is not UTF-8 gives NULL with *bad the offset of its first bad byte; otherwise
+ * *bad is -1 (NULL then means out of memory). */
+char* rill__column_name_in(rill_csv_encoding_t enc, const char* s, size_t n, int k, int64_t* bad);
 /* The column that type override `ov` names among `names[0..n)`: its index, or RILL_EINVAL with
  * "<who>: type override for unknown column 'x'" or "... column index i (the <what> has n
  * columns)". */

@@ -25,8 +25,9 @@ static const char* head_usage =
     "  --no-header        the CSV file has no header row\n"
     "  --no-infer         read every CSV column as a string\n"
     "  --skip-bad-rows    leave out CSV rows with a wrong number of fields\n"
-    "  --encoding E       of the CSV text: utf-8 (default), utf-8-lossy (ill-formed parts\n"
-    "                     shown as U+FFFD) or latin-1\n"
+    "  --encoding E       of the CSV text, or of SQLite TEXT values and column names:\n"
+    "                     utf-8 (default), utf-8-lossy (ill-formed parts shown as U+FFFD)\n"
+    "                     or latin-1\n"
     "  -h, --help         this help\n"
     "exit status: 0 success, 1 error reading the data, 2 usage error\n";
 
@@ -297,7 +298,7 @@ int rill_cmd_head(int argc, char** argv) {
       fprintf(stderr, "rill head: %s is a SQLite database: give a query or a table name\n", pos[0]);
       return 2;
     }
-    rc = rill_df_from_sqlite(pos[0], pos[1], NULL, 0, NULL, &df, &err);
+    rc = rill_df_from_sqlite(pos[0], pos[1], NULL, 0, &(rill_sqlite_opts_t){.encoding = co.encoding}, &df, &err);
   } else {
     rc = rill_df_from_csv(pos[0], &co, &df, &err);
   }

@@ -28,8 +28,9 @@ extern "C" {
  * without new functions:
  *   - Callers zero-initialise them ({0} or designated initialisers); a zero field means the
  *     documented default, and a field added later means "as before" when zero.
- *   - Fields are only appended, never reordered, resized or removed. A struct of this header
- *     ends with `int64_t reserved[RILL_OPTS_RESERVED]` (must be zero): a new field takes
+ *   - Fields are only appended, never reordered, resized or removed. A struct of these
+ *     headers (all but the deprecated rill_arrow_stream_opts_t, which will not grow) ends
+ *     with `int64_t reserved[RILL_OPTS_RESERVED]` (must be zero): a new field takes
  *     the first reserved words and the array shrinks by as many, so the struct's size and
  *     the offsets of the fields before it stay the same, and a program built against an
  *     older header passes zeros where the new field lives.
@@ -48,9 +49,9 @@ extern "C" {
 /* ---------------------------------------------------------------- version and features */
 
 #define RILL_VERSION_MAJOR 0
-#define RILL_VERSION_MINOR 1
+#define RILL_VERSION_MINOR 2
 #define RILL_VERSION_PATCH 0
-#define RILL_VERSION_STRING "0.1.0"
+#define RILL_VERSION_STRING "0.2.0"
 
 RILL_API const char* rill_version(void); /* "MAJOR.MINOR.PATCH" of the linked library */
 

@@ -2,7 +2,8 @@
  * augmentation, normalize, one-hot, to-device). An addon whose library was not found at build
  * time still links and returns RILL_ENOTSUP with a message naming the missing library.
  * Option structs grow by the rule of "Option structs" in rill.h (append only, zero keeps the
- * earlier behaviour; no _ex functions). */
+ * earlier behaviour; no _ex functions): each ends with `int64_t reserved[RILL_OPTS_RESERVED]`
+ * (zero), from which a new field takes its words, so sizes and offsets stay the same. */
 #ifndef RILL_ADDONS_H
 #define RILL_ADDONS_H
 
@@ -35,7 +36,8 @@ typedef struct rill_csv_column {
  * LF line ends, a last line without a line end); a UTF-8 byte order mark is skipped; blank
  * lines are skipped. A quote inside an unquoted field, and characters after a closing quote,
  * are kept literally (as Python's csv module does). */
-/* The encoding of a CSV file's text (its string cells and header names; rill's text is UTF-8). */
+/* The encoding of a CSV file's text (its string cells and header names; rill's text is UTF-8),
+ * and of a SQLite source's TEXT values (rill_sqlite_opts_t.encoding). */
 typedef enum rill_csv_encoding {
   RILL_CSV_UTF8 = 0,          /* UTF-8: other bytes are an error (on_error decides; a name: the open fails) */
   RILL_CSV_UTF8_LOSSY,        /* UTF-8, each ill-formed part (its longest start of a character) read as U+FFFD */
@@ -67,6 +69,7 @@ typedef struct rill_csv_opts {
   int borrow;                 /* rill_df_from_csv_buffer: 1 = use the caller's memory */
   const char* name;           /* name of a buffer in messages; NULL = "<buffer>" */
   rill_csv_encoding_t encoding; /* of the text; 0 = UTF-8 (a BINARY override reads bytes as they are) */
+  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_csv_opts_t;
 
 /* A dataframe over a CSV file: one source column per field, typed by inference over the
@@ -143,6 +146,13 @@ typedef struct rill_sqlite_opts {
   int busy_timeout_ms;        /* wait on a locked database; 0 = fail at once */
   int64_t table_hold_bytes;   /* table mode: most bytes the table may take held in memory for
                                  out-of-order reads (see below); 0 = 1 GiB; < 0 = never */
+  /* The encoding of the bytes of TEXT (and BLOB) values read into STRING columns, and of
+   * column names. SQLite hands text over as it was stored, and nothing makes a program store
+   * UTF-8: 0 = UTF-8 (other bytes are a value that does not convert, see on_error; a column
+   * name: the open fails); RILL_CSV_UTF8_LOSSY and RILL_CSV_LATIN1 as for CSV. BINARY columns
+   * get the bytes as they are. */
+  rill_csv_encoding_t encoding;
+  int64_t reserved[RILL_OPTS_RESERVED - 1]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_sqlite_opts_t;
 
 /* A dataframe over the result of `sql` (with `nparams` bound parameters) on the SQLite
@@ -190,6 +200,7 @@ typedef struct rill_files_opts {
   int64_t grain;              /* rows per task of the "bytes" column; 0 = the engine picks */
   int all_files;              /* rill_df_from_image_folder: accept every file, not only
                                  .jpg .jpeg .png (case-insensitive) */
+  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_files_opts_t;
 
 /* A dataframe of n rows over the given files: "path" (STRING, the paths as given) and
@@ -243,6 +254,7 @@ typedef struct rill_decode_opts {
   int64_t grain;              /* rows per task; 0 = the engine picks */
   const char* path_column;    /* STRING column named in error messages; NULL = "path" when the
                                  dataframe has one; "" = none */
+  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_decode_opts_t;
 
 /* Map: decodes the JPEG or PNG images of the BINARY column `bytes_column` (the format comes
@@ -291,6 +303,7 @@ typedef struct rill_rrc_opts {
                                  README; an equal share per file; shared by the crops over the
                                  same column, the largest asked for holds): 0 = 256 MB, < 0:
                                  none */
+  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_rrc_opts_t;
 
 /* Random resized crop (torchvision's RandomResizedCrop): samples an area fraction in
@@ -307,6 +320,7 @@ typedef struct rill_resize_opts {
   int channels;               /* BINARY input: 1, 3 (0 = 3) or 4 */
   int64_t max_pixels;         /* BINARY input: 0 = 100 MP */
   rill_on_error_t on_error;
+  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_resize_opts_t;
 
 /* Resize (bilinear or area). Output uint8[h,w,C] (or [-1,-1,C], see size). Fused decode. */
@@ -326,6 +340,7 @@ typedef struct rill_jitter_opts {
   double brightness;          /* factor uniform in [max(0, 1-b), 1+b]; 0 = unchanged */
   double contrast;            /* blend with the mean grey level, same range rule */
   double saturation;          /* blend with the pixel's grey level, same range rule */
+  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_jitter_opts_t;
 
 /* Colour jitter like torchvision's ColorJitter (without hue): the three adjustments are
@@ -339,6 +354,7 @@ typedef struct rill_normalize_opts {
   double std[4];              /* per channel (0 = 1) */
   rill_dtype_t dtype;         /* RILL_FLOAT32 (0 = this) or RILL_FLOAT16 */
   rill_layout_t layout;       /* RILL_LAYOUT_CHW: output [C,H,W]; RILL_LAYOUT_HWC: [H,W,C] */
+  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_normalize_opts_t;
 
 /* (x / 255 - mean) / std per channel, to float32/float16, optionally HWC -> CHW and flipped,
@@ -362,6 +378,7 @@ typedef struct rill_to_device_opts {
   int device;                 /* CUDA ordinal (0 = the first device) */
   int inflight;               /* copies in flight at once, each with its own pinned staging
                                * buffer (0 = 3; at most 64) */
+  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_to_device_opts_t;
 
 /* Adds a column `name` holding `column`'s cells (or batches) copied into device memory with

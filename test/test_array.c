@@ -43,6 +43,33 @@ Test(version, matches_header) {
   cr_assert_eq(rill_has_feature(RILL_FEATURE_THREADS), 1);
 }
 
+/* The layout of every option struct that may grow, on LP64: its size, and where its
+ * reserved words begin. A field added later takes reserved words (the size stays); a change
+ * here is a change of the ABI (a new minor version before 1.0). */
+#define OPTS_LAYOUT(T, size, at)                                                            \
+  do {                                                                                      \
+    cr_expect_eq(sizeof(T), (size_t)(size), #T ": %zu bytes", sizeof(T));                   \
+    cr_expect_eq(offsetof(T, reserved), (size_t)(at), #T ": reserved at %zu", offsetof(T, reserved)); \
+    cr_expect_eq(offsetof(T, reserved) + sizeof(((T*)0)->reserved), sizeof(T), #T ": reserved words end it"); \
+    cr_expect_geq(sizeof(((T*)0)->reserved), 2 * sizeof(int64_t), #T ": room for two more fields"); \
+  } while (0)
+
+Test(version, option_structs_end_with_reserved_words) {
+  cr_assert_eq(sizeof(void*), 8, "the sizes below are LP64's");
+  OPTS_LAYOUT(rill_stage_opts_t, 64, 32);
+  OPTS_LAYOUT(rill_batch_opts_t, 48, 16);
+  OPTS_LAYOUT(rill_iter_opts_t, 80, 64);
+  OPTS_LAYOUT(rill_csv_opts_t, 112, 80);
+  OPTS_LAYOUT(rill_sqlite_opts_t, 80, 56);
+  OPTS_LAYOUT(rill_files_opts_t, 56, 24);
+  OPTS_LAYOUT(rill_decode_opts_t, 72, 40);
+  OPTS_LAYOUT(rill_rrc_opts_t, 104, 72);
+  OPTS_LAYOUT(rill_resize_opts_t, 64, 32);
+  OPTS_LAYOUT(rill_jitter_opts_t, 56, 24);
+  OPTS_LAYOUT(rill_normalize_opts_t, 112, 80);
+  OPTS_LAYOUT(rill_to_device_opts_t, 40, 8);
+}
+
 Test(rng, deterministic_and_uniform) {
   rill_rng_t a = rill_rng_seeded(42, 1, 100, 3), b = rill_rng_seeded(42, 1, 100, 3);
   rill_rng_t c = rill_rng_seeded(42, 1, 101, 3), d = rill_rng_seeded(42, 2, 100, 3);

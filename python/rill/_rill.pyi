@@ -312,7 +312,8 @@ def from_sqlite(path: _PathLike, sql: str,
                 params: Sequence[Union[None, int, float, str, bytes]] = (), *,
                 dtypes: Optional[Mapping[Union[str, int], _DType]] = None,
                 on_error: _OnError = "raise", infer_rows: int = 0, chunk_rows: int = 0,
-                busy_timeout_ms: int = 0, table_hold_bytes: int = 0) -> DataFrame: ...
+                busy_timeout_ms: int = 0, table_hold_bytes: int = 0,
+                encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8") -> DataFrame: ...
 def from_files(paths: Sequence[_PathLike], *, on_error: _OnError = "raise",
                grain: int = 0) -> DataFrame: ...
 def from_file_list(list_path: _PathLike, *, on_error: _OnError = "raise",

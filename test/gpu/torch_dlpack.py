@@ -48,12 +48,14 @@ class BatchOpts(C.Structure):
 
 
 class ToDeviceOpts(C.Structure):
-    _fields_ = [("device", C.c_int), ("inflight", C.c_int)]
+    _fields_ = [("device", C.c_int), ("inflight", C.c_int),
+                ("reserved", C.c_int64 * OPTS_RESERVED)]
 
 
 class NormalizeOpts(C.Structure):
     _fields_ = [("flip", C.c_double), ("mean", C.c_double * 4), ("std", C.c_double * 4),
-                ("dtype", C.c_int), ("layout", C.c_int)]
+                ("dtype", C.c_int), ("layout", C.c_int),
+                ("reserved", C.c_int64 * OPTS_RESERVED)]
 
 
 class IterOpts(C.Structure):

@@ -104,6 +104,24 @@ def test_encodings(tmp_path):
     assert proc.returncode == 2 and b"--encoding needs utf-8, utf-8-lossy or latin-1" in proc.stderr
 
 
+def test_encodings_sqlite(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "legacy.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE p(id INTEGER, name TEXT)")
+    con.execute("INSERT INTO p VALUES (1, CAST(? AS TEXT))", ["caf\u00e9".encode("latin-1")])
+    con.commit()
+    con.close()
+    _, _, proc = rill_rows(db, "p", check=False)
+    assert proc.returncode == 1
+    assert b"row 0, column 'name': TEXT that is not UTF-8 text (byte 0xE9 at byte 3" in proc.stderr
+    names, rows, _ = rill_rows(db, "p", "--encoding", "latin-1")
+    assert names == ["id", "name"] and rows == [[1, "caf\u00e9"]]
+    _, rows, _ = rill_rows(db, "SELECT name FROM p", "--encoding", "utf-8-lossy")
+    assert rows == [["caf\ufffd"]]
+
+
 def test_typed_values_match_pyarrow():
     path = CORPUS / "typed.csv"
     names, rows, _ = rill_rows(path)

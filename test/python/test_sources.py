@@ -315,6 +315,35 @@ def test_from_sqlite_errors(db, tmp_path):
         rill.from_sqlite(db, "SELECT ?1", [[1]])
 
 
+def test_from_sqlite_encodings_match_python(tmp_path):
+    # TEXT values of other bytes than UTF-8 (SQLite stores what it is given): Latin-1 or lossy
+    # UTF-8 as Python decodes them, read by rowid, held (shuffled) or through a query; the
+    # default fails the row naming it; the column name (UTF-8 here) is decoded the same way
+    path = tmp_path / "enc.db"
+    raw = [b"plain", "caf\u00e9".encode("latin-1"), "\u00e9\u20ac".encode(), b"\xff\xfe", b"a\xc3", b""]
+    con = sqlite3.connect(path)
+    con.execute('CREATE TABLE t (id INTEGER, "caf\u00e9" TEXT)')
+    con.executemany("INSERT INTO t VALUES (?, CAST(? AS TEXT))", list(enumerate(raw * 50)))
+    con.commit()
+    con.close()
+    for encoding, py, errors in (("latin-1", "latin-1", "strict"), ("utf-8-lossy", "utf-8", "replace")):
+        want = [r.decode(py, errors) for r in raw * 50]
+        for sql, hold in (("t", -1), ("t", 0), ("SELECT id, \"caf\u00e9\" FROM t", 0)):
+            df = rill.from_sqlite(path, sql, encoding=encoding, table_hold_bytes=hold)
+            name = df.schema[1].name
+            assert name == "caf\u00e9".encode().decode(py, errors), (encoding, name)
+            t = pa.table(df.shuffle(seed=3))
+            got = dict(zip(t.column("id").to_pylist(), t.column(name).to_pylist()))
+            assert [got[i] for i in range(len(want))] == want, (encoding, sql, hold)
+    with pytest.raises(rill.FormatError, match=r"row 1, column 'caf\u00e9': TEXT that is not UTF-8 text "
+                                               r"\(byte 0xE9 at byte 3; for another encoding see the encoding option"):
+        list(rill.from_sqlite(path, "t"))
+    nulled = pa.table(rill.from_sqlite(path, "t", on_error="null")).column("caf\u00e9").to_pylist()
+    assert nulled[:6] == ["plain", None, "\u00e9\u20ac", None, None, ""]
+    with pytest.raises(ValueError, match="encoding must be 'utf-8', 'utf-8-lossy' or 'latin-1', got 'cp1252'"):
+        rill.from_sqlite(path, "t", encoding="cp1252")
+
+
 def test_from_files_and_file_list(tmp_path):
     paths = []
     for i in range(4):

@@ -692,15 +692,16 @@ static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
 
 static PyObject* py_from_sqlite(PyObject* m, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"path", "sql", "params", "dtypes", "on_error", "infer_rows", "chunk_rows",
-                           "busy_timeout_ms", "table_hold_bytes", NULL};
+                           "busy_timeout_ms", "table_hold_bytes", "encoding", NULL};
   PyObject *path, *params = NULL, *dtypes = Py_None, *on_error = Py_None;
-  const char* sql;
+  const char *sql, *encoding = NULL;
   long long infer_rows = 0, chunk_rows = 0, hold = 0;
   int busy = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|O$OOLLiL:from_sqlite", kwlist, &path, &sql, &params, &dtypes,
-                                   &on_error, &infer_rows, &chunk_rows, &busy, &hold))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|O$OOLLiLz:from_sqlite", kwlist, &path, &sql, &params, &dtypes,
+                                   &on_error, &infer_rows, &chunk_rows, &busy, &hold, &encoding))
     return NULL;
   rill_sqlite_opts_t o = {0};
+  if (parse_encoding(encoding, &o.encoding) < 0) return NULL;
   o.infer_rows = infer_rows;
   o.chunk_rows = chunk_rows;
   o.busy_timeout_ms = busy;
@@ -900,11 +901,13 @@ static PyMethodDef source_functions[] = {
      "As from_csv over bytes-like CSV data (copied); name is used in error messages."},
     {"from_sqlite", (PyCFunction)(void (*)(void))py_from_sqlite, METH_VARARGS | METH_KEYWORDS,
      "from_sqlite(path, sql, params=(), *, dtypes=None, on_error='raise', infer_rows=0, chunk_rows=0, "
-     "busy_timeout_ms=0, table_hold_bytes=0) -> DataFrame\n\n"
+     "busy_timeout_ms=0, table_hold_bytes=0, encoding='utf-8') -> DataFrame\n\n"
      "A dataframe over the result of `sql` (a query or a table name) on the SQLite database at path "
      "(opened read-only), with ?1, ?2, ... bound to params (None, int, float, str, bytes). "
      "A table name read out of order (shuffled) is held in memory once it fits table_hold_bytes "
-     "(0 = 1 GiB, negative = never: every row is a lookup by rowid)."},
+     "(0 = 1 GiB, negative = never: every row is a lookup by rowid). encoding: of the bytes of TEXT "
+     "values read as str, and of column names: 'utf-8' (other bytes are a row error, see on_error), "
+     "'utf-8-lossy' (ill-formed parts read as U+FFFD) or 'latin-1'."},
     {"from_files", (PyCFunction)(void (*)(void))py_from_files, METH_VARARGS | METH_KEYWORDS,
      "from_files(paths: Sequence[str | os.PathLike], *, on_error='raise', grain=0) -> DataFrame\n\n"
      "A dataframe with columns 'path' (string) and 'bytes' (binary, read when pulled)."},
