@@ -87,7 +87,8 @@ typedef struct rill_csv_opts {
  * The file must not change while the dataframe lives. A file that shrinks is noticed (its
  * size is checked before each call reads the mapping) and the iterator returns RILL_EIO
  * naming the file, rather than the process dying of SIGBUS; a shrink that lands during the
- * call that is reading the mapped bytes cannot be caught this way.
+ * call that is reading the mapped bytes cannot be caught this way (with prefetch, worker
+ * threads read ahead of the caller: a shrink at any moment can meet such a call).
  * Columns may be computed concurrently (RILL_STAGE_CPU).
  * Returns RILL_OK, RILL_EIO (open/map failed), RILL_EFORMAT (empty input, unterminated
  * quote, bad row under RAISE: the message names file and 1-based line), RILL_EINVAL (bad

@@ -1185,9 +1185,13 @@ static void truncated_case(int threads, int prefetch) {
   alarm(0);
 }
 
+/* Worker threads without prefetch: nothing reads the mapping between two calls of next, so the
+ * shrink lands between calls, where it is caught. (With prefetch, the workers may be reading
+ * the mapping at the moment the file shrinks: the case the header says cannot be caught; a
+ * test of it died of SIGBUS about once in fifty runs.) */
 Test(csv, truncated_while_iterated_is_an_error, .timeout = 30) {
   truncated_case(RILL_THREADS_NONE, RILL_PREFETCH_NONE);
-  truncated_case(2, 4);
+  truncated_case(2, RILL_PREFETCH_NONE);
 }
 
 Test(csv, unterminated_quote_in_header) {
