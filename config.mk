@@ -7,6 +7,7 @@ USE_CUDA   ?= auto
 USE_PNG    ?= auto
 USE_JPEG   ?= auto
 USE_SQLITE ?= auto
+USE_WEBP   ?= auto
 # address | undefined | address,undefined | thread (empty: none)
 SANITIZE ?=
 OPT      ?= -O2

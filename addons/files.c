@@ -461,7 +461,8 @@ int rill_file_read(rill_df_t* df, const char* name, int path_column, const rill_
 
 static int is_image_name(const char* name) {
   const char* dot = strrchr(name, '.');
-  return dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0 || strcasecmp(dot, ".png") == 0);
+  return dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0 || strcasecmp(dot, ".png") == 0 ||
+                 strcasecmp(dot, ".webp") == 0);
 }
 
 /* The names in `dir` (hidden ones skipped), sorted. */
@@ -608,7 +609,7 @@ int rill_df_from_image_folder(const char* root, const rill_files_opts_t* opts, r
   if (rc >= 0 && classes.n > 0x7fffffff) rc = rill__fail(err, RILL_ERANGE, "%s: too many classes", root);
   if (rc >= 0 && files.n == 0)
     rc = rill__fail(err, RILL_EFORMAT, "%s: no image files in class sub-folders (%s)", root,
-                    all ? "any file" : ".jpg .jpeg .png");
+                    all ? "any file" : ".jpg .jpeg .png .webp");
   if (rc < 0) {
     strlist_free(&classes);
     strlist_free(&files);

@@ -13,9 +13,9 @@ static rill__img_format_t sniff(const uint8_t* p, size_t n, const char** other) 
   *other = NULL;
   if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) return RILL__IMG_JPEG;
   if (n >= 8 && memcmp(p, png_magic, 8) == 0) return RILL__IMG_PNG;
+  if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0) return RILL__IMG_WEBP;
   if (n >= 4 && memcmp(p, "GIF8", 4) == 0) *other = "GIF";
   else if (n >= 2 && p[0] == 'B' && p[1] == 'M') *other = "BMP";
-  else if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0) *other = "WebP";
   else if (n >= 4 && (memcmp(p, "II*\0", 4) == 0 || memcmp(p, "MM\0*", 4) == 0)) *other = "TIFF";
   else if (n >= 12 && memcmp(p + 4, "ftyp", 4) == 0) *other = "HEIF/AVIF";
   return RILL__IMG_UNKNOWN;
@@ -26,7 +26,7 @@ static int unknown_format(const uint8_t* p, size_t n, rill_error_t* err) {
   if (n == 0) return rill_error_set(err, RILL_EFORMAT, "empty file");
   sniff(p, n, &other);
   if (other) return rill_error_set(err, RILL_ENOTSUP, "unsupported image format (%s)", other);
-  return rill_error_set(err, RILL_ENOTSUP, "unsupported image format (neither JPEG nor PNG)");
+  return rill_error_set(err, RILL_ENOTSUP, "unsupported image format (not JPEG, PNG or WebP)");
 }
 
 /* The decoder of each format; NULL functions where the library is not built in. */
@@ -48,6 +48,11 @@ static const decoder_t decoders[] = {
     [RILL__IMG_PNG] = {"PNG", "libpng", rill__png_probe, rill__png_decode},
 #else
     [RILL__IMG_PNG] = {"PNG", "libpng", NULL, NULL},
+#endif
+#if RILL_HAVE_WEBP
+    [RILL__IMG_WEBP] = {"WebP", "libwebp", rill__webp_probe, rill__webp_decode},
+#else
+    [RILL__IMG_WEBP] = {"WebP", "libwebp", NULL, NULL},
 #endif
 };
 

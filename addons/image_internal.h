@@ -14,7 +14,8 @@
 typedef enum rill__img_format {
   RILL__IMG_UNKNOWN = 0,
   RILL__IMG_JPEG,
-  RILL__IMG_PNG
+  RILL__IMG_PNG,
+  RILL__IMG_WEBP
 } rill__img_format_t;
 
 typedef struct rill__img_info {
@@ -249,15 +250,19 @@ static inline uint8_t rill__img_luma(int r, int g, int b) {
   return (uint8_t)((r * 19595 + g * 38470 + b * 7471 + 32768) >> 16);
 }
 
-/* Per-format decoders (image_jpeg.c, image_png.c); same contracts as rill__img_probe and
- * rill__img_decode for data already known to carry the format's signature. Defined only when
- * built with the library (RILL_HAVE_JPEG, RILL_HAVE_PNG). */
+/* Per-format decoders (image_jpeg.c, image_png.c, image_webp.c); same contracts as
+ * rill__img_probe and rill__img_decode for data already known to carry the format's
+ * signature. Defined only when built with the library (RILL_HAVE_JPEG, RILL_HAVE_PNG,
+ * RILL_HAVE_WEBP). */
 int rill__jpeg_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err);
 int rill__jpeg_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
                       size_t dst_size, rill__img_out_t* out, rill_error_t* err);
 int rill__png_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err);
 int rill__png_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
                      size_t dst_size, rill__img_out_t* out, rill_error_t* err);
+int rill__webp_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err);
+int rill__webp_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst,
+                      size_t dst_size, rill__img_out_t* out, rill_error_t* err);
 
 /* ---- pixel kernels of the image operators (image_kernels.c). Images are HWC uint8 with a
  * row stride in bytes; outputs are packed. */

@@ -200,7 +200,7 @@ typedef struct rill_files_opts {
   rill_on_error_t on_error;   /* a file that cannot be read (RILL_EIO naming the path) */
   int64_t grain;              /* rows per task of the "bytes" column; 0 = the engine picks */
   int all_files;              /* rill_df_from_image_folder: accept every file, not only
-                                 .jpg .jpeg .png (case-insensitive) */
+                                 .jpg .jpeg .png .webp (case-insensitive) */
   int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_files_opts_t;
 
@@ -251,17 +251,20 @@ typedef struct rill_decode_opts {
   int64_t max_pixels;         /* images with more pixels: RILL_ERANGE before any decoding;
                                  0 = 100,000,000 */
   rill_on_error_t on_error;   /* bad images: RILL_EFORMAT (corrupt, truncated, empty),
-                                 RILL_ENOTSUP (not JPEG/PNG, decoder not built), RILL_ERANGE */
+                                 RILL_ENOTSUP (not JPEG/PNG/WebP, an animated WebP, decoder not
+                                 built), RILL_ERANGE */
   int64_t grain;              /* rows per task; 0 = the engine picks */
   const char* path_column;    /* STRING column named in error messages; NULL = "path" when the
                                  dataframe has one; "" = none */
   int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_decode_opts_t;
 
-/* Map: decodes the JPEG or PNG images of the BINARY column `bytes_column` (the format comes
- * from the magic bytes, never from a file name) into uint8 cells of shape [-1, -1, C] (HWC,
- * C = opts->channels). Gray and CMYK JPEGs and palette / 16-bit / gray / alpha PNGs are
- * converted. A null input cell gives a null cell. Runs on worker threads. Errors name the
+/* Map: decodes the JPEG, PNG or WebP images of the BINARY column `bytes_column` (the format
+ * comes from the magic bytes, never from a file name) into uint8 cells of shape [-1, -1, C]
+ * (HWC, C = opts->channels). Gray and CMYK JPEGs, palette / 16-bit / gray / alpha PNGs and
+ * lossy / lossless / alpha WebPs are converted (an animated WebP is RILL_ENOTSUP; a crop of a
+ * WebP, as of a PNG, decodes the rows down to its last one, not the file to its end). A null
+ * input cell gives a null cell. Runs on worker threads. Errors name the
  * row's file (see path_column). A JPEG whose compressed data is damaged (libjpeg's "Corrupt
  * JPEG data: ..." warnings, a premature end) is RILL_EFORMAT even though libjpeg could
  * still produce pixels. This holds for the fused-decode operators too, whatever the crop:
@@ -281,7 +284,7 @@ RILL_API int rill_image_decode(rill_df_t* df, const char* name, int bytes_column
  * negative code (RILL_EINVAL with a message for a bad argument, an unknown column or a
  * column of the wrong type). Image cells are uint8 HWC: fixed [H,W,C] or variable
  * [-1,-1,C] (C known). Operators marked "fused decode" also take a BINARY column of encoded
- * JPEG/PNG bytes and decode only what they need; decode errors name the row and, when `df`
+ * JPEG/PNG/WebP bytes and decode only what they need; decode errors name the row and, when `df`
  * has a STRING column named "path", the file. Null input cells give null output cells.
  * All randomness comes from rill_exec_rng: results depend on (seed, epoch, row, column)
  * only. The stages run on worker threads; the operators are reentrant. */

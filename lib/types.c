@@ -13,6 +13,7 @@ int rill_has_feature(rill_feature_t feature) {
     case RILL_FEATURE_PNG: return RILL_HAVE_PNG;
     case RILL_FEATURE_SQLITE: return RILL_HAVE_SQLITE;
     case RILL_FEATURE_THREADS: return 1;
+    case RILL_FEATURE_WEBP: return RILL_HAVE_WEBP;
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 /* Encoders shared by the tests and the fuzz targets that need encoded images, without the
- * test framework (the fuzz targets do not link it): JPEG written to memory with libjpeg. */
+ * test framework (the fuzz targets do not link it): JPEG written to memory with libjpeg, WebP
+ * with libwebp. */
 #ifndef RILL_TEST_IMAGE_ENC_H
 #define RILL_TEST_IMAGE_ENC_H
 
@@ -9,6 +10,11 @@
 
 #if RILL_HAVE_JPEG
 #include <jpeglib.h>
+#endif
+#if RILL_HAVE_WEBP
+#include <stdlib.h>
+#include <string.h>
+#include <webp/encode.h>
 #endif
 
 /* Encoded bytes (malloc'd). */
@@ -64,6 +70,24 @@ static inline buf_t enc_jpeg(const uint8_t* px, int w, int h, jpeg_spec_t s) {
   jpeg_finish_compress(&c);
   jpeg_destroy_compress(&c);
   return (buf_t){out, size};
+}
+#endif
+
+#if RILL_HAVE_WEBP
+/* A WebP of w x h pixels of `ch` channels (3: RGB, 4: RGBA): lossy at `quality` (1..100), or
+ * lossless when quality is 0. */
+static inline buf_t enc_webp(const uint8_t* px, int w, int h, int ch, int quality) {
+  uint8_t* out = NULL;
+  size_t n;
+  if (quality == 0)
+    n = ch == 4 ? WebPEncodeLosslessRGBA(px, w, h, w * 4, &out) : WebPEncodeLosslessRGB(px, w, h, w * 3, &out);
+  else
+    n = ch == 4 ? WebPEncodeRGBA(px, w, h, w * 4, (float)quality, &out)
+                : WebPEncodeRGB(px, w, h, w * 3, (float)quality, &out);
+  buf_t b = {malloc(n ? n : 1), n};
+  if (n) memcpy(b.p, out, n);
+  WebPFree(out);
+  return b;
 }
 #endif
 

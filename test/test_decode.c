@@ -1,4 +1,4 @@
-/* Image decoding: JPEG and PNG images encoded here from known patterns, the decoder's
+/* Image decoding: JPEG, PNG and WebP images encoded here from known patterns, the decoder's
  * conversions, DCT scaling, crop-aware decoding, bad data, and the rill_image_decode map
  * under each on_error policy. Real-image variants are used when the data script has run. */
 #include <math.h>
@@ -686,7 +686,11 @@ Test(formats, empty_unknown_and_other_formats) {
   RT_FAILS(rill__img_decode(bmp, sizeof bmp, &RGB(3), dst, sizeof dst, &o, &err), RILL_ENOTSUP,
            "unsupported image format (BMP)", err);
   const char webp[] = "RIFF\0\0\0\0WEBPVP8 ";
-  RT_FAILS(rill__img_probe(webp, sizeof webp, &info, &err), RILL_ENOTSUP, "WebP", err);
+  if (RILL_HAVE_WEBP)
+    RT_FAILS(rill__img_probe(webp, sizeof webp, &info, &err), RILL_EFORMAT, "corrupt WebP header", err);
+  else
+    RT_FAILS(rill__img_probe(webp, sizeof webp, &info, &err), RILL_ENOTSUP,
+             "WebP decoding is not available: built without libwebp", err);
   const char text[] = "hello, this is not an image";
   RT_FAILS(rill__img_probe(text, sizeof text, &info, &err), RILL_ENOTSUP, "unsupported image format", err);
   const uint8_t short_png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0};
@@ -851,6 +855,153 @@ Test(png, corrupt_data) {
   free(d), free(c), free(b.p), free(px);
 }
 
+/* ---------------------------------------------------------------- WebP */
+
+#if RILL_HAVE_WEBP
+#include <webp/decode.h>
+
+static uint8_t* textured_pixels(int w, int h, int ch, unsigned seed); /* below */
+
+/* The kinds of WebP the tests encode: lossy and lossless, without and with alpha. */
+static const struct {
+  int ch, quality;
+  const char* name;
+} webp_kinds[] = {{3, 80, "lossy"}, {4, 80, "lossy+alpha"}, {3, 0, "lossless"}, {4, 0, "lossless+alpha"}};
+
+/* Textured colours; a smooth alpha, which libwebp codes with a prediction filter (never 0 in
+ * a lossless file, whose encoding would change the colours of transparent pixels). */
+static buf_t webp_of(int k, int w, int h, uint8_t** px) {
+  int ch = webp_kinds[k].ch;
+  *px = textured_pixels(w, h, ch, 7u + (unsigned)k);
+  for (int y = 0; ch == 4 && y < h; y++)
+    for (int x = 0; x < w; x++)
+      (*px)[((size_t)y * w + x) * 4 + 3] = (uint8_t)(webp_kinds[k].quality ? x * 5 + y * 3 : 1 + (x * 5 + y * 3) % 255);
+  return enc_webp(*px, w, h, ch, webp_kinds[k].quality);
+}
+
+/* Whole decodes give libwebp's own pixels (RGB, RGBA with 255 where the file has no alpha,
+ * gray as the BT.601 luma of them); lossless ones the source pixels. */
+Test(webp, whole_decodes_match_libwebp) {
+  int w = 97, h = 61;
+  for (int k = 0; k < 4; k++) {
+    uint8_t* px;
+    buf_t b = webp_of(k, w, h, &px);
+    rill__img_info_t info;
+    rill_error_t err = {0};
+    RT_OK(rill__img_probe(b.p, b.n, &info, &err), err);
+    cr_assert(info.format == RILL__IMG_WEBP && info.width == w && info.height == h && info.channels == webp_kinds[k].ch,
+              "%s: %dx%d %d", webp_kinds[k].name, info.width, info.height, info.channels);
+    int rw, rh;
+    uint8_t* ref3 = WebPDecodeRGB(b.p, b.n, &rw, &rh);
+    uint8_t* ref4 = WebPDecodeRGBA(b.p, b.n, &rw, &rh);
+    cr_assert(ref3 && ref4 && rw == w && rh == h);
+    rill__img_out_t o;
+    uint8_t* d3 = decode_ok(&b, RGB(3), &o);
+    cr_assert(o.w == w && o.h == h && o.channels == 3 && o.stride == w * 3 && o.scale_denom == 1);
+    cr_assert(memcmp(d3, ref3, (size_t)w * h * 3) == 0, "%s: RGB", webp_kinds[k].name);
+    uint8_t* d4 = decode_ok(&b, RGB(4), &o);
+    cr_assert(memcmp(d4, ref4, (size_t)w * h * 4) == 0, "%s: RGBA", webp_kinds[k].name);
+    uint8_t* d1 = decode_ok(&b, RGB(1), &o);
+    for (int i = 0; i < w * h; i++)
+      cr_assert_eq(d1[i], rill__img_luma(ref3[3 * i], ref3[3 * i + 1], ref3[3 * i + 2]), "%s: gray %d", webp_kinds[k].name, i);
+    if (webp_kinds[k].quality == 0) { /* lossless: the source */
+      cr_assert(memcmp(webp_kinds[k].ch == 4 ? d4 : d3, px, (size_t)w * h * webp_kinds[k].ch) == 0, "%s",
+                webp_kinds[k].name);
+    } else { /* lossy: near the source */
+      double mean;
+      int max;
+      uint8_t* src3 = webp_kinds[k].ch == 3 ? px : malloc((size_t)w * h * 3);
+      if (src3 != px)
+        for (int i = 0; i < w * h; i++) memcpy(src3 + 3 * i, px + 4 * i, 3);
+      diff(d3, src3, (size_t)w * h * 3, &mean, &max);
+      cr_assert(mean < 12, "%s: mean difference %.2f from the source", webp_kinds[k].name, mean);
+      if (src3 != px) free(src3);
+    }
+    for (int i = 0; webp_kinds[k].ch == 3 && i < w * h; i++) cr_assert_eq(d4[4 * i + 3], 255);
+    WebPFree(ref3), WebPFree(ref4);
+    free(d1), free(d3), free(d4), free(b.p), free(px);
+  }
+}
+
+/* A region gives exactly the pixels of the whole decode there, for every kind, channel count
+ * and place: at the image's edges, on odd coordinates (libwebp crops from even ones), and
+ * for lossy images with alpha (whose cropped alpha libwebp misplaces unless the crop starts
+ * at the top row). */
+Test(webp, regions_equal_whole_decode) {
+  int w = 97, h = 61;
+  unsigned seed = 11;
+  for (int k = 0; k < 4; k++) {
+    uint8_t* px;
+    buf_t b = webp_of(k, w, h, &px);
+    for (int c = 1; c <= 4; c += c == 1 ? 2 : 1) {
+      rill__img_out_t o;
+      uint8_t* f = decode_ok(&b, RGB(c), &o);
+      for (int r = 0; r < 120; r++) {
+        int g[4];
+        static const int fixed[][4] = {{0, 0, 1, 1}, {96, 60, 1, 1}, {1, 1, 95, 59}, {0, 30, 97, 31}, {3, 5, 2, 2}};
+        if (r < 5) {
+          memcpy(g, fixed[r], sizeof g);
+        } else {
+          seed = seed * 1103515245u + 12345u;
+          g[2] = 1 + (int)((seed >> 8) % (unsigned)w), g[3] = 1 + (int)((seed >> 20) % (unsigned)h);
+          seed = seed * 1103515245u + 12345u;
+          g[0] = (int)((seed >> 8) % (unsigned)(w - g[2] + 1)), g[1] = (int)((seed >> 20) % (unsigned)(h - g[3] + 1));
+        }
+        uint8_t* p =
+            decode_ok(&b, (rill__img_request_t){.channels = c, .x = g[0], .y = g[1], .w = g[2], .h = g[3]}, &o);
+        cr_assert(o.w == g[2] && o.h == g[3] && o.stride == (int64_t)g[2] * c);
+        for (int y = 0; y < g[3]; y++)
+          cr_assert(memcmp(p + (size_t)y * g[2] * c, f + ((size_t)(y + g[1]) * w + g[0]) * c, (size_t)g[2] * c) == 0,
+                    "%s, %d channels, region %dx%d at (%d,%d): row %d differs", webp_kinds[k].name, c, g[2], g[3],
+                    g[0], g[1], y);
+        free(p);
+      }
+      free(f);
+    }
+    free(b.p), free(px);
+  }
+}
+
+Test(webp, bad_files) {
+  int w = 40, h = 30;
+  uint8_t* px;
+  buf_t b = webp_of(0, w, h, &px);
+  rill_error_t err = {0};
+  rill__img_out_t o;
+  int rc;
+  /* cut in its header, then in its data */
+  buf_t t = {b.p, 16};
+  cr_assert_null(decode(&t, RGB(3), &o, &err, &rc));
+  cr_assert(rc == RILL_EFORMAT && strstr(err.message, "corrupt WebP header (truncated)"), "%d %s", rc, err.message);
+  t.n = b.n - 10;
+  cr_assert_null(decode(&t, RGB(3), &o, &err, &rc));
+  cr_assert(rc == RILL_EFORMAT && strstr(err.message, "corrupt WebP data (truncated)"), "%d %s", rc, err.message);
+  /* lossless data made invalid: a bitstream error */
+  buf_t l = webp_of(2, w, h, &px);
+  memset(l.p + 26, 0xff, l.n - 26); /* its entropy codes (the header ends at byte 25) */
+  cr_assert_null(decode(&l, RGB(3), &o, &err, &rc));
+  cr_assert(rc == RILL_EFORMAT && strstr(err.message, "corrupt WebP data (bitstream error)"), "%d %s", rc, err.message);
+  /* an animation: its extended header says so */
+  const uint8_t anim[] = {'R', 'I', 'F', 'F', 22, 0, 0, 0, 'W', 'E', 'B', 'P', 'V', 'P', '8', 'X', 10, 0, 0, 0,
+                          0x02, 0, 0, 0, 9, 0, 0, 9, 0, 0};
+  rill__img_info_t info;
+  RT_FAILS(rill__img_probe(anim, sizeof anim, &info, &err), RILL_ENOTSUP, "animated WebP is not supported", err);
+  uint8_t dst[40 * 30 * 4];
+  RT_FAILS(rill__img_decode(anim, sizeof anim, &RGB(3), dst, sizeof dst, &o, &err), RILL_ENOTSUP, "animated WebP", err);
+  /* the pixel limit, a region outside the image, a destination too small */
+  RT_FAILS(rill__img_decode(b.p, b.n, &(rill__img_request_t){.channels = 3, .max_pixels = 40 * 30 - 1}, dst,
+                            sizeof dst, &o, &err),
+           RILL_ERANGE, "image of 40x30 pixels exceeds the limit of 1199 pixels", err);
+  RT_FAILS(rill__img_decode(b.p, b.n, &(rill__img_request_t){.channels = 3, .x = 30, .y = 0, .w = 11, .h = 5}, dst,
+                            sizeof dst, &o, &err),
+           RILL_EINVAL, "region 11x5 at (30,0) is outside the 40x30 image", err);
+  RT_FAILS(rill__img_decode(b.p, b.n, &RGB(4), dst, 40 * 30 * 3, &o, &err), RILL_EINVAL,
+           "destination of 3600 bytes is smaller than the 40x30x4 image", err);
+  RT_FAILS(rill__img_decode(b.p, b.n, &RGB(2), dst, sizeof dst, &o, &err), RILL_EINVAL, "channels must be 1, 3 or 4", err);
+  free(b.p), free(l.p), free(px);
+}
+#endif
+
 /* ---------------------------------------------------------------- mutated files */
 
 /* Bit flips, byte changes and cuts of valid files: every result is a clean status. */
@@ -898,6 +1049,12 @@ Test(robustness, mutated_jpeg_and_png) {
   mutate_all(&a, 600, 1);
   mutate_all(&b, 600, 2);
   mutate_all(&c, 600, 3);
+#if RILL_HAVE_WEBP
+  buf_t d = enc_webp(px, 96, 64, 3, 70), e = enc_webp(px, 96, 64, 3, 0);
+  mutate_all(&d, 600, 4);
+  mutate_all(&e, 600, 5);
+  free(d.p), free(e.p);
+#endif
   free(a.p), free(b.p), free(c.p), free(px);
 }
 

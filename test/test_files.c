@@ -364,10 +364,11 @@ Test(folder, classes_labels_and_sorting, .fini = cleanup) {
   rt_write_file(tpath("root/a_cats/.x.jpg"), "6", 1);
   rt_write_file(tpath("root/.hidden/h.jpg"), "7", 1);
   rt_write_file(tpath("root/top.jpg"), "8", 1);
+  rt_write_file(tpath("root/b_dogs/w.WebP"), "9", 1);
   rill_error_t err = {0};
   rill_df_t* df;
   RT_OK(rill_df_from_image_folder(tpath("root"), NULL, &df, &err), err);
-  cr_assert_eq(rill_df_rows(df), 4);
+  cr_assert_eq(rill_df_rows(df), 5);
   cr_assert_eq(rill_df_ncolumns(df), 3);
   int lc = rill_df_column(df, "label");
   cr_assert_eq(rill_df_field(df, lc)->type.dtype, RILL_INT64);
@@ -380,9 +381,10 @@ Test(folder, classes_labels_and_sorting, .fini = cleanup) {
   cr_assert_str_eq(names[2], "c_empty");
   rill_iter_t* it;
   RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err), err);
-  const char* want[] = {"root/a_cats/k.jpg", "root/b_dogs/a.png", "root/b_dogs/nested/m.jpeg", "root/b_dogs/z.JPG"};
-  int64_t labels[] = {0, 1, 1, 1};
-  for (int i = 0; i < 4; i++) {
+  const char* want[] = {"root/a_cats/k.jpg", "root/b_dogs/a.png", "root/b_dogs/nested/m.jpeg", "root/b_dogs/w.WebP",
+                        "root/b_dogs/z.JPG"};
+  int64_t labels[] = {0, 1, 1, 1, 1};
+  for (int i = 0; i < 5; i++) {
     rill_row_t row;
     RT_OK(rill_iter_next(it, &row, &err), err);
     int64_t n;
@@ -395,12 +397,13 @@ Test(folder, classes_labels_and_sorting, .fini = cleanup) {
   rill_df_free(df);
   /* every file */
   RT_OK(rill_df_from_image_folder(tpath("root"), &(rill_files_opts_t){.all_files = 1}, &df, &err), err);
-  cr_assert_eq(rill_df_rows(df), 5);
+  cr_assert_eq(rill_df_rows(df), 6);
   rill_df_free(df);
   /* a root without images */
   mkdirs("bare/x");
   rt_write_file(tpath("bare/x/readme.txt"), "r", 1);
-  RT_FAILS(rill_df_from_image_folder(tpath("bare"), NULL, &df, &err), RILL_EFORMAT, "no image files", err);
+  RT_FAILS(rill_df_from_image_folder(tpath("bare"), NULL, &df, &err), RILL_EFORMAT,
+           "no image files in class sub-folders (.jpg .jpeg .png .webp)", err);
 }
 
 /* ---------------------------------------------------------------- decoding through the engine */

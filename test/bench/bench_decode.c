@@ -2,7 +2,9 @@
  * said otherwise): rill's decoder (internal call and through a dataframe pipeline) against a
  * direct tjDecompress2 loop (the ceiling) and, when the run script passes its rate, PIL.
  * PNG: rill against a direct libpng simplified-API loop on the corpus re-encoded as PNG.
- *   bench_decode LIST [--max N] [--pil RATE_IMAGES_PER_S] [--pil-png RATE]
+ * WebP (when built with libwebp): rill against a direct WebPDecodeRGBInto loop on the corpus
+ * re-encoded as lossy WebP (libwebp's defaults, quality 80).
+ *   bench_decode LIST [--max N] [--pil RATE_IMAGES_PER_S] [--pil-png RATE] [--pil-webp RATE]
  * LIST: a text file with one JPEG path per line. Prints rates and ratios, never asserts. */
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +14,10 @@
 
 #include <png.h>
 #include <turbojpeg.h>
+#if RILL_HAVE_WEBP
+#include <webp/decode.h>
+#include <webp/encode.h>
+#endif
 
 #include "image_internal.h"
 #include "rill.h"
@@ -43,6 +49,7 @@ static blob_t slurp(const char* path) {
 
 static blob_t* files;
 static blob_t* pngs;
+static blob_t* webps;
 static int nfiles;
 static uint8_t* dst;
 static size_t dst_cap;
@@ -103,6 +110,18 @@ static void run_png_simplified(const blob_t* set) {
   }
 }
 
+#if RILL_HAVE_WEBP
+static void run_webp_direct(const blob_t* set) {
+  for (int i = 0; i < nfiles; i++) {
+    int w, h;
+    if (!WebPGetInfo(set[i].p, set[i].n, &w, &h) ||
+        (need((size_t)w * h * 3), !WebPDecodeRGBInto(set[i].p, set[i].n, dst, dst_cap, w * 3))) {
+      fprintf(stderr, "libwebp failed on image %d\n", i);
+      exit(1);
+    }
+  }
+}
+#endif
 
 static rill_df_t* pipeline_df;
 static int pipeline_col, pipeline_threads;
@@ -173,17 +192,38 @@ static rill_df_t* memory_df(const blob_t* set, int* col) {
   return df;
 }
 
+/* A format other than JPEG: its library's direct loop (the ceiling), rill's decoder and the
+ * 1-thread pipeline over the same files, and PIL's rate when the run script measured it. */
+static void compare_format(const char* fmt, const char* direct, void (*run_direct)(const blob_t*), const blob_t* set,
+                           int rounds, double mp, double pil) {
+  pipeline_df = memory_df(set, &pipeline_col);
+  method_t m[] = {{run_direct, set, 0, 0}, {run_rill_internal, set, 0, 0}, {run_rill_pipeline, set, RILL_THREADS_NONE, 0}};
+  measure(m, 3, rounds > 2 ? rounds - 2 : 1);
+  rill_df_free(pipeline_df);
+  double d = m[0].best, r = m[1].best, p = m[2].best;
+  char what[64];
+  snprintf(what, sizeof what, "%s %s", fmt, direct);
+  printf("  %-44s %8.0f img/s %7.1f MP/s\n", what, d, d * mp);
+  snprintf(what, sizeof what, "%s rill decoder (internal call)", fmt);
+  printf("  %-44s %8.0f img/s %7.1f MP/s  %.3fx direct\n", what, r, r * mp, r / d);
+  snprintf(what, sizeof what, "%s rill pipeline (rill_image_decode)", fmt);
+  printf("  %-44s %8.0f img/s %7.1f MP/s  %.3fx direct\n", what, p, p * mp, p / d);
+  snprintf(what, sizeof what, "%s PIL", fmt);
+  if (pil > 0) printf("  %-44s %8.0f img/s  rill pipeline / PIL: %.2fx\n", what, pil, p / pil);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: bench_decode LIST [--max N] [--pil RATE] [--pil-png RATE]\n");
+    fprintf(stderr, "usage: bench_decode LIST [--max N] [--pil RATE] [--pil-png RATE] [--pil-webp RATE]\n");
     return 2;
   }
   int max = 1 << 30;
-  double pil = 0, pil_png = 0;
+  double pil = 0, pil_png = 0, pil_webp = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--max")) max = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--pil")) pil = atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--pil-png")) pil_png = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "--pil-webp")) pil_webp = atof(argv[i + 1]);
   }
   FILE* lf = fopen(argv[1], "r");
   if (!lf) {
@@ -204,8 +244,9 @@ int main(int argc, char** argv) {
     nfiles++;
   }
   fclose(lf);
-  /* the same images as PNG (for the PNG comparison), pixels counted on the way */
+  /* the same images as PNG and WebP (for their comparisons), pixels counted on the way */
   pngs = calloc((size_t)nfiles, sizeof *pngs);
+  webps = calloc((size_t)nfiles, sizeof *webps);
   tjhandle h = tjInitDecompress();
   for (int i = 0; i < nfiles; i++) {
     int w, hh, ss, cs;
@@ -227,6 +268,13 @@ int main(int argc, char** argv) {
       fprintf(stderr, "PNG encode failed: %s\n", im.message);
       return 1;
     }
+#if RILL_HAVE_WEBP
+    uint8_t* enc = NULL;
+    webps[i].n = WebPEncodeRGB(dst, w, hh, w * 3, 80, &enc);
+    webps[i].p = malloc(webps[i].n);
+    memcpy(webps[i].p, enc, webps[i].n);
+    WebPFree(enc);
+#endif
   }
   tjDestroy(h);
   double mp = total_pixels / nfiles / 1e6;
@@ -251,19 +299,14 @@ int main(int argc, char** argv) {
     printf("  rill pipeline / PIL: %.2fx   rill decoder / PIL: %.2fx\n", rp / pil, ri / pil);
   }
 
-  pipeline_df = memory_df(pngs, &pipeline_col);
-  method_t pm[] = {{run_png_simplified, pngs, 0, 0},
-                   {run_rill_internal, pngs, 0, 0},
-                   {run_rill_pipeline, pngs, RILL_THREADS_NONE, 0}};
-  measure(pm, 3, rounds > 2 ? rounds - 2 : 1);
-  rill_df_free(pipeline_df);
-  double pd = pm[0].best, pr = pm[1].best, pp = pm[2].best;
-  printf("  %-44s %8.0f img/s %7.1f MP/s\n", "PNG direct libpng png_image_* (ceiling)", pd, pd * mp);
-  printf("  %-44s %8.0f img/s %7.1f MP/s  %.3fx direct\n", "PNG rill decoder (internal call)", pr, pr * mp, pr / pd);
-  printf("  %-44s %8.0f img/s %7.1f MP/s  %.3fx direct\n", "PNG rill pipeline (rill_image_decode)", pp, pp * mp, pp / pd);
-  if (pil_png > 0) printf("  %-44s %8.0f img/s  rill pipeline / PIL: %.2fx\n", "PNG PIL", pil_png, pp / pil_png);
+  compare_format("PNG", "direct libpng png_image_* (ceiling)", run_png_simplified, pngs, rounds, mp, pil_png);
+#if RILL_HAVE_WEBP
+  compare_format("WebP", "direct WebPDecodeRGBInto (ceiling)", run_webp_direct, webps, rounds, mp, pil_webp);
+#else
+  printf("  WebP: skipped (rill built without libwebp)\n");
+#endif
 
-  for (int i = 0; i < nfiles; i++) free(files[i].p), free(pngs[i].p);
-  free(files), free(pngs), free(dst);
+  for (int i = 0; i < nfiles; i++) free(files[i].p), free(pngs[i].p), free(webps[i].p);
+  free(files), free(pngs), free(webps), free(dst);
   return 0;
 }

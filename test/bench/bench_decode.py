@@ -1,11 +1,12 @@
 """PIL peer of bench_decode: decodes the same JPEGs (in memory) to RGB, then the same images
-re-encoded as PNG. Prints 'JPEG_IMAGES_PER_S PNG_IMAGES_PER_S' (best of 3 passes after a
-warm-up; process CPU time, like the C side). Usage: python3 bench_decode.py LIST [MAX]"""
+re-encoded as PNG and as lossy WebP (quality 80). Prints 'JPEG PNG WEBP' in images per second
+(best of 3 passes after a warm-up; process CPU time, like the C side; WEBP 0 when PIL has no
+WebP). Usage: python3 bench_decode.py LIST [MAX]"""
 import io
 import sys
 import time
 
-from PIL import Image
+from PIL import Image, features
 
 
 def rate(blobs):
@@ -30,12 +31,16 @@ def main():
     for p in paths:
         with open(p, "rb") as f:
             jpegs.append(f.read())
-    pngs = []
+    pngs, webps = [], []
     for b in jpegs:
         out = io.BytesIO()
         Image.open(io.BytesIO(b)).convert("RGB").save(out, format="PNG")
         pngs.append(out.getvalue())
-    print(f"{rate(jpegs):.1f} {rate(pngs):.1f}")
+        if features.check("webp"):
+            out = io.BytesIO()
+            Image.open(io.BytesIO(b)).convert("RGB").save(out, format="WEBP", quality=80)
+            webps.append(out.getvalue())
+    print(f"{rate(jpegs):.1f} {rate(pngs):.1f} {rate(webps) if webps else 0:.1f}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Decode-only benchmark: rill vs direct tjDecompress2, PIL, and direct libpng (see bench_decode.c).
+# Decode-only benchmark: rill vs direct tjDecompress2, PIL, direct libpng and libwebp (see bench_decode.c).
 # Uses the real-image corpus (built by test/data/get_images.sh when absent).
 # Environment from `make bench`: ROOT, BUILD. DECODE_MAX limits the number of images.
 set -euo pipefail
@@ -15,8 +15,8 @@ find "$data/corpus" -name '*.jpg' | sort > "$list"
 max=${DECODE_MAX:-1000}
 pil_args=()
 if /usr/bin/python3 -c 'import PIL' 2>/dev/null; then
-  read -r pil pil_png < <(/usr/bin/python3 "$ROOT/test/bench/bench_decode.py" "$list" "$max")
-  pil_args=(--pil "$pil" --pil-png "$pil_png")
+  read -r pil pil_png pil_webp < <(/usr/bin/python3 "$ROOT/test/bench/bench_decode.py" "$list" "$max")
+  pil_args=(--pil "$pil" --pil-png "$pil_png" --pil-webp "$pil_webp")
 else
   echo "run_decode: /usr/bin/python3 has no PIL (Debian package python3-pil): PIL column skipped"
 fi

@@ -1,5 +1,6 @@
-/* libFuzzer target for the image decoders: probe, plan and decode arbitrary bytes as JPEG or
- * PNG, whole and as a region (packed and padded), with every output channel count; and JPEG
+/* libFuzzer target for the image decoders: probe, plan and decode arbitrary bytes as JPEG,
+ * PNG or WebP, whole and as a region (packed and padded), with every output channel count;
+ * WebP regions, which must give the pixels of a whole decode there; and JPEG
  * regions through the entropy marks (made by the decode that checks the file, then kept:
  * seeks and cuts; or a baseline copy of a file the marks cannot follow, with its marks),
  * which must give the outcome and the pixels of a decode from the file's start; and regions
@@ -77,6 +78,31 @@ static void marks_case(const uint8_t* data, size_t size, const rill__img_info_t*
   free(a), free(b);
 }
 
+/* A WebP region on odd coordinates, RGBA and gray: where the whole image decodes, the region
+ * decodes too, to the same pixels. */
+static void webp_case(const uint8_t* data, size_t size, const rill__img_info_t* info) {
+  for (int c = 1; c <= 4; c += 3) {
+    rill_error_t err;
+    rill__img_request_t whole = {.channels = c, .max_pixels = 1 << 22};
+    rill__img_request_t part = {.channels = c, .max_pixels = 1 << 22, .x = info->width / 3 | 1,
+                                .y = info->height / 3 | 1};
+    if (part.x >= info->width || part.y >= info->height) return;
+    part.w = (info->width - part.x + 1) / 2, part.h = (info->height - part.y + 1) / 2;
+    size_t wb = (size_t)info->width * (size_t)info->height * (size_t)c, pb = (size_t)part.w * (size_t)part.h * (size_t)c;
+    uint8_t *a = malloc(wb), *b = malloc(pb ? pb : 1);
+    rill__img_out_t out;
+    if (!a || !b) abort();
+    if (rill__img_decode(data, size, &whole, a, wb, &out, &err) == RILL_OK) {
+      if (rill__img_decode(data, size, &part, b, pb, &out, &err) != RILL_OK) abort();
+      for (int y = 0; y < part.h; y++)
+        if (memcmp(b + (size_t)y * part.w * c, a + ((size_t)(part.y + y) * info->width + part.x) * c,
+                   (size_t)part.w * c) != 0)
+          abort();
+    }
+    free(a), free(b);
+  }
+}
+
 #if RILL_HAVE_JPEG
 #include "../image_enc.h"
 
@@ -135,5 +161,6 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (info.format == RILL__IMG_JPEG && info.width > 2 && info.height > 2 &&
       (int64_t)info.width * info.height <= (1 << 22))
     marks_case(data, size, &info);
+  if (info.format == RILL__IMG_WEBP && (int64_t)info.width * info.height <= (1 << 22)) webp_case(data, size, &info);
   return 0;
 }

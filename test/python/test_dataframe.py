@@ -23,6 +23,12 @@ def jpeg(arr, progressive=False, quality=95):
     return buf.getvalue()
 
 
+def webp(arr, **kw):
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="WEBP", **kw)
+    return buf.getvalue()
+
+
 def images(n=5):
     rng = np.random.default_rng(0)
     return [rng.integers(0, 256, (6 + 2 * i, 10 - 2 * i, 3), dtype=np.uint8) for i in range(n)]  # even margins for centre crops
@@ -143,6 +149,63 @@ def test_decode_and_image_operators_match_pil_and_numpy():
     np.testing.assert_array_equal(np.concatenate([r["y"].to_numpy() for r in rows]), np.eye(3, dtype=np.float32)[labels])
     again = [r["rrc"].to_numpy() for r in df.iter(seed=1, columns=["rrc"], threads=2)]
     np.testing.assert_array_equal(np.concatenate(again), np.concatenate([r["rrc"].to_numpy() for r in rows]))
+
+
+@pytest.mark.skipif(not rill.has_feature("webp"), reason="rill built without libwebp")
+def test_webp_decodes_and_fused_operators_match_png_and_pil(tmp_path):
+    # lossless WebP holds a PNG's pixels exactly: every operator gives the same bytes from
+    # either; a lossy one decodes to libwebp's pixels, which PIL shows too
+    rng = np.random.default_rng(3)
+    y, x = np.mgrid[0:45, 0:67]
+    photo = np.stack([x * 3 + y, x * y // 9, 128 + 90 * np.sin(x / 5.0)], -1).astype(np.uint8)
+    imgs = images() + [photo, rng.integers(0, 256, (33, 41, 3), dtype=np.uint8)]
+    rgba = np.concatenate([photo, (1 + (x * 5 + y * 3) % 255).astype(np.uint8)[..., None]], -1)
+    outputs = {}
+    for name, encode in (("png", png), ("webp", lambda a: webp(a, lossless=True, exact=True))):
+        df = rill.from_numpy({"bytes": [encode(a) for a in imgs]})
+        df.decode("img", "bytes")
+        df.random_resized_crop("rrc", "bytes", (9, 7), scale=(0.2, 1.0))
+        df.resize("small", "bytes", (5, 6))
+        df.random_resized_crop("rrc2", "bytes", 8)
+        df.normalize("x", "rrc2", mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3), flip=0.5)
+        outputs[name] = [{c: r[c].to_numpy() if c != "img" else np.asarray(r[c].to_pylist()[0], np.uint8)
+                          for c in ("img", "rrc", "small", "x")} for e in range(2) for r in df.iter(seed=4, epoch=e)]
+    assert len(outputs["png"]) == len(outputs["webp"]) == 2 * len(imgs)
+    for a, b in zip(outputs["png"], outputs["webp"]):
+        for c in a:
+            np.testing.assert_array_equal(a[c], b[c], err_msg=c)
+    for a, got in zip(imgs, outputs["webp"][:len(imgs)]):
+        np.testing.assert_array_equal(got["img"], a)
+    lossy = [webp(a, quality=70) for a in imgs] + [webp(rgba, quality=70), webp(rgba, lossless=True, exact=True)]
+    df = rill.from_numpy({"bytes": lossy})
+    df.decode("rgb", "bytes")
+    df.decode("rgba", "bytes", channels=4)
+    rows = list(df.iter())
+    assert len(rows) == len(lossy)
+    for data, row in zip(lossy, rows):
+        with Image.open(io.BytesIO(data)) as im:
+            ref = np.asarray(im.convert("RGBA"))
+        np.testing.assert_array_equal(np.asarray(row["rgba"].to_pylist()[0], np.uint8), ref)
+        np.testing.assert_array_equal(np.asarray(row["rgb"].to_pylist()[0], np.uint8), ref[..., :3])
+    np.testing.assert_array_equal(np.asarray(rows[-1]["rgba"].to_pylist()[0], np.uint8), rgba)
+    # a damaged file names its row; an animation is refused; a folder lists .webp files
+    bad = rill.from_numpy({"path": ["ok.webp", "cut.webp"], "bytes": [lossy[0], lossy[5][: len(lossy[5]) - 40]]})
+    bad.decode("img", "bytes")
+    it = bad.iter()
+    next(it)
+    with pytest.raises(rill.FormatError, match=r"row 1, column 'img'.*cut\.webp.*corrupt WebP data \(truncated\)"):
+        next(it)
+    frames = [Image.fromarray(photo), Image.fromarray(photo[::-1].copy())]
+    anim = io.BytesIO()
+    frames[0].save(anim, format="WEBP", save_all=True, append_images=frames[1:], duration=50)
+    moving = rill.from_numpy({"bytes": [anim.getvalue()]})
+    moving.decode("img", "bytes")
+    with pytest.raises(rill.NotSupportedError, match="row 0, column 'img'.*animated WebP is not supported"):
+        list(moving.iter())
+    (tmp_path / "cls").mkdir()
+    (tmp_path / "cls" / "a.webp").write_bytes(lossy[0])
+    (tmp_path / "cls" / "b.txt").write_bytes(b"x")
+    assert pa.table(rill.from_image_folder(tmp_path)).column("path").to_pylist() == [str(tmp_path / "cls" / "a.webp")]
 
 
 def test_image_pipeline_batched_jpeg_folder(tmp_path):

@@ -59,12 +59,12 @@ def test_constants_come_from_the_library():
 
 
 def test_features_and_cuda_queries():
-    for name in ("cuda", "jpeg", "png", "sqlite", "threads"):
+    for name in ("cuda", "jpeg", "png", "sqlite", "threads", "webp"):
         assert rill.has_feature(name) in (True, False)
     assert rill.has_feature("threads") is True
     with pytest.raises(rill.InvalidArgumentError,
                        match=r"^unknown feature 'gpu'; features are: cuda, jpeg, png, sqlite, "
-                             r"threads$"):
+                             r"threads, webp$"):
         rill.has_feature("gpu")
     n = rill.cuda_device_count()
     assert n >= 0 and (n == 0 or rill.has_feature("cuda"))

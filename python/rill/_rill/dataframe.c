@@ -923,7 +923,7 @@ static PyMethodDef df_methods[] = {
      "Adds a binary column holding the contents of the files named by the string column `path_column`."},
     {"decode", (PyCFunction)(void (*)(void))df_decode, METH_VARARGS | METH_KEYWORDS,
      "decode(name, column, *, channels=3, max_pixels=0, on_error='raise', grain=0, path_column=None) -> int\n\n"
-     "Adds a uint8[-1,-1,channels] column of the JPEG/PNG images decoded from the binary `column`."},
+     "Adds a uint8[-1,-1,channels] column of the JPEG/PNG/WebP images decoded from the binary `column`."},
     {"random_resized_crop", (PyCFunction)(void (*)(void))df_random_resized_crop, METH_VARARGS | METH_KEYWORDS,
      "random_resized_crop(name, column, size, *, scale=(0.08, 1.0), ratio=(3/4, 4/3), interpolation='bilinear', "
      "channels=3, max_pixels=0, on_error='raise') -> int\n\n"

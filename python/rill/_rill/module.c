@@ -613,7 +613,7 @@ static const struct {
   rill_feature_t feature;
 } features[] = {
   {"cuda", RILL_FEATURE_CUDA}, {"jpeg", RILL_FEATURE_JPEG}, {"png", RILL_FEATURE_PNG},
-  {"sqlite", RILL_FEATURE_SQLITE}, {"threads", RILL_FEATURE_THREADS},
+  {"sqlite", RILL_FEATURE_SQLITE}, {"threads", RILL_FEATURE_THREADS}, {"webp", RILL_FEATURE_WEBP},
 };
 
 static PyObject* mod_has_feature(PyObject* self, PyObject* arg) {
@@ -621,7 +621,7 @@ static PyObject* mod_has_feature(PyObject* self, PyObject* arg) {
   if (name == NULL && PyErr_Occurred()) return NULL;
   for (size_t i = 0; name && i < sizeof(features) / sizeof(features[0]); i++)
     if (strcmp(name, features[i].name) == 0) return PyBool_FromLong(rill_has_feature(features[i].feature));
-  return rillpy_invalid("unknown feature %R; features are: cuda, jpeg, png, sqlite, threads", arg);
+  return rillpy_invalid("unknown feature %R; features are: cuda, jpeg, png, sqlite, threads, webp", arg);
 }
 
 static PyObject* mod_cuda_device_count(PyObject* self, PyObject* unused) {
@@ -649,7 +649,7 @@ static PyMethodDef module_methods[] = {
    "strerror(code) -> str\n\nThe static text of a rill status code (rill.OK, rill.EINVAL, ...)."},
   {"has_feature", mod_has_feature, METH_O,
    "has_feature(name) -> bool\n\nWhether rill was built with a feature: \"cuda\", \"jpeg\", "
-   "\"png\", \"sqlite\" or \"threads\". CUDA support does not imply a device: see "
+   "\"png\", \"sqlite\", \"threads\" or \"webp\". CUDA support does not imply a device: see "
    "cuda_device_count()."},
   {"cuda_device_count", mod_cuda_device_count, METH_NOARGS,
    "cuda_device_count() -> int\n\nThe number of CUDA devices (0 without CUDA support or a "
