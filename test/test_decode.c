@@ -977,7 +977,8 @@ Test(webp, bad_files) {
   cr_assert_null(decode(&t, RGB(3), &o, &err, &rc));
   cr_assert(rc == RILL_EFORMAT && strstr(err.message, "corrupt WebP data (truncated)"), "%d %s", rc, err.message);
   /* lossless data made invalid: a bitstream error */
-  buf_t l = webp_of(2, w, h, &px);
+  uint8_t* lpx;
+  buf_t l = webp_of(2, w, h, &lpx);
   memset(l.p + 26, 0xff, l.n - 26); /* its entropy codes (the header ends at byte 25) */
   cr_assert_null(decode(&l, RGB(3), &o, &err, &rc));
   cr_assert(rc == RILL_EFORMAT && strstr(err.message, "corrupt WebP data (bitstream error)"), "%d %s", rc, err.message);
@@ -998,7 +999,7 @@ Test(webp, bad_files) {
   RT_FAILS(rill__img_decode(b.p, b.n, &RGB(4), dst, 40 * 30 * 3, &o, &err), RILL_EINVAL,
            "destination of 3600 bytes is smaller than the 40x30x4 image", err);
   RT_FAILS(rill__img_decode(b.p, b.n, &RGB(2), dst, sizeof dst, &o, &err), RILL_EINVAL, "channels must be 1, 3 or 4", err);
-  free(b.p), free(l.p), free(px);
+  free(b.p), free(l.p), free(px), free(lpx);
 }
 #endif
 
