@@ -449,10 +449,11 @@ static int put_row(fill_t* f, int64_t i, const sqval_t* row, const char* const* 
     if (!out) continue;
     rill_dtype_t dt = s->types[k];
     const sqval_t* v = &row[k];
+    const char* p = ptrs[k] ? ptrs[k] : ""; /* SQLite gives no pointer for an empty BLOB */
     /* string cells hold UTF-8: TEXT or BLOB bytes of another encoding are recoded */
     int text = v->type == SQLITE_TEXT || v->type == SQLITE_BLOB;
     int64_t bad = -1, grow = 0;
-    if (dt == RILL_STRING && text && !rill__text_as_is(s->encoding, ptrs[k], v->len, &bad)) {
+    if (dt == RILL_STRING && text && !rill__text_as_is(s->encoding, p, v->len, &bad)) {
       if (s->encoding == RILL_CSV_UTF8) {
         out->offsets[i + 1] = out->data_size;
         if (s->on_error == RILL_ON_ERROR_NULL) {
@@ -465,7 +466,7 @@ static int put_row(fill_t* f, int64_t i, const sqval_t* row, const char* const* 
                                 "for another encoding see the encoding option, or read the column as binary) "
                                 "(SQL: %.200s)",
                                 (long long)f->rows[i], s->names[k], sqtype_name(v->type),
-                                (unsigned char)ptrs[k][bad], (long long)bad, s->sql);
+                                (unsigned char)p[bad], (long long)bad, s->sql);
         if (err) {
           err->row = i;
           err->column = k;
@@ -485,11 +486,11 @@ static int put_row(fill_t* f, int64_t i, const sqval_t* row, const char* const* 
       }
     }
     if (grow) {
-      out->data_size += rill__recode(s->encoding, ptrs[k], v->len, (char*)out->data + out->data_size);
+      out->data_size += rill__recode(s->encoding, p, v->len, (char*)out->data + out->data_size);
       out->offsets[i + 1] = out->data_size;
       continue;
     }
-    int vrc = store_value(out, i, dt, v, ptrs[k], &out->data_size);
+    int vrc = store_value(out, i, dt, v, p, &out->data_size);
     if (vrc == RILL_OK) continue;
     if (vrc == RILL_ENOMEM) return rill__fail(err, vrc, "sqlite: out of memory");
     if (s->on_error == RILL_ON_ERROR_NULL) {
@@ -500,7 +501,7 @@ static int put_row(fill_t* f, int64_t i, const sqval_t* row, const char* const* 
     int rc;
     if (v->type == SQLITE_TEXT)
       rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert TEXT '%.*s'%s to %s (SQL: %.200s)",
-                          (long long)f->rows[i], s->names[k], (int)(v->len > 40 ? 40 : v->len), ptrs[k],
+                          (long long)f->rows[i], s->names[k], (int)(v->len > 40 ? 40 : v->len), p,
                           v->len > 40 ? "..." : "", rill_dtype_name(dt), s->sql);
     else
       rc = rill_error_set(err, vrc, "sqlite: row %lld, column '%s': cannot convert %s value to %s (SQL: %.200s)",
@@ -741,7 +742,7 @@ static int held_load_segment(sq_t* s, held_t* h, conn_t* c, int64_t g) {
       else if (v.type == SQLITE_FLOAT) memcpy(&x, &v.d, sizeof x);
       else if (v.type == SQLITE_TEXT || v.type == SQLITE_BLOB) {
         ok = (p || v.len == 0) && held_add_bytes(s, h, g, p, v.len, &x);
-        if (ok && s->types[k] == RILL_STRING && !rill__text_as_is(s->encoding, p, v.len, NULL))
+        if (ok && v.len && s->types[k] == RILL_STRING && !rill__text_as_is(s->encoding, p, v.len, NULL))
           atomic_store(&h->recode[k], 1);
       }
       rec[k] = (uint8_t)v.type;

@@ -173,7 +173,9 @@ typedef struct rill_sqlite_opts {
  * A table whose copy would pass `table_hold_bytes` (checked before and while loading), or
  * whose load fails, keeps the point lookups (which then report any error with its row).
  * Reads in rowid order never hold the table. Row order, values and errors are the same either
- * way.
+ * way, in a database that passes SQLite's integrity check (in a corrupt one SQLite can answer
+ * a scan and a seek differently: a B-tree whose keys are out of order yields a row to the
+ * held copy's scan that a lookup by its rowid does not find).
  * The database is read with read() calls, not memory-mapped (PRAGMA mmap_size = 0), so a
  * file truncated by another process gives an SQLite error (RILL_ESQL) rather than SIGBUS.
  * Cells nulled under on_error NULL are counted in rill_iter_stats' `nulled`.

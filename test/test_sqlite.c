@@ -791,6 +791,51 @@ Test(sqlite, text_of_another_encoding) {
   sqlite3_close(db);
 }
 
+/* Empty TEXT and BLOB values (SQLite gives no pointer for an empty BLOB, and a query's rows
+ * whose values are all empty hold no bytes): empty strings in STRING columns, a value that
+ * does not convert in an INT column, whichever way the rows are read. */
+Test(sqlite, empty_text_and_blob_values) {
+  sqlite3* db = db_of("CREATE TABLE e(n INT, s TEXT);"
+                      "INSERT INTO e VALUES (1, ''), (2, x''), ('', ''), (x'', x'');");
+  const char* sources[] = {"e", "SELECT n, s FROM e"};
+  for (int src = 0; src < 2; src++) {
+    rill_error_t err = {0};
+    rill_df_t* df = NULL;
+    RT_OK(rill_df_from_sqlite_db(db, sources[src], NULL, 0, &(rill_sqlite_opts_t){.on_error = RILL_ON_ERROR_NULL}, &df,
+                                 &err),
+          err);
+    cr_assert_eq(rill_df_field(df, 0)->type.dtype, RILL_INT64);
+    cr_assert_eq(rill_df_field(df, 1)->type.dtype, RILL_STRING);
+    rill_iter_t* it;
+    RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+    rill_row_t row;
+    for (int i = 0; i < 4; i++) {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      const rill_array_t* n = rill_row_get(&row, 0);
+      int64_t nb;
+      cr_assert_eq(rill_array_is_valid(n, 0), i < 2, "source %d row %d", src, i);
+      if (i < 2) cr_assert_eq(*(const int64_t*)rill_array_cell(n, 0, &nb), i + 1);
+      const rill_array_t* t = rill_row_get(&row, 1);
+      rill_array_cell(t, 0, &nb);
+      cr_assert(rill_array_is_valid(t, 0) && nb == 0, "source %d row %d", src, i);
+    }
+    cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+    rill_iter_free(it);
+    rill_df_free(df);
+    /* RAISE names the value */
+    RT_OK(rill_df_from_sqlite_db(db, sources[src], NULL, 0, NULL, &df, &err), err);
+    RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err),
+          err);
+    int rc;
+    while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {}
+    cr_assert_eq(rc, RILL_EFORMAT);
+    cr_assert(strstr(err.message, "row 2, column 'n': cannot convert TEXT '' to int64"), "%s", err.message);
+    rill_iter_free(it);
+    rill_df_free(df);
+  }
+  sqlite3_close(db);
+}
+
 Test(sqlite, query_materialised_in_chunks) {
   char path[512];
   snprintf(path, sizeof path, "%s/q.db", rt_tmpdir());
