@@ -223,7 +223,7 @@ FUZZ_BIN := $(FUZZ_C:test/fuzz/%.c=build/fuzz/%)
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(CSTD) -Iinclude -Ilib -Iaddons \
               -DRILL_HAVE_JPEG=$(USE_JPEG_R) -DRILL_HAVE_PNG=$(USE_PNG_R) \
               -DRILL_HAVE_WEBP=$(USE_WEBP_R) -DRILL_HAVE_SQLITE=$(USE_SQLITE_R) -DRILL_HAVE_CUDA=0
-build/fuzz/%: test/fuzz/%.c $(LIB_C) $(HEADERS) test/image_enc.h
+build/fuzz/%: test/fuzz/%.c $(LIB_C) $(HEADERS) test/image_enc.h $(wildcard test/fuzz/*.h)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $< $(LIB_C) $(filter-out -L% -lcudart_static -lstdc++,$(LDLIBS))
 FUZZ_SECONDS ?= 20

@@ -291,6 +291,9 @@ typedef struct rill__img_scratch {
   size_t row_cap;
 } rill__img_scratch_t;
 
+/* One row of `w` pixels from `sc` channels (1 G, 2 GA, 3 RGB, 4 RGBA) to `dc` (1, 3, 4): gray
+ * from RGB by rill__img_luma, alpha 255 where the source has none, dropped where dc has none. */
+void rill__img_convert_row(const uint8_t* s, int sc, uint8_t* d, int dc, int w);
 /* Makes *pp (a pointer to a buffer pointer) hold at least `need` bytes; contents are not
  * kept. Returns the buffer, or NULL when out of memory. */
 void* rill__img_grow(void* pp, size_t* cap, size_t need);

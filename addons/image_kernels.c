@@ -55,6 +55,31 @@ int rill__image_set_simd(int on) {
   return s;
 }
 
+/* ---------------------------------------------------------------- channel conversion */
+
+void rill__img_convert_row(const uint8_t* s, int sc, uint8_t* d, int dc, int w) {
+  if (sc == dc) {
+    memcpy(d, s, (size_t)w * (size_t)sc);
+    return;
+  }
+  for (int i = 0; i < w; i++, s += sc, d += dc) {
+    int r, g, b, a = 255;
+    if (sc <= 2) {
+      r = g = b = s[0];
+      if (sc == 2) a = s[1];
+    } else {
+      r = s[0], g = s[1], b = s[2];
+      if (sc == 4) a = s[3];
+    }
+    if (dc == 1) {
+      d[0] = sc <= 2 ? (uint8_t)r : rill__img_luma(r, g, b);
+    } else {
+      d[0] = (uint8_t)r, d[1] = (uint8_t)g, d[2] = (uint8_t)b;
+      if (dc == 4) d[3] = (uint8_t)a;
+    }
+  }
+}
+
 /* ---------------------------------------------------------------- scratch memory */
 
 void* rill__img_grow(void* pp, size_t* cap, size_t need) {

@@ -112,30 +112,6 @@ static int scratch_reserve(png_state_t* st, size_t bytes, rill_error_t* err) {
   return rill_error_set(err, RILL_ENOMEM, "out of memory (%zu bytes of PNG scratch)", bytes);
 }
 
-/* One row of `w` pixels from `sc` channels (1 G, 2 GA, 3 RGB, 4 RGBA) to `dc` (1, 3, 4). */
-static void convert_row(const uint8_t* s, int sc, uint8_t* d, int dc, int w) {
-  if (sc == dc) {
-    memcpy(d, s, (size_t)w * (size_t)sc);
-    return;
-  }
-  for (int i = 0; i < w; i++, s += sc, d += dc) {
-    int r, g, b, a = 255;
-    if (sc <= 2) {
-      r = g = b = s[0];
-      if (sc == 2) a = s[1];
-    } else {
-      r = s[0], g = s[1], b = s[2];
-      if (sc == 4) a = s[3];
-    }
-    if (dc == 1) {
-      d[0] = sc <= 2 ? (uint8_t)r : rill__img_luma(r, g, b);
-    } else {
-      d[0] = (uint8_t)r, d[1] = (uint8_t)g, d[2] = (uint8_t)b;
-      if (dc == 4) d[3] = (uint8_t)a;
-    }
-  }
-}
-
 int rill__png_probe(const void* buf, size_t n, rill__img_info_t* info, rill_error_t* err) {
   return parse_ihdr(buf, n, info, err);
 }
@@ -200,7 +176,7 @@ int rill__png_decode(const void* buf, size_t n, const rill__img_request_t* req, 
     for (int p = 0; p < passes; p++)
       for (int y = 0; y < info.height; y++) png_read_row(png, st->scratch + (size_t)y * rowbytes, NULL);
     for (int y = 0; y < g.h; y++)
-      convert_row(st->scratch + (size_t)(g.y + y) * rowbytes + (size_t)g.x * (size_t)sc, sc,
+      rill__img_convert_row(st->scratch + (size_t)(g.y + y) * rowbytes + (size_t)g.x * (size_t)sc, sc,
                   dst + (size_t)y * stride, channels, g.w);
   } else {
     if (!direct && (rc = scratch_reserve(st, rowbytes, err)) < 0) {
@@ -213,7 +189,7 @@ int rill__png_decode(const void* buf, size_t n, const rill__img_request_t* req, 
       uint8_t* row = direct ? dst + (size_t)(in ? y - g.y : 0) * stride : st->scratch;
       png_read_row(png, row, NULL);
       if (in && !direct)
-        convert_row(row + (size_t)g.x * (size_t)sc, sc, dst + (size_t)(y - g.y) * stride, channels, g.w);
+        rill__img_convert_row(row + (size_t)g.x * (size_t)sc, sc, dst + (size_t)(y - g.y) * stride, channels, g.w);
     }
   }
   if (g.y + g.h == info.height) png_read_end(png, NULL); /* whole file read: check its end */

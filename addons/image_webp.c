@@ -73,10 +73,9 @@ static int clamp(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; 
 
 int rill__webp_decode(const void* buf, size_t n, const rill__img_request_t* req, uint8_t* dst, size_t dst_size,
                       rill__img_out_t* out, rill_error_t* err) {
-  WebPBitstreamFeatures f;
-  int rc = features(buf, n, &f, err);
+  rill__img_info_t info;
+  int rc = rill__webp_probe(buf, n, &info, err);
   if (rc < 0) return rc;
-  rill__img_info_t info = {RILL__IMG_WEBP, f.width, f.height, f.has_alpha ? 4 : 3};
   rill__img_geom_t g;
   if ((rc = rill__img_geometry(&info, req, &g, err)) < 0) return rc;
   int channels = req->channels;
@@ -85,17 +84,15 @@ int rill__webp_decode(const void* buf, size_t n, const rill__img_request_t* req,
     return rill_error_set(err, RILL_EINVAL, "destination of %zu bytes is smaller than the %dx%dx%d image", dst_size,
                           g.w, g.h, channels);
   int oc = channels == 4 ? 4 : 3; /* libwebp's output: RGBA or RGB */
-  int whole = g.x == 0 && g.y == 0 && g.w == f.width && g.h == f.height;
-  int x0 = whole ? 0 : clamp(g.x - MARGIN, 0, f.width) & ~1, y0 = whole ? 0 : clamp(g.y - MARGIN, 0, f.height) & ~1;
-  int x1 = whole ? f.width : clamp(g.x + g.w + MARGIN, 0, f.width);
-  int y1 = whole ? f.height : clamp(g.y + g.h + MARGIN, 0, f.height);
-  if (f.has_alpha && oc == 4) y0 = 0;
+  int x0 = clamp(g.x - MARGIN, 0, info.width) & ~1, y0 = clamp(g.y - MARGIN, 0, info.height) & ~1;
+  int x1 = clamp(g.x + g.w + MARGIN, 0, info.width), y1 = clamp(g.y + g.h + MARGIN, 0, info.height);
+  if (info.channels == 4 && oc == 4) y0 = 0;
   int ww = x1 - x0, wh = y1 - y0;
   int direct = oc == channels && x0 == g.x && y0 == g.y && ww == g.w && wh == g.h;
 
   WebPDecoderConfig config;
   if (!WebPInitDecoderConfig(&config)) return rill_error_set(err, RILL_ENOTSUP, "libwebp's decoder ABI does not match");
-  if (!whole) {
+  if (ww != info.width || wh != info.height) {
     config.options.use_cropping = 1;
     config.options.crop_left = x0;
     config.options.crop_top = y0;
@@ -120,15 +117,8 @@ int rill__webp_decode(const void* buf, size_t n, const rill__img_request_t* req,
   if (s != VP8_STATUS_OK) return fail(s, "data", err);
   if (!direct) {
     const uint8_t* src = target + (size_t)(g.y - y0) * wstride + (size_t)(g.x - x0) * (size_t)oc;
-    for (int y = 0; y < g.h; y++, src += wstride) {
-      uint8_t* d = dst + (size_t)y * stride;
-      if (channels == oc) {
-        memcpy(d, src, stride);
-      } else {
-        const uint8_t* p = src;
-        for (int x = 0; x < g.w; x++, p += 3) d[x] = rill__img_luma(p[0], p[1], p[2]);
-      }
-    }
+    for (int y = 0; y < g.h; y++, src += wstride)
+      rill__img_convert_row(src, oc, dst + (size_t)y * stride, channels, g.w);
   }
   if (out) *out = (rill__img_out_t){g.w, g.h, channels, 1, 1, 0, (int64_t)stride};
   return RILL_OK;

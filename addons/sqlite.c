@@ -135,8 +135,9 @@ static void rowset_free(rowset_t* r) {
 }
 
 /* Value k of the current row of `st` into *v; returns the bytes of a TEXT or BLOB value (valid
- * until the statement moves), v->len their count. One sqlite3_column_value per value: the
- * sqlite3_value_* accessors skip the per-call statement checks of sqlite3_column_*, and only
+ * until the statement moves; "" for an empty one, for which SQLite gives no pointer; NULL with
+ * v->len > 0 when SQLite is out of memory), v->len their count. One sqlite3_column_value per
+ * value: the sqlite3_value_* accessors skip the per-call statement checks of sqlite3_column_*, and only
  * the accessor of the stored type is called, so nothing is converted or allocated. The
  * statement is used by one thread at a time. */
 static const void* read_value(sqlite3_stmt* st, int k, sqval_t* v) {
@@ -151,12 +152,12 @@ static const void* read_value(sqlite3_stmt* st, int k, sqval_t* v) {
   case SQLITE_TEXT: {
     const void* p = sqlite3_value_text(x);
     v->len = sqlite3_value_bytes(x);
-    return p;
+    return p || v->len ? p : "";
   }
   case SQLITE_BLOB: {
     const void* p = sqlite3_value_blob(x);
     v->len = sqlite3_value_bytes(x);
-    return p;
+    return p || v->len ? p : "";
   }
   default: return NULL;
   }
@@ -449,7 +450,7 @@ static int put_row(fill_t* f, int64_t i, const sqval_t* row, const char* const* 
     if (!out) continue;
     rill_dtype_t dt = s->types[k];
     const sqval_t* v = &row[k];
-    const char* p = ptrs[k] ? ptrs[k] : ""; /* SQLite gives no pointer for an empty BLOB */
+    const char* p = ptrs[k];
     /* string cells hold UTF-8: TEXT or BLOB bytes of another encoding are recoded */
     int text = v->type == SQLITE_TEXT || v->type == SQLITE_BLOB;
     int64_t bad = -1, grow = 0;
@@ -519,8 +520,11 @@ static int put_row(fill_t* f, int64_t i, const sqval_t* row, const char* const* 
 static int put_held_row(fill_t* f, int64_t i, const rowset_t* rs, int64_t r, const char** ptrs, rill_error_t* err) {
   int ncols = f->s->ncols;
   const sqval_t* row = &rs->v[r * ncols];
-  for (int k = 0; k < ncols; k++)
-    ptrs[k] = (row[k].type == SQLITE_TEXT || row[k].type == SQLITE_BLOB) && rs->bytes ? rs->bytes + row[k].i : NULL;
+  for (int k = 0; k < ncols; k++) {
+    ptrs[k] = NULL;
+    if (row[k].type == SQLITE_TEXT || row[k].type == SQLITE_BLOB)
+      ptrs[k] = rs->bytes ? rs->bytes + row[k].i : ""; /* a set of empty values holds no bytes */
+  }
   return put_row(f, i, row, ptrs, err);
 }
 
@@ -741,8 +745,8 @@ static int held_load_segment(sq_t* s, held_t* h, conn_t* c, int64_t g) {
       if (v.type == SQLITE_INTEGER) x = v.i;
       else if (v.type == SQLITE_FLOAT) memcpy(&x, &v.d, sizeof x);
       else if (v.type == SQLITE_TEXT || v.type == SQLITE_BLOB) {
-        ok = (p || v.len == 0) && held_add_bytes(s, h, g, p, v.len, &x);
-        if (ok && v.len && s->types[k] == RILL_STRING && !rill__text_as_is(s->encoding, p, v.len, NULL))
+        ok = p && held_add_bytes(s, h, g, p, v.len, &x);
+        if (ok && s->types[k] == RILL_STRING && !rill__text_as_is(s->encoding, p, v.len, NULL))
           atomic_store(&h->recode[k], 1);
       }
       rec[k] = (uint8_t)v.type;

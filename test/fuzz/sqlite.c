@@ -15,7 +15,7 @@
 
 #include "rill.h"
 #include "rill_addons.h"
-#include "text.h"
+#include "rows.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -27,12 +27,6 @@ typedef struct outcome {
   int rc[MAX_ROWS];
   uint64_t hash[MAX_ROWS];
 } outcome_t;
-
-static uint64_t mix(uint64_t h, const void* p, size_t n) {
-  const uint8_t* b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
 
 static void read_all(rill_df_t* df, int shuffled, int threads, outcome_t* o) {
   rill_error_t err = {0};
@@ -51,23 +45,9 @@ static void read_all(rill_df_t* df, int shuffled, int threads, outcome_t* o) {
   rill_row_t row;
   int rc;
   while (o->n < MAX_ROWS && (rc = rill_iter_next(it, &row, &err)) != RILL_END) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    if (rc != RILL_OK) {
-      if (!err.message[0]) abort(); /* every error has a message */
-    } else {
-      for (int c = 0; c < row.ncolumns; c++) {
-        const rill_array_t* a = rill_row_get(&row, c);
-        int64_t nb = 0;
-        const uint8_t* p = rill_array_cell(a, 0, &nb);
-        int valid = rill_array_is_valid(a, 0);
-        if (a->type.dtype == RILL_STRING && rill__utf8_invalid((const char*)p, nb) >= 0) abort();
-        if (a->type.dtype == RILL_STRING && !valid && nb != 0) abort();
-        h = mix(h, &valid, sizeof valid);
-        if (valid) h = mix(h, p, (size_t)nb);
-      }
-    }
+    if (rc != RILL_OK && !err.message[0]) abort(); /* every error has a message */
     o->rc[o->n] = rc;
-    o->hash[o->n++] = h;
+    o->hash[o->n++] = rc == RILL_OK ? fuzz_check_row(&row) : 0;
   }
   rill_iter_free(it);
   if (view != df) rill_df_free(view);
