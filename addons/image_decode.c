@@ -142,6 +142,12 @@ int rill__img_geometry(const rill__img_info_t* info, const rill__img_request_t* 
   return RILL_OK;
 }
 
+int rill__img_dst_fits(const rill__img_geom_t* g, int channels, size_t dst_size, rill_error_t* err) {
+  if (dst_size >= (size_t)g->w * (size_t)g->h * (size_t)channels) return RILL_OK;
+  return rill_error_set(err, RILL_EINVAL, "destination of %zu bytes is smaller than the %dx%dx%d image", dst_size, g->w,
+                        g->h, channels);
+}
+
 int rill__img_plan(const rill__img_info_t* info, const rill__img_request_t* req,
                    rill__img_out_t* plan, rill_error_t* err) {
   rill__img_geom_t g;

@@ -245,6 +245,9 @@ typedef struct rill__img_geom {
  * RILL_ERANGE) and computes the geometry (DCT scaling only for JPEG). */
 int rill__img_geometry(const rill__img_info_t* info, const rill__img_request_t* req,
                        rill__img_geom_t* geom, rill_error_t* err);
+/* RILL_OK when dst_size bytes hold the region of `geom` in packed rows of `channels`, else
+ * RILL_EINVAL saying so (the decoders' check of their destination). */
+int rill__img_dst_fits(const rill__img_geom_t* geom, int channels, size_t dst_size, rill_error_t* err);
 /* Luma of 8-bit RGB (ITU-R BT.601 weights, the ones JPEG uses for Y). */
 static inline uint8_t rill__img_luma(int r, int g, int b) {
   return (uint8_t)((r * 19595 + g * 38470 + b * 7471 + 32768) >> 16);

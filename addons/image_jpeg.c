@@ -668,11 +668,10 @@ static int jpeg_run(const void* buf, size_t n, const rill__img_request_t* req, u
                           n, info.width, info.height);
   }
   int channels = req->channels;
-  size_t need = (size_t)g.w * (size_t)g.h * (size_t)channels;
-  if (dst_size < need) {
+  rc = rill__img_dst_fits(&g, channels, dst_size, err);
+  if (rc < 0) {
     jpeg_abort_decompress(c);
-    return rill_error_set(err, RILL_EINVAL, "destination of %zu bytes is smaller than the %dx%dx%d image",
-                          dst_size, g.w, g.h, channels);
+    return rc;
   }
 
   int cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;

@@ -127,12 +127,10 @@ int rill__png_decode(const void* buf, size_t n, const rill__img_request_t* req, 
   int rc = parse_ihdr(buf, n, &info, err);
   if (rc < 0) return rc;
   rill__img_geom_t g;
-  if ((rc = rill__img_geometry(&info, req, &g, err)) < 0) return rc;
   int channels = req->channels;
+  if ((rc = rill__img_geometry(&info, req, &g, err)) < 0 || (rc = rill__img_dst_fits(&g, channels, dst_size, err)) < 0)
+    return rc;
   size_t stride = (size_t)g.w * (size_t)channels;
-  if (dst_size < stride * (size_t)g.h)
-    return rill_error_set(err, RILL_EINVAL, "destination of %zu bytes is smaller than the %dx%dx%d image",
-                          dst_size, g.w, g.h, channels);
 
   png_state_t* st = state_get(err);
   if (!st) return RILL_ENOMEM;

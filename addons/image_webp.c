@@ -77,12 +77,10 @@ int rill__webp_decode(const void* buf, size_t n, const rill__img_request_t* req,
   int rc = rill__webp_probe(buf, n, &info, err);
   if (rc < 0) return rc;
   rill__img_geom_t g;
-  if ((rc = rill__img_geometry(&info, req, &g, err)) < 0) return rc;
   int channels = req->channels;
+  if ((rc = rill__img_geometry(&info, req, &g, err)) < 0 || (rc = rill__img_dst_fits(&g, channels, dst_size, err)) < 0)
+    return rc;
   size_t stride = (size_t)g.w * (size_t)channels;
-  if (dst_size < stride * (size_t)g.h)
-    return rill_error_set(err, RILL_EINVAL, "destination of %zu bytes is smaller than the %dx%dx%d image", dst_size,
-                          g.w, g.h, channels);
   int oc = channels == 4 ? 4 : 3; /* libwebp's output: RGBA or RGB */
   int x0 = clamp(g.x - MARGIN, 0, info.width) & ~1, y0 = clamp(g.y - MARGIN, 0, info.height) & ~1;
   int x1 = clamp(g.x + g.w + MARGIN, 0, info.width), y1 = clamp(g.y + g.h + MARGIN, 0, info.height);
