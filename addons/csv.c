@@ -98,7 +98,7 @@ static inline __attribute__((always_inline)) int64_t plain_numbers_as(const rill
                                                                       int k, const int dbl, const int complete,
                                                                       int64_t j0, int64_t bn, void* o) {
   const char* d = c->data;
-  const char qc = c->quote;
+  const char qc = c->dia.q;
   const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
   const int64_t* nfs = b->nfields;
   const int64_t* sp = b->spans + 2 * k;
@@ -152,7 +152,7 @@ static inline __attribute__((always_inline)) int64_t plain_strings_as(const rill
                                                                       int64_t bn, rill_array_t* out,
                                                                       int64_t* pos_io) {
   const char* d = c->data;
-  const char qc = c->quote;
+  const char qc = c->dia.q;
   const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
   const int64_t* nfs = b->nfields;
   const int64_t* sp = b->spans + 2 * k;
@@ -309,10 +309,10 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
     size_t len = 0;
     if (!is_null) {
       int64_t fs = b->spans[j * stride + 2 * k], fe = b->spans[j * stride + 2 * k + 1];
-      if (fs == fe || c->data[fs] != c->quote) { /* unquoted: the bytes as they are */
+      if (fs == fe || c->data[fs] != c->dia.q) { /* unquoted: the bytes as they are */
         txt = c->data + fs;
         len = (size_t)(fe - fs);
-      } else if (rill__csv_unescape(c->data, fs, fe, c->quote, &s->text, &s->text_cap, &txt, &len) != RILL_OK) {
+      } else if (rill__csv_unescape(c->data, fs, fe, c->dia.q, &s->text, &s->text_cap, &txt, &len) != RILL_OK) {
         out->data_size = pos;
         return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       }
@@ -496,13 +496,13 @@ static int infer_types(rill__csv_t* c, int64_t limit, rill_error_t* err) {
   int64_t rows = limit < 0 || limit > c->nrows ? c->nrows : limit;
   for (int64_t r = 0; r < rows; r++) {
     int64_t next;
-    int64_t nf = rill__csv_split(c->data, c->size, rill__csv_start(c, r), c->delim, c->quote, sp, c->ncols, &next);
+    int64_t nf = rill__csv_split(c->data, c->size, rill__csv_start(c, r), &c->dia, sp, c->ncols, &next);
     if (nf > c->ncols) continue;
     for (int k = 0; k < nf; k++) {
       if (!mask[k] || c->types[k]) continue;
       const char* s;
       size_t n;
-      if (rill__csv_unescape(c->data, sp[2 * k], sp[2 * k + 1], c->quote, &scratch, &cap, &s, &n) != RILL_OK) {
+      if (rill__csv_unescape(c->data, sp[2 * k], sp[2 * k + 1], c->dia.q, &scratch, &cap, &s, &n) != RILL_OK) {
         rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
         goto done;
       }
@@ -536,10 +536,10 @@ done:
 /* Column names from the header record at `pos` (or generated); sets c->ncols and returns the
  * offset where data starts. */
 static int read_header(rill__csv_t* c, int64_t pos, int no_header, int64_t* data_begin, rill_error_t* err) {
-  while (pos < c->size && (c->data[pos] == '\n' || c->data[pos] == '\r')) pos++;
+  pos = rill__csv_record_start(c->data, pos, c->size, &c->dia); /* blank and comment lines go */
   if (pos >= c->size) return rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", c->name);
   int64_t next;
-  int64_t nf = rill__csv_split(c->data, c->size, pos, c->delim, c->quote, NULL, 0, &next);
+  int64_t nf = rill__csv_split(c->data, c->size, pos, &c->dia, NULL, 0, &next);
   if (nf > 100000)
     return rill__fail(err, RILL_EFORMAT, "%s:%lld: too many columns (%lld)", c->name,
                       (long long)rill__csv_line(c, pos), (long long)nf);
@@ -551,9 +551,9 @@ static int read_header(rill__csv_t* c, int64_t pos, int no_header, int64_t* data
     return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
   }
   c->ncols = (int)nf;
-  rill__csv_split(c->data, c->size, pos, c->delim, c->quote, sp, nf, &next);
+  rill__csv_split(c->data, c->size, pos, &c->dia, sp, nf, &next);
   for (int k = 0; !no_header && k < c->ncols; k++)
-    if (!rill__csv_quote_closed(c->data, sp[2 * k], sp[2 * k + 1], c->quote)) {
+    if (!rill__csv_quote_closed(c->data, sp[2 * k], sp[2 * k + 1], c->dia.q)) {
       int64_t line = rill__csv_line(c, sp[2 * k]);
       rill__free(sp);
       return rill__fail(err, RILL_EFORMAT, "%s:%lld: unterminated quoted field in the header row (column %d)",
@@ -565,7 +565,7 @@ static int read_header(rill__csv_t* c, int64_t pos, int no_header, int64_t* data
   for (int k = 0; k < c->ncols && rc == RILL_OK; k++) {
     const char* s = NULL;
     size_t n = 0;
-    if (!no_header && rill__csv_unescape(c->data, sp[2 * k], sp[2 * k + 1], c->quote, &scratch, &cap, &s, &n) != RILL_OK) {
+    if (!no_header && rill__csv_unescape(c->data, sp[2 * k], sp[2 * k + 1], c->dia.q, &scratch, &cap, &s, &n) != RILL_OK) {
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       break;
     }
@@ -641,6 +641,12 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out
   if (o->delimiter == '\n' || o->delimiter == '\r' || o->quote == '\n' || o->quote == '\r' ||
       (o->delimiter ? o->delimiter : ',') == (o->quote ? o->quote : '"'))
     return rill__fail(err, RILL_EINVAL, "%s: the delimiter and quote must differ and not be line breaks", name);
+  if (o->comment && (o->comment == '\n' || o->comment == '\r' || o->comment == (o->delimiter ? o->delimiter : ',') ||
+                     o->comment == (o->quote ? o->quote : '"')))
+    return rill__fail(err, RILL_EINVAL,
+                      "%s: the comment character must differ from the delimiter and the quote and not be a line break",
+                      name);
+  if (o->trim != 0 && o->trim != 1) return rill__fail(err, RILL_EINVAL, "%s: trim must be 0 or 1 (got %d)", name, o->trim);
   if (o->ncolumns < 0 || (o->ncolumns > 0 && !o->columns))
     return rill__fail(err, RILL_EINVAL, "%s: ncolumns %d without columns", name, o->ncolumns);
   if ((unsigned)o->encoding > RILL_CSV_LATIN1)
@@ -655,8 +661,8 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out
   atomic_init(&c->refs, 1);
   c->fd = -1;
   pthread_mutex_init(&c->mu, NULL);
-  c->delim = o->delimiter ? o->delimiter : ',';
-  c->quote = o->quote ? o->quote : '"';
+  c->dia = (rill__csv_dialect_t){.dl = o->delimiter ? o->delimiter : ',', .q = o->quote ? o->quote : '"',
+                                 .cm = o->comment, .trim = o->trim};
   c->on_error = o->on_error;
   c->encoding = o->encoding;
   *out = c;

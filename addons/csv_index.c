@@ -59,7 +59,7 @@ typedef struct index_job {
   const char* d;
   int64_t* bounds;            /* nchunks + 1 */
   int64_t nchunks;
-  char dl, q;
+  const rill__csv_dialect_t* dia;
   int64_t expected;
   rill__csv_spec_t* out;                /* scan from the start of a record */
   int64_t sample, sample_lines; /* bytes and line breaks of a leading sample: sizes the row lists */
@@ -82,7 +82,7 @@ static void* index_worker(void* arg) {
       if (est > 1024 && est > st->cap && (st->v = rill__alloc((size_t)est * sizeof *st->v)) != NULL)
         st->cap = est;
     }
-    rill__csv_scan_chunk(job->d, b, e, 0, job->dl, job->q, job->expected, &job->out[k], NULL);
+    rill__csv_scan_chunk(job->d, b, e, 0, job->dia, job->expected, &job->out[k], NULL);
     rill__csv_drop(job->csv, b, e);
   }
   return NULL;
@@ -256,8 +256,8 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
     rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory for the row index", c->name);
     goto done;
   }
-  index_job_t job = {.csv = c, .d = c->data, .bounds = bounds, .nchunks = nch, .dl = c->delim,
-                     .q = c->quote, .expected = expected, .out = out};
+  index_job_t job = {.csv = c, .d = c->data, .bounds = bounds, .nchunks = nch, .dia = &c->dia,
+                     .expected = expected, .out = out};
   job.sample = span < ((int64_t)1 << 20) ? span : ((int64_t)1 << 20);
   for (const char *p = c->data + begin, *pe = p + job.sample; p < pe && (p = memchr(p, '\n', (size_t)(pe - p))); p++)
     job.sample_lines++;
@@ -288,7 +288,7 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
     /* the previous chunk ended inside quotes: rescan this one from there (rare, so done here
      * rather than for every chunk up front) */
     if (inq && out[k].rc == RILL_OK)
-      rill__csv_scan_chunk(c->data, bounds[k], bounds[k + 1], 1, c->delim, c->quote, expected, &in[k], &out[k]);
+      rill__csv_scan_chunk(c->data, bounds[k], bounds[k + 1], 1, &c->dia, expected, &in[k], &out[k]);
     rill__csv_spec_t* s = inq ? &in[k] : &out[k];
     if (out[k].rc != RILL_OK || s->rc != RILL_OK) {
       rill__free(pick);

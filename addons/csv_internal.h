@@ -10,6 +10,20 @@
 #include "addon.h"
 #include "rill_addons.h"
 
+/* How an input's records are written (rill_csv_opts_t): the delimiter, the quote, the comment
+ * character (0: none; a line that starts with it is not a record) and `trim` (spaces and tabs
+ * around fields are not part of them, a quote after such blanks opens a quoted field, and a
+ * line of blanks is not a record). */
+typedef struct rill__csv_dialect {
+  char dl, q, cm;
+  int trim;
+} rill__csv_dialect_t;
+
+/* A blank that `trim` removes: a space or a tab that is not the delimiter. */
+static inline int rill__csv_blank(const rill__csv_dialect_t* x, char ch) {
+  return (ch == ' ' || ch == '\t') && ch != x->dl;
+}
+
 /* A block of rows of the row index (see rill__csv_t.blocks). */
 typedef struct rill__csv_block {
   int64_t base;
@@ -27,7 +41,7 @@ typedef struct rill__csv {
   void* map;                  /* mmap'ed region or NULL */
   int fd;                     /* the mapped file (size checks), or -1 */
   void* owned;                /* copied buffer or NULL */
-  char delim, quote;
+  rill__csv_dialect_t dia;
   int ncols;
   char** names;
   rill_dtype_t* types;
@@ -83,9 +97,13 @@ void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b);
 /* ---- scanning (csv_scan.c) */
 
 /* Splits the record at `pos` of d[0..size) into fields: up to `max` (start, end) byte spans
- * go to `sp`; returns the number of fields; *next = offset after the record's line end. */
-int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp, int64_t max,
-                        int64_t* next);
+ * go to `sp` (without the blanks around them under x->trim); returns the number of fields;
+ * *next = offset after the record's line end. */
+int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, const rill__csv_dialect_t* x, int64_t* sp,
+                        int64_t max, int64_t* next);
+/* The first record start at or after `pos` (a line start) of d[0..end): line breaks, comment
+ * lines and (trim) lines of blanks are passed over; `end` when there is none. */
+int64_t rill__csv_record_start(const char* d, int64_t pos, int64_t end, const rill__csv_dialect_t* x);
 /* Splits rows[0..n) of c as rill__csv_split does (row j's spans at sp + j * stride, at most
  * `max`; its field count in nfields[j]) at SIMD `level` (0: byte loops only, 1: SSE2 masks,
  * 2: AVX2 masks; a level above the machine's is lowered). Every level gives the same results. */
@@ -147,17 +165,19 @@ typedef struct rill__csv_spec {
 /* Scans d[begin, end) for record starts, from the start of a record or (in_quotes) from
  * inside a quoted field. With `ref` (the scan of the same chunk from a record start), stops
  * when a record starts where one of ref's does and takes ref's results from there. */
-void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
+void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quotes, const rill__csv_dialect_t* x,
                           int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref);
 /* The state machine alone (rill__csv_scan_chunk uses it from inside quotes, with `ref`, and
  * where the bitmask scan gives up). */
-void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
-                                  int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref);
+void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int in_quotes,
+                                  const rill__csv_dialect_t* x, int64_t expected, rill__csv_spec_t* s,
+                                  const rill__csv_spec_t* ref);
 /* The bitmask scan from a record start at SIMD `level` (0 portable, 1 SSE2, 2 AVX2; a level
  * above the machine's is lowered): 1 with the results in *s (s->rc), 0 when it gave up
- * (*s then holds partial results). Every level gives the same results. */
-int rill__csv_scan_chunk_masks(const char* d, int64_t begin, int64_t end, char dl, char q, int64_t expected,
-                               rill__csv_spec_t* s, int level);
+ * (*s then holds partial results; it gives up at a comment line, and under trim at a line of
+ * blanks). Every level gives the same results. */
+int rill__csv_scan_chunk_masks(const char* d, int64_t begin, int64_t end, const rill__csv_dialect_t* x,
+                               int64_t expected, rill__csv_spec_t* s, int level);
 /* The highest SIMD level this machine runs (see above). */
 int rill__csv_scan_simd_level(void);
 

@@ -82,9 +82,10 @@ static int64_t count_unquoted(const char* d, int64_t i, int64_t end, char dl, ch
 #endif
 
 /* rill__csv_split with 16-byte masks for unquoted fields and byte loops for quoted ones: any
- * record, up to the end of the input. */
-static int64_t split_bytes(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp, int64_t max,
-                           int64_t* next) {
+ * record, up to the end of the input. The spans keep their blanks (see trim_spans). */
+static int64_t split_bytes(const char* d, int64_t size, int64_t pos, const rill__csv_dialect_t* x, int64_t* sp,
+                           int64_t max, int64_t* next) {
+  const char dl = x->dl, q = x->q;
   int64_t nf = 0, i = pos;
 #if CSV_SIMD
   __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q);
@@ -120,8 +121,11 @@ static int64_t split_bytes(const char* d, int64_t size, int64_t pos, char dl, ch
       }
     }
 #endif
-    if (i == fs && i < size && d[i] == q) {
-      i++;
+    int64_t qs = fs; /* where a quote opens the field: its start, or after its blanks (trim) */
+    if (x->trim)
+      while (qs < size && rill__csv_blank(x, d[qs])) qs++;
+    if (qs >= i && qs < size && d[qs] == q) {
+      i = qs + 1;
       for (;;) {
         int64_t p = find_byte(d, i, size, q);
         if (p == size) { i = size; break; }
@@ -139,6 +143,38 @@ static int64_t split_bytes(const char* d, int64_t size, int64_t pos, char dl, ch
     else i++;
     *next = i;
     return nf;
+  }
+}
+
+/* Spans sp[0 .. 2n) without the blanks at their ends (x->trim): a quoted field's closing
+ * quote ends the blanks after it. */
+static void trim_spans(const char* d, const rill__csv_dialect_t* x, int64_t* sp, int64_t n) {
+  for (int64_t k = 0; k < n; k++) {
+    int64_t s = sp[2 * k], e = sp[2 * k + 1];
+    while (s < e && rill__csv_blank(x, d[s])) s++;
+    while (e > s && rill__csv_blank(x, d[e - 1])) e--;
+    sp[2 * k] = s;
+    sp[2 * k + 1] = e;
+  }
+}
+
+/* The line break ending the line at `i` (or `end`) when that line is not a record: a comment
+ * line, or (trim) a line of blanks; else -1. */
+static int64_t skipped_line(const char* d, int64_t i, int64_t end, const rill__csv_dialect_t* x) {
+  int comment = x->cm && d[i] == x->cm;
+  if (!comment && !(x->trim && rill__csv_blank(x, d[i]))) return -1;
+  for (; i < end && d[i] != '\n' && d[i] != '\r'; i++)
+    if (!comment && !rill__csv_blank(x, d[i])) return -1;
+  return i;
+}
+
+int64_t rill__csv_record_start(const char* d, int64_t pos, int64_t end, const rill__csv_dialect_t* x) {
+  for (;;) {
+    while (pos < end && (d[pos] == '\n' || d[pos] == '\r')) pos++;
+    if (pos >= end) return end;
+    int64_t e = skipped_line(d, pos, end, x);
+    if (e < 0) return pos;
+    pos = e;
   }
 }
 
@@ -207,8 +243,10 @@ enum { S_START, S_FIELD, S_UNQ, S_Q, S_QQ };
 
 static int is_nl(char c) { return c == '\n' || c == '\r'; }
 
-void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
-                                  int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref) {
+void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int in_quotes,
+                                  const rill__csv_dialect_t* x, int64_t expected, rill__csv_spec_t* s,
+                                  const rill__csv_spec_t* ref) {
+  const char dl = x->dl, q = x->q;
   int st = in_quotes ? S_Q : S_START;
   int64_t i = begin, rec = -1, nf = 0, j = 0;
   s->rc = RILL_OK;
@@ -220,8 +258,10 @@ void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int
   while (i < end) {
     char c = d[i];
     switch (st) {
-    case S_START:
+    case S_START: {
       if (is_nl(c)) { i++; break; }
+      int64_t skip = skipped_line(d, i, end, x);
+      if (skip >= 0) { i = skip; break; }
       if (ref) {
         while (j < ref->starts.n && rill__csv_rows_at(&ref->starts, j) < i) j++;
         if (j < ref->starts.n && rill__csv_rows_at(&ref->starts, j) == i) {
@@ -243,7 +283,9 @@ void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int
       if (rill__csv_rows_push(&s->starts, i) != RILL_OK) { s->rc = RILL_ENOMEM; return; }
       st = S_FIELD;
       break;
+    }
     case S_FIELD:
+      if (x->trim && rill__csv_blank(x, c)) { i++; break; } /* a quote may still open the field */
 #if CSV_SIMD
       if (c != q && c != dl && !is_nl(c) && i + 16 <= end) {
         int64_t fs;
@@ -252,7 +294,10 @@ void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int
           i++;
           goto record_end;
         }
-        st = i == fs ? S_FIELD : S_UNQ;
+        int64_t k = fs; /* bytes of the field so far: blanks only (trim) leave it at its start */
+        if (x->trim)
+          while (k < i && rill__csv_blank(x, d[k])) k++;
+        st = k == i ? S_FIELD : S_UNQ;
         break;
       }
 #endif
@@ -340,7 +385,10 @@ static inline uint64_t prefix_xor(uint64_t x) {
   return x;
 }
 
+/* `skips` (a constant where the body is expanded): x has comment lines or trim, so a line may
+ * not be a record; the state machine then scans the chunk. */
 #define SCAN_BODY(MASKS, POPCNT)                                                                       \
+  const char dl = x->dl, q = x->q;                                                                     \
   uint64_t inq = 0;     /* all ones: inside quotes at the end of the previous block */                 \
   uint64_t prev_nl = 1; /* bit 0: the byte before is a line break outside quotes (or none) */          \
   uint64_t prev_fb = 1; /* bit 0: a quote may open at the next byte */                                 \
@@ -392,6 +440,7 @@ static inline uint64_t prefix_xor(uint64_t x) {
       uint64_t bit = (uint64_t)1 << b;                                                                 \
       int64_t dpos = dcount + POPCNT(dout & (bit - 1));                                                \
       if (st & bit) {                                                                                  \
+        if (skips && skipped_line(d, i + b, end, x) >= 0) return 0;                                    \
         rec = i + b;                                                                                   \
         rec_d = dpos;                                                                                  \
         if (rill__csv_rows_push(&s->starts, rec) != RILL_OK) { s->rc = RILL_ENOMEM; return 1; }         \
@@ -447,9 +496,15 @@ static inline void masks_bytes(const char* p, char dl, char q, scan_masks_t* m) 
 #define MASKS_PORTABLE masks_bytes
 #endif
 
-static int scan_chunk_masks(const char* d, int64_t begin, int64_t end, char dl, char q, int64_t expected,
-                            rill__csv_spec_t* s) {
+__attribute__((always_inline)) static inline int scan_masks_as(const char* d, int64_t begin, int64_t end,
+                                                                const rill__csv_dialect_t* x, int64_t expected,
+                                                                rill__csv_spec_t* s, const int skips) {
   SCAN_BODY(MASKS_PORTABLE, __builtin_popcountll)
+}
+
+static int scan_chunk_masks(const char* d, int64_t begin, int64_t end, const rill__csv_dialect_t* x,
+                            int64_t expected, rill__csv_spec_t* s) {
+  return x->cm || x->trim ? scan_masks_as(d, begin, end, x, expected, s, 1) : scan_masks_as(d, begin, end, x, expected, s, 0);
 }
 
 #if defined(__GNUC__) && defined(__x86_64__) && CSV_SIMD
@@ -468,10 +523,17 @@ __attribute__((target("avx2,popcnt,bmi"))) static inline void masks_avx2(const c
 #undef M2
 }
 
-__attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(const char* d, int64_t begin,
-                                                                           int64_t end, char dl, char q,
-                                                                           int64_t expected, rill__csv_spec_t* s) {
+__attribute__((target("avx2,popcnt,bmi"), always_inline)) static inline int scan_masks_avx2_as(
+    const char* d, int64_t begin, int64_t end, const rill__csv_dialect_t* x, int64_t expected, rill__csv_spec_t* s,
+    const int skips) {
   SCAN_BODY(masks_avx2, _mm_popcnt_u64)
+}
+
+__attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(const char* d, int64_t begin,
+                                                                           int64_t end, const rill__csv_dialect_t* x,
+                                                                           int64_t expected, rill__csv_spec_t* s) {
+  return x->cm || x->trim ? scan_masks_avx2_as(d, begin, end, x, expected, s, 1)
+                          : scan_masks_avx2_as(d, begin, end, x, expected, s, 0);
 }
 #else
 #define CSV_AVX2 0
@@ -487,6 +549,7 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
  * does not hold, or where a step would read past the input, it returns -1 and the byte loop
  * splits the record. Otherwise its spans, count and *next are the byte loop's. */
 #define SPLIT_BODY(MASKS)                                                                               \
+  const char dl = x->dl, q = x->q;                                                                      \
   int64_t nf = 0, fs = pos;                                                                             \
   uint64_t inq = 0, prev_fb = 1, prev_cq = 0; /* as in SCAN_BODY */                                     \
   for (int64_t i = pos; i + 64 <= size; i += 64) {                                                      \
@@ -548,15 +611,17 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
   for (int64_t j = 0; j < n; j++) {                                                                     \
     int64_t pos = rill__csv_start(c, rows[j]);                                                          \
     if (pos + CSV_AHEAD < c->size) __builtin_prefetch(d + pos + CSV_AHEAD);                             \
-    int64_t nf = SPLIT(d, c->size, pos, c->delim, c->quote, sp + j * stride, max, &next);               \
-    nfields[j] = nf >= 0 ? nf : split_bytes(d, c->size, pos, c->delim, c->quote, sp + j * stride, max, &next); \
+    int64_t nf = SPLIT(d, c->size, pos, &c->dia, sp + j * stride, max, &next);                           \
+    nfields[j] = nf >= 0 ? nf : split_bytes(d, c->size, pos, &c->dia, sp + j * stride, max, &next);        \
+    if (c->dia.trim) trim_spans(d, &c->dia, sp + j * stride, nfields[j] < max ? nfields[j] : max);         \
   }
 
 #if CSV_SIMD
 #define POPCNT pop64
 static inline int pop64(uint64_t x) { return pop16((unsigned)(x & 0xffff)) + pop16((unsigned)(x >> 16 & 0xffff)) + pop16((unsigned)(x >> 32 & 0xffff)) + pop16((unsigned)(x >> 48)); }
-__attribute__((always_inline)) static inline int64_t split_masks(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp,
-                                  int64_t max, int64_t* next) {
+__attribute__((always_inline)) static inline int64_t split_masks(const char* d, int64_t size, int64_t pos,
+                                                                 const rill__csv_dialect_t* x, int64_t* sp, int64_t max,
+                                                                 int64_t* next) {
   SPLIT_BODY(masks_sse2)
 }
 static void split_rows_sse2(const rill__csv_t* c, const int64_t* rows, int64_t n, int64_t* sp, int64_t stride,
@@ -569,7 +634,8 @@ static void split_rows_sse2(const rill__csv_t* c, const int64_t* rows, int64_t n
 #if CSV_AVX2
 #define POPCNT _mm_popcnt_u64
 __attribute__((target("avx2,popcnt,bmi"), always_inline)) static inline int64_t split_masks_avx2(const char* d, int64_t size,
-                                                                                 int64_t pos, char dl, char q,
+                                                                                 int64_t pos,
+                                                                                 const rill__csv_dialect_t* x,
                                                                                  int64_t* sp, int64_t max,
                                                                                  int64_t* next) {
   SPLIT_BODY(masks_avx2)
@@ -580,9 +646,9 @@ __attribute__((target("avx2,popcnt,bmi"))) static void split_rows_avx2(const ril
   SPLIT_ROWS_BODY(split_masks_avx2)
 }
 __attribute__((target("avx2,popcnt,bmi"))) static int64_t split_one_avx2(const char* d, int64_t size, int64_t pos,
-                                                                        char dl, char q, int64_t* sp, int64_t max,
-                                                                        int64_t* next) {
-  return split_masks_avx2(d, size, pos, dl, q, sp, max, next);
+                                                                        const rill__csv_dialect_t* x, int64_t* sp,
+                                                                        int64_t max, int64_t* next) {
+  return split_masks_avx2(d, size, pos, x, sp, max, next);
 }
 #undef POPCNT
 #endif
@@ -604,22 +670,25 @@ void rill__csv_split_rows(const rill__csv_t* c, const int64_t* rows, int64_t n, 
 #endif
   (void)level;
   int64_t next;
-  for (int64_t j = 0; j < n; j++)
-    nfields[j] = split_bytes(c->data, c->size, rill__csv_start(c, rows[j]), c->delim, c->quote, sp + j * stride,
-                             max, &next);
+  for (int64_t j = 0; j < n; j++) {
+    nfields[j] = split_bytes(c->data, c->size, rill__csv_start(c, rows[j]), &c->dia, sp + j * stride, max, &next);
+    if (c->dia.trim) trim_spans(c->data, &c->dia, sp + j * stride, nfields[j] < max ? nfields[j] : max);
+  }
 }
 
-int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, char dl, char q, int64_t* sp, int64_t max,
-                        int64_t* next) {
+int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, const rill__csv_dialect_t* x, int64_t* sp,
+                        int64_t max, int64_t* next) {
   int64_t nf = -1;
 #if CSV_AVX2
-  if (rill__csv_scan_simd_level() >= 2) nf = split_one_avx2(d, size, pos, dl, q, sp, max, next);
+  if (rill__csv_scan_simd_level() >= 2) nf = split_one_avx2(d, size, pos, x, sp, max, next);
   else
 #endif
 #if CSV_SIMD
-  nf = split_masks(d, size, pos, dl, q, sp, max, next);
+  nf = split_masks(d, size, pos, x, sp, max, next);
 #endif
-  return nf >= 0 ? nf : split_bytes(d, size, pos, dl, q, sp, max, next);
+  if (nf < 0) nf = split_bytes(d, size, pos, x, sp, max, next);
+  if (x->trim && sp) trim_spans(d, x, sp, nf < max ? nf : max);
+  return nf;
 }
 
 int rill__csv_scan_simd_level(void) {
@@ -637,22 +706,22 @@ int rill__csv_scan_simd_level(void) {
 #endif
 }
 
-int rill__csv_scan_chunk_masks(const char* d, int64_t begin, int64_t end, char dl, char q, int64_t expected,
-                               rill__csv_spec_t* s, int level) {
+int rill__csv_scan_chunk_masks(const char* d, int64_t begin, int64_t end, const rill__csv_dialect_t* x,
+                               int64_t expected, rill__csv_spec_t* s, int level) {
 #if CSV_AVX2
-  if (level >= 2) return scan_chunk_masks_avx2(d, begin, end, dl, q, expected, s);
+  if (level >= 2) return scan_chunk_masks_avx2(d, begin, end, x, expected, s);
 #endif
   (void)level;
-  return scan_chunk_masks(d, begin, end, dl, q, expected, s);
+  return scan_chunk_masks(d, begin, end, x, expected, s);
 }
 
-void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quotes, char dl, char q,
+void rill__csv_scan_chunk(const char* d, int64_t begin, int64_t end, int in_quotes, const rill__csv_dialect_t* x,
                           int64_t expected, rill__csv_spec_t* s, const rill__csv_spec_t* ref) {
   if (!in_quotes && !ref) {
-    if (rill__csv_scan_chunk_masks(d, begin, end, dl, q, expected, s, rill__csv_scan_simd_level())) return;
-    s->starts.n = 0; /* a quote the masks do not model: the state machine decides */
+    if (rill__csv_scan_chunk_masks(d, begin, end, x, expected, s, rill__csv_scan_simd_level())) return;
+    s->starts.n = 0; /* a quote or a line the masks do not model: the state machine decides */
     s->starts.far.n = 0;
     s->bad.n = 0;
   }
-  rill__csv_scan_chunk_generic(d, begin, end, in_quotes, dl, q, expected, s, ref);
+  rill__csv_scan_chunk_generic(d, begin, end, in_quotes, x, expected, s, ref);
 }

@@ -25,6 +25,9 @@ static const char* head_usage =
     "  --no-header        the CSV file has no header row\n"
     "  --no-infer         read every CSV column as a string\n"
     "  --skip-bad-rows    leave out CSV rows with a wrong number of fields\n"
+    "  --trim             drop spaces and tabs around CSV fields (a quote after them opens\n"
+    "                     a quoted field); skip lines of only spaces and tabs\n"
+    "  --comment C        skip CSV lines that start with C (e.g. '#')\n"
     "  --encoding E       of the CSV text, or of SQLite TEXT values and column names:\n"
     "                     utf-8 (default), utf-8-lossy (ill-formed parts shown as U+FFFD)\n"
     "                     or latin-1\n"
@@ -258,6 +261,11 @@ int rill_cmd_head(int argc, char** argv) {
         fprintf(stderr, "rill head: --quote needs one character\n");
         return 2;
       }
+    } else if ((t = TAKE("--comment"))) {
+      if (t < 0 || parse_char(val, &co.comment) || !co.comment) {
+        fprintf(stderr, "rill head: --comment needs one character\n");
+        return 2;
+      }
     } else if ((t = TAKE("--encoding"))) {
       static const char* const encodings[] = {"utf-8", "utf-8-lossy", "latin-1"}; /* rill_csv_encoding_t's order */
       int e = 0;
@@ -273,6 +281,8 @@ int rill_cmd_head(int argc, char** argv) {
       co.no_header = 1;
     } else if (!strcmp(a, "--no-infer")) {
       co.no_infer = 1;
+    } else if (!strcmp(a, "--trim")) {
+      co.trim = 1;
     } else if (!strcmp(a, "--skip-bad-rows")) {
       co.on_bad_row = RILL_ON_ERROR_SKIP;
     } else if (a[0] == '-' && a[1]) {

@@ -34,8 +34,9 @@ typedef struct rill_csv_column {
 /* Options of the CSV source (zero = defaults).
  * Parsing follows RFC 4180 (quoted fields, doubled quotes, line breaks inside quotes, CRLF or
  * LF line ends, a last line without a line end); a UTF-8 byte order mark is skipped; blank
- * lines are skipped. A quote inside an unquoted field, and characters after a closing quote,
- * are kept literally (as Python's csv module does). */
+ * lines are skipped (and comment lines and, under trim, lines of blanks: see the options). A
+ * quote inside an unquoted field, and characters after a closing quote, are kept literally
+ * (as Python's csv module does). */
 /* The encoding of a CSV file's text (its string cells and header names; rill's text is UTF-8),
  * and of a SQLite source's TEXT values (rill_sqlite_opts_t.encoding). */
 typedef enum rill_csv_encoding {
@@ -69,7 +70,18 @@ typedef struct rill_csv_opts {
   int borrow;                 /* rill_df_from_csv_buffer: 1 = use the caller's memory */
   const char* name;           /* name of a buffer in messages; NULL = "<buffer>" */
   rill_csv_encoding_t encoding; /* of the text; 0 = UTF-8 (a BINARY override reads bytes as they are) */
-  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
+  /* 1: spaces and tabs (not the delimiter) around each field and header name are not part
+   * of it (" 42 ," is 42; a quote after them opens a quoted field: a, "b, c" has two
+   * fields), and a line of only spaces and tabs is skipped like a blank line. Inside quotes
+   * they are kept. 0 = as written (Python's csv module: skipinitialspace, on both sides). */
+  int trim;
+  /* A line whose first character is this one (outside a quoted field) is not a record: it is
+   * skipped like a blank line, before the header too. 0 = none. It cannot be the delimiter,
+   * the quote or a line break. A chunk of the index pass (chunk_bytes, 8 MiB) that holds
+   * such a line, or under trim a line of blanks or a quote after blanks, is scanned a byte
+   * at a time instead of by 64-byte masks. */
+  char comment;
+  int64_t reserved[RILL_OPTS_RESERVED - 1]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_csv_opts_t;
 
 /* A dataframe over a CSV file: one source column per field, typed by inference over the

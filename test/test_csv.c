@@ -5,6 +5,10 @@
 #include "csv_internal.h"
 #include "text.h"
 
+/* The dialects of the scanner tests: RFC 4180 with commas; the same with trim and comments. */
+static const rill__csv_dialect_t COMMA = {',', '"', 0, 0};
+static const rill__csv_dialect_t COMMA_TRIM_HASH = {',', '"', '#', 1}; /* trim, '#' comments */
+
 typedef struct table {
   int64_t nrows;
   int ncols;
@@ -643,11 +647,11 @@ Test(csv, row_index_blocks_match_sequential_scan) {
       }
       if (!last_nl && n > 0) n -= text[n - 2] == '\r' ? 2 : 1;
       rill__csv_spec_t all = {0}; /* every record start, and the bad ones */
-      rill__csv_scan_chunk_generic(text, 0, (int64_t)n, 0, ',', '"', 3, &all, NULL);
+      rill__csv_scan_chunk_generic(text, 0, (int64_t)n, 0, &COMMA, 3, &all, NULL);
       cr_assert_eq(all.starts.n, rows);
       for (size_t ci = 0; ci < sizeof chunks / sizeof *chunks; ci++)
         for (int skip = 0; skip < 2; skip++) {
-          rill__csv_t c = {.name = "t", .data = text, .size = (int64_t)n, .delim = ',', .quote = '"'};
+          rill__csv_t c = {.name = "t", .data = text, .size = (int64_t)n, .dia = COMMA};
           pthread_mutex_init(&c.mu, NULL);
           rill_csv_opts_t o = {.threads = 3, .chunk_bytes = chunks[ci],
                                .on_bad_row = skip ? RILL_ON_ERROR_SKIP : RILL_ON_ERROR_NULL};
@@ -816,6 +820,128 @@ Test(csv, lax_quotes_are_literal) {
   cr_assert_str_eq(cell(&t, 0, 1), "xy");
   table_free(&t);
   rill_df_free(df);
+}
+
+/* trim: blanks (spaces, tabs) around fields and names go, a quote after them opens a quoted
+ * field, blanks inside quotes stay, a line of blanks is no record; typed cells parse. */
+Test(csv, trim_blanks_around_fields) {
+  const char* text = " id ,\tname , score, ok ,note\n"
+                     "1 , \"a, b\" ,  2.5,true, \" in \"\n"
+                     "  \t \n"                              /* blanks only: no record */
+                     "2,\tplain\t, -3 , FALSE ,\"q\" x \n"  /* text after a closing quote */
+                     "3,   , ,,\"\"\r\n"                   /* blanks only: null number, empty string */
+                     "\t4,\"x\ny\" ,1e3,  true,last";        /* a quoted line break, no final newline */
+  rill_df_t* df = load(text, &(rill_csv_opts_t){.trim = 1});
+  cr_assert_eq(rill_df_ncolumns(df), 5);
+  cr_assert_str_eq(colname(df, 0), "id");
+  cr_assert_str_eq(colname(df, 1), "name");
+  cr_assert_str_eq(colname(df, 3), "ok");
+  cr_assert_eq(rill_df_rows(df), 4, "the line of blanks is not a row");
+  cr_assert_eq(coltype(df, 0), RILL_INT64);
+  cr_assert_eq(coltype(df, 1), RILL_STRING);
+  cr_assert_eq(coltype(df, 2), RILL_FLOAT64);
+  cr_assert_eq(coltype(df, 3), RILL_BOOL);
+  for (int threads = RILL_THREADS_NONE; threads <= 2; threads += 2 - RILL_THREADS_NONE) {
+    table_t t = collected(df, threads);
+    EXPECT_CELLS(&t, {0, 0, "1"}, {0, 1, "a, b"}, {0, 2, "2.5"}, {0, 3, "true"}, {0, 4, " in "},
+                 {1, 0, "2"}, {1, 1, "plain"}, {1, 2, "-3"}, {1, 3, "false"}, {1, 4, "q x"},
+                 {2, 0, "3"}, {2, 1, ""}, {2, 2, "NULL"}, {2, 3, "NULL"}, {2, 4, ""},
+                 {3, 0, "4"}, {3, 1, "x\ny"}, {3, 2, "1000"}, {3, 3, "true"}, {3, 4, "last"});
+    table_free(&t);
+  }
+  rill_df_free(df);
+  /* without trim the same text is read as written: the quote after a blank is literal, so
+   * row 2 has six fields */
+  rill_error_t err = {0};
+  RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.name = "t.csv"}, &df, &err), RILL_EFORMAT,
+           "t.csv:2: expected 5 fields, found 6", err);
+  /* a tab delimiter is not trimmed: spaces are */
+  df = load("a\tb\n 1 \t\n\t x y \n", &(rill_csv_opts_t){.delimiter = '\t', .trim = 1, .no_infer = 1});
+  cr_assert_eq(rill_df_rows(df), 2);
+  table_t t = collected(df, 0);
+  EXPECT_CELLS(&t, {0, 0, "1"}, {0, 1, ""}, {1, 0, ""}, {1, 1, "x y"});
+  table_free(&t);
+  rill_df_free(df);
+  /* a value that does not parse is named trimmed, at its line */
+  df = load("n\n 1 \n\n 2x \n", &(rill_csv_opts_t){.trim = 1, .columns = (rill_csv_column_t[]){{"n", 0, RILL_INT64}},
+                                                 .ncolumns = 1, .name = "t.csv"});
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "t.csv:4: column 'n': cannot parse '2x' as int64", err);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+
+/* comment: lines starting with it are skipped like blank lines (before the header too),
+ * whatever they hold; inside a quoted field it is data; physical lines in messages count
+ * them; bad rows ignore them; the options are checked. */
+Test(csv, comment_lines) {
+  const char* text = "# exported by a tool, \"quoted, with commas\n"
+                     "#\n"
+                     "a,b\n"
+                     "1,x\n"
+                     "# a,b,c,d\n"
+                     "#2,\"open\n"
+                     "3,\"two\n# not a comment\"\n"
+                     "4,#y\n"
+                     "#\r\n"
+                     "5\n"
+                     "6,z\n"
+                     "# the end";
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.comment = '#', .name = "c.csv"}, &df, &err),
+           RILL_EFORMAT, "c.csv:11: expected 2 fields, found 1", err);
+  RT_OK(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.comment = '#', .on_bad_row = RILL_ON_ERROR_SKIP},
+                                &df, &err), err);
+  cr_assert_str_eq(colname(df, 0), "a");
+  cr_assert_eq(rill_df_rows(df), 4);
+  rill_csv_bad_row_t bad[2];
+  cr_assert_eq(rill_csv_bad_rows(df, bad, 2, &err), 1);
+  cr_assert_eq(bad[0].line, 11);
+  table_t t = collected(df, 0);
+  EXPECT_CELLS(&t, {0, 0, "1"}, {0, 1, "x"}, {1, 0, "3"}, {1, 1, "two\n# not a comment"}, {2, 1, "#y"}, {3, 0, "6"});
+  table_free(&t);
+  rill_df_free(df);
+  /* the parallel index agrees, with chunks cut everywhere around the comment lines */
+  rill_df_t* seq = load(text, &(rill_csv_opts_t){.comment = '#', .on_bad_row = RILL_ON_ERROR_NULL, .threads = 1});
+  table_t a = collected(seq, 0);
+  for (int64_t chunk = 1; chunk < 120; chunk += 3) {
+    rill_df_t* par = load(text, &(rill_csv_opts_t){.comment = '#', .on_bad_row = RILL_ON_ERROR_NULL, .threads = 3,
+                                                   .chunk_bytes = chunk});
+    table_t b = collected(par, 2);
+    cr_assert_eq(b.nrows, a.nrows, "chunk %lld", (long long)chunk);
+    for (int64_t k = 0; k < a.nrows * a.ncols; k++) cr_assert_str_eq(a.cells[k], b.cells[k], "chunk %lld", (long long)chunk);
+    table_free(&b);
+    rill_df_free(par);
+  }
+  cr_assert_eq(a.nrows, 5);
+  table_free(&a);
+  rill_df_free(seq);
+  /* without the option '#' is text: the first line is the header, of 3 fields */
+  RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.name = "c.csv"}, &df, &err), RILL_EFORMAT,
+           "c.csv:2: expected 3 fields, found 1", err);
+  /* no_header, trim and a comment character together; a file of comments only is empty */
+  df = load("; notes\n 1 , a\n\t;x\n",
+            &(rill_csv_opts_t){.comment = ';', .no_header = 1, .trim = 1, .on_bad_row = RILL_ON_ERROR_NULL});
+  cr_assert_eq(rill_df_rows(df), 2, "'\\t;x' does not start with ';': a record, trimmed");
+  t = collected(df, 0);
+  EXPECT_CELLS(&t, {0, 0, "1"}, {0, 1, "a"}, {1, 0, ";x"}, {1, 1, "NULL"});
+  table_free(&t);
+  rill_df_free(df);
+  RT_FAILS(rill_df_from_csv_buffer("#a,b\n\n#c\n", 9, &(rill_csv_opts_t){.comment = '#', .name = "e.csv"}, &df, &err),
+           RILL_EFORMAT, "e.csv: empty input (no header row)", err);
+  static const char bad_comments[] = {',', '"', '\n', '\r'};
+  for (size_t i = 0; i < sizeof bad_comments; i++)
+    RT_FAILS(rill_df_from_csv_buffer("a\n1\n", 4, &(rill_csv_opts_t){.comment = bad_comments[i], .name = "o.csv"}, &df, &err),
+             RILL_EINVAL,
+             "o.csv: the comment character must differ from the delimiter and the quote and not be a line break", err);
+  RT_FAILS(rill_df_from_csv_buffer("a\n1\n", 4, &(rill_csv_opts_t){.delimiter = ';', .comment = ';', .name = "o.csv"}, &df, &err),
+           RILL_EINVAL, "o.csv: the comment character must differ from the delimiter and the quote and not be a line break", err);
+  RT_FAILS(rill_df_from_csv_buffer("a\n1\n", 4, &(rill_csv_opts_t){.trim = 2, .name = "o.csv"}, &df, &err), RILL_EINVAL,
+           "o.csv: trim must be 0 or 1 (got 2)", err);
 }
 
 Test(csv, parse_timestamp) {
@@ -1291,13 +1417,13 @@ static void free_spec(rill__csv_spec_t* s) {
   memset(s, 0, sizeof *s);
 }
 
-static int same_scan(const char* d, int64_t n, int64_t expected) {
+static int same_scan(const char* d, int64_t n, int64_t expected, const rill__csv_dialect_t* x) {
   rill__csv_spec_t ref = {0};
-  rill__csv_scan_chunk_generic(d, 0, n, 0, ',', '"', expected, &ref, NULL);
+  rill__csv_scan_chunk_generic(d, 0, n, 0, x, expected, &ref, NULL);
   int took = 0;
   for (int level = 0; level <= 2; level++) {
     rill__csv_spec_t s = {0};
-    if (rill__csv_scan_chunk_masks(d, 0, n, ',', '"', expected, &s, level)) {
+    if (rill__csv_scan_chunk_masks(d, 0, n, x, expected, &s, level)) {
       took = 1;
       cr_assert_eq(s.rc, ref.rc);
       cr_assert_eq(s.starts.n, ref.starts.n, "level %d: %lld starts, state machine %lld in '%.*s'", level,
@@ -1320,8 +1446,8 @@ static int same_scan(const char* d, int64_t n, int64_t expected) {
 }
 
 Test(csv, bitmask_scan_matches_state_machine) {
-  static const char alpha[] = "ab,,\n\r\"\"x1";
-  static const char fields[][8] = {"1", "ab", "\"a,b\"", "\"a\"\"b\"", "\"x\ny\"", "", "\"\""};
+  static const char alpha[] = "ab,,\n\r\"\"x1 \t#";
+  static const char fields[][8] = {"1", "ab", "\"a,b\"", "\"a\"\"b\"", "\"x\ny\"", "", "\"\"", " 2 ", "#c", " \"q\" "};
   uint64_t rng = 12345;
   char buf[300];
   int took = 0;
@@ -1335,7 +1461,7 @@ Test(csv, bitmask_scan_matches_state_machine) {
     } else { /* well-formed fields, so the bitmask scan takes them */
       while (n < len) {
         rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-        const char* f = fields[(rng >> 33) % 7];
+        const char* f = fields[(rng >> 33) % (round % 4 == 2 ? 10 : 7)];
         size_t fl = strlen(f);
         if (n + (int64_t)fl + 2 > (int64_t)sizeof buf) break;
         memcpy(buf + n, f, fl);
@@ -1347,7 +1473,8 @@ Test(csv, bitmask_scan_matches_state_machine) {
       if (len % 3 == 0 && n > 0) n--; /* no line break at the end */
     }
     rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    took += same_scan(buf, n, 1 + (int64_t)((rng >> 40) % 4));
+    /* every fourth round (half of them well-formed) under trim and '#' comments */
+    took += same_scan(buf, n, 1 + (int64_t)((rng >> 40) % 4), round % 4 >= 2 ? &COMMA_TRIM_HASH : &COMMA);
   }
   cr_assert_gt(took, 5000, "the bitmask scan took only %d inputs", took);
 }
@@ -1357,8 +1484,9 @@ Test(csv, bitmask_scan_matches_state_machine) {
  * odd places, near the end of the input or not, with `max` below and above the field count
  * (no span past `max` is written). rill__csv_split agrees too. */
 Test(csv, mask_split_matches_byte_loop) {
-  static const char alpha[] = "ab,,\n\r\"\"x1  ";
-  static const char fields[][10] = {"1", "ab", "\"a,b\"", "\"a\"\"b\"", "\"x\ny\"", "", "\"\"", "abcdefgh", "\"a\"b", "a\"b"};
+  static const char alpha[] = "ab,,\n\r\"\"x1  \t";
+  static const char fields[][10] = {"1", "ab", "\"a,b\"", "\"a\"\"b\"", "\"x\ny\"", "", "\"\"", "abcdefgh", "\"a\"b", "a\"b",
+                                    " \"a,b\" ", "\t1 ", " \"x\"y "};
   enum { NROWS = 64, MAXF = 8, STRIDE = 2 * MAXF + 2 };
   uint64_t rng = 99;
   char buf[400];
@@ -1377,7 +1505,7 @@ Test(csv, mask_split_matches_byte_loop) {
     } else {
       while (n < len) {
         rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-        const char* f = fields[(rng >> 33) % (round % 3 ? 10 : 8)];
+        const char* f = fields[(rng >> 33) % (round % 3 ? 13 : 8)];
         size_t fl = strlen(f);
         if (n + (int64_t)fl + 2 > (int64_t)sizeof buf) break;
         memcpy(buf + n, f, fl);
@@ -1388,7 +1516,8 @@ Test(csv, mask_split_matches_byte_loop) {
       }
     }
     if (n == 0) continue;
-    rill__csv_t c = {.data = buf, .size = n, .delim = ',', .quote = '"', .blocks = &(rill__csv_block_t){0, off}};
+    const rill__csv_dialect_t* x = round % 2 ? &COMMA_TRIM_HASH : &COMMA;
+    rill__csv_t c = {.data = buf, .size = n, .dia = *x, .blocks = &(rill__csv_block_t){0, off}};
     int64_t nr = n < NROWS ? n : NROWS;
     for (int64_t j = 0; j < nr; j++) { /* any position may be asked for */
       rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -1413,7 +1542,7 @@ Test(csv, mask_split_matches_byte_loop) {
       for (int64_t k = 2 * (nfs[0][j] < max ? nfs[0][j] : max); k < STRIDE; k++)
         cr_assert_eq(want[k], -7, "round %d: a span past the fields or max was written", round);
       int64_t one[2 * MAXF], next;
-      int64_t nf = rill__csv_split(buf, n, off[j], ',', '"', one, max, &next);
+      int64_t nf = rill__csv_split(buf, n, off[j], x, one, max, &next);
       cr_assert_eq(nf, nfs[0][j]);
       cr_assert(memcmp(one, want, (size_t)(2 * (nf < max ? nf : max)) * sizeof *one) == 0);
       cr_assert(next > off[j] && next <= n);
@@ -1467,7 +1596,7 @@ Test(csv, string_cells_match_unescape) {
     for (int64_t r = 0; r < rows; r++) {
       int64_t sp[4], next;
       while (exact[pos] == '\n' || exact[pos] == '\r') pos++; /* blank lines hold no record */
-      int64_t nf = rill__csv_split(exact, (int64_t)n, pos, ',', '"', sp, 2, &next);
+      int64_t nf = rill__csv_split(exact, (int64_t)n, pos, &COMMA, sp, 2, &next);
       const char* want = "NULL"; /* a row of more fields than columns (policy NULL) */
       size_t wl = 4;
       if (nf <= 2)

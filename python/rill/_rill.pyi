@@ -299,7 +299,8 @@ def from_csv(path: _PathLike, *, delimiter: str = ",", quote: str = '"', header:
              infer: bool = True, dtypes: Optional[Mapping[Union[str, int], _DType]] = None,
              on_error: _OnError = "raise", on_bad_row: _OnError = "raise", threads: int = 0,
              infer_rows: int = 0, chunk_bytes: int = 0,
-             encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8") -> DataFrame: ...
+             encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8",
+             trim: bool = False, comment: Optional[str] = None) -> DataFrame: ...
 def from_csv_buffer(data: Union[bytes, bytearray, memoryview], *, name: Optional[str] = None,
                     delimiter: str = ",", quote: str = '"', header: bool = True,
                     infer: bool = True,
@@ -307,7 +308,8 @@ def from_csv_buffer(data: Union[bytes, bytearray, memoryview], *, name: Optional
                     on_error: _OnError = "raise", on_bad_row: _OnError = "raise",
                     threads: int = 0, infer_rows: int = 0,
                     chunk_bytes: int = 0,
-                    encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8") -> DataFrame: ...
+                    encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8",
+                    trim: bool = False, comment: Optional[str] = None) -> DataFrame: ...
 def from_sqlite(path: _PathLike, sql: str,
                 params: Sequence[Union[None, int, float, str, bytes]] = (), *,
                 dtypes: Optional[Mapping[Union[str, int], _DType]] = None,

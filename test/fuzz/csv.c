@@ -2,7 +2,8 @@
  * UTF-8 (and the vector UTF-8 check agree with the automaton on the input's bytes), the
  * parallel index must agree with the sequential one, the bitmask chunk scan (every SIMD level) with the state
  * machine, and the mask record splits (every level) with the byte loop. The first byte picks
- * the options. */
+ * the options, the input's size the encoding and whether fields are trimmed and '#' lines
+ * comments. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,12 +40,12 @@ static void free_spec(rill__csv_spec_t* s) {
   rill__free(s->bad.v);
 }
 
-static void same_scan(const char* d, int64_t n, char dl) {
+static void same_scan(const char* d, int64_t n, const rill__csv_dialect_t* x) {
   rill__csv_spec_t ref = {0};
-  rill__csv_scan_chunk_generic(d, 0, n, 0, dl, '"', 3, &ref, NULL);
+  rill__csv_scan_chunk_generic(d, 0, n, 0, x, 3, &ref, NULL);
   for (int level = 0; level <= 2; level++) {
     rill__csv_spec_t s = {0};
-    if (rill__csv_scan_chunk_masks(d, 0, n, dl, '"', 3, &s, level)) {
+    if (rill__csv_scan_chunk_masks(d, 0, n, x, 3, &s, level)) {
       if (s.rc != ref.rc || s.starts.n != ref.starts.n || s.bad.n != ref.bad.n || s.end_in_quotes != ref.end_in_quotes ||
           s.tail_start != ref.tail_start || s.tail_nf != ref.tail_nf)
         abort();
@@ -60,7 +61,7 @@ static void same_scan(const char* d, int64_t n, char dl) {
 
 /* Records split from position 0 and after each of the first line breaks, at every SIMD level,
  * give the byte loop's counts and spans (at most 4 kept a record). */
-static void same_split(const char* d, int64_t n, char dl) {
+static void same_split(const char* d, int64_t n, const rill__csv_dialect_t* x) {
   enum { ROWS = 64, MAXF = 4 };
   if (n <= 0) return;
   int64_t rows[ROWS], nr = 0;
@@ -70,7 +71,7 @@ static void same_split(const char* d, int64_t n, char dl) {
       rows[nr] = nr;
       off[nr++] = (uint32_t)i;
     }
-  rill__csv_t c = {.data = d, .size = n, .delim = dl, .quote = '"', .blocks = &(rill__csv_block_t){0, off}};
+  rill__csv_t c = {.data = d, .size = n, .dia = *x, .blocks = &(rill__csv_block_t){0, off}};
   int64_t sp[3][ROWS * 2 * MAXF], nf[3][ROWS];
   for (int level = 0; level <= 2; level++) {
     memset(sp[level], 0, sizeof sp[level]);
@@ -95,10 +96,13 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.on_error = (rill_on_error_t)(((f >> 5) & 3) % 3);
   o.infer_rows = (f & 0x80) ? 2 : 0;
   o.encoding = (rill_csv_encoding_t)(size % 3); /* the first byte's bits are all taken */
+  o.trim = (int)(size / 3 % 2);
+  o.comment = size / 6 % 2 ? '#' : 0;
   o.threads = 1;
   o.chunk_bytes = 1 << 30;
-  same_scan((const char*)data + 1, (int64_t)size - 1, o.delimiter);
-  same_split((const char*)data + 1, (int64_t)size - 1, o.delimiter);
+  const rill__csv_dialect_t x = {o.delimiter, '"', o.comment, o.trim};
+  same_scan((const char*)data + 1, (int64_t)size - 1, &x);
+  same_split((const char*)data + 1, (int64_t)size - 1, &x);
   rill_error_t err = {0};
   rill_df_t* seq = NULL;
   int rc1 = rill_df_from_csv_buffer(data + 1, size - 1, &o, &seq, &err);

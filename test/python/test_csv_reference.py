@@ -104,6 +104,18 @@ def test_encodings(tmp_path):
     assert proc.returncode == 2 and b"--encoding needs utf-8, utf-8-lossy or latin-1" in proc.stderr
 
 
+def test_trim_and_comment(tmp_path):
+    path = tmp_path / "padded.csv"
+    path.write_text('# from a tool, "quoted\nage, name , score\n 39, "Ann, B" , 1.5 \n  \n#  x\n40,\tBo\t,\n')
+    names, rows, _ = rill_rows(path, "--trim", "--comment", "#")
+    assert names == ["age", "name", "score"]
+    assert rows == [[39, "Ann, B", 1.5], [40, "Bo", None]]
+    _, _, proc = rill_rows(path, check=False)
+    assert proc.returncode == 1 and b"padded.csv:2: expected 2 fields, found 3" in proc.stderr
+    _, _, proc = rill_rows(path, "--comment", "##", check=False)
+    assert proc.returncode == 2 and b"--comment needs one character" in proc.stderr
+
+
 def test_encodings_sqlite(tmp_path):
     import sqlite3
 
