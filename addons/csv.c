@@ -90,39 +90,6 @@ typedef struct csv_block {
   int complete;               /* every row has all the columns' fields (nfields == ncols) */
 } csv_block_t;
 
-/* Cells j0.. of column k of a block as FLOAT64 / INT64 values into `o` (cell 0 of the
- * block), while they are plain: row complete, field unquoted and not empty, value parsed.
- * Returns the first j that is not (or bn): the general path decides about that cell.
- * `complete` (a constant): every row of the block is (b->complete), so no row is checked. */
-static inline __attribute__((always_inline)) int64_t plain_numbers_as(const rill__csv_t* c, const csv_block_t* b,
-                                                                      int k, const int dbl, const int complete,
-                                                                      int64_t j0, int64_t bn, void* o) {
-  const char* d = c->data;
-  const char qc = c->dia.q;
-  const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
-  const int64_t* nfs = b->nfields;
-  const int64_t* sp = b->spans + 2 * k;
-  int64_t j = j0;
-  for (; j < bn; j++) {
-    if (!complete && (nfs[j] > ncols || k >= nfs[j])) break;
-    int64_t fs = sp[j * stride], fe = sp[j * stride + 1];
-    if (fs == fe || d[fs] == qc) break;
-    const char* p = d + fs;
-    size_t len = (size_t)(fe - fs);
-    void* cell = dbl ? (void*)((double*)o + j) : (void*)((int64_t*)o + j);
-    if (rill__parse_plain_decimal(p, len, size - fs, dbl, cell)) continue;
-    if ((dbl ? rill__parse_double(p, len, cell) : rill__parse_int64(p, len, cell)) != RILL_OK) break;
-  }
-  return j;
-}
-
-static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, rill_dtype_t dt, int64_t j0,
-                             int64_t bn, void* o) {
-  if (b->complete)
-    return dt == RILL_FLOAT64 ? plain_numbers_as(c, b, k, 1, 1, j0, bn, o) : plain_numbers_as(c, b, k, 0, 1, j0, bn, o);
-  return dt == RILL_FLOAT64 ? plain_numbers_as(c, b, k, 1, 0, j0, bn, o) : plain_numbers_as(c, b, k, 0, 0, j0, bn, o);
-}
-
 /* 1 when byte q occurs among p[0..n); `room`: bytes readable from p (8 at a time when they
  * are there). */
 static inline int has_byte(const char* p, int64_t n, int64_t room, char q) {
@@ -142,14 +109,57 @@ static inline int has_byte(const char* p, int64_t n, int64_t room, char q) {
   return n > 0 && memchr(p, q, (size_t)n) != NULL;
 }
 
+/* Cells j0.. of column k of a block as FLOAT64 / INT64 values into `o` (cell 0 of the
+ * block), while they are plain: row complete, field unquoted and not empty (and without the
+ * escape character), value parsed. Returns the first j that is not (or bn): the general path
+ * decides about that cell. `complete` (a constant): every row of the block is (b->complete),
+ * so no row is checked; `escapes` (a constant): c has an escape character. */
+static inline __attribute__((always_inline)) int64_t plain_numbers_as(const rill__csv_t* c, const csv_block_t* b,
+                                                                      int k, const int dbl, const int complete,
+                                                                      const int escapes, int64_t j0, int64_t bn,
+                                                                      void* o) {
+  const char* d = c->data;
+  const char qc = c->dia.q;
+  const int64_t ncols = c->ncols, stride = ncols * 2, size = c->size;
+  const int64_t* nfs = b->nfields;
+  const int64_t* sp = b->spans + 2 * k;
+  int64_t j = j0;
+  for (; j < bn; j++) {
+    if (!complete && (nfs[j] > ncols || k >= nfs[j])) break;
+    int64_t fs = sp[j * stride], fe = sp[j * stride + 1];
+    if (fs == fe || d[fs] == qc) break;
+    const char* p = d + fs;
+    size_t len = (size_t)(fe - fs);
+    if (escapes && has_byte(p, (int64_t)len, size - fs, c->dia.esc)) break;
+    void* cell = dbl ? (void*)((double*)o + j) : (void*)((int64_t*)o + j);
+    if (rill__parse_plain_decimal(p, len, size - fs, dbl, cell)) continue;
+    if ((dbl ? rill__parse_double(p, len, cell) : rill__parse_int64(p, len, cell)) != RILL_OK) break;
+  }
+  return j;
+}
+
+static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, rill_dtype_t dt, int64_t j0,
+                             int64_t bn, void* o) {
+#define PLAIN_NUMBERS(esc)                                                                                          \
+  if (b->complete)                                                                                                  \
+    return dt == RILL_FLOAT64 ? plain_numbers_as(c, b, k, 1, 1, esc, j0, bn, o)                                     \
+                              : plain_numbers_as(c, b, k, 0, 1, esc, j0, bn, o);                                    \
+  return dt == RILL_FLOAT64 ? plain_numbers_as(c, b, k, 1, 0, esc, j0, bn, o) : plain_numbers_as(c, b, k, 0, 0, esc, j0, bn, o)
+  if (c->dia.esc) {
+    PLAIN_NUMBERS(1);
+  }
+  PLAIN_NUMBERS(0);
+#undef PLAIN_NUMBERS
+}
+
 /* Cells j0.. of STRING column k of a block appended at *pos of `out` (offsets of cell 0 of the
  * block at b0), while they are plain: row complete, field unquoted or quoted without quotes
- * inside. out->data must hold 16 bytes past the block's text (short fields are copied 16
- * bytes at a time). Returns the first j that is not (or bn): the general path decides about
- * that cell. `complete` as for plain_numbers_as. */
+ * inside, no escape character. out->data must hold 16 bytes past the block's text (short
+ * fields are copied 16 bytes at a time). Returns the first j that is not (or bn): the general
+ * path decides about that cell. `complete` and `escapes` as for plain_numbers_as. */
 static inline __attribute__((always_inline)) int64_t plain_strings_as(const rill__csv_t* c, const csv_block_t* b,
-                                                                      int k, const int complete, int64_t j0,
-                                                                      int64_t bn, rill_array_t* out,
+                                                                      int k, const int complete, const int escapes,
+                                                                      int64_t j0, int64_t bn, rill_array_t* out,
                                                                       int64_t* pos_io) {
   const char* d = c->data;
   const char qc = c->dia.q;
@@ -162,6 +172,7 @@ static inline __attribute__((always_inline)) int64_t plain_strings_as(const rill
   for (; j < bn; j++) {
     if (!complete && (nfs[j] > ncols || k >= nfs[j])) break;
     int64_t fs = sp[j * stride], fe = sp[j * stride + 1];
+    if (escapes && has_byte(d + fs, fe - fs, size - fs, c->dia.esc)) break;
     if (fs < fe && d[fs] == qc) { /* "text" without quotes inside: the bytes between */
       if (fe - fs < 2 || d[fe - 1] != qc || has_byte(d + fs + 1, fe - fs - 2, size - fs - 1, qc)) break;
       fs++;
@@ -179,7 +190,11 @@ static inline __attribute__((always_inline)) int64_t plain_strings_as(const rill
 
 static int64_t plain_strings(const rill__csv_t* c, const csv_block_t* b, int k, int64_t j0, int64_t bn,
                              rill_array_t* out, int64_t* pos_io) {
-  return b->complete ? plain_strings_as(c, b, k, 1, j0, bn, out, pos_io) : plain_strings_as(c, b, k, 0, j0, bn, out, pos_io);
+  if (c->dia.esc)
+    return b->complete ? plain_strings_as(c, b, k, 1, 1, j0, bn, out, pos_io)
+                       : plain_strings_as(c, b, k, 0, 1, j0, bn, out, pos_io);
+  return b->complete ? plain_strings_as(c, b, k, 1, 0, j0, bn, out, pos_io)
+                     : plain_strings_as(c, b, k, 0, 0, j0, bn, out, pos_io);
 }
 
 /* STRING and BINARY (an override) columns hold their cells' bytes; BINARY ones unchecked. */
@@ -309,10 +324,10 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
     size_t len = 0;
     if (!is_null) {
       int64_t fs = b->spans[j * stride + 2 * k], fe = b->spans[j * stride + 2 * k + 1];
-      if (fs == fe || c->data[fs] != c->dia.q) { /* unquoted: the bytes as they are */
+      if (!c->dia.esc && (fs == fe || c->data[fs] != c->dia.q)) { /* unquoted: the bytes as they are */
         txt = c->data + fs;
         len = (size_t)(fe - fs);
-      } else if (rill__csv_unescape(c->data, fs, fe, c->dia.q, &s->text, &s->text_cap, &txt, &len) != RILL_OK) {
+      } else if (rill__csv_unescape(c->data, fs, fe, &c->dia, &s->text, &s->text_cap, &txt, &len) != RILL_OK) {
         out->data_size = pos;
         return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       }
@@ -502,7 +517,7 @@ static int infer_types(rill__csv_t* c, int64_t limit, rill_error_t* err) {
       if (!mask[k] || c->types[k]) continue;
       const char* s;
       size_t n;
-      if (rill__csv_unescape(c->data, sp[2 * k], sp[2 * k + 1], c->dia.q, &scratch, &cap, &s, &n) != RILL_OK) {
+      if (rill__csv_unescape(c->data, sp[2 * k], sp[2 * k + 1], &c->dia, &scratch, &cap, &s, &n) != RILL_OK) {
         rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
         goto done;
       }
@@ -553,7 +568,7 @@ static int read_header(rill__csv_t* c, int64_t pos, int no_header, int64_t* data
   c->ncols = (int)nf;
   rill__csv_split(c->data, c->size, pos, &c->dia, sp, nf, &next);
   for (int k = 0; !no_header && k < c->ncols; k++)
-    if (!rill__csv_quote_closed(c->data, sp[2 * k], sp[2 * k + 1], c->dia.q)) {
+    if (!rill__csv_quote_closed(c->data, sp[2 * k], sp[2 * k + 1], &c->dia)) {
       int64_t line = rill__csv_line(c, sp[2 * k]);
       rill__free(sp);
       return rill__fail(err, RILL_EFORMAT, "%s:%lld: unterminated quoted field in the header row (column %d)",
@@ -565,7 +580,7 @@ static int read_header(rill__csv_t* c, int64_t pos, int no_header, int64_t* data
   for (int k = 0; k < c->ncols && rc == RILL_OK; k++) {
     const char* s = NULL;
     size_t n = 0;
-    if (!no_header && rill__csv_unescape(c->data, sp[2 * k], sp[2 * k + 1], c->dia.q, &scratch, &cap, &s, &n) != RILL_OK) {
+    if (!no_header && rill__csv_unescape(c->data, sp[2 * k], sp[2 * k + 1], &c->dia, &scratch, &cap, &s, &n) != RILL_OK) {
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       break;
     }
@@ -647,6 +662,12 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out
                       "%s: the comment character must differ from the delimiter and the quote and not be a line break",
                       name);
   if (o->trim != 0 && o->trim != 1) return rill__fail(err, RILL_EINVAL, "%s: trim must be 0 or 1 (got %d)", name, o->trim);
+  if (o->escape && (o->escape == '\n' || o->escape == '\r' || o->escape == (o->delimiter ? o->delimiter : ',') ||
+                    o->escape == (o->quote ? o->quote : '"') || o->escape == o->comment))
+    return rill__fail(err, RILL_EINVAL,
+                      "%s: the escape character must differ from the delimiter, the quote and the comment character "
+                      "and not be a line break",
+                      name);
   if (o->ncolumns < 0 || (o->ncolumns > 0 && !o->columns))
     return rill__fail(err, RILL_EINVAL, "%s: ncolumns %d without columns", name, o->ncolumns);
   if ((unsigned)o->encoding > RILL_CSV_LATIN1)
@@ -662,7 +683,7 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out
   c->fd = -1;
   pthread_mutex_init(&c->mu, NULL);
   c->dia = (rill__csv_dialect_t){.dl = o->delimiter ? o->delimiter : ',', .q = o->quote ? o->quote : '"',
-                                 .cm = o->comment, .trim = o->trim};
+                                 .cm = o->comment, .trim = o->trim, .esc = o->escape};
   c->on_error = o->on_error;
   c->encoding = o->encoding;
   *out = c;

@@ -1,8 +1,9 @@
 /* The CSV row index: the byte offset of every record, found by a parallel pass when the
  * input is opened, and line-number checkpoints for messages.
  *
- * The input is cut into chunks whose boundaries sit just after a '\n'. At such a point the
- * parser is either at the start of a record or inside a quoted field, so each chunk is scanned
+ * The input is cut into chunks whose boundaries sit just after a '\n' (one that an escape
+ * character does not make text). At such a point the parser is either at the start of a
+ * record or inside a quoted field, so each chunk is scanned
  * from the start-of-record state on worker threads; a chunk that follows one ending inside
  * quotes is scanned again from the quoted state while stitching (rare), and that second scan
  * stops as soon as it starts a record where the first one did (from there they agree).
@@ -242,9 +243,15 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
   for (int64_t pos = begin; pos < c->size;) {
     int64_t nominal = pos + chunk;
     int64_t b = c->size;
-    if (nominal < c->size) {
-      const char* p = memchr(c->data + nominal, '\n', (size_t)(c->size - nominal));
-      b = p ? p - c->data + 1 : c->size;
+    /* after a line break that no escape character makes text */
+    for (int64_t from = nominal; from < c->size;) {
+      const char* p = memchr(c->data + from, '\n', (size_t)(c->size - from));
+      if (!p) break;
+      from = p - c->data + 1;
+      if (!rill__csv_escaped(c->data, pos, from - 1, c->dia.esc)) {
+        b = from;
+        break;
+      }
     }
     bounds[++nch] = b;
     pos = b;

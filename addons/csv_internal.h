@@ -11,13 +11,24 @@
 #include "rill_addons.h"
 
 /* How an input's records are written (rill_csv_opts_t): the delimiter, the quote, the comment
- * character (0: none; a line that starts with it is not a record) and `trim` (spaces and tabs
+ * character (0: none; a line that starts with it is not a record), `trim` (spaces and tabs
  * around fields are not part of them, a quote after such blanks opens a quoted field, and a
- * line of blanks is not a record). */
+ * line of blanks is not a record) and the escape character (0: none; it makes the byte after
+ * it text, inside quotes or not, a line break too). */
 typedef struct rill__csv_dialect {
   char dl, q, cm;
   int trim;
+  char esc;
 } rill__csv_dialect_t;
+
+/* 1 when the byte at p is escaped: an odd run of escape characters ends right before it (none
+ * before `from`). */
+static inline int rill__csv_escaped(const char* d, int64_t from, int64_t p, char esc) {
+  if (!esc) return 0;
+  int64_t k = p;
+  while (k > from && d[k - 1] == esc) k--;
+  return (p - k) & 1;
+}
 
 /* A blank that `trim` removes: a space or a tab that is not the delimiter. */
 static inline int rill__csv_blank(const rill__csv_dialect_t* x, char ch) {
@@ -106,16 +117,17 @@ int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, const rill__cs
 int64_t rill__csv_record_start(const char* d, int64_t pos, int64_t end, const rill__csv_dialect_t* x);
 /* Splits rows[0..n) of c as rill__csv_split does (row j's spans at sp + j * stride, at most
  * `max`; its field count in nfields[j]) at SIMD `level` (0: byte loops only, 1: SSE2 masks,
- * 2: AVX2 masks; a level above the machine's is lowered). Every level gives the same results. */
+ * 2: AVX2 masks; a level above the machine's is lowered; with an escape character, byte loops
+ * at every level). Every level gives the same results. */
 void rill__csv_split_rows(const rill__csv_t* c, const int64_t* rows, int64_t n, int64_t* sp, int64_t stride,
                           int64_t max, int64_t* nfields, int level);
-/* The text of field [s, e): quotes removed and doubled quotes undone. Uses *scratch (of
- * *cap bytes, grown with rill__alloc) only when the bytes must change. RILL_OK or
+/* The text of field [s, e): quotes removed, doubled quotes and escapes undone. Uses *scratch
+ * (of *cap bytes, grown with rill__alloc) only when the bytes must change. RILL_OK or
  * RILL_ENOMEM. */
-int rill__csv_unescape(const char* d, int64_t s, int64_t e, char q, char** scratch, size_t* cap, const char** out,
-                       size_t* n);
+int rill__csv_unescape(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x, char** scratch, size_t* cap,
+                       const char** out, size_t* n);
 /* 0 when the field [s, e) opens a quote that it never closes (it ran to the end of input). */
-int rill__csv_quote_closed(const char* d, int64_t s, int64_t e, char q);
+int rill__csv_quote_closed(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x);
 
 /* A growable list of int64. */
 typedef struct rill__csv_vec {
@@ -174,8 +186,9 @@ void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int
                                   const rill__csv_spec_t* ref);
 /* The bitmask scan from a record start at SIMD `level` (0 portable, 1 SSE2, 2 AVX2; a level
  * above the machine's is lowered): 1 with the results in *s (s->rc), 0 when it gave up
- * (*s then holds partial results; it gives up at a comment line, and under trim at a line of
- * blanks). Every level gives the same results. */
+ * (*s then holds partial results; it gives up at a comment line, under trim at a line of
+ * blanks, and at once on a chunk holding the escape character). Every level gives the same
+ * results. */
 int rill__csv_scan_chunk_masks(const char* d, int64_t begin, int64_t end, const rill__csv_dialect_t* x,
                                int64_t expected, rill__csv_spec_t* s, int level);
 /* The highest SIMD level this machine runs (see above). */

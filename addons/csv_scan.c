@@ -35,6 +35,21 @@ static inline int64_t find_byte(const char* d, int64_t i, int64_t end, char ch) 
   return end;
 }
 
+/* First position of byte `a` or `b` in [i, end), or end. */
+static inline int64_t find_either(const char* d, int64_t i, int64_t end, char a, char b) {
+#if CSV_SIMD
+  __m128i va = _mm_set1_epi8(a), vb = _mm_set1_epi8(b);
+  for (; i + 16 <= end; i += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i*)(d + i));
+    unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, va), _mm_cmpeq_epi8(v, vb)));
+    if (m) return i + __builtin_ctz(m);
+  }
+#endif
+  for (; i < end; i++)
+    if (d[i] == a || d[i] == b) return i;
+  return end;
+}
+
 #if CSV_SIMD
 /* Set bits of a byte, of a 16-bit mask (no popcnt instruction assumed). */
 #define POP2(n) n, n + 1, n + 1, n + 2
@@ -46,26 +61,27 @@ static const uint8_t pop8[256] = {POP6(0), POP6(1), POP6(1), POP6(2)};
 #undef POP6
 static inline int pop16(unsigned x) { return pop8[x & 0xffu] + pop8[(x >> 8) & 0xffu]; }
 
-/* 16-byte block masks: bit b set when byte b is the delimiter (*dm) / a line break or the
- * quote (return). */
-static inline unsigned block_masks(const char* p, __m128i vdl, __m128i vq, unsigned* dm) {
+/* 16-byte block masks: bit b set when byte b is the delimiter (*dm) / a line break, the
+ * quote or the escape character (return; vx: the escape, or the quote again when there is
+ * none). */
+static inline unsigned block_masks(const char* p, __m128i vdl, __m128i vq, __m128i vx, unsigned* dm) {
   __m128i v = _mm_loadu_si128((const __m128i*)p);
   *dm = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, vdl));
-  __m128i st = _mm_or_si128(_mm_cmpeq_epi8(v, vq),
+  __m128i st = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, vq), _mm_cmpeq_epi8(v, vx)),
                             _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\r'))));
   return (unsigned)_mm_movemask_epi8(st);
 }
 
 /* Unquoted bytes from `i` (a field start), 16 at a time while 16 are left before `end`:
- * each delimiter met ends a field (*nf counts them). Stops at the first line break or quote,
- * or where fewer than 16 bytes are left; returns that position, *fstart the start of the
- * field holding it. */
-static int64_t count_unquoted(const char* d, int64_t i, int64_t end, char dl, char q, int64_t* nf,
+ * each delimiter met ends a field (*nf counts them). Stops at the first line break, quote or
+ * escape character, or where fewer than 16 bytes are left; returns that position, *fstart the
+ * start of the field holding it. */
+static int64_t count_unquoted(const char* d, int64_t i, int64_t end, const rill__csv_dialect_t* x, int64_t* nf,
                               int64_t* fstart) {
-  __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q);
+  __m128i vdl = _mm_set1_epi8(x->dl), vq = _mm_set1_epi8(x->q), vx = _mm_set1_epi8(x->esc ? x->esc : x->q);
   int64_t fs = i;
   for (; i + 16 <= end; i += 16) {
-    unsigned dm, stop = block_masks(d + i, vdl, vq, &dm);
+    unsigned dm, stop = block_masks(d + i, vdl, vq, vx, &dm);
     if (stop) dm &= (stop & (0u - stop)) - 1;
     if (dm) {
       *nf += pop16(dm);
@@ -85,17 +101,17 @@ static int64_t count_unquoted(const char* d, int64_t i, int64_t end, char dl, ch
  * record, up to the end of the input. The spans keep their blanks (see trim_spans). */
 static int64_t split_bytes(const char* d, int64_t size, int64_t pos, const rill__csv_dialect_t* x, int64_t* sp,
                            int64_t max, int64_t* next) {
-  const char dl = x->dl, q = x->q;
+  const char dl = x->dl, q = x->q, esc = x->esc;
   int64_t nf = 0, i = pos;
 #if CSV_SIMD
-  __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q);
+  __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q), vx = _mm_set1_epi8(esc ? esc : q);
 #endif
   for (;;) {
     int64_t fs = i;
 #if CSV_SIMD
     /* whole unquoted fields from 16-byte masks; a quote or the last bytes go on below */
     for (; i + 16 <= size; i += 16) {
-      unsigned dm, stop = block_masks(d + i, vdl, vq, &dm);
+      unsigned dm, stop = block_masks(d + i, vdl, vq, vx, &dm);
       if (stop) dm &= (stop & (0u - stop)) - 1;
       for (; dm; dm &= dm - 1) {
         int64_t e = i + __builtin_ctz(dm);
@@ -127,14 +143,16 @@ static int64_t split_bytes(const char* d, int64_t size, int64_t pos, const rill_
     if (qs >= i && qs < size && d[qs] == q) {
       i = qs + 1;
       for (;;) {
-        int64_t p = find_byte(d, i, size, q);
+        int64_t p = esc ? find_either(d, i, size, q, esc) : find_byte(d, i, size, q);
         if (p == size) { i = size; break; }
+        if (d[p] != q) { i = p + 2 < size ? p + 2 : size; continue; } /* an escape: the byte after it is text */
         i = p + 1;
         if (i < size && d[i] == q) { i++; continue; }
         break;
       }
     }
-    while (i < size && d[i] != dl && d[i] != '\n' && d[i] != '\r') i++;
+    while (i < size && d[i] != dl && d[i] != '\n' && d[i] != '\r')
+      i += esc && d[i] == esc && i + 1 < size ? 2 : 1;
     if (nf < max) { sp[2 * nf] = fs; sp[2 * nf + 1] = i; }
     nf++;
     if (i >= size) { *next = size; return nf; }
@@ -152,7 +170,7 @@ static void trim_spans(const char* d, const rill__csv_dialect_t* x, int64_t* sp,
   for (int64_t k = 0; k < n; k++) {
     int64_t s = sp[2 * k], e = sp[2 * k + 1];
     while (s < e && rill__csv_blank(x, d[s])) s++;
-    while (e > s && rill__csv_blank(x, d[e - 1])) e--;
+    while (e > s && rill__csv_blank(x, d[e - 1]) && !rill__csv_escaped(d, s, e - 1, x->esc)) e--;
     sp[2 * k] = s;
     sp[2 * k + 1] = e;
   }
@@ -178,22 +196,59 @@ int64_t rill__csv_record_start(const char* d, int64_t pos, int64_t end, const ri
   }
 }
 
-/* The text of field [s, e): quotes removed and doubled quotes undone. Uses *scratch only
- * when the bytes must change. Returns RILL_OK or RILL_ENOMEM. */
-int rill__csv_unescape(const char* d, int64_t s, int64_t e, char q, char** scratch, size_t* cap, const char** out,
-                       size_t* n) {
+/* *scratch with room for `need` bytes (grown with rill__alloc). RILL_OK or RILL_ENOMEM. */
+static int scratch_room(char** scratch, size_t* cap, size_t need) {
+  if (*cap >= need) return RILL_OK;
+  char* nb = rill__alloc(need);
+  if (!nb) return RILL_ENOMEM;
+  rill__free(*scratch);
+  *scratch = nb;
+  *cap = need;
+  return RILL_OK;
+}
+
+/* rill__csv_unescape of a field holding the escape character: each escape gives the byte
+ * after it as text (one at the field's end is kept); quotes as there. */
+static int unescape_escapes(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x, char** scratch,
+                            size_t* cap, const char** out, size_t* n) {
+  if (scratch_room(scratch, cap, (size_t)(e - s)) != RILL_OK) return RILL_ENOMEM;
+  char* w = *scratch;
+  size_t k = 0;
+  int inq = d[s] == x->q;
+  for (int64_t i = s + inq; i < e;) {
+    char ch = d[i];
+    if (ch == x->esc && i + 1 < e) {
+      w[k++] = d[i + 1];
+      i += 2;
+    } else if (inq && ch == x->q) {
+      if (i + 1 < e && d[i + 1] == x->q) {
+        w[k++] = ch;
+        i += 2;
+      } else { /* the closing quote: what follows is kept literally (escapes still undone) */
+        inq = 0;
+        i++;
+      }
+    } else {
+      w[k++] = ch;
+      i++;
+    }
+  }
+  *out = w;
+  *n = k;
+  return RILL_OK;
+}
+
+/* The text of field [s, e): quotes removed, doubled quotes and escapes undone. Uses *scratch
+ * only when the bytes must change. Returns RILL_OK or RILL_ENOMEM. */
+int rill__csv_unescape(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x, char** scratch, size_t* cap,
+                       const char** out, size_t* n) {
+  const char q = x->q, esc = x->esc;
+  if (esc && s < e && memchr(d + s, esc, (size_t)(e - s))) return unescape_escapes(d, s, e, x, scratch, cap, out, n);
   if (s == e || d[s] != q) { *out = d + s; *n = (size_t)(e - s); return RILL_OK; }
   const char* p = memchr(d + s + 1, q, (size_t)(e - s - 1));
   if (!p) { *out = d + s + 1; *n = (size_t)(e - s - 1); return RILL_OK; } /* unterminated */
   if (p == d + e - 1) { *out = d + s + 1; *n = (size_t)(e - s - 2); return RILL_OK; }
-  size_t need = (size_t)(e - s);
-  if (*cap < need) {
-    char* nb = rill__alloc(need);
-    if (!nb) return RILL_ENOMEM;
-    rill__free(*scratch);
-    *scratch = nb;
-    *cap = need;
-  }
+  if (scratch_room(scratch, cap, (size_t)(e - s)) != RILL_OK) return RILL_ENOMEM;
   char* w = *scratch;
   size_t k = 0;
   int64_t i = s + 1;
@@ -213,12 +268,14 @@ int rill__csv_unescape(const char* d, int64_t s, int64_t e, char q, char** scrat
 
 /* 0 when the field [s, e) opens a quote that it never closes (it then ran to the end of the
  * input). */
-int rill__csv_quote_closed(const char* d, int64_t s, int64_t e, char q) {
+int rill__csv_quote_closed(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x) {
+  const char q = x->q, esc = x->esc;
   if (s == e || d[s] != q) return 1;
   for (int64_t i = s + 1; i < e;) {
-    const char* p = memchr(d + i, q, (size_t)(e - i));
-    if (!p) return 0;
-    i = p - d + 1;
+    int64_t p = esc ? find_either(d, i, e, q, esc) : find_byte(d, i, e, q);
+    if (p == e) return 0;
+    if (d[p] != q) { i = p + 2; continue; } /* an escaped byte */
+    i = p + 1;
     if (i < e && d[i] == q) { i++; continue; } /* a doubled quote */
     return 1;
   }
@@ -246,7 +303,7 @@ static int is_nl(char c) { return c == '\n' || c == '\r'; }
 void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int in_quotes,
                                   const rill__csv_dialect_t* x, int64_t expected, rill__csv_spec_t* s,
                                   const rill__csv_spec_t* ref) {
-  const char dl = x->dl, q = x->q;
+  const char dl = x->dl, q = x->q, esc = x->esc;
   int st = in_quotes ? S_Q : S_START;
   int64_t i = begin, rec = -1, nf = 0, j = 0;
   s->rc = RILL_OK;
@@ -286,10 +343,11 @@ void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int
     }
     case S_FIELD:
       if (x->trim && rill__csv_blank(x, c)) { i++; break; } /* a quote may still open the field */
+      if (esc && c == esc) { i = i + 1 < end ? i + 2 : end; st = S_UNQ; break; } /* the next byte is text */
 #if CSV_SIMD
       if (c != q && c != dl && !is_nl(c) && i + 16 <= end) {
         int64_t fs;
-        i = count_unquoted(d, i, end, dl, q, &nf, &fs); /* i > fs: c is a plain byte */
+        i = count_unquoted(d, i, end, x, &nf, &fs); /* i > fs: c is a plain byte */
         if (i < end && is_nl(d[i])) {
           i++;
           goto record_end;
@@ -308,19 +366,21 @@ void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int
       else st = S_UNQ;
       break;
     case S_UNQ:
-      while (i < end && d[i] != dl && d[i] != '\n' && d[i] != '\r') i++;
-      if (i == end) break;
+      while (i < end && d[i] != dl && d[i] != '\n' && d[i] != '\r') i += esc && d[i] == esc && i + 1 < end ? 2 : 1;
+      if (i >= end) { i = end; break; }
       c = d[i++];
       if (c == dl) { nf++; st = S_FIELD; break; }
       goto record_end;
     case S_Q: {
-      int64_t p = find_byte(d, i, end, q);
+      int64_t p = esc ? find_either(d, i, end, q, esc) : find_byte(d, i, end, q);
       if (p == end) { i = end; break; }
+      if (d[p] != q) { i = p + 1 < end ? p + 2 : end; break; } /* an escape: the next byte is text */
       i = p + 1;
       st = S_QQ;
       break;
     }
     default: /* S_QQ */
+      if (esc && c == esc) { i = i + 1 < end ? i + 2 : end; st = S_UNQ; break; }
       i++;
       if (c == q) st = S_Q;
       else if (c == dl) { nf++; st = S_FIELD; }
@@ -611,7 +671,7 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
   for (int64_t j = 0; j < n; j++) {                                                                     \
     int64_t pos = rill__csv_start(c, rows[j]);                                                          \
     if (pos + CSV_AHEAD < c->size) __builtin_prefetch(d + pos + CSV_AHEAD);                             \
-    int64_t nf = SPLIT(d, c->size, pos, &c->dia, sp + j * stride, max, &next);                           \
+    int64_t nf = c->dia.esc ? -1 : SPLIT(d, c->size, pos, &c->dia, sp + j * stride, max, &next);          \
     nfields[j] = nf >= 0 ? nf : split_bytes(d, c->size, pos, &c->dia, sp + j * stride, max, &next);        \
     if (c->dia.trim) trim_spans(d, &c->dia, sp + j * stride, nfields[j] < max ? nfields[j] : max);         \
   }
@@ -679,13 +739,15 @@ void rill__csv_split_rows(const rill__csv_t* c, const int64_t* rows, int64_t n, 
 int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, const rill__csv_dialect_t* x, int64_t* sp,
                         int64_t max, int64_t* next) {
   int64_t nf = -1;
+  if (!x->esc) { /* the masks know no escapes */
 #if CSV_AVX2
-  if (rill__csv_scan_simd_level() >= 2) nf = split_one_avx2(d, size, pos, x, sp, max, next);
-  else
+    if (rill__csv_scan_simd_level() >= 2) nf = split_one_avx2(d, size, pos, x, sp, max, next);
+    else
 #endif
 #if CSV_SIMD
-  nf = split_masks(d, size, pos, x, sp, max, next);
+      nf = split_masks(d, size, pos, x, sp, max, next);
 #endif
+  }
   if (nf < 0) nf = split_bytes(d, size, pos, x, sp, max, next);
   if (x->trim && sp) trim_spans(d, x, sp, nf < max ? nf : max);
   return nf;
@@ -708,6 +770,7 @@ int rill__csv_scan_simd_level(void) {
 
 int rill__csv_scan_chunk_masks(const char* d, int64_t begin, int64_t end, const rill__csv_dialect_t* x,
                                int64_t expected, rill__csv_spec_t* s, int level) {
+  if (x->esc && begin < end && memchr(d + begin, x->esc, (size_t)(end - begin))) return 0; /* the masks know no escapes */
 #if CSV_AVX2
   if (level >= 2) return scan_chunk_masks_avx2(d, begin, end, x, expected, s);
 #endif

@@ -28,6 +28,7 @@ static const char* head_usage =
     "  --trim             drop spaces and tabs around CSV fields (a quote after them opens\n"
     "                     a quoted field); skip lines of only spaces and tabs\n"
     "  --comment C        skip CSV lines that start with C (e.g. '#')\n"
+    "  --escape C         CSV escape character: C makes the next character text (e.g. '\\')\n"
     "  --encoding E       of the CSV text, or of SQLite TEXT values and column names:\n"
     "                     utf-8 (default), utf-8-lossy (ill-formed parts shown as U+FFFD)\n"
     "                     or latin-1\n"
@@ -264,6 +265,11 @@ int rill_cmd_head(int argc, char** argv) {
     } else if ((t = TAKE("--comment"))) {
       if (t < 0 || parse_char(val, &co.comment) || !co.comment) {
         fprintf(stderr, "rill head: --comment needs one character\n");
+        return 2;
+      }
+    } else if ((t = TAKE("--escape"))) {
+      if (t < 0 || parse_char(val, &co.escape) || !co.escape) {
+        fprintf(stderr, "rill head: --escape needs one character\n");
         return 2;
       }
     } else if ((t = TAKE("--encoding"))) {

@@ -81,6 +81,13 @@ typedef struct rill_csv_opts {
    * such a line, or under trim a line of blanks or a quote after blanks, is scanned a byte
    * at a time instead of by 64-byte masks. */
   char comment;
+  /* 0 = none. This character makes the byte after it text, inside quotes or not: a quote, the
+   * delimiter, a line break, itself (a\,b is "a,b"; "say \"hi\"" is say "hi"); it is
+   * removed (one at the very end of the input is kept). Doubled quotes still work. It cannot
+   * be the delimiter, the quote, the comment character or a line break. A chunk of the index
+   * pass that holds it is scanned a byte at a time, records are split 16 bytes at a time
+   * instead of 64, and a cell that holds it is parsed by the general path. */
+  char escape;
   int64_t reserved[RILL_OPTS_RESERVED - 1]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_csv_opts_t;
 

@@ -300,7 +300,8 @@ def from_csv(path: _PathLike, *, delimiter: str = ",", quote: str = '"', header:
              on_error: _OnError = "raise", on_bad_row: _OnError = "raise", threads: int = 0,
              infer_rows: int = 0, chunk_bytes: int = 0,
              encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8",
-             trim: bool = False, comment: Optional[str] = None) -> DataFrame: ...
+             trim: bool = False, comment: Optional[str] = None,
+             escape: Optional[str] = None) -> DataFrame: ...
 def from_csv_buffer(data: Union[bytes, bytearray, memoryview], *, name: Optional[str] = None,
                     delimiter: str = ",", quote: str = '"', header: bool = True,
                     infer: bool = True,
@@ -309,7 +310,8 @@ def from_csv_buffer(data: Union[bytes, bytearray, memoryview], *, name: Optional
                     threads: int = 0, infer_rows: int = 0,
                     chunk_bytes: int = 0,
                     encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8",
-                    trim: bool = False, comment: Optional[str] = None) -> DataFrame: ...
+                    trim: bool = False, comment: Optional[str] = None,
+                    escape: Optional[str] = None) -> DataFrame: ...
 def from_sqlite(path: _PathLike, sql: str,
                 params: Sequence[Union[None, int, float, str, bytes]] = (), *,
                 dtypes: Optional[Mapping[Union[str, int], _DType]] = None,

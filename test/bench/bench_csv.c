@@ -1,6 +1,7 @@
 /* Parse and iterate every row of a CSV file through rill (batches of BATCH rows, default 8192).
  * usage: bench_csv FILE.csv THREADS [BATCH]
- * environment: CSV_TRIM=1 (the trim option), CSV_COMMENT=C (the comment character)
+ * environment: CSV_TRIM=1 (the trim option), CSV_COMMENT=C (the comment character),
+ * CSV_ESCAPE=C (the escape character)
  * prints: rill_csv seconds=S cpu_s=C rows=N rss_mb=M index_s=I nulls=K (cpu_s: user + system CPU
  * seconds of the process, all threads) */
 #include <stdio.h>
@@ -22,8 +23,9 @@ int main(int argc, char** argv) {
   rill_error_t err = {0};
   rill_df_t *df = NULL, *batches = NULL;
   double t0 = bench_now();
-  const char *trim = getenv("CSV_TRIM"), *comment = getenv("CSV_COMMENT");
-  rill_csv_opts_t o = {.threads = threads, .trim = trim && atoi(trim), .comment = comment ? comment[0] : 0};
+  const char *trim = getenv("CSV_TRIM"), *comment = getenv("CSV_COMMENT"), *escape = getenv("CSV_ESCAPE");
+  rill_csv_opts_t o = {.threads = threads, .trim = trim && atoi(trim), .comment = comment ? comment[0] : 0,
+                       .escape = escape ? escape[0] : 0};
   if (rill_df_from_csv(argv[1], &o, &df, &err) != RILL_OK) {
     fprintf(stderr, "bench_csv: %s\n", err.message);
     return 1;

@@ -2,8 +2,8 @@
  * UTF-8 (and the vector UTF-8 check agree with the automaton on the input's bytes), the
  * parallel index must agree with the sequential one, the bitmask chunk scan (every SIMD level) with the state
  * machine, and the mask record splits (every level) with the byte loop. The first byte picks
- * the options, the input's size the encoding and whether fields are trimmed and '#' lines
- * comments. */
+ * the options, the input's size the encoding, whether fields are trimmed, '#' lines comments
+ * and '\\' an escape character. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,9 +98,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.encoding = (rill_csv_encoding_t)(size % 3); /* the first byte's bits are all taken */
   o.trim = (int)(size / 3 % 2);
   o.comment = size / 6 % 2 ? '#' : 0;
+  o.escape = size / 12 % 2 ? '\\' : 0;
   o.threads = 1;
   o.chunk_bytes = 1 << 30;
-  const rill__csv_dialect_t x = {o.delimiter, '"', o.comment, o.trim};
+  const rill__csv_dialect_t x = {o.delimiter, '"', o.comment, o.trim, o.escape};
   same_scan((const char*)data + 1, (int64_t)size - 1, &x);
   same_split((const char*)data + 1, (int64_t)size - 1, &x);
   rill_error_t err = {0};

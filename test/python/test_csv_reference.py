@@ -116,6 +116,17 @@ def test_trim_and_comment(tmp_path):
     assert proc.returncode == 2 and b"--comment needs one character" in proc.stderr
 
 
+def test_escape(tmp_path):
+    path = tmp_path / "escaped.csv"
+    path.write_bytes(b'id,text\n1,"say \\"hi\\""\n2,a\\,b\\\\\n')
+    names, rows, _ = rill_rows(path, "--escape", "\\")
+    assert names == ["id", "text"] and rows == [[1, 'say "hi"'], [2, "a,b\\"]]
+    with open(path, newline="") as f:
+        assert [[int(r[0]), r[1]] for r in list(csv.reader(f, escapechar="\\"))[1:]] == rows
+    _, _, proc = rill_rows(path, "--escape", check=False)
+    assert proc.returncode == 2 and b"--escape needs one character" in proc.stderr
+
+
 def test_encodings_sqlite(tmp_path):
     import sqlite3
 

@@ -614,14 +614,14 @@ static int parse_encoding(const char* e, rill_csv_encoding_t* out) {
 /* Common options of from_csv / from_csv_buffer. */
 static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer, PyObject* dtypes,
                     PyObject* on_error, PyObject* on_bad_row, int threads, long long infer_rows,
-                    long long chunk_bytes, const char* encoding, int trim, PyObject* comment, rill_csv_opts_t* o,
-                    rill_csv_column_t** cols) {
+                    long long chunk_bytes, const char* encoding, int trim, PyObject* comment, PyObject* escape,
+                    rill_csv_opts_t* o, rill_csv_column_t** cols) {
   memset(o, 0, sizeof *o);
   *cols = NULL;
   if (parse_encoding(encoding, &o->encoding) < 0) return -1;
   o->trim = trim;
   if (parse_char(delimiter, &o->delimiter, "delimiter") < 0 || parse_char(quote, &o->quote, "quote") < 0 ||
-      parse_char(comment, &o->comment, "comment") < 0 ||
+      parse_char(comment, &o->comment, "comment") < 0 || parse_char(escape, &o->escape, "escape") < 0 ||
       rillpy_parse_on_error(on_error, &o->on_error) < 0 || rillpy_parse_on_error(on_bad_row, &o->on_bad_row) < 0)
     return -1;
   o->no_header = !header;
@@ -636,20 +636,20 @@ static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer,
 
 static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"path", "delimiter", "quote", "header", "infer", "dtypes", "on_error", "on_bad_row",
-                           "threads", "infer_rows", "chunk_bytes", "encoding", "trim", "comment", NULL};
+                           "threads", "infer_rows", "chunk_bytes", "encoding", "trim", "comment", "escape", NULL};
   PyObject *path, *delimiter = NULL, *quote = NULL, *dtypes = Py_None, *on_error = Py_None, *on_bad_row = Py_None;
-  PyObject* comment = NULL;
+  PyObject *comment = NULL, *escape = NULL;
   int header = 1, infer = 1, threads = 0, trim = 0;
   long long infer_rows = 0, chunk_bytes = 0;
   const char* encoding = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOppOOOiLLzpO:from_csv", kwlist, &path, &delimiter, &quote, &header,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOppOOOiLLzpOO:from_csv", kwlist, &path, &delimiter, &quote, &header,
                                    &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows, &chunk_bytes,
-                                   &encoding, &trim, &comment))
+                                   &encoding, &trim, &comment, &escape))
     return NULL;
   rill_csv_opts_t o;
   rill_csv_column_t* cols;
   if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes,
-               encoding, trim, comment, &o, &cols) < 0)
+               encoding, trim, comment, escape, &o, &cols) < 0)
     return NULL;
   rill_df_t* df = NULL;
   int rc = open_path(path, open_csv, &o, &df);
@@ -659,15 +659,15 @@ static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
 
 static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"data", "name", "delimiter", "quote", "header", "infer", "dtypes", "on_error",
-                           "on_bad_row", "threads", "infer_rows", "chunk_bytes", "encoding", "trim", "comment", NULL};
+                           "on_bad_row", "threads", "infer_rows", "chunk_bytes", "encoding", "trim", "comment", "escape", NULL};
   PyObject *data, *delimiter = NULL, *quote = NULL, *dtypes = Py_None, *on_error = Py_None, *on_bad_row = Py_None;
-  PyObject* comment = NULL;
+  PyObject *comment = NULL, *escape = NULL;
   const char *name = NULL, *encoding = NULL;
   int header = 1, infer = 1, threads = 0, trim = 0;
   long long infer_rows = 0, chunk_bytes = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOOppOOOiLLzpO:from_csv_buffer", kwlist, &data, &name, &delimiter,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOOppOOOiLLzpOO:from_csv_buffer", kwlist, &data, &name, &delimiter,
                                    &quote, &header, &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows,
-                                   &chunk_bytes, &encoding, &trim, &comment))
+                                   &chunk_bytes, &encoding, &trim, &comment, &escape))
     return NULL;
   Py_buffer b;
   if (PyUnicode_Check(data))
@@ -676,7 +676,7 @@ static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
   rill_csv_opts_t o;
   rill_csv_column_t* cols;
   if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes,
-               encoding, trim, comment, &o, &cols) < 0) {
+               encoding, trim, comment, escape, &o, &cols) < 0) {
     PyBuffer_Release(&b);
     return NULL;
   }
@@ -895,18 +895,19 @@ static PyMethodDef source_functions[] = {
      "zero-copy where the layout allows."},
     {"from_csv", (PyCFunction)(void (*)(void))py_from_csv, METH_VARARGS | METH_KEYWORDS,
      "from_csv(path, *, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, on_error='raise', "
-     "on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0, encoding='utf-8', trim=False, comment=None) "
-     "-> DataFrame\n\n"
+     "on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0, encoding='utf-8', trim=False, comment=None, "
+     "escape=None) -> DataFrame\n\n"
      "A dataframe over a CSV file (str or os.PathLike), parsed when rows are pulled. dtypes: "
      "{column name or index: dtype} overrides of the inferred types ('binary': bytes as they are). "
      "encoding: 'utf-8' (text that is not is a row error, see on_error), 'utf-8-lossy' (ill-formed "
      "parts read as U+FFFD) or 'latin-1'. trim: spaces and tabs around fields and names are dropped "
      "(a quote after them opens a quoted field) and lines of only blanks skipped. comment: lines "
-     "starting with this character are skipped."},
+     "starting with this character are skipped. escape: this character makes the next one text (a "
+     "quote, the delimiter, a line break, itself), inside quotes or not."},
     {"from_csv_buffer", (PyCFunction)(void (*)(void))py_from_csv_buffer, METH_VARARGS | METH_KEYWORDS,
      "from_csv_buffer(data, *, name=None, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, "
      "on_error='raise', on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0, encoding='utf-8', trim=False, "
-     "comment=None) -> DataFrame\n\n"
+     "comment=None, escape=None) -> DataFrame\n\n"
      "As from_csv over bytes-like CSV data (copied); name is used in error messages."},
     {"from_sqlite", (PyCFunction)(void (*)(void))py_from_sqlite, METH_VARARGS | METH_KEYWORDS,
      "from_sqlite(path, sql, params=(), *, dtypes=None, on_error='raise', infer_rows=0, chunk_rows=0, "
