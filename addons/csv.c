@@ -39,6 +39,9 @@ static void csv_unref(rill__csv_t* c) {
   rill__free(c->far);
   rill__free(c->lines);
   rill__free(c->bad);
+  for (int i = 0; i < c->nnulls; i++) rill__free(c->nulls[i]);
+  rill__free(c->nulls);
+  rill__free(c->null_len);
   if (c->map) munmap(c->map, (size_t)c->size);
   if (c->fd >= 0) close(c->fd);
   rill__free(c->owned);
@@ -109,14 +112,23 @@ static inline int has_byte(const char* p, int64_t n, int64_t room, char q) {
   return n > 0 && memchr(p, q, (size_t)n) != NULL;
 }
 
+/* 1 when the text p[0..n) is one of the null values. */
+static inline int is_null_text(const rill__csv_t* c, const char* p, size_t n) {
+  if (n < c->null_min || n > c->null_max) return 0;
+  for (int i = 0; i < c->nnulls; i++)
+    if (c->null_len[i] == n && !memcmp(c->nulls[i], p, n)) return 1;
+  return 0;
+}
+
 /* Cells j0.. of column k of a block as FLOAT64 / INT64 values into `o` (cell 0 of the
- * block), while they are plain: row complete, field unquoted and not empty (and without the
- * escape character), value parsed. Returns the first j that is not (or bn): the general path
- * decides about that cell. `complete` (a constant): every row of the block is (b->complete),
- * so no row is checked; `escapes` (a constant): c has an escape character. */
+ * block), while they are plain: row complete, field unquoted and not empty (nor holding the
+ * escape character, nor a null value), value parsed. Returns the first j that is not (or bn):
+ * the general path decides about that cell. `complete` (a constant): every row of the block
+ * is (b->complete), so no row is checked; `checks` (a constant): c has an escape character or
+ * null values. */
 static inline __attribute__((always_inline)) int64_t plain_numbers_as(const rill__csv_t* c, const csv_block_t* b,
                                                                       int k, const int dbl, const int complete,
-                                                                      const int escapes, int64_t j0, int64_t bn,
+                                                                      const int checks, int64_t j0, int64_t bn,
                                                                       void* o) {
   const char* d = c->data;
   const char qc = c->dia.q;
@@ -130,7 +142,7 @@ static inline __attribute__((always_inline)) int64_t plain_numbers_as(const rill
     if (fs == fe || d[fs] == qc) break;
     const char* p = d + fs;
     size_t len = (size_t)(fe - fs);
-    if (escapes && has_byte(p, (int64_t)len, size - fs, c->dia.esc)) break;
+    if (checks && ((c->dia.esc && has_byte(p, (int64_t)len, size - fs, c->dia.esc)) || is_null_text(c, p, len))) break;
     void* cell = dbl ? (void*)((double*)o + j) : (void*)((int64_t*)o + j);
     if (rill__parse_plain_decimal(p, len, size - fs, dbl, cell)) continue;
     if ((dbl ? rill__parse_double(p, len, cell) : rill__parse_int64(p, len, cell)) != RILL_OK) break;
@@ -145,7 +157,7 @@ static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, 
     return dt == RILL_FLOAT64 ? plain_numbers_as(c, b, k, 1, 1, esc, j0, bn, o)                                     \
                               : plain_numbers_as(c, b, k, 0, 1, esc, j0, bn, o);                                    \
   return dt == RILL_FLOAT64 ? plain_numbers_as(c, b, k, 1, 0, esc, j0, bn, o) : plain_numbers_as(c, b, k, 0, 0, esc, j0, bn, o)
-  if (c->dia.esc) {
+  if (c->dia.esc || c->nnulls) {
     PLAIN_NUMBERS(1);
   }
   PLAIN_NUMBERS(0);
@@ -154,11 +166,12 @@ static int64_t plain_numbers(const rill__csv_t* c, const csv_block_t* b, int k, 
 
 /* Cells j0.. of STRING column k of a block appended at *pos of `out` (offsets of cell 0 of the
  * block at b0), while they are plain: row complete, field unquoted or quoted without quotes
- * inside, no escape character. out->data must hold 16 bytes past the block's text (short
- * fields are copied 16 bytes at a time). Returns the first j that is not (or bn): the general
- * path decides about that cell. `complete` and `escapes` as for plain_numbers_as. */
+ * inside, no escape character, not a null value. out->data must hold 16 bytes past the
+ * block's text (short fields are copied 16 bytes at a time). Returns the first j that is not
+ * (or bn): the general path decides about that cell. `complete` and `checks` as for
+ * plain_numbers_as. */
 static inline __attribute__((always_inline)) int64_t plain_strings_as(const rill__csv_t* c, const csv_block_t* b,
-                                                                      int k, const int complete, const int escapes,
+                                                                      int k, const int complete, const int checks,
                                                                       int64_t j0, int64_t bn, rill_array_t* out,
                                                                       int64_t* pos_io) {
   const char* d = c->data;
@@ -172,12 +185,13 @@ static inline __attribute__((always_inline)) int64_t plain_strings_as(const rill
   for (; j < bn; j++) {
     if (!complete && (nfs[j] > ncols || k >= nfs[j])) break;
     int64_t fs = sp[j * stride], fe = sp[j * stride + 1];
-    if (escapes && has_byte(d + fs, fe - fs, size - fs, c->dia.esc)) break;
+    if (checks && c->dia.esc && has_byte(d + fs, fe - fs, size - fs, c->dia.esc)) break;
     if (fs < fe && d[fs] == qc) { /* "text" without quotes inside: the bytes between */
       if (fe - fs < 2 || d[fe - 1] != qc || has_byte(d + fs + 1, fe - fs - 2, size - fs - 1, qc)) break;
       fs++;
       fe--;
     }
+    if (checks && is_null_text(c, d + fs, (size_t)(fe - fs))) break;
     int64_t len = fe - fs;
     if (len <= 16 && size - fs >= 16) memcpy(o + pos, d + fs, 16);
     else memcpy(o + pos, d + fs, (size_t)len);
@@ -190,7 +204,7 @@ static inline __attribute__((always_inline)) int64_t plain_strings_as(const rill
 
 static int64_t plain_strings(const rill__csv_t* c, const csv_block_t* b, int k, int64_t j0, int64_t bn,
                              rill_array_t* out, int64_t* pos_io) {
-  if (c->dia.esc)
+  if (c->dia.esc || c->nnulls)
     return b->complete ? plain_strings_as(c, b, k, 1, 1, j0, bn, out, pos_io)
                        : plain_strings_as(c, b, k, 0, 1, j0, bn, out, pos_io);
   return b->complete ? plain_strings_as(c, b, k, 1, 0, j0, bn, out, pos_io)
@@ -331,7 +345,7 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
         out->data_size = pos;
         return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       }
-      if (!holds_bytes(dt) && len == 0) is_null = 1;
+      if ((!holds_bytes(dt) && len == 0) || (c->nnulls && is_null_text(c, txt, len))) is_null = 1;
     }
     if (holds_bytes(dt)) {
       if (!is_null && len) {
@@ -521,7 +535,7 @@ static int infer_types(rill__csv_t* c, int64_t limit, rill_error_t* err) {
         rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
         goto done;
       }
-      if (n == 0) continue;
+      if (n == 0 || is_null_text(c, s, n)) continue;
       seen[k] = 1;
       int m = mask[k];
       int64_t iv;
@@ -637,7 +651,7 @@ static int csv_open(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, r
     types[k] = rill_type_scalar(c->types[k]);
     /* an empty field is a null number; a missing field of a short row is null everywhere;
      * text that is not UTF-8 is null under on_error NULL */
-    nullable[k] = !holds_bytes(c->types[k]) || o->on_bad_row == RILL_ON_ERROR_NULL ||
+    nullable[k] = !holds_bytes(c->types[k]) || c->nnulls || o->on_bad_row == RILL_ON_ERROR_NULL ||
                   (c->types[k] == RILL_STRING && o->on_error == RILL_ON_ERROR_NULL);
   }
   /* tasks of up to 1024 rows (fewer for wide rows) */
@@ -650,6 +664,26 @@ static int csv_open(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, r
   rill__free(types);
   rill__free(nullable);
   return rc;
+}
+
+/* c->nulls: copies of the NULL-terminated list `v`. */
+static int copy_null_values(rill__csv_t* c, const char* const* v, rill_error_t* err) {
+  int n = 0;
+  while (v && v[n]) {
+    if (++n > RILL_CSV_NULL_VALUES_MAX)
+      return rill__fail(err, RILL_EINVAL, "%s: more than %d null values", c->name, RILL_CSV_NULL_VALUES_MAX);
+  }
+  if (!n) return RILL_OK;
+  c->nulls = rill__calloc((size_t)n, sizeof *c->nulls);
+  c->null_len = rill__calloc((size_t)n, sizeof *c->null_len);
+  if (!c->nulls || !c->null_len) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+  for (int i = 0; i < n; i++, c->nnulls++) {
+    if (!(c->nulls[i] = rill__strdup(v[i]))) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+    c->null_len[i] = strlen(v[i]);
+    if (c->null_len[i] < c->null_min) c->null_min = c->null_len[i];
+    if (c->null_len[i] > c->null_max) c->null_max = c->null_len[i];
+  }
+  return RILL_OK;
 }
 
 static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out, rill_error_t* err) {
@@ -686,6 +720,12 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out
                                  .cm = o->comment, .trim = o->trim, .esc = o->escape};
   c->on_error = o->on_error;
   c->encoding = o->encoding;
+  c->null_min = SIZE_MAX;
+  int rc = copy_null_values(c, o->null_values, err);
+  if (rc != RILL_OK) {
+    csv_unref(c);
+    return rc;
+  }
   *out = c;
   return RILL_OK;
 }

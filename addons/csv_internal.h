@@ -68,6 +68,10 @@ typedef struct rill__csv {
   int64_t nfar;
   rill_on_error_t on_error;
   rill_csv_encoding_t encoding;
+  char** nulls;               /* null_values: texts read as null cells (copies), nnulls of them */
+  size_t* null_len;
+  int nnulls;
+  size_t null_min, null_max;  /* their shortest and longest lengths */
   pthread_mutex_t mu;         /* guards lines */
   int64_t* lines;             /* lines[k]: physical line at byte k << RILL__CSV_LINE_STEP_SHIFT */
   int64_t nlines;

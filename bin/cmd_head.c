@@ -29,6 +29,7 @@ static const char* head_usage =
     "                     a quoted field); skip lines of only spaces and tabs\n"
     "  --comment C        skip CSV lines that start with C (e.g. '#')\n"
     "  --escape C         CSV escape character: C makes the next character text (e.g. '\\')\n"
+    "  --null TEXT        read CSV fields equal to TEXT as null (repeatable: --null NA --null ?)\n"
     "  --encoding E       of the CSV text, or of SQLite TEXT values and column names:\n"
     "                     utf-8 (default), utf-8-lossy (ill-formed parts shown as U+FFFD)\n"
     "                     or latin-1\n"
@@ -227,6 +228,8 @@ int rill_cmd_head(int argc, char** argv) {
   int64_t limit = 10;
   int all = 0, fmt = FMT_TABLE;
   rill_csv_opts_t co = {0};
+  const char* nulls[RILL_CSV_NULL_VALUES_MAX + 1] = {0}; /* --null texts, NULL-terminated */
+  int nnulls = 0;
   const char* pos[2] = {NULL, NULL};
   int npos = 0;
   for (int i = 1; i < argc; i++) {
@@ -267,6 +270,13 @@ int rill_cmd_head(int argc, char** argv) {
         fprintf(stderr, "rill head: --comment needs one character\n");
         return 2;
       }
+    } else if ((t = TAKE("--null"))) {
+      if (t < 0 || nnulls == RILL_CSV_NULL_VALUES_MAX) {
+        fprintf(stderr, "rill head: --null needs a text (at most %d of them)\n", RILL_CSV_NULL_VALUES_MAX);
+        return 2;
+      }
+      nulls[nnulls++] = val;
+      co.null_values = nulls;
     } else if ((t = TAKE("--escape"))) {
       if (t < 0 || parse_char(val, &co.escape) || !co.escape) {
         fprintf(stderr, "rill head: --escape needs one character\n");

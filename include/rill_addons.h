@@ -88,8 +88,16 @@ typedef struct rill_csv_opts {
    * pass that holds it is scanned a byte at a time, records are split 16 bytes at a time
    * instead of 64, and a cell that holds it is parsed by the general path. */
   char escape;
-  int64_t reserved[RILL_OPTS_RESERVED - 1]; /* zero (room to grow, see "Option structs" in rill.h) */
+  /* Texts that are null cells, in every column (strings too), quoted or not, compared after
+   * quotes, escapes and trim are undone ("NA", "?", "-999"; "" makes empty STRING cells null):
+   * a NULL-terminated list of at most RILL_CSV_NULL_VALUES_MAX, copied when the file is
+   * opened. They are skipped by type inference. NULL = none (an empty field is still null in
+   * non-string columns). */
+  const char* const* null_values;
+  int64_t reserved[RILL_OPTS_RESERVED - 2]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_csv_opts_t;
+
+#define RILL_CSV_NULL_VALUES_MAX 64
 
 /* A dataframe over a CSV file: one source column per field, typed by inference over the
  * first `infer_rows` rows (int64, float64, bool, ISO 8601 timestamp -> TIMESTAMP_US, else

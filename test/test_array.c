@@ -59,7 +59,7 @@ Test(version, option_structs_end_with_reserved_words) {
   OPTS_LAYOUT(rill_stage_opts_t, 64, 32);
   OPTS_LAYOUT(rill_batch_opts_t, 48, 16);
   OPTS_LAYOUT(rill_iter_opts_t, 80, 64);
-  OPTS_LAYOUT(rill_csv_opts_t, 112, 88);
+  OPTS_LAYOUT(rill_csv_opts_t, 112, 96);
   OPTS_LAYOUT(rill_sqlite_opts_t, 80, 56);
   OPTS_LAYOUT(rill_files_opts_t, 56, 24);
   OPTS_LAYOUT(rill_decode_opts_t, 72, 40);

@@ -1028,6 +1028,68 @@ Test(csv, escape_character) {
   }
 }
 
+/* null_values: listed texts are null cells in every column, quoted or not, after trim and
+ * escapes are undone, also where they would parse (-999); inference skips them; "" makes
+ * empty STRING cells null; the list is checked. */
+Test(csv, null_values) {
+  const char* text = "id,name,score,flag\n"
+                     "1, NA ,2.5,true\n"
+                     "2,?,NA,?\n"
+                     "3,\"NA\",-999,false\n"
+                     "NA,x,,\n"
+                     "5,,-9\\99,N\\A\n";
+  static const char* const nulls[] = {"NA", "?", "-999", NULL};
+  rill_df_t* df = load(text, &(rill_csv_opts_t){.null_values = nulls, .trim = 1, .escape = '\\'});
+  cr_assert_eq(coltype(df, 0), RILL_INT64);
+  cr_assert_eq(coltype(df, 1), RILL_STRING);
+  cr_assert_eq(coltype(df, 2), RILL_FLOAT64);
+  cr_assert_eq(coltype(df, 3), RILL_BOOL);
+  for (int i = 0; i < 4; i++) cr_assert(rill_df_field(df, i)->nullable, "column %d is nullable", i);
+  for (int threads = RILL_THREADS_NONE; threads <= 2; threads += 2 - RILL_THREADS_NONE) {
+    table_t t = collected(df, threads);
+    EXPECT_CELLS(&t, {0, 1, "NULL"}, {0, 2, "2.5"}, {1, 1, "NULL"}, {1, 2, "NULL"}, {1, 3, "NULL"},
+                 {2, 1, "NULL"}, {2, 2, "NULL"}, {2, 3, "false"}, {3, 0, "NULL"}, {3, 1, "x"}, {3, 2, "NULL"},
+                 {4, 1, ""}, {4, 2, "NULL"}, {4, 3, "NULL"});
+    table_free(&t);
+  }
+  rill_df_free(df);
+  /* the plain paths meet them too: many rows, numbers and strings */
+  char big[20000];
+  size_t n = (size_t)sprintf(big, "a,b\n");
+  for (int r = 0; n < sizeof big - 32; r++) n += (size_t)sprintf(big + n, r % 5 ? "%d,s%d\n" : "-999,NA\n", r, r);
+  rill_error_t err = {0};
+  RT_OK(rill_df_from_csv_buffer(big, n, &(rill_csv_opts_t){.null_values = nulls}, &df, &err), err);
+  table_t t = collected(df, 2);
+  cr_assert_gt(t.nrows, 1000);
+  for (int64_t r = 0; r < t.nrows; r++) {
+    char a[24] = "NULL", sb[24] = "NULL";
+    if (r % 5) sprintf(a, "%lld", (long long)r), sprintf(sb, "s%lld", (long long)r);
+    cr_assert_str_eq(cell(&t, r, 0), a, "row %lld", (long long)r);
+    cr_assert_str_eq(cell(&t, r, 1), sb, "row %lld", (long long)r);
+  }
+  table_free(&t);
+  rill_df_free(df);
+  /* "" among them: empty STRING cells are null too */
+  static const char* const empty[] = {"", NULL};
+  df = load("s,n\n,1\n\"\",\nx,2\n", &(rill_csv_opts_t){.null_values = empty});
+  t = collected(df, 0);
+  EXPECT_CELLS(&t, {0, 0, "NULL"}, {1, 0, "NULL"}, {1, 1, "NULL"}, {2, 0, "x"});
+  table_free(&t);
+  rill_df_free(df);
+  /* without the option the texts are text: score is a string column */
+  df = load(text, &(rill_csv_opts_t){.trim = 1, .escape = '\\'});
+  cr_assert_eq(coltype(df, 2), RILL_STRING);
+  rill_df_free(df);
+  const char* many[RILL_CSV_NULL_VALUES_MAX + 2];
+  for (int i = 0; i <= RILL_CSV_NULL_VALUES_MAX; i++) many[i] = "x";
+  many[RILL_CSV_NULL_VALUES_MAX + 1] = NULL;
+  RT_FAILS(rill_df_from_csv_buffer("a\n1\n", 4, &(rill_csv_opts_t){.null_values = many, .name = "o.csv"}, &df, &err),
+           RILL_EINVAL, "o.csv: more than 64 null values", err);
+  many[RILL_CSV_NULL_VALUES_MAX] = NULL; /* 64: accepted */
+  RT_OK(rill_df_from_csv_buffer("a\n1\n", 4, &(rill_csv_opts_t){.null_values = many}, &df, &err), err);
+  rill_df_free(df);
+}
+
 Test(csv, parse_timestamp) {
   int64_t us;
   cr_assert_eq(rill_parse_timestamp("1970-01-01", 10, &us), RILL_OK);

@@ -301,7 +301,8 @@ def from_csv(path: _PathLike, *, delimiter: str = ",", quote: str = '"', header:
              infer_rows: int = 0, chunk_bytes: int = 0,
              encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8",
              trim: bool = False, comment: Optional[str] = None,
-             escape: Optional[str] = None) -> DataFrame: ...
+             escape: Optional[str] = None,
+             null_values: Optional[Sequence[str]] = None) -> DataFrame: ...
 def from_csv_buffer(data: Union[bytes, bytearray, memoryview], *, name: Optional[str] = None,
                     delimiter: str = ",", quote: str = '"', header: bool = True,
                     infer: bool = True,
@@ -311,7 +312,8 @@ def from_csv_buffer(data: Union[bytes, bytearray, memoryview], *, name: Optional
                     chunk_bytes: int = 0,
                     encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8",
                     trim: bool = False, comment: Optional[str] = None,
-                    escape: Optional[str] = None) -> DataFrame: ...
+                    escape: Optional[str] = None,
+                    null_values: Optional[Sequence[str]] = None) -> DataFrame: ...
 def from_sqlite(path: _PathLike, sql: str,
                 params: Sequence[Union[None, int, float, str, bytes]] = (), *,
                 dtypes: Optional[Mapping[Union[str, int], _DType]] = None,

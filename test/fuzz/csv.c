@@ -2,8 +2,8 @@
  * UTF-8 (and the vector UTF-8 check agree with the automaton on the input's bytes), the
  * parallel index must agree with the sequential one, the bitmask chunk scan (every SIMD level) with the state
  * machine, and the mask record splits (every level) with the byte loop. The first byte picks
- * the options, the input's size the encoding, whether fields are trimmed, '#' lines comments
- * and '\\' an escape character. */
+ * the options, the input's size the encoding, whether fields are trimmed, '#' lines comments,
+ * '\\' an escape character and "", "0", "NA" null values. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +99,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.trim = (int)(size / 3 % 2);
   o.comment = size / 6 % 2 ? '#' : 0;
   o.escape = size / 12 % 2 ? '\\' : 0;
+  static const char* const nulls[] = {"", "0", "NA", NULL};
+  o.null_values = size / 24 % 2 ? nulls : NULL;
   o.threads = 1;
   o.chunk_bytes = 1 << 30;
   const rill__csv_dialect_t x = {o.delimiter, '"', o.comment, o.trim, o.escape};

@@ -127,6 +127,17 @@ def test_escape(tmp_path):
     assert proc.returncode == 2 and b"--escape needs one character" in proc.stderr
 
 
+def test_null_values(tmp_path):
+    path = tmp_path / "nulls.csv"
+    path.write_text("n,s\n1,NA\n?,x\n3,?\n")
+    names, rows, _ = rill_rows(path, "--null", "NA", "--null", "?")
+    assert rows == [[1, None], [None, "x"], [3, None]]
+    _, rows, _ = rill_rows(path)
+    assert rows == [["1", "NA"], ["?", "x"], ["3", "?"]]
+    _, _, proc = rill_rows(path, "--null", check=False)
+    assert proc.returncode == 2 and b"--null needs a text" in proc.stderr
+
+
 def test_encodings_sqlite(tmp_path):
     import sqlite3
 

@@ -264,6 +264,38 @@ def test_from_csv_escape_matches_python_csv(tmp_path):
         rill.from_csv(p, escape='"')
 
 
+def test_from_csv_null_values_match_pandas(tmp_path):
+    """null_values against pandas' na_values (keep_default_na=False): the same nulls in number,
+    string and bool columns, over the plain paths and the general one; typed columns are
+    inferred through them."""
+    rnd = random.Random(5)
+    nulls = ["NA", "?", "-999", "n/a"]
+    lines = ["i,f,s,b"]
+    for r in range(3000):
+        def pick(v):
+            return rnd.choice(nulls) if rnd.random() < 0.15 else v
+        s = pick(rnd.choice(["abc", "x y", "", '"q,r"', "NAN", "na"]))
+        lines.append(",".join([pick(str(r)), pick(repr(r / 8)), s, pick(rnd.choice(["true", "false"]))]))
+    p = tmp_path / "nulls.csv"
+    p.write_text("\n".join(lines) + "\n")
+    df = rill.from_csv(p, null_values=nulls)
+    assert [f.dtype for f in df.schema] == ["int64", "float64", "string", "bool"]
+    t = pa.table(df)
+    ref = pd.read_csv(p, na_values=nulls, keep_default_na=False, dtype={"s": str})
+    assert t.column("i").to_pylist() == [None if pd.isna(v) else int(v) for v in ref["i"]]
+    assert t.column("f").to_pylist() == [None if pd.isna(v) else float(v) for v in ref["f"]]
+    assert t.column("b").to_pylist() == [None if pd.isna(v) else bool(v) for v in ref["b"]]
+    # pandas reads an empty string field as "" only with keep_default_na=False and no "" listed
+    assert t.column("s").to_pylist() == [None if pd.isna(v) else v for v in ref["s"]]
+    assert t.column("s").null_count > 300
+    with pytest.raises(TypeError, match="null_values must be a sequence of str, not a str"):
+        rill.from_csv(p, null_values="NA")
+    with pytest.raises(TypeError, match=r"null_values\[1\] must be a str"):
+        rill.from_csv(p, null_values=["NA", 7])
+    with pytest.raises(rill.InvalidArgumentError, match="more than 64 null values"):
+        rill.from_csv(p, null_values=[str(k) for k in range(65)])
+
+
 def test_from_csv_trim_and_comment_errors(tmp_path):
     with pytest.raises(rill.InvalidArgumentError,
                        match="the comment character must differ from the delimiter and the quote"):

@@ -611,13 +611,61 @@ static int parse_encoding(const char* e, rill_csv_encoding_t* out) {
   return -1;
 }
 
+/* null_values (None or a sequence of str) as a NULL-terminated array in *out (PyMem; NULL for
+ * None) whose strings live in *keep (a new reference to hold until the call is done). */
+static int parse_null_values(PyObject* v, const char*** out, PyObject** keep) {
+  *out = NULL;
+  *keep = NULL;
+  if (!v || v == Py_None) return 0;
+  if (PyUnicode_Check(v)) {
+    PyErr_SetString(PyExc_TypeError, "null_values must be a sequence of str, not a str");
+    return -1;
+  }
+  PyObject* seq = PySequence_Fast(v, "null_values must be a sequence of str");
+  if (!seq) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  const char** a = PyMem_Calloc((size_t)n + 1, sizeof *a);
+  if (!a) {
+    Py_DECREF(seq);
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+    Py_ssize_t len;
+    const char* t = PyUnicode_Check(item) ? PyUnicode_AsUTF8AndSize(item, &len) : NULL;
+    if (!t || (Py_ssize_t)strlen(t) != len) {
+      if (!PyErr_Occurred() || t) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "null_values[%zd] must be a str without NUL characters", i);
+      }
+      PyMem_Free(a);
+      Py_DECREF(seq);
+      return -1;
+    }
+    a[i] = t;
+  }
+  *out = a;
+  *keep = seq;
+  return 0;
+}
+
+/* Frees what csv_opts made. */
+static void csv_opts_free(rill_csv_opts_t* o, rill_csv_column_t* cols, PyObject* keep) {
+  PyMem_Free((void*)o->null_values);
+  o->null_values = NULL;
+  PyMem_Free(cols);
+  Py_XDECREF(keep);
+}
+
 /* Common options of from_csv / from_csv_buffer. */
 static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer, PyObject* dtypes,
                     PyObject* on_error, PyObject* on_bad_row, int threads, long long infer_rows,
                     long long chunk_bytes, const char* encoding, int trim, PyObject* comment, PyObject* escape,
-                    rill_csv_opts_t* o, rill_csv_column_t** cols) {
+                    PyObject* null_values, rill_csv_opts_t* o, rill_csv_column_t** cols, PyObject** keep) {
   memset(o, 0, sizeof *o);
   *cols = NULL;
+  *keep = NULL;
   if (parse_encoding(encoding, &o->encoding) < 0) return -1;
   o->trim = trim;
   if (parse_char(delimiter, &o->delimiter, "delimiter") < 0 || parse_char(quote, &o->quote, "quote") < 0 ||
@@ -629,45 +677,53 @@ static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer,
   o->threads = threads;
   o->infer_rows = infer_rows;
   o->chunk_bytes = chunk_bytes;
-  if (parse_overrides(dtypes, cols, &o->ncolumns) < 0) return -1;
+  const char** nulls;
+  if (parse_null_values(null_values, &nulls, keep) < 0) return -1;
+  o->null_values = nulls;
+  if (parse_overrides(dtypes, cols, &o->ncolumns) < 0) {
+    csv_opts_free(o, *cols, *keep);
+    return -1;
+  }
   o->columns = *cols;
   return 0;
 }
 
 static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
-  static char* kwlist[] = {"path", "delimiter", "quote", "header", "infer", "dtypes", "on_error", "on_bad_row",
-                           "threads", "infer_rows", "chunk_bytes", "encoding", "trim", "comment", "escape", NULL};
+  static char* kwlist[] = {"path",     "delimiter",  "quote",       "header",   "infer", "dtypes",
+                           "on_error", "on_bad_row", "threads",     "infer_rows", "chunk_bytes", "encoding",
+                           "trim",     "comment",    "escape",      "null_values", NULL};
   PyObject *path, *delimiter = NULL, *quote = NULL, *dtypes = Py_None, *on_error = Py_None, *on_bad_row = Py_None;
-  PyObject *comment = NULL, *escape = NULL;
+  PyObject *comment = NULL, *escape = NULL, *null_values = NULL, *keep = NULL;
   int header = 1, infer = 1, threads = 0, trim = 0;
   long long infer_rows = 0, chunk_bytes = 0;
   const char* encoding = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOppOOOiLLzpOO:from_csv", kwlist, &path, &delimiter, &quote, &header,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOppOOOiLLzpOOO:from_csv", kwlist, &path, &delimiter, &quote, &header,
                                    &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows, &chunk_bytes,
-                                   &encoding, &trim, &comment, &escape))
+                                   &encoding, &trim, &comment, &escape, &null_values))
     return NULL;
   rill_csv_opts_t o;
   rill_csv_column_t* cols;
   if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes,
-               encoding, trim, comment, escape, &o, &cols) < 0)
+               encoding, trim, comment, escape, null_values, &o, &cols, &keep) < 0)
     return NULL;
   rill_df_t* df = NULL;
   int rc = open_path(path, open_csv, &o, &df);
-  PyMem_Free(cols);
+  csv_opts_free(&o, cols, keep);
   return rc < 0 ? NULL : rillpy_df_new(df, NULL);
 }
 
 static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
-  static char* kwlist[] = {"data", "name", "delimiter", "quote", "header", "infer", "dtypes", "on_error",
-                           "on_bad_row", "threads", "infer_rows", "chunk_bytes", "encoding", "trim", "comment", "escape", NULL};
+  static char* kwlist[] = {"data",       "name",    "delimiter",  "quote",       "header",   "infer",
+                           "dtypes",     "on_error", "on_bad_row", "threads",    "infer_rows", "chunk_bytes",
+                           "encoding",   "trim",    "comment",    "escape",      "null_values", NULL};
   PyObject *data, *delimiter = NULL, *quote = NULL, *dtypes = Py_None, *on_error = Py_None, *on_bad_row = Py_None;
-  PyObject *comment = NULL, *escape = NULL;
+  PyObject *comment = NULL, *escape = NULL, *null_values = NULL, *keep = NULL;
   const char *name = NULL, *encoding = NULL;
   int header = 1, infer = 1, threads = 0, trim = 0;
   long long infer_rows = 0, chunk_bytes = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOOppOOOiLLzpOO:from_csv_buffer", kwlist, &data, &name, &delimiter,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOOppOOOiLLzpOOO:from_csv_buffer", kwlist, &data, &name, &delimiter,
                                    &quote, &header, &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows,
-                                   &chunk_bytes, &encoding, &trim, &comment, &escape))
+                                   &chunk_bytes, &encoding, &trim, &comment, &escape, &null_values))
     return NULL;
   Py_buffer b;
   if (PyUnicode_Check(data))
@@ -676,7 +732,7 @@ static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
   rill_csv_opts_t o;
   rill_csv_column_t* cols;
   if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes,
-               encoding, trim, comment, escape, &o, &cols) < 0) {
+               encoding, trim, comment, escape, null_values, &o, &cols, &keep) < 0) {
     PyBuffer_Release(&b);
     return NULL;
   }
@@ -689,7 +745,7 @@ static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
   rc = rill_df_from_csv_buffer(b.buf, (size_t)b.len, &o, &df, &err);
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&b);
-  PyMem_Free(cols);
+  csv_opts_free(&o, cols, keep);
   return rillpy_df_result(rc, &err, df);
 }
 
@@ -896,18 +952,19 @@ static PyMethodDef source_functions[] = {
     {"from_csv", (PyCFunction)(void (*)(void))py_from_csv, METH_VARARGS | METH_KEYWORDS,
      "from_csv(path, *, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, on_error='raise', "
      "on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0, encoding='utf-8', trim=False, comment=None, "
-     "escape=None) -> DataFrame\n\n"
+     "escape=None, null_values=None) -> DataFrame\n\n"
      "A dataframe over a CSV file (str or os.PathLike), parsed when rows are pulled. dtypes: "
      "{column name or index: dtype} overrides of the inferred types ('binary': bytes as they are). "
      "encoding: 'utf-8' (text that is not is a row error, see on_error), 'utf-8-lossy' (ill-formed "
      "parts read as U+FFFD) or 'latin-1'. trim: spaces and tabs around fields and names are dropped "
      "(a quote after them opens a quoted field) and lines of only blanks skipped. comment: lines "
      "starting with this character are skipped. escape: this character makes the next one text (a "
-     "quote, the delimiter, a line break, itself), inside quotes or not."},
+     "quote, the delimiter, a line break, itself), inside quotes or not. null_values: texts that are "
+     "null cells in every column (e.g. ['NA', '?']), skipped by type inference."},
     {"from_csv_buffer", (PyCFunction)(void (*)(void))py_from_csv_buffer, METH_VARARGS | METH_KEYWORDS,
      "from_csv_buffer(data, *, name=None, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, "
      "on_error='raise', on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0, encoding='utf-8', trim=False, "
-     "comment=None, escape=None) -> DataFrame\n\n"
+     "comment=None, escape=None, null_values=None) -> DataFrame\n\n"
      "As from_csv over bytes-like CSV data (copied); name is used in error messages."},
     {"from_sqlite", (PyCFunction)(void (*)(void))py_from_sqlite, METH_VARARGS | METH_KEYWORDS,
      "from_sqlite(path, sql, params=(), *, dtypes=None, on_error='raise', infer_rows=0, chunk_rows=0, "
