@@ -39,6 +39,7 @@ static void csv_unref(rill__csv_t* c) {
   rill__free(c->far);
   rill__free(c->lines);
   rill__free(c->bad);
+  rill__free(c->inferred);
   for (int i = 0; i < c->nnulls; i++) rill__free(c->nulls[i]);
   rill__free(c->nulls);
   rill__free(c->null_len);
@@ -362,13 +363,17 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
       if (vrc != RILL_OK) {
         if (c->on_error != RILL_ON_ERROR_NULL) {
           int64_t line = rill__csv_line(c, rill__csv_start(c, b->rows[i]));
-          rill_error_set(err, vrc, "%s:%lld: column '%s': %s '%.*s'%s %s %s", c->name, (long long)line,
+          char hint[96] = "";
+          if (c->inferred && c->inferred[k])
+            snprintf(hint, sizeof hint, " (inferred from the first %lld rows: give the column a type, or raise infer_rows)",
+                     (long long)c->inferred_rows);
+          rill_error_set(err, vrc, "%s:%lld: column '%s': %s '%.*s'%s %s %s%s", c->name, (long long)line,
                          c->names[k], vrc == RILL_ERANGE ? "value" : "cannot parse", (int)(len > 40 ? 40 : len),
                          txt, len > 40 ? "..." : "",
                          vrc == RILL_ERANGE ? (dt == RILL_FLOAT32 || dt == RILL_FLOAT64 ? "is out of range of"
                                                                                           : "does not fit")
                                             : "as",
-                         rill_dtype_name(dt));
+                         rill_dtype_name(dt), hint);
           if (err) {
             err->row = i;
             err->column = k;
@@ -548,11 +553,18 @@ static int infer_types(rill__csv_t* c, int64_t limit, rill_error_t* err) {
       mask[k] = m;
     }
   }
+  c->inferred = rill__calloc((size_t)c->ncols, 1);
+  if (!c->inferred) {
+    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+    goto done;
+  }
+  c->inferred_rows = rows;
   for (int k = 0; k < c->ncols; k++) {
     if (c->types[k]) continue;
     int m = seen[k] ? mask[k] : 0;
     c->types[k] = (m & T_INT) ? RILL_INT64 : (m & T_FLOAT) ? RILL_FLOAT64 : (m & T_BOOL) ? RILL_BOOL
                   : (m & T_TS) ? RILL_TIMESTAMP_US : RILL_STRING;
+    c->inferred[k] = rows < c->nrows; /* a later row may not fit: its error says where the type came from */
   }
 done:
   rill__free(mask);

@@ -296,6 +296,17 @@ def test_from_csv_null_values_match_pandas(tmp_path):
         rill.from_csv(p, null_values=[str(k) for k in range(65)])
 
 
+def test_from_csv_misfit_after_inference_says_where_the_type_came_from():
+    data = b"n\n" + b"".join(b"%d\n" % i for i in range(1500)) + b"3.5\n"
+    with pytest.raises(rill.FormatError, match=r"<buffer>:1502: column 'n': cannot parse '3.5' as int64 "
+                                               r"\(inferred from the first 1000 rows: give the column a type, "
+                                               r"or raise infer_rows\)$"):
+        list(rill.from_csv_buffer(data).iter())
+    t = pa.table(rill.from_csv_buffer(data, infer_rows=-1))
+    assert t.column("n").type == pa.float64() and t.column("n")[-1].as_py() == 3.5
+    assert pa.table(rill.from_csv_buffer(data, dtypes={"n": "float64"})).num_rows == 1501
+
+
 def test_from_csv_trim_and_comment_errors(tmp_path):
     with pytest.raises(rill.InvalidArgumentError,
                        match="the comment character must differ from the delimiter and the quote"):
