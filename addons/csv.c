@@ -64,6 +64,8 @@ typedef struct csv_scratch {
   int64_t nfields_cap;
   char* text;
   size_t text_cap;
+  char* num;                  /* a float's text with its decimal separator as '.' */
+  size_t num_cap;
 } csv_scratch_t;
 
 static void csv_scratch_destroy(void* p) {
@@ -71,6 +73,24 @@ static void csv_scratch_destroy(void* p) {
   rill__free(s->spans);
   rill__free(s->nfields);
   rill__free(s->text);
+  rill__free(s->num);
+}
+
+static int is_float(rill_dtype_t dt) { return dt == RILL_FLOAT32 || dt == RILL_FLOAT64; }
+
+/* The text p[0..n) of a float written with c->decimal as the same text with '.' (and a '.'
+ * in it as the separator, which then fails to parse), in *buf (grown). RILL_OK or
+ * RILL_ENOMEM. */
+static int decimal_point(const rill__csv_t* c, const char* p, size_t n, char** buf, size_t* cap) {
+  if (*cap < n + 1) {
+    char* nb = rill__alloc(n + 1);
+    if (!nb) return RILL_ENOMEM;
+    rill__free(*buf);
+    *buf = nb;
+    *cap = n + 1;
+  }
+  for (size_t i = 0; i < n; i++) (*buf)[i] = p[i] == c->decimal ? '.' : p[i] == '.' ? c->decimal : p[i];
+  return RILL_OK;
 }
 
 static const rill__scratch_kind_t csv_scratch_kind = {sizeof(csv_scratch_t), csv_scratch_destroy};
@@ -145,7 +165,8 @@ static inline __attribute__((always_inline)) int64_t plain_numbers_as(const rill
     size_t len = (size_t)(fe - fs);
     if (checks && ((c->dia.esc && has_byte(p, (int64_t)len, size - fs, c->dia.esc)) || is_null_text(c, p, len))) break;
     void* cell = dbl ? (void*)((double*)o + j) : (void*)((int64_t*)o + j);
-    if (rill__parse_plain_decimal(p, len, size - fs, dbl, cell)) continue;
+    if (rill__parse_plain_decimal_with(p, len, size - fs, dbl, c->decimal ? c->decimal : '.', cell)) continue;
+    if (dbl && c->decimal) break; /* the general path reads it with its separator as '.' */
     if ((dbl ? rill__parse_double(p, len, cell) : rill__parse_int64(p, len, cell)) != RILL_OK) break;
   }
   return j;
@@ -356,9 +377,15 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
       out->offsets[i + 1] = pos;
     } else if (!is_null) {
       int vrc;
-      if (dt == RILL_FLOAT64) vrc = rill__parse_double(txt, len, (double*)out->data + i);
+      const char* num = txt; /* a float is parsed with '.' as its separator; messages show it as written */
+      if (c->decimal && is_float(dt)) {
+        if (decimal_point(c, txt, len, &s->num, &s->num_cap) != RILL_OK)
+          return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+        num = s->num;
+      }
+      if (dt == RILL_FLOAT64) vrc = rill__parse_double(num, len, (double*)out->data + i);
       else if (dt == RILL_INT64) vrc = rill__parse_int64(txt, len, (int64_t*)out->data + i);
-      else vrc = rill__store_text(out, i, dt, txt, len);
+      else vrc = rill__store_text(out, i, dt, num, len);
       if (vrc == RILL_ENOMEM) return rill__fail(err, vrc, "%s: out of memory", c->name);
       if (vrc != RILL_OK) {
         if (c->on_error != RILL_ON_ERROR_NULL) {
@@ -519,8 +546,8 @@ static int infer_types(rill__csv_t* c, int64_t limit, rill_error_t* err) {
   int* mask = rill__alloc((size_t)c->ncols * sizeof *mask);
   int* seen = rill__calloc((size_t)c->ncols, sizeof *seen);
   int64_t* sp = rill__alloc((size_t)c->ncols * 2 * sizeof *sp);
-  char* scratch = NULL;
-  size_t cap = 0;
+  char *scratch = NULL, *num = NULL;
+  size_t cap = 0, num_cap = 0;
   int rc = RILL_OK;
   if (!mask || !seen || !sp) {
     rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
@@ -547,7 +574,17 @@ static int infer_types(rill__csv_t* c, int64_t limit, rill_error_t* err) {
       double dv;
       uint8_t bv;
       if ((m & T_INT) && rill__parse_int64(s, n, &iv) != RILL_OK) m &= ~T_INT;
-      if ((m & T_FLOAT) && !(m & T_INT) && rill__parse_double(s, n, &dv) != RILL_OK) m &= ~T_FLOAT;
+      if ((m & T_FLOAT) && !(m & T_INT)) {
+        const char* f = s;
+        if (c->decimal) {
+          if (decimal_point(c, s, n, &num, &num_cap) != RILL_OK) {
+            rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+            goto done;
+          }
+          f = num;
+        }
+        if (rill__parse_double(f, n, &dv) != RILL_OK) m &= ~T_FLOAT;
+      }
       if ((m & T_BOOL) && rill__parse_bool(s, n, 0, &bv) != RILL_OK) m &= ~T_BOOL;
       if ((m & T_TS) && rill_parse_timestamp(s, n, &iv) != RILL_OK) m &= ~T_TS;
       mask[k] = m;
@@ -571,6 +608,7 @@ done:
   rill__free(seen);
   rill__free(sp);
   rill__free(scratch);
+  rill__free(num);
   return rc;
 }
 
@@ -708,6 +746,13 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out
                       "%s: the comment character must differ from the delimiter and the quote and not be a line break",
                       name);
   if (o->trim != 0 && o->trim != 1) return rill__fail(err, RILL_EINVAL, "%s: trim must be 0 or 1 (got %d)", name, o->trim);
+  if (o->decimal && o->decimal != '.' &&
+      (strchr("\n\r+-0123456789eE", o->decimal) || o->decimal == (o->delimiter ? o->delimiter : ',') ||
+       o->decimal == (o->quote ? o->quote : '"') || o->decimal == o->comment || o->decimal == o->escape))
+    return rill__fail(err, RILL_EINVAL,
+                      "%s: the decimal separator '%c' is the delimiter, the quote, the comment or escape character, a "
+                      "line break or a character of numbers",
+                      name, o->decimal);
   if (o->escape && (o->escape == '\n' || o->escape == '\r' || o->escape == (o->delimiter ? o->delimiter : ',') ||
                     o->escape == (o->quote ? o->quote : '"') || o->escape == o->comment))
     return rill__fail(err, RILL_EINVAL,
@@ -732,6 +777,7 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out
                                  .cm = o->comment, .trim = o->trim, .esc = o->escape};
   c->on_error = o->on_error;
   c->encoding = o->encoding;
+  c->decimal = o->decimal == '.' ? 0 : o->decimal;
   c->null_min = SIZE_MAX;
   int rc = copy_null_values(c, o->null_values, err);
   if (rc != RILL_OK) {

@@ -68,6 +68,7 @@ typedef struct rill__csv {
   int64_t nfar;
   rill_on_error_t on_error;
   rill_csv_encoding_t encoding;
+  char decimal;               /* the decimal separator of floats when not '.', else 0 */
   uint8_t* inferred;          /* inferred[k]: column k's type was inferred (not overridden) ... */
   int64_t inferred_rows;      /* ... from this many rows */
   char** nulls;               /* null_values: texts read as null cells (copies), nnulls of them */

@@ -104,28 +104,31 @@ static inline int64_t rill__swar_digits(const char* p, size_t len) {
 #endif
 
 /* The plain decimal forms [-]digits and [-]digits.digits, up to 8 digits on each side, read
- * 8 bytes at a time; 0 when the text is something else (the general parsers decide then).
- * The double is the one the fast path of rill__parse_double gives: same mantissa, same
- * power of ten, one correctly rounded division. `room`: bytes readable from p. */
-RILL__TEXT_INLINE int rill__parse_plain_decimal(const char* p, size_t len, int64_t room, int want_double, void* out) {
+ * 8 bytes at a time, with `point` as the decimal separator ('.' in rill__parse_plain_decimal);
+ * 0 when the text is something else (the general parsers decide then). The double is the one
+ * the fast path of rill__parse_double gives: same mantissa, same power of ten, one correctly
+ * rounded division. `room`: bytes readable from p. */
+RILL__TEXT_INLINE int rill__parse_plain_decimal_with(const char* p, size_t len, int64_t room, int want_double,
+                                                     char point, void* out) {
 #if RILL_TEXT_SWAR
   static const double p10[9] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8};
   static const int64_t i10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+  const uint64_t points = 0x0101010101010101ULL * (unsigned char)point;
   size_t neg = p[0] == '-', dot = neg;
   if (len - neg - 1 < 8 && room >= (int64_t)neg + 8) {
-    /* 1..8 bytes after the sign: one load; a '.' among them gives way to a leading '0',
-     * leaving at most 8 digits whose value is the mantissa, and the digits after the '.'
+    /* 1..8 bytes after the sign: one load; a point among them gives way to a leading '0',
+     * leaving at most 8 digits whose value is the mantissa, and the digits after the point
      * the power of ten */
     uint64_t x;
     memcpy(&x, p + neg, 8);
     size_t tl = len - neg, fl = 0;
     if (want_double) {
-      uint64_t y = x ^ 0x2E2E2E2E2E2E2E2EULL;
+      uint64_t y = x ^ points;
       uint64_t z = (y - 0x0101010101010101ULL) & ~y & 0x8080808080808080ULL;
-      size_t k = z ? (size_t)__builtin_ctzll(z) / 8 : 8; /* the first '.' */
+      size_t k = z ? (size_t)__builtin_ctzll(z) / 8 : 8; /* the first point */
       if (k < tl) {
-        if (tl == 1) return 0; /* "." alone */
-        /* the digits before the '.' move up one byte over it and a '0' leads them: the same
+        if (tl == 1) return 0; /* the point alone */
+        /* the digits before the point move up one byte over it and a '0' leads them: the same
          * value in the same tl bytes (a whole word needs no padding below) */
         uint64_t below = ((uint64_t)1 << (8 * k)) - 1; /* k <= 7 */
         x = (x & ~((below << 8) | 0xFF)) | ((x & below) << 8) | 0x30;
@@ -142,15 +145,15 @@ RILL__TEXT_INLINE int rill__parse_plain_decimal(const char* p, size_t len, int64
     *(double*)out = neg ? -v : v;
     return 1;
   }
-  if (room >= 8) { /* the first '.' among the first 8 bytes: lowest zero byte of x ^ '.'s */
+  if (room >= 8) { /* the first point among the first 8 bytes: lowest zero byte of x ^ points */
     uint64_t x;
     memcpy(&x, p, 8);
-    x ^= 0x2E2E2E2E2E2E2E2EULL;
+    x ^= points;
     uint64_t z = (x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL;
     dot = z ? (size_t)__builtin_ctzll(z) / 8 : 8;
     if (dot > len) dot = len;
   }
-  while (dot < len && p[dot] != '.') dot++;
+  while (dot < len && p[dot] != point) dot++;
   size_t il = dot - neg, fl = dot < len ? len - dot - 1 : 0;
   if (il > 8 || fl > 8 || il + fl == 0 || (!want_double && dot < len) || room < (int64_t)(dot + 9)) return 0;
   int64_t ip = il ? rill__swar_digits(p + neg, il) : 0, fp = fl ? rill__swar_digits(p + dot + 1, fl) : 0;
@@ -165,9 +168,13 @@ RILL__TEXT_INLINE int rill__parse_plain_decimal(const char* p, size_t len, int64
   *(double*)out = neg ? -x : x;
   return 1;
 #else
-  (void)p; (void)len; (void)room; (void)want_double; (void)out;
+  (void)p; (void)len; (void)room; (void)want_double; (void)point; (void)out;
   return 0;
 #endif
+}
+
+RILL__TEXT_INLINE int rill__parse_plain_decimal(const char* p, size_t len, int64_t room, int want_double, void* out) {
+  return rill__parse_plain_decimal_with(p, len, room, want_double, '.', out);
 }
 
 #endif /* RILL_TEXT_H */

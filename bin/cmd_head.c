@@ -30,6 +30,7 @@ static const char* head_usage =
     "  --comment C        skip CSV lines that start with C (e.g. '#')\n"
     "  --escape C         CSV escape character: C makes the next character text (e.g. '\\')\n"
     "  --null TEXT        read CSV fields equal to TEXT as null (repeatable: --null NA --null ?)\n"
+    "  --decimal C        decimal separator of CSV floats (e.g. ',' with --delimiter ';')\n"
     "  --encoding E       of the CSV text, or of SQLite TEXT values and column names:\n"
     "                     utf-8 (default), utf-8-lossy (ill-formed parts shown as U+FFFD)\n"
     "                     or latin-1\n"
@@ -268,6 +269,11 @@ int rill_cmd_head(int argc, char** argv) {
     } else if ((t = TAKE("--comment"))) {
       if (t < 0 || parse_char(val, &co.comment) || !co.comment) {
         fprintf(stderr, "rill head: --comment needs one character\n");
+        return 2;
+      }
+    } else if ((t = TAKE("--decimal"))) {
+      if (t < 0 || parse_char(val, &co.decimal) || !co.decimal) {
+        fprintf(stderr, "rill head: --decimal needs one character\n");
         return 2;
       }
     } else if ((t = TAKE("--null"))) {

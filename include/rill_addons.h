@@ -88,6 +88,11 @@ typedef struct rill_csv_opts {
    * pass that holds it is scanned a byte at a time, records are split 16 bytes at a time
    * instead of 64, and a cell that holds it is parsed by the general path. */
   char escape;
+  /* The decimal separator of FLOAT32 / FLOAT64 values (and of those inferred): ',' for files
+   * written as 3,14 (the delimiter then another character, ';' mostly); a '.' in such a value
+   * makes it fail. No thousands separators. 0 = '.'. It cannot be the delimiter, the quote,
+   * the comment or escape character, a line break or a digit, sign or exponent letter. */
+  char decimal;
   /* Texts that are null cells, in every column (strings too), quoted or not, compared after
    * quotes, escapes and trim are undone ("NA", "?", "-999"; "" makes empty STRING cells null):
    * a NULL-terminated list of at most RILL_CSV_NULL_VALUES_MAX, copied when the file is

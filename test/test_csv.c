@@ -1095,6 +1095,57 @@ Test(csv, null_values) {
   rill_df_free(df);
 }
 
+/* decimal: floats written with ',' (inferred, FLOAT64 and FLOAT32 overrides, quoted, with
+ * exponents); a '.' in such a value fails naming it as written; integers are untouched; the
+ * separator is checked against the other characters. */
+Test(csv, decimal_comma) {
+  const char* text = "i;f;g;s\n"
+                     "1;3,25;0,5;a,b\n"
+                     "2;-2,5e3;\"1,25\";x\n"
+                     "3;7;-0,125;y\n"
+                     "4;,5;2,5e-1;z\n";
+  rill_df_t* df = load(text, &(rill_csv_opts_t){.delimiter = ';', .decimal = ',',
+                                                .columns = (rill_csv_column_t[]){{"g", 0, RILL_FLOAT32}}, .ncolumns = 1});
+  cr_assert_eq(coltype(df, 0), RILL_INT64);
+  cr_assert_eq(coltype(df, 1), RILL_FLOAT64);
+  cr_assert_eq(coltype(df, 2), RILL_FLOAT32);
+  cr_assert_eq(coltype(df, 3), RILL_STRING, "a ',' in a string stays");
+  EXPECT_DF_CELLS(df, {0, 1, "3.25"}, {1, 1, "-2500"}, {2, 1, "7"}, {3, 1, "0.5"}, {0, 2, "0.5"}, {1, 2, "1.25"},
+                  {2, 2, "-0.125"}, {3, 2, "0.25"}, {0, 3, "a,b"});
+  rill_df_free(df);
+  /* a '.' is not the separator there: inference keeps the column a string, an override fails */
+  df = load("f\n1,5\n2.5\n", &(rill_csv_opts_t){.decimal = ',', .delimiter = ';'});
+  cr_assert_eq(coltype(df, 0), RILL_STRING);
+  rill_df_free(df);
+  df = load("f\n1,5\n2.5\n", &(rill_csv_opts_t){.decimal = ',', .delimiter = ';', .name = "d.csv",
+                                               .columns = (rill_csv_column_t[]){{"f", 0, RILL_FLOAT64}}, .ncolumns = 1});
+  rill_error_t err = {0};
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "d.csv:3: column 'f': cannot parse '2.5' as float64", err);
+  rill_iter_free(it);
+  rill_df_free(df);
+  /* '.' is the default, given or not */
+  df = load("f\n2.5\n", &(rill_csv_opts_t){.decimal = '.'});
+  EXPECT_DF_CELLS(df, {0, 0, "2.5"});
+  rill_df_free(df);
+  static const rill_csv_opts_t bad[] = {{.decimal = ','}, {.decimal = '"', .delimiter = ';'}, {.decimal = '-', .delimiter = ';'},
+                                        {.decimal = 'e', .delimiter = ';'}, {.decimal = '5', .delimiter = ';'},
+                                        {.decimal = '#', .comment = '#', .delimiter = ';'}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    rill_csv_opts_t o = bad[i];
+    o.name = "o.csv";
+    char want[200];
+    snprintf(want, sizeof want,
+             "o.csv: the decimal separator '%c' is the delimiter, the quote, the comment or escape character, a line "
+             "break or a character of numbers",
+             o.decimal);
+    RT_FAILS(rill_df_from_csv_buffer("a\n1\n", 4, &o, &df, &err), RILL_EINVAL, want, err);
+  }
+}
+
 Test(csv, parse_timestamp) {
   int64_t us;
   cr_assert_eq(rill_parse_timestamp("1970-01-01", 10, &us), RILL_OK);

@@ -1,7 +1,8 @@
 /* Parse and iterate every row of a CSV file through rill (batches of BATCH rows, default 8192).
  * usage: bench_csv FILE.csv THREADS [BATCH]
  * environment: CSV_TRIM=1 (the trim option), CSV_COMMENT=C (the comment character),
- * CSV_ESCAPE=C (the escape character), CSV_NULL=TEXT (one null value)
+ * CSV_ESCAPE=C (the escape character), CSV_NULL=TEXT (one null value), CSV_DELIMITER=C,
+ * CSV_DECIMAL=C
  * prints: rill_csv seconds=S cpu_s=C rows=N rss_mb=M index_s=I nulls=K (cpu_s: user + system CPU
  * seconds of the process, all threads) */
 #include <stdio.h>
@@ -26,6 +27,9 @@ int main(int argc, char** argv) {
   const char *trim = getenv("CSV_TRIM"), *comment = getenv("CSV_COMMENT"), *escape = getenv("CSV_ESCAPE");
   rill_csv_opts_t o = {.threads = threads, .trim = trim && atoi(trim), .comment = comment ? comment[0] : 0,
                        .escape = escape ? escape[0] : 0};
+  const char *delimiter = getenv("CSV_DELIMITER"), *decimal = getenv("CSV_DECIMAL");
+  o.delimiter = delimiter ? delimiter[0] : 0;
+  o.decimal = decimal ? decimal[0] : 0;
   const char* null_values[2] = {getenv("CSV_NULL"), NULL};
   if (null_values[0]) o.null_values = null_values;
   if (rill_df_from_csv(argv[1], &o, &df, &err) != RILL_OK) {

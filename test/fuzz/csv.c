@@ -3,7 +3,7 @@
  * parallel index must agree with the sequential one, the bitmask chunk scan (every SIMD level) with the state
  * machine, and the mask record splits (every level) with the byte loop. The first byte picks
  * the options, the input's size the encoding, whether fields are trimmed, '#' lines comments,
- * '\\' an escape character and "", "0", "NA" null values. */
+ * '\\' an escape character, "", "0", "NA" null values and ',' the decimal separator. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.escape = size / 12 % 2 ? '\\' : 0;
   static const char* const nulls[] = {"", "0", "NA", NULL};
   o.null_values = size / 24 % 2 ? nulls : NULL;
+  o.decimal = (f & 1) && size / 48 % 2 ? ',' : 0; /* with ';' as the delimiter */
   o.threads = 1;
   o.chunk_bytes = 1 << 30;
   const rill__csv_dialect_t x = {o.delimiter, '"', o.comment, o.trim, o.escape};

@@ -138,6 +138,15 @@ def test_null_values(tmp_path):
     assert proc.returncode == 2 and b"--null needs a text" in proc.stderr
 
 
+def test_decimal(tmp_path):
+    path = tmp_path / "eu.csv"
+    path.write_text("n;x\n1;3,25\n2;-0,5\n")
+    names, rows, _ = rill_rows(path, "--delimiter", ";", "--decimal", ",")
+    assert rows == [[1, 3.25], [2, -0.5]]
+    _, _, proc = rill_rows(path, "--decimal", ",", check=False)
+    assert proc.returncode == 1 and b"the decimal separator ',' is the delimiter" in proc.stderr
+
+
 def test_encodings_sqlite(tmp_path):
     import sqlite3
 

@@ -307,6 +307,23 @@ def test_from_csv_misfit_after_inference_says_where_the_type_came_from():
     assert pa.table(rill.from_csv_buffer(data, dtypes={"n": "float64"})).num_rows == 1501
 
 
+def test_from_csv_decimal_comma_matches_pandas(tmp_path):
+    rnd = random.Random(3)
+    lines = ["n;x;s"]
+    for r in range(2000):
+        x = rnd.choice([f"{rnd.uniform(-1e4, 1e4):.6f}", f"{rnd.uniform(-1, 1):.3e}", str(rnd.randrange(-99, 99)), ""])
+        lines.append(f"{r};{x.replace('.', ',')};t{r},{r}")
+    p = tmp_path / "eu.csv"
+    p.write_text("\n".join(lines) + "\n")
+    t = pa.table(rill.from_csv(p, delimiter=";", decimal=","))
+    ref = pd.read_csv(p, sep=";", decimal=",")
+    assert t.column("x").type == pa.float64()
+    assert t.column("x").to_pylist() == [None if pd.isna(v) else float(v) for v in ref["x"]]
+    assert t.column("s").to_pylist() == list(ref["s"])
+    with pytest.raises(rill.InvalidArgumentError, match="the decimal separator ',' is the delimiter"):
+        rill.from_csv(p, decimal=",")
+
+
 def test_from_csv_trim_and_comment_errors(tmp_path):
     with pytest.raises(rill.InvalidArgumentError,
                        match="the comment character must differ from the delimiter and the quote"):
