@@ -112,8 +112,6 @@ def test_trim_and_comment(tmp_path):
     assert rows == [[39, "Ann, B", 1.5], [40, "Bo", None]]
     _, _, proc = rill_rows(path, check=False)
     assert proc.returncode == 1 and b"padded.csv:2: expected 2 fields, found 3" in proc.stderr
-    _, _, proc = rill_rows(path, "--comment", "##", check=False)
-    assert proc.returncode == 2 and b"--comment needs one character" in proc.stderr
 
 
 def test_escape(tmp_path):
@@ -123,8 +121,6 @@ def test_escape(tmp_path):
     assert names == ["id", "text"] and rows == [[1, 'say "hi"'], [2, "a,b\\"]]
     with open(path, newline="") as f:
         assert [[int(r[0]), r[1]] for r in list(csv.reader(f, escapechar="\\"))[1:]] == rows
-    _, _, proc = rill_rows(path, "--escape", check=False)
-    assert proc.returncode == 2 and b"--escape needs one character" in proc.stderr
 
 
 def test_null_values(tmp_path):
@@ -134,8 +130,6 @@ def test_null_values(tmp_path):
     assert rows == [[1, None], [None, "x"], [3, None]]
     _, rows, _ = rill_rows(path)
     assert rows == [["1", "NA"], ["?", "x"], ["3", "?"]]
-    _, _, proc = rill_rows(path, "--null", check=False)
-    assert proc.returncode == 2 and b"--null needs a text" in proc.stderr
 
 
 def test_decimal(tmp_path):
@@ -145,6 +139,19 @@ def test_decimal(tmp_path):
     assert rows == [[1, 3.25], [2, -0.5]]
     _, _, proc = rill_rows(path, "--decimal", ",", check=False)
     assert proc.returncode == 1 and b"the decimal separator ',' is the delimiter" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--comment", "##"], b"--comment needs one character"),
+    (["--escape"], b"--escape needs one character"),
+    (["--null"], b"--null needs a text"),
+    (["--decimal", ",,"], b"--decimal needs one character"),
+])
+def test_dialect_option_usage(tmp_path, args, message):
+    path = tmp_path / "a.csv"
+    path.write_text("a\n1\n")
+    _, _, proc = rill_rows(path, *args, check=False)
+    assert proc.returncode == 2 and message in proc.stderr
 
 
 def test_encodings_sqlite(tmp_path):
