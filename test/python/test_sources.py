@@ -324,6 +324,20 @@ def test_from_csv_decimal_comma_matches_pandas(tmp_path):
         rill.from_csv(p, decimal=",")
 
 
+def test_readme_table_example_prints_what_it_says(root, monkeypatch, capsys):
+    """The README's CSV example runs from the project's root and prints what its comments say."""
+    text = (root / "README.md").read_text()
+    start = text.index("A table written the way many public datasets are")
+    code = text[text.index("```python\n", start) + 10:text.index("```", text.index("```python\n", start) + 10)]
+    monkeypatch.chdir(root)
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    said = [line.split("# ", 1)[1] for line in code.splitlines() if "print(" in line]
+    assert out[0] == said[0]
+    assert out[1].startswith(said[1].rstrip(".}").rstrip(", "))
+    assert out[2] == "{'age': [28], 'workclass': ['Private'], 'hours': [None], 'employed': [True]}"
+
+
 def test_from_csv_trim_and_comment_errors(tmp_path):
     with pytest.raises(rill.InvalidArgumentError,
                        match="the comment character must differ from the delimiter and the quote"):
