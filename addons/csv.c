@@ -82,13 +82,7 @@ static int is_float(rill_dtype_t dt) { return dt == RILL_FLOAT32 || dt == RILL_F
  * in it as the separator, which then fails to parse), in *buf (grown). RILL_OK or
  * RILL_ENOMEM. */
 static int decimal_point(const rill__csv_t* c, const char* p, size_t n, char** buf, size_t* cap) {
-  if (*cap < n + 1) {
-    char* nb = rill__alloc(n + 1);
-    if (!nb) return RILL_ENOMEM;
-    rill__free(*buf);
-    *buf = nb;
-    *cap = n + 1;
-  }
+  if (rill__csv_room(buf, cap, n + 1) != RILL_OK) return RILL_ENOMEM;
   for (size_t i = 0; i < n; i++) (*buf)[i] = p[i] == c->decimal ? '.' : p[i] == '.' ? c->decimal : p[i];
   return RILL_OK;
 }
@@ -360,10 +354,7 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
     size_t len = 0;
     if (!is_null) {
       int64_t fs = b->spans[j * stride + 2 * k], fe = b->spans[j * stride + 2 * k + 1];
-      if (!c->dia.esc && (fs == fe || c->data[fs] != c->dia.q)) { /* unquoted: the bytes as they are */
-        txt = c->data + fs;
-        len = (size_t)(fe - fs);
-      } else if (rill__csv_unescape(c->data, fs, fe, &c->dia, &s->text, &s->text_cap, &txt, &len) != RILL_OK) {
+      if (rill__csv_unescape(c->data, fs, fe, &c->dia, &s->text, &s->text_cap, &txt, &len) != RILL_OK) {
         out->data_size = pos;
         return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
       }

@@ -133,6 +133,9 @@ void rill__csv_split_rows(const rill__csv_t* c, const int64_t* rows, int64_t n, 
  * RILL_ENOMEM. */
 int rill__csv_unescape(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x, char** scratch, size_t* cap,
                        const char** out, size_t* n);
+/* *scratch with room for `need` bytes (its bytes not kept: grown with rill__alloc). RILL_OK or
+ * RILL_ENOMEM. */
+int rill__csv_room(char** scratch, size_t* cap, size_t need);
 /* 0 when the field [s, e) opens a quote that it never closes (it ran to the end of input). */
 int rill__csv_quote_closed(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x);
 

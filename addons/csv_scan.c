@@ -50,6 +50,20 @@ static inline int64_t find_either(const char* d, int64_t i, int64_t end, char a,
   return end;
 }
 
+/* Where the quoted field whose text starts at `i` ends: right after its closing quote (doubled
+ * quotes and escaped bytes passed over), or -1 when d[i, end) holds none. */
+static int64_t quote_end(const char* d, int64_t i, int64_t end, const rill__csv_dialect_t* x) {
+  while (i < end) {
+    int64_t p = x->esc ? find_either(d, i, end, x->q, x->esc) : find_byte(d, i, end, x->q);
+    if (p == end) return -1;
+    if (d[p] != x->q) { i = p + 2; continue; } /* an escape: the byte after it is text */
+    i = p + 1;
+    if (i < end && d[i] == x->q) { i++; continue; } /* a doubled quote */
+    return i;
+  }
+  return -1;
+}
+
 #if CSV_SIMD
 /* Set bits of a byte, of a 16-bit mask (no popcnt instruction assumed). */
 #define POP2(n) n, n + 1, n + 1, n + 2
@@ -141,15 +155,8 @@ static int64_t split_bytes(const char* d, int64_t size, int64_t pos, const rill_
     if (x->trim)
       while (qs < size && rill__csv_blank(x, d[qs])) qs++;
     if (qs >= i && qs < size && d[qs] == q) {
-      i = qs + 1;
-      for (;;) {
-        int64_t p = esc ? find_either(d, i, size, q, esc) : find_byte(d, i, size, q);
-        if (p == size) { i = size; break; }
-        if (d[p] != q) { i = p + 2 < size ? p + 2 : size; continue; } /* an escape: the byte after it is text */
-        i = p + 1;
-        if (i < size && d[i] == q) { i++; continue; }
-        break;
-      }
+      int64_t qe = quote_end(d, qs + 1, size, x);
+      i = qe < 0 ? size : qe;
     }
     while (i < size && d[i] != dl && d[i] != '\n' && d[i] != '\r')
       i += esc && d[i] == esc && i + 1 < size ? 2 : 1;
@@ -196,8 +203,7 @@ int64_t rill__csv_record_start(const char* d, int64_t pos, int64_t end, const ri
   }
 }
 
-/* *scratch with room for `need` bytes (grown with rill__alloc). RILL_OK or RILL_ENOMEM. */
-static int scratch_room(char** scratch, size_t* cap, size_t need) {
+int rill__csv_room(char** scratch, size_t* cap, size_t need) {
   if (*cap >= need) return RILL_OK;
   char* nb = rill__alloc(need);
   if (!nb) return RILL_ENOMEM;
@@ -211,7 +217,7 @@ static int scratch_room(char** scratch, size_t* cap, size_t need) {
  * after it as text (one at the field's end is kept); quotes as there. */
 static int unescape_escapes(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x, char** scratch,
                             size_t* cap, const char** out, size_t* n) {
-  if (scratch_room(scratch, cap, (size_t)(e - s)) != RILL_OK) return RILL_ENOMEM;
+  if (rill__csv_room(scratch, cap, (size_t)(e - s)) != RILL_OK) return RILL_ENOMEM;
   char* w = *scratch;
   size_t k = 0;
   int inq = d[s] == x->q;
@@ -248,7 +254,7 @@ int rill__csv_unescape(const char* d, int64_t s, int64_t e, const rill__csv_dial
   const char* p = memchr(d + s + 1, q, (size_t)(e - s - 1));
   if (!p) { *out = d + s + 1; *n = (size_t)(e - s - 1); return RILL_OK; } /* unterminated */
   if (p == d + e - 1) { *out = d + s + 1; *n = (size_t)(e - s - 2); return RILL_OK; }
-  if (scratch_room(scratch, cap, (size_t)(e - s)) != RILL_OK) return RILL_ENOMEM;
+  if (rill__csv_room(scratch, cap, (size_t)(e - s)) != RILL_OK) return RILL_ENOMEM;
   char* w = *scratch;
   size_t k = 0;
   int64_t i = s + 1;
@@ -269,17 +275,7 @@ int rill__csv_unescape(const char* d, int64_t s, int64_t e, const rill__csv_dial
 /* 0 when the field [s, e) opens a quote that it never closes (it then ran to the end of the
  * input). */
 int rill__csv_quote_closed(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x) {
-  const char q = x->q, esc = x->esc;
-  if (s == e || d[s] != q) return 1;
-  for (int64_t i = s + 1; i < e;) {
-    int64_t p = esc ? find_either(d, i, e, q, esc) : find_byte(d, i, e, q);
-    if (p == e) return 0;
-    if (d[p] != q) { i = p + 2; continue; } /* an escaped byte */
-    i = p + 1;
-    if (i < e && d[i] == q) { i++; continue; } /* a doubled quote */
-    return 1;
-  }
-  return 0;
+  return s == e || d[s] != x->q || quote_end(d, s + 1, e, x) >= 0;
 }
 
 /* ------------------------------------------------------------------ chunk scans */
