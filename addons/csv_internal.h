@@ -124,8 +124,8 @@ int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, const rill__cs
 int64_t rill__csv_record_start(const char* d, int64_t pos, int64_t end, const rill__csv_dialect_t* x);
 /* Splits rows[0..n) of c as rill__csv_split does (row j's spans at sp + j * stride, at most
  * `max`; its field count in nfields[j]) at SIMD `level` (0: byte loops only, 1: SSE2 masks,
- * 2: AVX2 masks; a level above the machine's is lowered; with an escape character, byte loops
- * at every level). Every level gives the same results. */
+ * 2: AVX2 masks; a level above the machine's is lowered; with an escape character that trim
+ * makes a blank, byte loops at every level). Every level gives the same results. */
 void rill__csv_split_rows(const rill__csv_t* c, const int64_t* rows, int64_t n, int64_t* sp, int64_t stride,
                           int64_t max, int64_t* nfields, int level);
 /* The text of field [s, e): quotes removed, doubled quotes and escapes undone. Uses *scratch

@@ -425,11 +425,47 @@ void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int
  * right after a closing one: a doubled quote), a closing quote followed by a delimiter, a
  * line break, a quote or the end. Anything else (a quote inside an unquoted field, text after
  * a closing quote) makes the scan give up (returns 0) and the state machine scans the chunk.
- * The results are the state machine's: same starts, bad records and tail. */
+ * With an escape character, the bytes it escapes are text: they leave the masks before the
+ * model sees them. The results are the state machine's: same starts, bad records and tail. */
 
 typedef struct scan_masks {
-  uint64_t q, dl, nl;
+  uint64_t q, dl, nl, e; /* e: the escape character (computed only where the body wants it) */
 } scan_masks_t;
+
+/* Escapes (x->esc): the bytes of a block made text by an escape character before them. Each
+ * escape character not itself escaped escapes the next byte (an escaped one is text), so in a
+ * run of them every second one is text and the byte after an odd run is; *carry (bit 0) is the
+ * first byte of the block escaped by the last byte of the one before, and is set for the next
+ * block. The loop runs once per escape character that acts: rare in data. */
+static inline uint64_t escaped_bits(uint64_t e, uint64_t* carry) {
+  uint64_t out = *carry;
+  e &= ~out;
+  *carry = 0;
+  while (e) {
+    int b = __builtin_ctzll(e);
+    if (b == 63) {
+      *carry = 1;
+      break;
+    }
+    out |= (uint64_t)2 << b;
+    e &= ~((uint64_t)3 << b);
+  }
+  return out;
+}
+
+/* Applies the escapes of block m (escapes: a constant where a body is expanded): escaped
+ * quotes, delimiters and line breaks are text. */
+#define APPLY_ESCAPES(m, ecarry)                                                                       \
+  if (escapes && (m.e | ecarry)) {                                                                     \
+    uint64_t ex_ = escaped_bits(m.e, &ecarry);                                                         \
+    m.q &= ~ex_;                                                                                       \
+    m.dl &= ~ex_;                                                                                      \
+    m.nl &= ~ex_;                                                                                      \
+  }
+
+/* The masks model the dialect's escapes unless trim makes the escape character a blank (the
+ * state machine then skips it as one at a field's start). */
+static inline int masks_escape(const rill__csv_dialect_t* x) { return x->esc && !(x->trim && rill__csv_blank(x, x->esc)); }
 
 static inline uint64_t prefix_xor(uint64_t x) {
   x ^= x << 1;
@@ -442,9 +478,12 @@ static inline uint64_t prefix_xor(uint64_t x) {
 }
 
 /* `skips` (a constant where the body is expanded): x has comment lines or trim, so a line may
- * not be a record; the state machine then scans the chunk. */
+ * not be a record; the state machine then scans the chunk. `escapes` (a constant): x has an
+ * escape character, whose escaped bytes leave the masks (a chunk starts at a record start, so
+ * no escape reaches into it). */
 #define SCAN_BODY(MASKS, POPCNT)                                                                       \
-  const char dl = x->dl, q = x->q;                                                                     \
+  const char dl = x->dl, q = x->q, esc = x->esc;                                                       \
+  uint64_t ecarry = 0;  /* bit 0: the next block's first byte is escaped */                           \
   uint64_t inq = 0;     /* all ones: inside quotes at the end of the previous block */                 \
   uint64_t prev_nl = 1; /* bit 0: the byte before is a line break outside quotes (or none) */          \
   uint64_t prev_fb = 1; /* bit 0: a quote may open at the next byte */                                 \
@@ -462,17 +501,19 @@ static inline uint64_t prefix_xor(uint64_t x) {
     scan_masks_t m;                                                                                    \
     uint64_t valid = ~(uint64_t)0;                                                                     \
     if (end - i >= 64) {                                                                               \
-      MASKS(d + i, dl, q, &m);                                                                         \
+      MASKS(d + i, dl, q, esc, escapes, &m);                                                           \
     } else {                                                                                           \
       char tail[64];                                                                                   \
       memset(tail, 0, sizeof tail);                                                                    \
       memcpy(tail, d + i, (size_t)(end - i));                                                          \
-      MASKS(tail, dl, q, &m);                                                                          \
+      MASKS(tail, dl, q, esc, escapes, &m);                                                            \
       valid = ((uint64_t)1 << (end - i)) - 1;                                                          \
       m.q &= valid;                                                                                    \
       m.dl &= valid;                                                                                   \
       m.nl &= valid;                                                                                   \
+      m.e &= valid;                                                                                    \
     }                                                                                                  \
+    APPLY_ESCAPES(m, ecarry)                                                                           \
     uint64_t in = inq, cq = 0;                                                                         \
     if (m.q | inq) {                                                                                   \
       in = prefix_xor(m.q) ^ inq;                                                                      \
@@ -523,51 +564,65 @@ static inline uint64_t prefix_xor(uint64_t x) {
   return 1;
 
 #if CSV_SIMD
-static inline void masks_sse2(const char* p, char dl, char q, scan_masks_t* m) {
+/* The masks of the 64 bytes at p; the escape character's only when `with_esc` (a constant). */
+__attribute__((always_inline)) static inline void masks_sse2(const char* p, char dl, char q, char esc, const int with_esc,
+                                                             scan_masks_t* m) {
   __m128i vdl = _mm_set1_epi8(dl), vq = _mm_set1_epi8(q), vn = _mm_set1_epi8('\n'), vr = _mm_set1_epi8('\r');
-  uint64_t mq = 0, md = 0, mn = 0;
+  __m128i ve = _mm_set1_epi8(esc);
+  uint64_t mq = 0, md = 0, mn = 0, me = 0;
   for (int k = 0; k < 4; k++) {
     __m128i v = _mm_loadu_si128((const __m128i*)(p + 16 * k));
     mq |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, vq)) << (16 * k);
     md |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, vdl)) << (16 * k);
     mn |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, vn), _mm_cmpeq_epi8(v, vr))) << (16 * k);
+    if (with_esc) me |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, ve)) << (16 * k);
   }
   m->q = mq;
   m->dl = md;
   m->nl = mn;
+  m->e = me;
 }
 #define MASKS_PORTABLE masks_sse2
 #else
-static inline void masks_bytes(const char* p, char dl, char q, scan_masks_t* m) {
-  uint64_t mq = 0, md = 0, mn = 0;
+static inline void masks_bytes(const char* p, char dl, char q, char esc, const int with_esc, scan_masks_t* m) {
+  uint64_t mq = 0, md = 0, mn = 0, me = 0;
   for (int k = 0; k < 64; k++) {
     mq |= (uint64_t)(p[k] == q) << k;
     md |= (uint64_t)(p[k] == dl) << k;
     mn |= (uint64_t)(p[k] == '\n' || p[k] == '\r') << k;
+    if (with_esc) me |= (uint64_t)(p[k] == esc) << k;
   }
   m->q = mq;
   m->dl = md;
   m->nl = mn;
+  m->e = me;
 }
 #define MASKS_PORTABLE masks_bytes
 #endif
 
 __attribute__((always_inline)) static inline int scan_masks_as(const char* d, int64_t begin, int64_t end,
                                                                 const rill__csv_dialect_t* x, int64_t expected,
-                                                                rill__csv_spec_t* s, const int skips) {
+                                                                rill__csv_spec_t* s, const int skips, const int escapes) {
   SCAN_BODY(MASKS_PORTABLE, __builtin_popcountll)
 }
 
+/* One body per case: the checks of lines and of escapes are compiled out where x needs none
+ * (with an escape character, lines are checked whether x needs it or not). */
+#define SCAN_CASES(AS)                                                                                 \
+  if (x->esc) return AS(d, begin, end, x, expected, s, 1, 1); /* rare: checks lines too */                 \
+  return x->cm || x->trim ? AS(d, begin, end, x, expected, s, 1, 0) : AS(d, begin, end, x, expected, s, 0, 0)
+
 static int scan_chunk_masks(const char* d, int64_t begin, int64_t end, const rill__csv_dialect_t* x,
                             int64_t expected, rill__csv_spec_t* s) {
-  return x->cm || x->trim ? scan_masks_as(d, begin, end, x, expected, s, 1) : scan_masks_as(d, begin, end, x, expected, s, 0);
+  SCAN_CASES(scan_masks_as);
 }
 
 #if defined(__GNUC__) && defined(__x86_64__) && CSV_SIMD
 #include <immintrin.h>
 #define CSV_AVX2 1
-__attribute__((target("avx2,popcnt,bmi"))) static inline void masks_avx2(const char* p, char dl, char q,
-                                                                        scan_masks_t* m) {
+__attribute__((target("avx2,popcnt,bmi"), always_inline)) static inline void masks_avx2(const char* p, char dl, char q,
+                                                                                       char esc, const int with_esc,
+                                                                                       scan_masks_t* m) {
   __m256i vdl = _mm256_set1_epi8(dl), vq = _mm256_set1_epi8(q), vn = _mm256_set1_epi8('\n'),
           vr = _mm256_set1_epi8('\r');
   __m256i a = _mm256_loadu_si256((const __m256i*)p), b = _mm256_loadu_si256((const __m256i*)(p + 32));
@@ -576,20 +631,24 @@ __attribute__((target("avx2,popcnt,bmi"))) static inline void masks_avx2(const c
   m->dl = M2(_mm256_cmpeq_epi8(a, vdl), _mm256_cmpeq_epi8(b, vdl));
   m->nl = M2(_mm256_or_si256(_mm256_cmpeq_epi8(a, vn), _mm256_cmpeq_epi8(a, vr)),
              _mm256_or_si256(_mm256_cmpeq_epi8(b, vn), _mm256_cmpeq_epi8(b, vr)));
+  m->e = 0;
+  if (with_esc) {
+    __m256i ve = _mm256_set1_epi8(esc);
+    m->e = M2(_mm256_cmpeq_epi8(a, ve), _mm256_cmpeq_epi8(b, ve));
+  }
 #undef M2
 }
 
 __attribute__((target("avx2,popcnt,bmi"), always_inline)) static inline int scan_masks_avx2_as(
     const char* d, int64_t begin, int64_t end, const rill__csv_dialect_t* x, int64_t expected, rill__csv_spec_t* s,
-    const int skips) {
+    const int skips, const int escapes) {
   SCAN_BODY(masks_avx2, _mm_popcnt_u64)
 }
 
 __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(const char* d, int64_t begin,
                                                                            int64_t end, const rill__csv_dialect_t* x,
                                                                            int64_t expected, rill__csv_spec_t* s) {
-  return x->cm || x->trim ? scan_masks_avx2_as(d, begin, end, x, expected, s, 1)
-                          : scan_masks_avx2_as(d, begin, end, x, expected, s, 0);
+  SCAN_CASES(scan_masks_avx2_as);
 }
 #else
 #define CSV_AVX2 0
@@ -605,12 +664,13 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
  * does not hold, or where a step would read past the input, it returns -1 and the byte loop
  * splits the record. Otherwise its spans, count and *next are the byte loop's. */
 #define SPLIT_BODY(MASKS)                                                                               \
-  const char dl = x->dl, q = x->q;                                                                      \
+  const char dl = x->dl, q = x->q, esc = x->esc;                                                        \
   int64_t nf = 0, fs = pos;                                                                             \
-  uint64_t inq = 0, prev_fb = 1, prev_cq = 0; /* as in SCAN_BODY */                                     \
+  uint64_t inq = 0, prev_fb = 1, prev_cq = 0, ecarry = 0; /* as in SCAN_BODY */                         \
   for (int64_t i = pos; i + 64 <= size; i += 64) {                                                      \
     scan_masks_t m;                                                                                     \
-    MASKS(d + i, dl, q, &m);                                                                            \
+    MASKS(d + i, dl, q, esc, escapes, &m);                                                              \
+    APPLY_ESCAPES(m, ecarry)                                                                            \
     uint64_t in = inq, cq = 0, fb;                                                                      \
     if (m.q | inq) in = prefix_xor(m.q) ^ inq;                                                          \
     uint64_t nout = m.nl & ~in;                                                                         \
@@ -663,11 +723,13 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
  * nfields[j]) with SPLIT (a mask split, -1 when it leaves the record to the byte loop). */
 #define SPLIT_ROWS_BODY(SPLIT)                                                                          \
   const char* d = c->data;                                                                              \
+  const int mesc = masks_escape(&c->dia);                                                               \
   int64_t next;                                                                                         \
   for (int64_t j = 0; j < n; j++) {                                                                     \
     int64_t pos = rill__csv_start(c, rows[j]);                                                          \
     if (pos + CSV_AHEAD < c->size) __builtin_prefetch(d + pos + CSV_AHEAD);                             \
-    int64_t nf = c->dia.esc ? -1 : SPLIT(d, c->size, pos, &c->dia, sp + j * stride, max, &next);          \
+    int64_t nf = !c->dia.esc ? SPLIT(d, c->size, pos, &c->dia, sp + j * stride, max, &next, 0)            \
+                 : mesc ? SPLIT(d, c->size, pos, &c->dia, sp + j * stride, max, &next, 1) : -1;               \
     nfields[j] = nf >= 0 ? nf : split_bytes(d, c->size, pos, &c->dia, sp + j * stride, max, &next);        \
     if (c->dia.trim) trim_spans(d, &c->dia, sp + j * stride, nfields[j] < max ? nfields[j] : max);         \
   }
@@ -677,7 +739,7 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
 static inline int pop64(uint64_t x) { return pop16((unsigned)(x & 0xffff)) + pop16((unsigned)(x >> 16 & 0xffff)) + pop16((unsigned)(x >> 32 & 0xffff)) + pop16((unsigned)(x >> 48)); }
 __attribute__((always_inline)) static inline int64_t split_masks(const char* d, int64_t size, int64_t pos,
                                                                  const rill__csv_dialect_t* x, int64_t* sp, int64_t max,
-                                                                 int64_t* next) {
+                                                                 int64_t* next, const int escapes) {
   SPLIT_BODY(masks_sse2)
 }
 static void split_rows_sse2(const rill__csv_t* c, const int64_t* rows, int64_t n, int64_t* sp, int64_t stride,
@@ -693,7 +755,7 @@ __attribute__((target("avx2,popcnt,bmi"), always_inline)) static inline int64_t 
                                                                                  int64_t pos,
                                                                                  const rill__csv_dialect_t* x,
                                                                                  int64_t* sp, int64_t max,
-                                                                                 int64_t* next) {
+                                                                                 int64_t* next, const int escapes) {
   SPLIT_BODY(masks_avx2)
 }
 __attribute__((target("avx2,popcnt,bmi"))) static void split_rows_avx2(const rill__csv_t* c, const int64_t* rows,
@@ -704,7 +766,7 @@ __attribute__((target("avx2,popcnt,bmi"))) static void split_rows_avx2(const ril
 __attribute__((target("avx2,popcnt,bmi"))) static int64_t split_one_avx2(const char* d, int64_t size, int64_t pos,
                                                                         const rill__csv_dialect_t* x, int64_t* sp,
                                                                         int64_t max, int64_t* next) {
-  return split_masks_avx2(d, size, pos, x, sp, max, next);
+  return x->esc ? split_masks_avx2(d, size, pos, x, sp, max, next, 1) : split_masks_avx2(d, size, pos, x, sp, max, next, 0);
 }
 #undef POPCNT
 #endif
@@ -735,13 +797,13 @@ void rill__csv_split_rows(const rill__csv_t* c, const int64_t* rows, int64_t n, 
 int64_t rill__csv_split(const char* d, int64_t size, int64_t pos, const rill__csv_dialect_t* x, int64_t* sp,
                         int64_t max, int64_t* next) {
   int64_t nf = -1;
-  if (!x->esc) { /* the masks know no escapes */
+  if (!x->esc || masks_escape(x)) {
 #if CSV_AVX2
     if (rill__csv_scan_simd_level() >= 2) nf = split_one_avx2(d, size, pos, x, sp, max, next);
     else
 #endif
 #if CSV_SIMD
-      nf = split_masks(d, size, pos, x, sp, max, next);
+      nf = x->esc ? split_masks(d, size, pos, x, sp, max, next, 1) : split_masks(d, size, pos, x, sp, max, next, 0);
 #endif
   }
   if (nf < 0) nf = split_bytes(d, size, pos, x, sp, max, next);
@@ -766,7 +828,7 @@ int rill__csv_scan_simd_level(void) {
 
 int rill__csv_scan_chunk_masks(const char* d, int64_t begin, int64_t end, const rill__csv_dialect_t* x,
                                int64_t expected, rill__csv_spec_t* s, int level) {
-  if (x->esc && begin < end && memchr(d + begin, x->esc, (size_t)(end - begin))) return 0; /* the masks know no escapes */
+  if (x->esc && !masks_escape(x)) return 0; /* a blank escape character under trim: the state machine's */
 #if CSV_AVX2
   if (level >= 2) return scan_chunk_masks_avx2(d, begin, end, x, expected, s);
 #endif

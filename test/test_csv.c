@@ -10,6 +10,7 @@
 static const rill__csv_dialect_t COMMA = {',', '"', 0, 0, 0};
 static const rill__csv_dialect_t COMMA_TRIM_HASH = {',', '"', '#', 1, 0}; /* trim, '#' comments */
 static const rill__csv_dialect_t COMMA_ESCAPE = {',', '"', 0, 0, '\\'};  /* backslash escapes */
+static const rill__csv_dialect_t COMMA_TRIM_HASH_ESCAPE = {',', '"', '#', 1, '\\'}; /* all three */
 
 typedef struct table {
   int64_t nrows;
@@ -1649,12 +1650,19 @@ static int same_scan(const char* d, int64_t n, int64_t expected, const rill__csv
 
 Test(csv, bitmask_scan_matches_state_machine) {
   static const char alpha[] = "ab,,\n\r\"\"x1 \t#\\";
-  static const char fields[][8] = {"1", "ab", "\"a,b\"", "\"a\"\"b\"", "\"x\ny\"", "", "\"\"", " 2 ", "#c", " \"q\" "};
+  /* 0-6 plain, 7-9 for trim and comments, 10-16 escaped quotes, delimiters, line breaks and
+   * escape characters (runs of them across 64-byte steps, in quotes or not) */
+  static const char fields[][16] = {"1", "ab", "\"a,b\"", "\"a\"\"b\"", "\"x\ny\"", "", "\"\"", " 2 ", "#c", " \"q\" ",
+                                    "a\\,b", "\\\"x", "\"a\\\"b\"", "x\\\ny", "\\\\", "\\\\\\\\\\\\\\\\\\\\\\\\\\\\",
+                                    "\"\\\\\\\r\\\"\""};
   uint64_t rng = 12345;
   char buf[300];
-  int took = 0;
-  for (int round = 0; round < 20000; round++) {
+  int took = 0, took_esc = 0;
+  for (int round = 0; round < 24000; round++) {
     int64_t n = 0, len = (int64_t)(rng % 290);
+    /* every fourth round (half of them well-formed) under trim and '#' comments, every fourth
+     * with backslash escapes, some of those with trim and comments too */
+    int r2 = round >> 1, kind = r2 % 4 == 3 ? (r2 % 8 == 7 ? 3 : 2) : r2 % 4 == 2 ? 1 : 0;
     if (round & 1) { /* any bytes of the alphabet: mostly quotes in odd places */
       for (; n < len; n++) {
         rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -1663,7 +1671,8 @@ Test(csv, bitmask_scan_matches_state_machine) {
     } else { /* well-formed fields, so the bitmask scan takes them */
       while (n < len) {
         rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-        const char* f = fields[(rng >> 33) % (round % 4 == 2 ? 10 : 7)];
+        int k = (int)((rng >> 33) % (kind == 0 ? 7 : kind == 1 ? 10 : 14));
+        const char* f = fields[kind >= 2 && k >= 7 ? k + 3 : k];
         size_t fl = strlen(f);
         if (n + (int64_t)fl + 2 > (int64_t)sizeof buf) break;
         memcpy(buf + n, f, fl);
@@ -1675,12 +1684,13 @@ Test(csv, bitmask_scan_matches_state_machine) {
       if (len % 3 == 0 && n > 0) n--; /* no line break at the end */
     }
     rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    /* every fourth round (half of them well-formed) under trim and '#' comments, every eighth
-     * with backslash escapes (the masks give up on a chunk holding one) */
-    const rill__csv_dialect_t* x = round % 8 == 7 ? &COMMA_ESCAPE : round % 4 >= 2 ? &COMMA_TRIM_HASH : &COMMA;
-    took += same_scan(buf, n, 1 + (int64_t)((rng >> 40) % 4), x);
+    static const rill__csv_dialect_t* const dialects[] = {&COMMA, &COMMA_TRIM_HASH, &COMMA_ESCAPE, &COMMA_TRIM_HASH_ESCAPE};
+    int t = same_scan(buf, n, 1 + (int64_t)((rng >> 40) % 4), dialects[kind]);
+    took += t;
+    took_esc += t && kind == 2 && memchr(buf, '\\', (size_t)n);
   }
   cr_assert_gt(took, 5000, "the bitmask scan took only %d inputs", took);
+  cr_assert_gt(took_esc, 1000, "the bitmask scan took only %d inputs with escapes", took_esc);
 }
 
 /* The mask splits of every SIMD level give the byte loop's field spans and counts, from any
@@ -1688,9 +1698,11 @@ Test(csv, bitmask_scan_matches_state_machine) {
  * odd places, near the end of the input or not, with `max` below and above the field count
  * (no span past `max` is written). rill__csv_split agrees too. */
 Test(csv, mask_split_matches_byte_loop) {
-  static const char alpha[] = "ab,,\n\r\"\"x1  \t";
-  static const char fields[][10] = {"1", "ab", "\"a,b\"", "\"a\"\"b\"", "\"x\ny\"", "", "\"\"", "abcdefgh", "\"a\"b", "a\"b",
-                                    " \"a,b\" ", "\t1 ", " \"x\"y "};
+  static const char alpha[] = "ab,,\n\r\"\"x1  \t\\";
+  static const char fields[][16] = {"1", "ab", "\"a,b\"", "\"a\"\"b\"", "\"x\ny\"", "", "\"\"", "abcdefgh", "\"a\"b", "a\"b",
+                                    " \"a,b\" ", "\t1 ", " \"x\"y ",
+                                    /* 13-18: escapes */
+                                    "a\\,b", "\\\"x", "\"a\\\"b\"", "x\\\r\ny", "\\\\\\\\\\\\\\", "\"\\\\\\\n\\\"\""};
   enum { NROWS = 64, MAXF = 8, STRIDE = 2 * MAXF + 2 };
   uint64_t rng = 99;
   char buf[400];
@@ -1709,7 +1721,7 @@ Test(csv, mask_split_matches_byte_loop) {
     } else {
       while (n < len) {
         rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-        const char* f = fields[(rng >> 33) % (round % 3 ? 13 : 8)];
+        const char* f = fields[(rng >> 33) % (round % 4 == 3 ? 19 : round % 3 ? 13 : 8)];
         size_t fl = strlen(f);
         if (n + (int64_t)fl + 2 > (int64_t)sizeof buf) break;
         memcpy(buf + n, f, fl);
