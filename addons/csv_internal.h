@@ -159,7 +159,7 @@ typedef struct rill__csv_rows {
   rill__csv_vec_t far;
 } rill__csv_rows_t;
 int rill__csv_rows_grow(rill__csv_rows_t* a); /* RILL_OK or RILL_ENOMEM */
-static inline int rill__csv_rows_push(rill__csv_rows_t* a, int64_t pos) {
+__attribute__((always_inline)) static inline int rill__csv_rows_push(rill__csv_rows_t* a, int64_t pos) {
   if (a->n == a->cap && rill__csv_rows_grow(a) != RILL_OK) return RILL_ENOMEM;
   uint64_t r = (uint64_t)(pos - a->base);
   if (r >= RILL__CSV_FAR_AT) {

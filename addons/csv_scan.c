@@ -477,10 +477,32 @@ static inline uint64_t prefix_xor(uint64_t x) {
   return x;
 }
 
+/* Under trim, what the quote model rejects in the block at d + i may still be what the state
+ * machine does: a quote opening a field after blanks (it passes over blanks at a field's start:
+ * the bytes before the quote back to the last byte that is not a blank are blanks, and that
+ * byte is an unescaped delimiter or line break, or there is none from `lo`, a record start), and
+ * blanks after a closing quote (text, as any text there, which the model leaves to the check of
+ * the next quote). Checked a byte at a time for the bits of bad_open and bad_cq (the bytes
+ * after closing quotes); 1 when every one passes. Such fields are rare outside files written
+ * for trim, where this is one short walk per quoted field. */
+static int trim_accepts(const char* d, int64_t i, uint64_t bad_open, uint64_t bad_cq, int64_t lo,
+                        const rill__csv_dialect_t* x) {
+  for (; bad_cq; bad_cq &= bad_cq - 1)
+    if (!rill__csv_blank(x, d[i + __builtin_ctzll(bad_cq)])) return 0;
+  for (; bad_open; bad_open &= bad_open - 1) {
+    int64_t p = i + __builtin_ctzll(bad_open), k = p - 1;
+    while (k >= lo && rill__csv_blank(x, d[k])) k--;
+    if (k >= lo && ((d[k] != x->dl && d[k] != '\n' && d[k] != '\r') || rill__csv_escaped(d, lo, k, x->esc))) return 0;
+  }
+  return 1;
+}
+
 /* `skips` (a constant where the body is expanded): x has comment lines or trim, so a line may
- * not be a record; the state machine then scans the chunk. `escapes` (a constant): x has an
- * escape character, whose escaped bytes leave the masks (a chunk starts at a record start, so
- * no escape reaches into it). */
+ * not be a record. Where one starts, the masks start over after its line break, as at a chunk's
+ * start (the quotes and escape characters of a comment line have no effect); under trim,
+ * quotes after blanks are checked by trim_accepts.
+ * `escapes` (a constant): x has an escape character, whose escaped bytes leave the masks (a
+ * chunk starts at a record start, so no escape reaches into it). */
 #define SCAN_BODY(MASKS, POPCNT)                                                                       \
   const char dl = x->dl, q = x->q, esc = x->esc;                                                       \
   uint64_t ecarry = 0;  /* bit 0: the next block's first byte is escaped */                           \
@@ -488,7 +510,7 @@ static inline uint64_t prefix_xor(uint64_t x) {
   uint64_t prev_nl = 1; /* bit 0: the byte before is a line break outside quotes (or none) */          \
   uint64_t prev_fb = 1; /* bit 0: a quote may open at the next byte */                                 \
   uint64_t prev_cq = 0; /* bit 0: the byte before closed a quote */                                    \
-  int64_t dcount = 0, rec = -1, rec_d = 0;                                                             \
+  int64_t dcount = 0, rec = -1, rec_d = 0, restart = -1;                                               \
   s->rc = RILL_OK;                                                                                     \
   s->starts.base = begin;                                                                              \
   s->head_done = 0;                                                                                    \
@@ -515,13 +537,18 @@ static inline uint64_t prefix_xor(uint64_t x) {
     }                                                                                                  \
     APPLY_ESCAPES(m, ecarry)                                                                           \
     uint64_t in = inq, cq = 0;                                                                         \
+    uint64_t upto = ~(uint64_t)0; /* skips: the model holds before the first bit not here */           \
     if (m.q | inq) {                                                                                   \
       in = prefix_xor(m.q) ^ inq;                                                                      \
       uint64_t open = m.q & in;                                                                        \
       cq = m.q & ~in;                                                                                  \
       uint64_t fb = ((m.dl | m.nl) & ~in) | cq;                                                        \
-      if (open & ~((fb << 1) | prev_fb)) return 0;                                                     \
-      if (((cq << 1) | prev_cq) & ~(m.dl | m.nl | m.q) & valid) return 0;                              \
+      uint64_t bad_open = open & ~((fb << 1) | prev_fb);                                               \
+      uint64_t bad_cq = ((cq << 1) | prev_cq) & ~(m.dl | m.nl | m.q) & valid;                          \
+      if ((bad_open | bad_cq) && !(skips && x->trim && trim_accepts(d, i, bad_open, bad_cq, begin, x))) { \
+        if (!skips) return 0; /* else it may be a skipped line's, and the masks start over after it */ \
+        upto = ((bad_open | bad_cq) & (0 - (bad_open | bad_cq))) - 1;                                  \
+      }                                                                                                \
       prev_fb = fb >> 63;                                                                              \
       inq = (uint64_t)0 - (in >> 63);                                                                  \
     } else {                                                                                           \
@@ -532,12 +559,12 @@ static inline uint64_t prefix_xor(uint64_t x) {
     uint64_t pn = (nout << 1) | prev_nl;                                                               \
     uint64_t st = pn & ~m.nl & valid, en = nout & ~pn;                                                 \
     prev_nl = nout >> 63;                                                                              \
-    for (uint64_t ev = st | en; ev; ev &= ev - 1) {                                                    \
+    for (uint64_t ev = (st | en) & upto; ev; ev &= ev - 1) {                                           \
       int b = __builtin_ctzll(ev);                                                                     \
       uint64_t bit = (uint64_t)1 << b;                                                                 \
       int64_t dpos = dcount + POPCNT(dout & (bit - 1));                                                \
       if (st & bit) {                                                                                  \
-        if (skips && skipped_line(d, i + b, end, x) >= 0) return 0;                                    \
+        if (skips && (restart = skipped_line(d, i + b, end, x)) >= 0) break; /* not a record */        \
         rec = i + b;                                                                                   \
         rec_d = dpos;                                                                                  \
         if (rill__csv_rows_push(&s->starts, rec) != RILL_OK) { s->rc = RILL_ENOMEM; return 1; }         \
@@ -551,6 +578,13 @@ static inline uint64_t prefix_xor(uint64_t x) {
         rec = -1;                                                                                      \
       }                                                                                                \
     }                                                                                                  \
+    if (skips && restart >= 0) { /* after the skipped line: a record start, as at a chunk's */        \
+      i = restart - 64;                                                                                \
+      restart = -1;                                                                                    \
+      inq = 0, prev_nl = 1, prev_fb = 1, prev_cq = 0, ecarry = 0;                                      \
+      continue;                                                                                        \
+    }                                                                                                  \
+    if (skips && ~upto) return 0;                                                                      \
     dcount += POPCNT(dout);                                                                            \
   }                                                                                                    \
   if (inq) {                                                                                           \
@@ -679,8 +713,9 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
       uint64_t open = m.q & in;                                                                         \
       cq = m.q & ~in;                                                                                   \
       fb = ((m.dl | m.nl) & ~in) | cq;                                                                  \
-      if (open & upto & ~((fb << 1) | prev_fb)) return -1;                                              \
-      if ((((cq & upto) << 1) | prev_cq) & ~(m.dl | m.nl | m.q)) return -1;                             \
+      uint64_t bad_open = open & upto & ~((fb << 1) | prev_fb);                                         \
+      uint64_t bad_cq = (((cq & upto) << 1) | prev_cq) & ~(m.dl | m.nl | m.q);                          \
+      if ((bad_open | bad_cq) && !(x->trim && trim_accepts(d, i, bad_open, bad_cq, pos, x))) return -1; \
     } else {                                                                                            \
       fb = m.dl | m.nl;                                                                                 \
     }                                                                                                   \

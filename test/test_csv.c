@@ -1650,14 +1650,15 @@ static int same_scan(const char* d, int64_t n, int64_t expected, const rill__csv
 
 Test(csv, bitmask_scan_matches_state_machine) {
   static const char alpha[] = "ab,,\n\r\"\"x1 \t#\\";
-  /* 0-6 plain, 7-9 for trim and comments, 10-16 escaped quotes, delimiters, line breaks and
-   * escape characters (runs of them across 64-byte steps, in quotes or not) */
+  /* 0-6 plain, 7-9 and 17-19 for trim and comments (quotes after blanks, runs of blanks across
+   * 64-byte steps, blanks after a closing quote), 10-16 escaped quotes, delimiters, line breaks
+   * and escape characters (runs of them across 64-byte steps, in quotes or not) */
   static const char fields[][16] = {"1", "ab", "\"a,b\"", "\"a\"\"b\"", "\"x\ny\"", "", "\"\"", " 2 ", "#c", " \"q\" ",
                                     "a\\,b", "\\\"x", "\"a\\\"b\"", "x\\\ny", "\\\\", "\\\\\\\\\\\\\\\\\\\\\\\\\\\\",
-                                    "\"\\\\\\\r\\\"\""};
+                                    "\"\\\\\\\r\\\"\"", "  \t\"a,\nb\"", "             \"q\"", "\"x\"\"y\" \t "};
   uint64_t rng = 12345;
   char buf[300];
-  int took = 0, took_esc = 0;
+  int took = 0, took_esc = 0, took_trim = 0;
   for (int round = 0; round < 24000; round++) {
     int64_t n = 0, len = (int64_t)(rng % 290);
     /* every fourth round (half of them well-formed) under trim and '#' comments, every fourth
@@ -1671,8 +1672,8 @@ Test(csv, bitmask_scan_matches_state_machine) {
     } else { /* well-formed fields, so the bitmask scan takes them */
       while (n < len) {
         rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-        int k = (int)((rng >> 33) % (kind == 0 ? 7 : kind == 1 ? 10 : 14));
-        const char* f = fields[kind >= 2 && k >= 7 ? k + 3 : k];
+        int k = (int)((rng >> 33) % (kind == 0 ? 7 : kind == 1 ? 13 : 14));
+        const char* f = fields[kind >= 2 && k >= 7 ? k + 3 : kind == 1 && k >= 10 ? k + 7 : k];
         size_t fl = strlen(f);
         if (n + (int64_t)fl + 2 > (int64_t)sizeof buf) break;
         memcpy(buf + n, f, fl);
@@ -1688,9 +1689,52 @@ Test(csv, bitmask_scan_matches_state_machine) {
     int t = same_scan(buf, n, 1 + (int64_t)((rng >> 40) % 4), dialects[kind]);
     took += t;
     took_esc += t && kind == 2 && memchr(buf, '\\', (size_t)n);
+    took_trim += t && kind == 1 && memmem(buf, (size_t)n, " \"", 2);
   }
   cr_assert_gt(took, 5000, "the bitmask scan took only %d inputs", took);
   cr_assert_gt(took_esc, 1000, "the bitmask scan took only %d inputs with escapes", took_esc);
+  cr_assert_gt(took_trim, 500, "the bitmask scan took only %d inputs with a quote after blanks", took_trim);
+  /* a quote after blanks that run across a 64-byte step, and a record after it: the masks
+   * carry the run into the next step */
+  char lb[256];
+  int64_t ln = sprintf(lb, "a,b\n1,");
+  memset(lb + ln, ' ', 100);
+  ln += 100;
+  ln += sprintf(lb + ln, "\"x,\ny\" \n2,\t\"z\"\n");
+  for (int level = 1; level <= 2; level++) {
+    rill__csv_spec_t sp = {0};
+    cr_assert(rill__csv_scan_chunk_masks(lb, 0, ln, &COMMA_TRIM_HASH, 2, &sp, level), "level %d gave up", level);
+    cr_assert_eq(sp.starts.n, 3);
+    cr_assert_eq(sp.bad.n, 0);
+    free_spec(&sp);
+  }
+  cr_assert(same_scan(lb, ln, 2, &COMMA_TRIM_HASH));
+  /* comment lines and lines of blanks are passed over by the masks, unless one holds a quote
+   * or the escape character */
+  static const char skipped[] = "# a, b, c\n1,2\n  \t\n#,\r\n3,4\n# last";
+  for (int level = 1; level <= 2; level++) {
+    rill__csv_spec_t sp = {0};
+    cr_assert(rill__csv_scan_chunk_masks(skipped, 0, (int64_t)strlen(skipped), &COMMA_TRIM_HASH, 2, &sp, level));
+    cr_assert_eq(sp.starts.n, 2);
+    cr_assert_eq(rill__csv_rows_at(&sp.starts, 0), 10);
+    cr_assert_eq(rill__csv_rows_at(&sp.starts, 1), 22);
+    cr_assert_eq(sp.bad.n, 0);
+    free_spec(&sp);
+    /* a quote or an escape character in a comment line does not act: the masks start over
+     * after the line */
+    static const char* const odd[] = {"1,2\n# \"\n3,4\n", "1,2\n# \\\n3,4\n", "1,2\n#\"\n\"a\nb\",4\n"};
+    for (int k = 0; k < 3; k++) {
+      cr_assert(rill__csv_scan_chunk_masks(odd[k], 0, (int64_t)strlen(odd[k]), &COMMA_TRIM_HASH_ESCAPE, 2, &sp, level),
+                "level %d gave up on '%s'", level, odd[k]);
+      cr_assert_eq(sp.starts.n, 2);
+      cr_assert_eq(rill__csv_rows_at(&sp.starts, 1), k == 2 ? 7 : 8);
+      cr_assert_eq(sp.bad.n, 0);
+      cr_assert_not(sp.end_in_quotes);
+      free_spec(&sp);
+      cr_assert(same_scan(odd[k], (int64_t)strlen(odd[k]), 2, &COMMA_TRIM_HASH_ESCAPE));
+    }
+  }
+  cr_assert(same_scan(skipped, (int64_t)strlen(skipped), 2, &COMMA_TRIM_HASH));
 }
 
 /* The mask splits of every SIMD level give the byte loop's field spans and counts, from any
