@@ -302,7 +302,7 @@ def from_csv(path: _PathLike, *, delimiter: str = ",", quote: str = '"', header:
              encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8",
              trim: bool = False, comment: Optional[str] = None,
              escape: Optional[str] = None,
-             null_values: Optional[Sequence[str]] = None,
+             null_values: Optional[Sequence[Union[str, bytes]]] = None,
              decimal: str = ".") -> DataFrame: ...
 def from_csv_buffer(data: Union[bytes, bytearray, memoryview], *, name: Optional[str] = None,
                     delimiter: str = ",", quote: str = '"', header: bool = True,
@@ -314,7 +314,7 @@ def from_csv_buffer(data: Union[bytes, bytearray, memoryview], *, name: Optional
                     encoding: Literal["utf-8", "utf-8-lossy", "latin-1"] = "utf-8",
                     trim: bool = False, comment: Optional[str] = None,
                     escape: Optional[str] = None,
-                    null_values: Optional[Sequence[str]] = None,
+                    null_values: Optional[Sequence[Union[str, bytes]]] = None,
                     decimal: str = ".") -> DataFrame: ...
 def from_sqlite(path: _PathLike, sql: str,
                 params: Sequence[Union[None, int, float, str, bytes]] = (), *,

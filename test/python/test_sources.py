@@ -290,10 +290,37 @@ def test_from_csv_null_values_match_pandas(tmp_path):
     assert t.column("s").null_count > 300
     with pytest.raises(TypeError, match="null_values must be a sequence of str, not a str"):
         rill.from_csv(p, null_values="NA")
-    with pytest.raises(TypeError, match=r"null_values\[1\] must be a str"):
+    with pytest.raises(TypeError, match="null_values must be a sequence of str, not a bytes"):
+        rill.from_csv(p, null_values=b"NA")
+    with pytest.raises(TypeError, match=r"null_values\[1\] must be a str or bytes, not int"):
         rill.from_csv(p, null_values=["NA", 7])
+    with pytest.raises(TypeError, match=r"null_values\[0\] must be without NUL characters"):
+        rill.from_csv(p, null_values=["N\0A"])
     with pytest.raises(rill.InvalidArgumentError, match="more than 64 null values"):
         rill.from_csv(p, null_values=[str(k) for k in range(65)])
+
+
+def test_from_csv_null_values_in_the_files_encoding(tmp_path):
+    # the file's bytes are compared before they are decoded: a str null value is written in the
+    # file's encoding, bytes are compared as they are
+    p = tmp_path / "latin1_nulls.csv"
+    p.write_bytes("name,n\ncaf\u00e9,1\nn\u00e9ant,n\u00e9ant\nok,3\n".encode("latin-1"))
+    t = pa.table(rill.from_csv(p, encoding="latin-1", null_values=["n\u00e9ant"]))
+    assert t.column("name").to_pylist() == ["caf\u00e9", None, "ok"]
+    assert t.column("n").to_pylist() == [1, None, 3]
+    assert t.schema.field("n").type == pa.int64()
+    raw = pa.table(rill.from_csv(p, encoding="latin-1", null_values=[b"n\xe9ant"]))
+    assert raw.equals(t)
+    # in a UTF-8 file the same str is its UTF-8 bytes
+    u = tmp_path / "utf8_nulls.csv"
+    u.write_bytes("name,n\nn\u00e9ant,n\u00e9ant\nok,3\n".encode("utf-8"))
+    assert pa.table(rill.from_csv(u, null_values=["n\u00e9ant"])).column("n").to_pylist() == [None, 3]
+    # the Latin-1 bytes do not match the UTF-8 file's: the column stays text
+    assert pa.table(rill.from_csv(u, null_values=[b"n\xe9ant"])).column("name").to_pylist() == ["n\u00e9ant", "ok"]
+    with pytest.raises(ValueError, match=r"null_values\[1\] \('\u20ac'\) cannot be written in Latin-1, the file's encoding"):
+        rill.from_csv(p, encoding="latin-1", null_values=["NA", "\u20ac"])
+    buf = pa.table(rill.from_csv_buffer(p.read_bytes(), encoding="latin-1", null_values=["n\u00e9ant"]))
+    assert buf.equals(t)
 
 
 def test_from_csv_misfit_after_inference_says_where_the_type_came_from():

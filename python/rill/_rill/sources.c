@@ -611,42 +611,61 @@ static int parse_encoding(const char* e, rill_csv_encoding_t* out) {
   return -1;
 }
 
-/* null_values (None or a sequence of str) as a NULL-terminated array in *out (PyMem; NULL for
- * None) whose strings live in *keep (a new reference to hold until the call is done). */
-static int parse_null_values(PyObject* v, const char*** out, PyObject** keep) {
+/* null_values (None or a sequence of str or bytes) as a NULL-terminated array in *out (PyMem;
+ * NULL for None) whose strings live in *keep (a new reference to hold until the call is done).
+ * The file's bytes are compared before they are decoded, so a str is written in the file's
+ * encoding `enc` (Latin-1 or UTF-8); bytes are taken as they are. */
+static int parse_null_values(PyObject* v, rill_csv_encoding_t enc, const char*** out, PyObject** keep) {
   *out = NULL;
   *keep = NULL;
   if (!v || v == Py_None) return 0;
-  if (PyUnicode_Check(v)) {
-    PyErr_SetString(PyExc_TypeError, "null_values must be a sequence of str, not a str");
+  if (PyUnicode_Check(v) || PyBytes_Check(v)) {
+    PyErr_Format(PyExc_TypeError, "null_values must be a sequence of str, not a %s", Py_TYPE(v)->tp_name);
     return -1;
   }
   PyObject* seq = PySequence_Fast(v, "null_values must be a sequence of str");
   if (!seq) return -1;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   const char** a = PyMem_Calloc((size_t)n + 1, sizeof *a);
-  if (!a) {
+  PyObject* held = a ? PyList_New(n) : NULL;
+  if (!held) {
+    PyMem_Free(a);
     Py_DECREF(seq);
-    PyErr_NoMemory();
+    if (!PyErr_Occurred()) PyErr_NoMemory();
     return -1;
   }
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
-    Py_ssize_t len;
-    const char* t = PyUnicode_Check(item) ? PyUnicode_AsUTF8AndSize(item, &len) : NULL;
-    if (!t || (Py_ssize_t)strlen(t) != len) {
-      if (!PyErr_Occurred() || t) {
+    PyObject* b = NULL;
+    if (PyBytes_Check(item)) {
+      b = item;
+      Py_INCREF(b);
+    } else if (PyUnicode_Check(item)) {
+      b = enc == RILL_CSV_LATIN1 ? PyUnicode_AsLatin1String(item) : PyUnicode_AsUTF8String(item);
+      if (!b && PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "null_values[%zd] must be a str without NUL characters", i);
+        PyErr_Format(PyExc_ValueError, "null_values[%zd] ('%U') cannot be written in Latin-1, the file's encoding", i,
+                     item);
       }
+    } else {
+      PyErr_Format(PyExc_TypeError, "null_values[%zd] must be a str or bytes, not %s", i, Py_TYPE(item)->tp_name);
+    }
+    if (b && (Py_ssize_t)strlen(PyBytes_AS_STRING(b)) != PyBytes_GET_SIZE(b)) {
+      PyErr_Format(PyExc_TypeError, "null_values[%zd] must be without NUL characters", i);
+      Py_CLEAR(b);
+    }
+    if (!b) {
       PyMem_Free(a);
+      Py_DECREF(held);
       Py_DECREF(seq);
       return -1;
     }
-    a[i] = t;
+    PyList_SET_ITEM(held, i, b);
+    a[i] = PyBytes_AS_STRING(b);
   }
+  Py_DECREF(seq);
   *out = a;
-  *keep = seq;
+  *keep = held;
   return 0;
 }
 
@@ -680,7 +699,7 @@ static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer,
   o->infer_rows = infer_rows;
   o->chunk_bytes = chunk_bytes;
   const char** nulls;
-  if (parse_null_values(null_values, &nulls, keep) < 0) return -1;
+  if (parse_null_values(null_values, o->encoding, &nulls, keep) < 0) return -1;
   o->null_values = nulls;
   if (parse_overrides(dtypes, cols, &o->ncolumns) < 0) {
     csv_opts_free(o, *cols, *keep);
@@ -962,7 +981,8 @@ static PyMethodDef source_functions[] = {
      "(a quote after them opens a quoted field) and lines of only blanks skipped. comment: lines "
      "starting with this character are skipped. escape: this character makes the next one text (a "
      "quote, the delimiter, a line break, itself), inside quotes or not. null_values: texts that are "
-     "null cells in every column (e.g. ['NA', '?']), skipped by type inference. decimal: the decimal "
+     "null cells in every column (e.g. ['NA', '?']), skipped by type inference; a str is compared in the file's "
+     "encoding, bytes as they are. decimal: the decimal "
      "separator of floats (',' for 3,14 with delimiter=';')."},
     {"from_csv_buffer", (PyCFunction)(void (*)(void))py_from_csv_buffer, METH_VARARGS | METH_KEYWORDS,
      "from_csv_buffer(data, *, name=None, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, "
