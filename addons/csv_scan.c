@@ -694,9 +694,10 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
  * toggle "inside quotes" (a prefix XOR), the first line break outside quotes ends the record
  * and the delimiters outside quotes before it end fields. Only the bytes before that line
  * break are checked against the model (quotes opening at a field start or right after a
- * closing quote, a closing quote followed by a delimiter, a line break or a quote); where it
- * does not hold, or where a step would read past the input, it returns -1 and the byte loop
- * splits the record. Otherwise its spans, count and *next are the byte loop's. */
+ * closing quote, a closing quote followed by a delimiter, a line break or a quote; under trim
+ * also what trim_accepts passes; escaped bytes are text, as in SCAN_BODY); where it does not
+ * hold, or where a step would read past the input, it returns -1 and the byte loop splits the
+ * record. Otherwise its spans, count and *next are the byte loop's. */
 #define SPLIT_BODY(MASKS)                                                                               \
   const char dl = x->dl, q = x->q, esc = x->esc;                                                        \
   int64_t nf = 0, fs = pos;                                                                             \
