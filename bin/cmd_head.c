@@ -29,7 +29,8 @@ static const char* head_usage =
     "                     a quoted field); skip lines of only spaces and tabs\n"
     "  --comment C        skip CSV lines that start with C (e.g. '#')\n"
     "  --escape C         CSV escape character: C makes the next character text (e.g. '\\')\n"
-    "  --null TEXT        read CSV fields equal to TEXT as null (repeatable: --null NA --null ?)\n"
+    "  --null TEXT        read CSV fields equal to TEXT as null (repeatable: --null NA --null ?;\n"
+    "                     with --encoding latin-1, UTF-8 TEXT is matched as Latin-1)\n"
     "  --decimal C        decimal separator of CSV floats (e.g. ',' with --delimiter ';')\n"
     "  --encoding E       of the CSV text, or of SQLite TEXT values and column names:\n"
     "                     utf-8 (default), utf-8-lossy (ill-formed parts shown as U+FFFD)\n"
@@ -225,6 +226,41 @@ static void report_bad_rows(const char* path, const rill_df_t* df, int ncols) {
   fprintf(stderr, "%s\n", n > SHOWN ? ", ..." : "");
 }
 
+/* A --null text for a Latin-1 file. The file's bytes are compared before they are decoded and
+ * the arguments come from a UTF-8 terminal, so an argument that is UTF-8 is rewritten in place
+ * as Latin-1 (it only shrinks); one that is not UTF-8 is taken as it is (Latin-1 already).
+ * -1 for UTF-8 text with a character Latin-1 lacks (above U+00FF). */
+static int latin1_arg(char* s) {
+  const unsigned char* p = (const unsigned char*)s;
+  int wide = 0;
+  for (size_t i = 0; p[i];) {
+    unsigned c = p[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    int n = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : 0;
+    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (!n) return 0; /* not UTF-8 */
+    for (int k = 1; k <= n; k++) /* stops at the terminating NUL, which is below every range */
+      if (p[i + k] < (k == 1 ? lo : 0x80) || p[i + k] > (k == 1 ? hi : 0xBF)) return 0;
+    wide |= c > 0xC3;
+    i += (size_t)n + 1;
+  }
+  if (wide) return -1;
+  char* w = s;
+  for (const unsigned char* r = p; *r;) {
+    if (*r < 0x80) {
+      *w++ = (char)*r++;
+    } else {
+      *w++ = (char)(((r[0] & 0x1Fu) << 6) | (r[1] & 0x3Fu));
+      r += 2;
+    }
+  }
+  *w = 0;
+  return 0;
+}
+
 int rill_cmd_head(int argc, char** argv) {
   int64_t limit = 10;
   int all = 0, fmt = FMT_TABLE;
@@ -318,6 +354,11 @@ int rill_cmd_head(int argc, char** argv) {
     }
 #undef TAKE
   }
+  for (int k = 0; k < nnulls && co.encoding == RILL_CSV_LATIN1; k++)
+    if (latin1_arg((char*)nulls[k]) < 0) { /* the process's arguments, which are writable */
+      fprintf(stderr, "rill head: --null '%s' has a character Latin-1 cannot write (--encoding latin-1)\n", nulls[k]);
+      return 2;
+    }
   if (npos == 0) {
     fprintf(stderr, "rill head: missing FILE\n%s", head_usage);
     return 2;

@@ -130,6 +130,17 @@ def test_null_values(tmp_path):
     assert rows == [[1, None], [None, "x"], [3, None]]
     _, rows, _ = rill_rows(path)
     assert rows == [["1", "NA"], ["?", "x"], ["3", "?"]]
+    # a Latin-1 file: a UTF-8 argument is matched as Latin-1, one that is not UTF-8 as it is
+    latin = tmp_path / "latin1_nulls.csv"
+    latin.write_bytes("n,s\n1,n\u00e9ant\nn\u00e9ant,x\n".encode("latin-1"))
+    for arg in ("n\u00e9ant".encode("utf-8"), b"n\xe9ant"):
+        _, rows, _ = rill_rows(latin, "--encoding", "latin-1", "--null", arg)
+        assert rows == [[1, None], [None, "x"]]
+    _, rows, _ = rill_rows(latin, "--encoding", "latin-1", "--null", "na")
+    assert rows == [["1", "n\u00e9ant"], ["n\u00e9ant", "x"]]
+    _, _, proc = rill_rows(latin, "--encoding", "latin-1", "--null", "\u20ac", check=False)
+    assert proc.returncode == 2
+    assert "--null '\u20ac' has a character Latin-1 cannot write".encode() in proc.stderr
 
 
 def test_decimal(tmp_path):
