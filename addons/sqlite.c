@@ -1179,7 +1179,8 @@ static int table_layout(sq_t* s, sqlite3* db, rill_error_t* err) {
     int64_t kib = pages * (page_size / 1024 + 1) + 1024;
     s->cache_kib = kib < SQ_POINT_CACHE_MAX_KIB ? kib : SQ_POINT_CACHE_MAX_KIB;
   }
-  if (s->nrows == 0 || (hi - lo >= 0 && hi - lo + 1 == s->nrows)) return RILL_OK;
+  /* dense rowids: no list (the span is taken unsigned: rowids may lie at both ends of int64) */
+  if (s->nrows == 0 || (hi >= lo && (uint64_t)hi - (uint64_t)lo == (uint64_t)s->nrows - 1)) return RILL_OK;
   s->rowids = rill__alloc((size_t)s->nrows * sizeof *s->rowids);
   if (!s->rowids) return rill__fail(err, RILL_ENOMEM, "sqlite: out of memory for %lld rowids", (long long)s->nrows);
   snprintf(sql, sizeof sql, "SELECT rowid FROM %s ORDER BY rowid", s->table);

@@ -240,6 +240,40 @@ Test(sqlite, file_table_by_rowid_shuffled_threads) {
   check_table_read(path, 3000, RILL_THREADS_NONE);
 }
 
+/* Rowids at both ends of the int64 range: their span overflows int64 (a damaged database found
+ * it first), and the table is still read by rowid, in rowid order, with the rowid list. */
+Test(sqlite, file_table_rowids_spanning_int64) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/span.db", rt_tmpdir());
+  remove(path);
+  sqlite3* db = NULL;
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+  exec_sql(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v INTEGER);"
+               "INSERT INTO t VALUES (-9223372036854775808, 1), (-5083748366770348836, 2), (0, 3),"
+               "(6536247900133305773, 4), (9223372036854775807, 5);");
+  sqlite3_close(db);
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_sqlite(path, "t", NULL, 0, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 5);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err), err);
+  rill_row_t row;
+  int64_t n = 0, nb;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    cr_assert_eq(*(const int64_t*)rill_array_cell(rill_row_get(&row, 0), 0, &nb), n == 0 ? INT64_MIN : n == 4 ? INT64_MAX
+                                                                                   : n == 1 ? -5083748366770348836LL
+                                                                                   : n == 2 ? 0 : 6536247900133305773LL);
+    cr_assert_eq(*(const int64_t*)rill_array_cell(rill_row_get(&row, 1), 0, &nb), n + 1);
+    n++;
+  }
+  cr_assert_eq(err.code, RILL_OK, "%s", err.message);
+  cr_assert_eq(n, 5);
+  rill_iter_free(it);
+  rill_df_free(df);
+  remove(path);
+}
+
 /* The descriptors of this process open on the file `path`; -1 when /proc cannot tell. */
 static int fds_on(const char* path) {
   char want[PATH_MAX], got[PATH_MAX], link[300];
