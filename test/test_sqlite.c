@@ -179,6 +179,16 @@ Test(sqlite, conversion_errors_and_null_policy) {
   sqlite3_close(db);
 }
 
+/* A database file `name` in the test directory, made afresh by `sql`; its path in path. */
+static void sql_file_db(char* path, size_t cap, const char* name, const char* sql) {
+  snprintf(path, cap, "%s/%s", rt_tmpdir(), name);
+  remove(path);
+  sqlite3* db = NULL;
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+  exec_sql(db, sql);
+  sqlite3_close(db);
+}
+
 static void make_file_db(const char* path, int rows, int gaps) {
   sqlite3* db = NULL;
   remove(path);
@@ -244,14 +254,10 @@ Test(sqlite, file_table_by_rowid_shuffled_threads) {
  * it first), and the table is still read by rowid, in rowid order, with the rowid list. */
 Test(sqlite, file_table_rowids_spanning_int64) {
   char path[512];
-  snprintf(path, sizeof path, "%s/span.db", rt_tmpdir());
-  remove(path);
-  sqlite3* db = NULL;
-  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-  exec_sql(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v INTEGER);"
-               "INSERT INTO t VALUES (-9223372036854775808, 1), (-5083748366770348836, 2), (0, 3),"
-               "(6536247900133305773, 4), (9223372036854775807, 5);");
-  sqlite3_close(db);
+  sql_file_db(path, sizeof path, "span.db",
+              "CREATE TABLE t(id INTEGER PRIMARY KEY, v INTEGER);"
+              "INSERT INTO t VALUES (-9223372036854775808, 1), (-5083748366770348836, 2), (0, 3),"
+              "(6536247900133305773, 4), (9223372036854775807, 5);");
   rill_error_t err = {0};
   rill_df_t* df = NULL;
   RT_OK(rill_df_from_sqlite(path, "t", NULL, 0, NULL, &df, &err), err);
@@ -487,14 +493,10 @@ Test(sqlite, table_held_for_shuffled_reads_within_its_limit) {
  * the segments' byte buffers; every row arrives once with its own values. */
 Test(sqlite, held_table_of_several_segments) {
   char path[512];
-  snprintf(path, sizeof path, "%s/segments.db", rt_tmpdir());
-  remove(path);
-  sqlite3* db = NULL;
-  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-  exec_sql(db, "CREATE TABLE g(id INTEGER PRIMARY KEY, name TEXT, m);"
-               "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 139999) "
-               "INSERT INTO g SELECT x + 1, 'n' || x, CASE WHEN x % 1000 = 0 THEN x ELSE 'm' || x END FROM c;");
-  sqlite3_close(db);
+  sql_file_db(path, sizeof path, "segments.db",
+              "CREATE TABLE g(id INTEGER PRIMARY KEY, name TEXT, m);"
+              "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 139999) "
+              "INSERT INTO g SELECT x + 1, 'n' || x, CASE WHEN x % 1000 = 0 THEN x ELSE 'm' || x END FROM c;");
   const int64_t rows = 140000;
   for (int64_t hold = -1; hold <= 0; hold++) {
     rill_error_t err = {0};
