@@ -196,9 +196,8 @@ void rill__csv_scan_chunk_generic(const char* d, int64_t begin, int64_t end, int
                                   const rill__csv_spec_t* ref);
 /* The bitmask scan from a record start at SIMD `level` (0 portable, 1 SSE2, 2 AVX2; a level
  * above the machine's is lowered): 1 with the results in *s (s->rc), 0 when it gave up
- * (*s then holds partial results; it gives up at a comment line, under trim at a line of
- * blanks, and at once on a chunk holding the escape character). Every level gives the same
- * results. */
+ * (*s then holds partial results; it gives up where the quotes do not follow its model, and
+ * at once under trim with a blank escape character). Every level gives the same results. */
 int rill__csv_scan_chunk_masks(const char* d, int64_t begin, int64_t end, const rill__csv_dialect_t* x,
                                int64_t expected, rill__csv_spec_t* s, int level);
 /* The highest SIMD level this machine runs (see above). */

@@ -213,17 +213,19 @@ int rill__csv_room(char** scratch, size_t* cap, size_t need) {
   return RILL_OK;
 }
 
-/* rill__csv_unescape of a field holding the escape character: each escape gives the byte
- * after it as text (one at the field's end is kept); quotes as there. */
-static int unescape_escapes(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x, char** scratch,
-                            size_t* cap, const char** out, size_t* n) {
+/* rill__csv_unescape of a field whose bytes must change, into *scratch: an escape character
+ * (x->esc) gives the byte after it as text (one at the field's end is kept); in a quoted field
+ * a doubled quote is one quote and the closing quote ends the quotes (what follows it is kept
+ * literally). */
+static int unescape_bytes(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x, char** scratch,
+                          size_t* cap, const char** out, size_t* n) {
   if (rill__csv_room(scratch, cap, (size_t)(e - s)) != RILL_OK) return RILL_ENOMEM;
   char* w = *scratch;
   size_t k = 0;
   int inq = d[s] == x->q;
   for (int64_t i = s + inq; i < e;) {
     char ch = d[i];
-    if (ch == x->esc && i + 1 < e) {
+    if (x->esc && ch == x->esc && i + 1 < e) {
       w[k++] = d[i + 1];
       i += 2;
     } else if (inq && ch == x->q) {
@@ -249,27 +251,12 @@ static int unescape_escapes(const char* d, int64_t s, int64_t e, const rill__csv
 int rill__csv_unescape(const char* d, int64_t s, int64_t e, const rill__csv_dialect_t* x, char** scratch, size_t* cap,
                        const char** out, size_t* n) {
   const char q = x->q, esc = x->esc;
-  if (esc && s < e && memchr(d + s, esc, (size_t)(e - s))) return unescape_escapes(d, s, e, x, scratch, cap, out, n);
+  if (esc && s < e && memchr(d + s, esc, (size_t)(e - s))) return unescape_bytes(d, s, e, x, scratch, cap, out, n);
   if (s == e || d[s] != q) { *out = d + s; *n = (size_t)(e - s); return RILL_OK; }
   const char* p = memchr(d + s + 1, q, (size_t)(e - s - 1));
   if (!p) { *out = d + s + 1; *n = (size_t)(e - s - 1); return RILL_OK; } /* unterminated */
   if (p == d + e - 1) { *out = d + s + 1; *n = (size_t)(e - s - 2); return RILL_OK; }
-  if (rill__csv_room(scratch, cap, (size_t)(e - s)) != RILL_OK) return RILL_ENOMEM;
-  char* w = *scratch;
-  size_t k = 0;
-  int64_t i = s + 1;
-  while (i < e) {
-    if (d[i] == q) {
-      if (i + 1 < e && d[i + 1] == q) { w[k++] = q; i += 2; continue; }
-      i++; /* closing quote: what follows is kept literally */
-      while (i < e) w[k++] = d[i++];
-      break;
-    }
-    w[k++] = d[i++];
-  }
-  *out = w;
-  *n = k;
-  return RILL_OK;
+  return unescape_bytes(d, s, e, x, scratch, cap, out, n); /* quotes inside, or text after the closing one */
 }
 
 /* 0 when the field [s, e) opens a quote that it never closes (it then ran to the end of the
