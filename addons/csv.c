@@ -669,10 +669,31 @@ static int apply_overrides(rill__csv_t* c, const rill_csv_opts_t* o, rill_error_
   return RILL_OK;
 }
 
+/* The offset after `lines` physical lines from `pos` ('\n', "\r\n" or a lone '\r' ends one, as
+ * rill__csv_line counts them), or -1 when nothing is left after them; *seen: the lines
+ * passed (a last line without a line break counts). */
+static int64_t skip_lines(const rill__csv_t* c, int64_t pos, int64_t lines, int64_t* seen) {
+  const char* d = c->data;
+  int64_t k = 0;
+  while (k < lines && pos < c->size) {
+    while (pos < c->size && d[pos] != '\n' && d[pos] != '\r') pos++;
+    if (pos < c->size) pos += 1 + (d[pos] == '\r' && pos + 1 < c->size && d[pos + 1] == '\n');
+    k++;
+  }
+  *seen = k;
+  return k < lines || pos >= c->size ? -1 : pos;
+}
+
 static int csv_open(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, rill_error_t* err) {
   int rc;
   int64_t pos = 0, data_begin = 0;
   if (c->size >= 3 && memcmp(c->data, "\xEF\xBB\xBF", 3) == 0) pos = 3;
+  if (o->skip_lines > 0) {
+    int64_t seen;
+    if ((pos = skip_lines(c, pos, o->skip_lines, &seen)) < 0)
+      return rill__fail(err, RILL_EFORMAT, "%s: nothing after the %lld lines skip_lines leaves out (the input has %lld)",
+                        c->name, (long long)o->skip_lines, (long long)seen);
+  }
   if ((rc = read_header(c, pos, o->no_header, &data_begin, err)) != RILL_OK) return rc;
   if ((rc = rill__csv_build_index(c, data_begin, c->ncols, o, err)) != RILL_OK) return rc;
   if ((rc = apply_overrides(c, o, err)) != RILL_OK) return rc;
@@ -754,6 +775,8 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out
     return rill__fail(err, RILL_EINVAL, "%s: ncolumns %d without columns", name, o->ncolumns);
   if ((unsigned)o->encoding > RILL_CSV_LATIN1)
     return rill__fail(err, RILL_EINVAL, "%s: unknown encoding %d", name, (int)o->encoding);
+  if (o->skip_lines < 0)
+    return rill__fail(err, RILL_EINVAL, "%s: skip_lines must be 0 or more (got %lld)", name, (long long)o->skip_lines);
   rill__csv_t* c = rill__calloc(1, sizeof *c);
   if (!c) return rill__fail(err, RILL_ENOMEM, "out of memory");
   c->name = rill__strdup(name);

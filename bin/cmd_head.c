@@ -22,6 +22,8 @@ static const char* head_usage =
     "                     line holds the column names)\n"
     "  --delimiter C      CSV field delimiter (default ','; 'tab' or '\\t' for a tab)\n"
     "  --quote C          CSV quote character (default '\"')\n"
+    "  --skip-lines N     leave out the first N lines of the CSV file (a preamble before\n"
+    "                     the header), whatever they hold\n"
     "  --no-header        the CSV file has no header row\n"
     "  --no-infer         read every CSV column as a string\n"
     "  --skip-bad-rows    leave out CSV rows with a wrong number of fields\n"
@@ -284,6 +286,12 @@ int rill_cmd_head(int argc, char** argv) {
       char* end;
       if (t < 0 || (limit = strtoll(val, &end, 10), *end || limit < 0)) {
         fprintf(stderr, "rill head: -n needs a number of rows\n%s", head_usage);
+        return 2;
+      }
+    } else if ((t = TAKE("--skip-lines"))) {
+      char* end;
+      if (t < 0 || !*val || (co.skip_lines = strtoll(val, &end, 10), *end || co.skip_lines < 0)) {
+        fprintf(stderr, "rill head: --skip-lines needs a number of lines\n");
         return 2;
       }
     } else if ((t = TAKE("--format"))) {

@@ -76,17 +76,14 @@ typedef struct rill_csv_opts {
    * they are kept. 0 = as written (Python's csv module: skipinitialspace, on both sides). */
   int trim;
   /* A line whose first character is this one (outside a quoted field) is not a record: it is
-   * skipped like a blank line, before the header too. 0 = none. It cannot be the delimiter,
-   * the quote or a line break. A chunk of the index pass (chunk_bytes, 8 MiB) that holds
-   * such a line, or under trim a line of blanks or a quote after blanks, is scanned a byte
-   * at a time instead of by 64-byte masks. */
+   * skipped like a blank line, before the header too; quotes and escape characters in it
+   * have no effect. 0 = none (a comment mid-line is text). It cannot be the delimiter, the
+   * quote or a line break. */
   char comment;
   /* 0 = none. This character makes the byte after it text, inside quotes or not: a quote, the
    * delimiter, a line break, itself (a\,b is "a,b"; "say \"hi\"" is say "hi"); it is
    * removed (one at the very end of the input is kept). Doubled quotes still work. It cannot
-   * be the delimiter, the quote, the comment character or a line break. A chunk of the index
-   * pass that holds it is scanned a byte at a time, records are split 16 bytes at a time
-   * instead of 64, and a cell that holds it is parsed by the general path. */
+   * be the delimiter, the quote, the comment character or a line break. */
   char escape;
   /* The decimal separator of FLOAT32 / FLOAT64 values (and of those inferred): ',' for files
    * written as 3,14 (the delimiter then another character, ';' mostly); a '.' in such a value
@@ -99,7 +96,13 @@ typedef struct rill_csv_opts {
    * opened. They are skipped by type inference. NULL = none (an empty field is still null in
    * non-string columns). */
   const char* const* null_values;
-  int64_t reserved[RILL_OPTS_RESERVED - 2]; /* zero (room to grow, see "Option structs" in rill.h) */
+  /* Lines at the start of the input (after a byte order mark) that are not read at all: a
+   * preamble before the header row (or before the data under no_header). Physical lines (a
+   * line break is '\n', "\r\n" or a lone '\r'): quotes, comment and escape characters in
+   * them have no effect. Line numbers in messages count them. An input with no more lines
+   * than this is RILL_EFORMAT. 0 = none; negative is RILL_EINVAL. */
+  int64_t skip_lines;
+  int64_t reserved[RILL_OPTS_RESERVED - 3]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_csv_opts_t;
 
 #define RILL_CSV_NULL_VALUES_MAX 64

@@ -973,6 +973,86 @@ Test(csv, comment_lines) {
            "o.csv: trim must be 0 or 1 (got 2)", err);
 }
 
+/* skip_lines: a preamble of physical lines (whatever they hold: an open quote, more fields,
+ * '\r\n' and a lone '\r' ending lines) is not read; line numbers still count it; the byte
+ * order mark comes before it; nothing left after it is an error, a negative count too. */
+Test(csv, skip_lines_preamble) {
+  const char* text = "Station 7 export \"v2\n"  /* 1: an open quote */
+                     "units: mm, C, %\r\n"       /* 2: three fields, CRLF */
+                     "\r"                        /* 3: a lone CR */
+                     "#a,b\n"                    /* 4: the header (a comment line under comment '#') */
+                     "a,b\n"                     /* 5 */
+                     "1,x\n"                     /* 6 */
+                     "2,\"y\n z\"\n"             /* 7-8 */
+                     "3\n"                       /* 9: a bad row */
+                     "oops,w\n";                 /* 10 */
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  rill_csv_column_t a_int = {.name = "a", .dtype = RILL_INT64};
+  rill_csv_opts_t o = {.skip_lines = 3, .comment = '#', .name = "s.csv", .columns = &a_int, .ncolumns = 1};
+  RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &o, &df, &err), RILL_EFORMAT, "s.csv:9: expected 2 fields, found 1",
+           err);
+  o.on_bad_row = RILL_ON_ERROR_SKIP;
+  RT_OK(rill_df_from_csv_buffer(text, strlen(text), &o, &df, &err), err);
+  cr_assert_eq(rill_df_ncolumns(df), 2);
+  cr_assert_str_eq(colname(df, 0), "a");
+  cr_assert_eq(rill_df_rows(df), 3);
+  rill_csv_bad_row_t bad[2];
+  cr_assert_eq(rill_csv_bad_rows(df, bad, 2, &err), 1);
+  cr_assert_eq(bad[0].line, 9, "the skipped lines are counted: line %lld", (long long)bad[0].line);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err), err);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(((const int64_t*)rill_row_get(&row, 0)->data)[0], 1);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_FAILS(rill_iter_next(it, &row, &err), RILL_EFORMAT, "s.csv:10: column 'a': cannot parse 'oops' as int64", err);
+  rill_iter_free(it);
+  rill_df_free(df);
+  /* the parallel index agrees, with chunks cut everywhere, also in the preamble's reach */
+  o.on_bad_row = RILL_ON_ERROR_NULL;
+  o.columns = NULL, o.ncolumns = 0;
+  table_t t = parallel_index_agrees(text, strlen(text), o, 1, 40);
+  cr_assert_eq(t.nrows, 4);
+  EXPECT_CELLS(&t, {0, 0, "1"}, {0, 1, "x"}, {1, 1, "y\n z"}, {2, 0, "3"}, {2, 1, "NULL"}, {3, 0, "oops"});
+  table_free(&t);
+  /* no header and no comment character: the data starts at line 4 */
+  df = load(text, &(rill_csv_opts_t){.skip_lines = 3, .no_header = 1, .on_bad_row = RILL_ON_ERROR_SKIP});
+  cr_assert_eq(rill_df_rows(df), 5, "#a,b and a,b are data now");
+  t = collected(df, 0);
+  EXPECT_CELLS(&t, {0, 0, "#a"}, {0, 1, "b"}, {1, 0, "a"}, {4, 1, "w"});
+  table_free(&t);
+  rill_df_free(df);
+  /* without skip_lines the preamble's first line is the header */
+  RT_FAILS(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.name = "s.csv"}, &df, &err), RILL_EFORMAT,
+           "s.csv:2: expected 1 fields, found 3", err);
+  /* a preamble line opening a quoted field: skipped, it cannot swallow the file */
+  df = load("\"draft\nx\n5\n", &(rill_csv_opts_t){.skip_lines = 1});
+  cr_assert_str_eq(colname(df, 0), "x");
+  cr_assert_eq(rill_df_rows(df), 1);
+  rill_df_free(df);
+  /* "\r\n" is one line break */
+  df = load("title\r\nnotes\nx\n1\n", &(rill_csv_opts_t){.skip_lines = 2});
+  cr_assert_str_eq(colname(df, 0), "x");
+  cr_assert_eq(rill_df_rows(df), 1);
+  rill_df_free(df);
+  /* a byte order mark is before the skipped lines; a last line without a line break */
+  df = load("\xEF\xBB\xBFtitle\nx,y\n1,2", &(rill_csv_opts_t){.skip_lines = 1});
+  cr_assert_str_eq(colname(df, 0), "x");
+  t = collected(df, 0);
+  cr_assert_eq(t.nrows, 1);
+  EXPECT_CELLS(&t, {0, 0, "1"}, {0, 1, "2"});
+  table_free(&t);
+  rill_df_free(df);
+  /* nothing after the skipped lines; a negative count */
+  RT_FAILS(rill_df_from_csv_buffer("a\n1\n", 4, &(rill_csv_opts_t){.skip_lines = 2, .name = "o.csv"}, &df, &err),
+           RILL_EFORMAT, "o.csv: nothing after the 2 lines skip_lines leaves out (the input has 2)", err);
+  RT_FAILS(rill_df_from_csv_buffer("a\r\n1", 4, &(rill_csv_opts_t){.skip_lines = 5, .name = "o.csv"}, &df, &err),
+           RILL_EFORMAT, "o.csv: nothing after the 5 lines skip_lines leaves out (the input has 2)", err);
+  RT_FAILS(rill_df_from_csv_buffer("a\n1\n", 4, &(rill_csv_opts_t){.skip_lines = -1, .name = "o.csv"}, &df, &err),
+           RILL_EINVAL, "o.csv: skip_lines must be 0 or more (got -1)", err);
+}
+
 /* escape: the byte after it is text (quote, delimiter, line break, itself) inside quotes or
  * not, and it is removed; doubled quotes still work; typed cells are parsed after it is
  * undone; the parallel index never cuts after an escaped line break; options are checked. */

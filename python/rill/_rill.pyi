@@ -303,7 +303,7 @@ def from_csv(path: _PathLike, *, delimiter: str = ",", quote: str = '"', header:
              trim: bool = False, comment: Optional[str] = None,
              escape: Optional[str] = None,
              null_values: Optional[Sequence[Union[str, bytes]]] = None,
-             decimal: str = ".") -> DataFrame: ...
+             decimal: str = ".", skip_lines: int = 0) -> DataFrame: ...
 def from_csv_buffer(data: Union[bytes, bytearray, memoryview], *, name: Optional[str] = None,
                     delimiter: str = ",", quote: str = '"', header: bool = True,
                     infer: bool = True,
@@ -315,7 +315,7 @@ def from_csv_buffer(data: Union[bytes, bytearray, memoryview], *, name: Optional
                     trim: bool = False, comment: Optional[str] = None,
                     escape: Optional[str] = None,
                     null_values: Optional[Sequence[Union[str, bytes]]] = None,
-                    decimal: str = ".") -> DataFrame: ...
+                    decimal: str = ".", skip_lines: int = 0) -> DataFrame: ...
 def from_sqlite(path: _PathLike, sql: str,
                 params: Sequence[Union[None, int, float, str, bytes]] = (), *,
                 dtypes: Optional[Mapping[Union[str, int], _DType]] = None,

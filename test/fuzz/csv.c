@@ -3,7 +3,8 @@
  * parallel index must agree with the sequential one, the bitmask chunk scan (every SIMD level) with the state
  * machine, and the mask record splits (every level) with the byte loop. The first byte picks
  * the options, the input's size the encoding, whether fields are trimmed, '#' lines comments,
- * '\\' an escape character, "", "0", "NA" null values and ',' the decimal separator. */
+ * '\\' an escape character, "", "0", "NA" null values, ',' the decimal separator and the lines
+ * skipped at the start (0, 1 or 2). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const char* const nulls[] = {"", "0", "NA", NULL};
   o.null_values = size / 24 % 2 ? nulls : NULL;
   o.decimal = (f & 1) && size / 48 % 2 ? ',' : 0; /* with ';' as the delimiter */
+  o.skip_lines = (int64_t)(size / 96 % 3);
   o.threads = 1;
   o.chunk_bytes = 1 << 30;
   const rill__csv_dialect_t x = {o.delimiter, '"', o.comment, o.trim, o.escape};
@@ -124,7 +126,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (na < 0 || na != nb || memcmp(a, b, (size_t)(na < 8 ? na : 8) * sizeof *a) != 0) abort();
     if (o.on_bad_row == RILL_ON_ERROR_RAISE && na != 0) abort();
     for (int64_t i = 0; i < na && i < 8; i++)
-      if (a[i].fields == rill_df_ncolumns(seq) || (i && a[i].line <= a[i - 1].line) || a[i].line < 1) abort();
+      if (a[i].fields == rill_df_ncolumns(seq) || (i && a[i].line <= a[i - 1].line) || a[i].line <= o.skip_lines)
+        abort();
     touch_all(par);
   }
   rill_df_free(seq);

@@ -152,7 +152,31 @@ def test_decimal(tmp_path):
     assert proc.returncode == 1 and b"the decimal separator ',' is the delimiter" in proc.stderr
 
 
+def test_skip_lines(tmp_path):
+    # a preamble of physical lines, whatever they hold: an open quote, other fields, CRLF, a lone CR
+    preamble = 'Station 7 export "v2\nunits: mm, C, %\r\n\r'
+    body = 'day,rain,note\n1,0.5,"dry, windy"\n2,12.25,"wet\nthen dry"\n3,,\n'
+    path = tmp_path / "report.csv"
+    path.write_bytes((preamble + body).encode())
+    names, rows, _ = rill_rows(path, "--skip-lines", "3")
+    ref = list(csv.reader(body.splitlines(keepends=True)))
+    assert names == ref[0]
+    assert rows == [[1, 0.5, "dry, windy"], [2, 12.25, "wet\nthen dry"], [3, None, ""]]
+    assert [[str(v) if v is not None else "" for v in r] for r in rows] == ref[1:]
+    # line numbers count the skipped lines: the bad row is on line 9 of the file
+    (tmp_path / "bad.csv").write_bytes((preamble + body + "4,1\n").encode())
+    _, _, proc = rill_rows(tmp_path / "bad.csv", "--skip-lines=3", check=False)
+    assert proc.returncode == 1 and b"bad.csv:9: expected 3 fields, found 2" in proc.stderr
+    _, _, proc = rill_rows(path, "--skip-lines", "99", check=False)
+    assert proc.returncode == 1
+    assert b"nothing after the 99 lines skip_lines leaves out (the input has 8)" in proc.stderr
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--skip-lines", "-1"], b"--skip-lines needs a number of lines"),
+    (["--skip-lines", "two"], b"--skip-lines needs a number of lines"),
+    (["--skip-lines="], b"--skip-lines needs a number of lines"),
+    (["--skip-lines"], b"--skip-lines needs a number of lines"),
     (["--comment", "##"], b"--comment needs one character"),
     (["--escape"], b"--escape needs one character"),
     (["--null"], b"--null needs a text"),

@@ -323,6 +323,26 @@ def test_from_csv_null_values_in_the_files_encoding(tmp_path):
     assert buf.equals(t)
 
 
+def test_from_csv_skip_lines(tmp_path):
+    # a preamble before the header (an open quote in it has no effect); line numbers count it
+    p = tmp_path / "export.csv"
+    p.write_text('Exported by a logger "v2\n\nid,value\n1,2.5\n2,x\n')
+    t = pa.table(rill.from_csv(p, skip_lines=2, dtypes={"value": "string"}))
+    assert t.column_names == ["id", "value"]
+    assert t.column("id").to_pylist() == [1, 2] and t.column("value").to_pylist() == ["2.5", "x"]
+    with pytest.raises(rill.FormatError, match=r"export\.csv:5: column 'value': cannot parse 'x' as float64"):
+        list(rill.from_csv(p, skip_lines=2, infer_rows=1).iter())
+    buf = rill.from_csv_buffer(p.read_bytes(), skip_lines=2, header=False)
+    assert pa.table(buf).column("column_0").to_pylist() == ["id", "1", "2"]
+    with pytest.raises(rill.FormatError, match=r"<buffer>: nothing after the 5 lines skip_lines leaves out "
+                                               r"\(the input has 5\)"):
+        rill.from_csv_buffer(p.read_bytes(), skip_lines=5)
+    with pytest.raises(rill.InvalidArgumentError, match=r"skip_lines must be 0 or more \(got -1\)"):
+        rill.from_csv(p, skip_lines=-1)
+    with pytest.raises(TypeError):
+        rill.from_csv(p, skip_lines="2")
+
+
 def test_from_csv_misfit_after_inference_says_where_the_type_came_from():
     data = b"n\n" + b"".join(b"%d\n" % i for i in range(1500)) + b"3.5\n"
     with pytest.raises(rill.FormatError, match=r"<buffer>:1502: column 'n': cannot parse '3.5' as int64 "

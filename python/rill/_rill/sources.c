@@ -681,8 +681,8 @@ static void csv_opts_free(rill_csv_opts_t* o, rill_csv_column_t* cols, PyObject*
 static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer, PyObject* dtypes,
                     PyObject* on_error, PyObject* on_bad_row, int threads, long long infer_rows,
                     long long chunk_bytes, const char* encoding, int trim, PyObject* comment, PyObject* escape,
-                    PyObject* null_values, PyObject* decimal, rill_csv_opts_t* o, rill_csv_column_t** cols,
-                    PyObject** keep) {
+                    PyObject* null_values, PyObject* decimal, long long skip_lines, rill_csv_opts_t* o,
+                    rill_csv_column_t** cols, PyObject** keep) {
   memset(o, 0, sizeof *o);
   *cols = NULL;
   *keep = NULL;
@@ -698,6 +698,7 @@ static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer,
   o->threads = threads;
   o->infer_rows = infer_rows;
   o->chunk_bytes = chunk_bytes;
+  o->skip_lines = skip_lines;
   const char** nulls;
   if (parse_null_values(null_values, o->encoding, &nulls, keep) < 0) return -1;
   o->null_values = nulls;
@@ -712,20 +713,21 @@ static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer,
 static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"path",     "delimiter",  "quote",       "header",   "infer", "dtypes",
                            "on_error", "on_bad_row", "threads",     "infer_rows", "chunk_bytes", "encoding",
-                           "trim",     "comment",    "escape",      "null_values", "decimal", NULL};
+                           "trim",     "comment",    "escape",      "null_values", "decimal", "skip_lines", NULL};
   PyObject *path, *delimiter = NULL, *quote = NULL, *dtypes = Py_None, *on_error = Py_None, *on_bad_row = Py_None;
   PyObject *comment = NULL, *escape = NULL, *null_values = NULL, *decimal = NULL, *keep = NULL;
   int header = 1, infer = 1, threads = 0, trim = 0;
-  long long infer_rows = 0, chunk_bytes = 0;
+  long long infer_rows = 0, chunk_bytes = 0, skip_lines = 0;
   const char* encoding = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOppOOOiLLzpOOOO:from_csv", kwlist, &path, &delimiter, &quote, &header,
-                                   &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows, &chunk_bytes,
-                                   &encoding, &trim, &comment, &escape, &null_values, &decimal))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOppOOOiLLzpOOOOL:from_csv", kwlist, &path, &delimiter, &quote,
+                                   &header, &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows,
+                                   &chunk_bytes, &encoding, &trim, &comment, &escape, &null_values, &decimal,
+                                   &skip_lines))
     return NULL;
   rill_csv_opts_t o;
   rill_csv_column_t* cols;
   if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes,
-               encoding, trim, comment, escape, null_values, decimal, &o, &cols, &keep) < 0)
+               encoding, trim, comment, escape, null_values, decimal, skip_lines, &o, &cols, &keep) < 0)
     return NULL;
   rill_df_t* df = NULL;
   int rc = open_path(path, open_csv, &o, &df);
@@ -736,15 +738,17 @@ static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
 static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"data",       "name",    "delimiter",  "quote",       "header",   "infer",
                            "dtypes",     "on_error", "on_bad_row", "threads",    "infer_rows", "chunk_bytes",
-                           "encoding",   "trim",    "comment",    "escape",      "null_values", "decimal", NULL};
+                           "encoding",   "trim",    "comment",    "escape",      "null_values", "decimal",
+                           "skip_lines", NULL};
   PyObject *data, *delimiter = NULL, *quote = NULL, *dtypes = Py_None, *on_error = Py_None, *on_bad_row = Py_None;
   PyObject *comment = NULL, *escape = NULL, *null_values = NULL, *decimal = NULL, *keep = NULL;
   const char *name = NULL, *encoding = NULL;
   int header = 1, infer = 1, threads = 0, trim = 0;
-  long long infer_rows = 0, chunk_bytes = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOOppOOOiLLzpOOOO:from_csv_buffer", kwlist, &data, &name, &delimiter,
-                                   &quote, &header, &infer, &dtypes, &on_error, &on_bad_row, &threads, &infer_rows,
-                                   &chunk_bytes, &encoding, &trim, &comment, &escape, &null_values, &decimal))
+  long long infer_rows = 0, chunk_bytes = 0, skip_lines = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOOppOOOiLLzpOOOOL:from_csv_buffer", kwlist, &data, &name,
+                                   &delimiter, &quote, &header, &infer, &dtypes, &on_error, &on_bad_row, &threads,
+                                   &infer_rows, &chunk_bytes, &encoding, &trim, &comment, &escape, &null_values,
+                                   &decimal, &skip_lines))
     return NULL;
   Py_buffer b;
   if (PyUnicode_Check(data))
@@ -753,7 +757,7 @@ static PyObject* py_from_csv_buffer(PyObject* m, PyObject* args, PyObject* kw) {
   rill_csv_opts_t o;
   rill_csv_column_t* cols;
   if (csv_opts(delimiter, quote, header, infer, dtypes, on_error, on_bad_row, threads, infer_rows, chunk_bytes,
-               encoding, trim, comment, escape, null_values, decimal, &o, &cols, &keep) < 0) {
+               encoding, trim, comment, escape, null_values, decimal, skip_lines, &o, &cols, &keep) < 0) {
     PyBuffer_Release(&b);
     return NULL;
   }
@@ -973,7 +977,7 @@ static PyMethodDef source_functions[] = {
     {"from_csv", (PyCFunction)(void (*)(void))py_from_csv, METH_VARARGS | METH_KEYWORDS,
      "from_csv(path, *, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, on_error='raise', "
      "on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0, encoding='utf-8', trim=False, comment=None, "
-     "escape=None, null_values=None, decimal='.') -> DataFrame\n\n"
+     "escape=None, null_values=None, decimal='.', skip_lines=0) -> DataFrame\n\n"
      "A dataframe over a CSV file (str or os.PathLike), parsed when rows are pulled. dtypes: "
      "{column name or index: dtype} overrides of the inferred types ('binary': bytes as they are). "
      "encoding: 'utf-8' (text that is not is a row error, see on_error), 'utf-8-lossy' (ill-formed "
@@ -983,11 +987,12 @@ static PyMethodDef source_functions[] = {
      "quote, the delimiter, a line break, itself), inside quotes or not. null_values: texts that are "
      "null cells in every column (e.g. ['NA', '?']), skipped by type inference; a str is compared in the file's "
      "encoding, bytes as they are. decimal: the decimal "
-     "separator of floats (',' for 3,14 with delimiter=';')."},
+     "separator of floats (',' for 3,14 with delimiter=';'). skip_lines: lines at the start left out "
+     "whatever they hold (a preamble before the header); line numbers in errors still count them."},
     {"from_csv_buffer", (PyCFunction)(void (*)(void))py_from_csv_buffer, METH_VARARGS | METH_KEYWORDS,
      "from_csv_buffer(data, *, name=None, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, "
      "on_error='raise', on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0, encoding='utf-8', trim=False, "
-     "comment=None, escape=None, null_values=None, decimal='.') -> DataFrame\n\n"
+     "comment=None, escape=None, null_values=None, decimal='.', skip_lines=0) -> DataFrame\n\n"
      "As from_csv over bytes-like CSV data (copied); name is used in error messages."},
     {"from_sqlite", (PyCFunction)(void (*)(void))py_from_sqlite, METH_VARARGS | METH_KEYWORDS,
      "from_sqlite(path, sql, params=(), *, dtypes=None, on_error='raise', infer_rows=0, chunk_rows=0, "
