@@ -368,6 +368,13 @@ RILL_API int rill_df_batch(rill_df_t* df, const int* columns, int ncolumns, int6
 RILL_API int rill_df_shuffle(rill_df_t* df, uint64_t seed, rill_df_t** out, rill_error_t* err);
 RILL_API int rill_df_shard(rill_df_t* df, int rank, int world, rill_df_t** out, rill_error_t* err);
 RILL_API int rill_df_filter(rill_df_t* df, int column /* BOOL */, rill_df_t** out, rill_error_t* err);
+/* Rows by position: rows [start, start + n) (within the rows there are, else RILL_EINVAL), and
+ * the rows at rows[0..n) in that order (each in [0, rows); repeats allowed; the list is
+ * copied). A split into training and validation rows, or a subset. Over a shuffled parent
+ * they are positions in each epoch's order, which changes with the epoch: for a fixed random
+ * split, take the rows of a permutation made once. */
+RILL_API int rill_df_slice(rill_df_t* df, int64_t start, int64_t n, rill_df_t** out, rill_error_t* err);
+RILL_API int rill_df_take(rill_df_t* df, const int64_t* rows, int64_t n, rill_df_t** out, rill_error_t* err);
 
 /* ---------------------------------------------------------------- execution context */
 

@@ -210,6 +210,10 @@ static int setup_frames(rill__chunk_t* ch) {
       p->level = f->level + 1;
       p->seq = f->seq >= 0 ? f->seq * df->k : -1; /* whole groups of consecutive rows */
       ch->level_n[p->level] = total;
+    } else if (df->kind == RILL__DF_SLICE && f->seq >= 0) { /* consecutive rows stay consecutive */
+      p->seq = f->seq + df->offset;
+      p->rows_ok = 0;
+      p->level = f->level;
     } else {
       if (ensure_i64(&p->rows, &p->rows_cap, n) != RILL_OK) return RILL_ENOMEM;
       for (int64_t i = 0; i < n; i++) p->rows[i] = rill__view_row(df, ch->epoch, rill__frame_row(f, i));

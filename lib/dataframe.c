@@ -38,8 +38,7 @@ static void df_destroy(rill_df_t* df) {
 
 void rill__df_retain(rill_df_t* df) { atomic_fetch_add(&df->refs, 1); }
 int64_t rill__df_batch_rows(const rill_df_t* df) {
-  while (df && (df->kind == RILL__DF_SHUFFLE || df->kind == RILL__DF_SHARD || df->kind == RILL__DF_FILTER))
-    df = df->parent;
+  while (df && rill__df_is_view(df)) df = df->parent;
   return df && df->kind == RILL__DF_BATCH ? df->batch : 0;
 }
 
@@ -445,6 +444,45 @@ fail:
   return r;
 }
 
+int rill_df_slice(rill_df_t* df, int64_t start, int64_t n, rill_df_t** out, rill_error_t* err) {
+  const char* who = "rill_df_slice";
+  int r = check_parent(df, who, out, err);
+  if (r != RILL_OK) return r;
+  if (start < 0 || n < 0 || start > df->rows || n > df->rows - start)
+    return rill__fail(err, RILL_EINVAL, "%s: %lld rows from row %lld are not within the %lld rows of the dataframe", who,
+                      (long long)n, (long long)start, (long long)df->rows);
+  rill_df_t* v;
+  r = make_view(df, RILL__DF_SLICE, n, who, out, &v, err);
+  if (r != RILL_OK) return r;
+  v->offset = start;
+  df_adopt(v, df);
+  *out = v;
+  return RILL_OK;
+}
+
+int rill_df_take(rill_df_t* df, const int64_t* rows, int64_t n, rill_df_t** out, rill_error_t* err) {
+  const char* who = "rill_df_take";
+  int r = check_parent(df, who, out, err);
+  if (r != RILL_OK) return r;
+  if (n < 0 || (n > 0 && !rows))
+    return rill__fail(err, RILL_EINVAL, "%s: %lld rows at %p", who, (long long)n, (const void*)rows);
+  for (int64_t i = 0; i < n; i++)
+    if (rows[i] < 0 || rows[i] >= df->rows)
+      return rill__fail(err, RILL_EINVAL, "%s: rows[%lld] is %lld, not a row of the dataframe's %lld", who,
+                        (long long)i, (long long)rows[i], (long long)df->rows);
+  rill_df_t* v;
+  r = make_view(df, RILL__DF_TAKE, n, who, out, &v, err);
+  if (r != RILL_OK) return r;
+  if (n > 0 && !(v->kept = rill__alloc(sizeof *v->kept * (size_t)n))) {
+    df_destroy(v);
+    return rill__fail(err, RILL_ENOMEM, "%s: out of memory for %lld rows", who, (long long)n);
+  }
+  if (n > 0) memcpy(v->kept, rows, sizeof *v->kept * (size_t)n);
+  df_adopt(v, df);
+  *out = v;
+  return RILL_OK;
+}
+
 int rill_df_batch(rill_df_t* df, const int* columns, int ncolumns, int64_t batch, const rill_batch_opts_t* opts,
                   rill_df_t** out, rill_error_t* err) {
   const char* who = "rill_df_batch";
@@ -564,7 +602,9 @@ int64_t rill__view_row(const rill_df_t* df, int64_t epoch, int64_t x) {
   switch (df->kind) {
     case RILL__DF_SHUFFLE: return permute(df->seed, epoch, df->rows, x);
     case RILL__DF_SHARD: return df->rank + x * (int64_t)df->world;
-    case RILL__DF_FILTER: return df->kept[x];
+    case RILL__DF_FILTER:
+    case RILL__DF_TAKE: return df->kept[x];
+    case RILL__DF_SLICE: return df->offset + x;
     default: return x;
   }
 }

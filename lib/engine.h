@@ -76,7 +76,9 @@ typedef enum {
   RILL__DF_SHARD,
   RILL__DF_FILTER,
   RILL__DF_BATCH,
-  RILL__DF_REDUCE
+  RILL__DF_REDUCE,
+  RILL__DF_SLICE, /* appended: the kinds' values are part of saved iterator states */
+  RILL__DF_TAKE
 } rill__df_kind_t;
 
 typedef enum {
@@ -129,13 +131,19 @@ struct rill_df {
   int ncols, cap;
   uint64_t seed;      /* shuffle */
   int rank, world;    /* shard */
-  int64_t* kept;      /* filter: kept parent rows */
+  int64_t* kept;      /* filter: kept parent rows; take: the rows taken */
+  int64_t offset;     /* slice: the parent row of row 0 */
   int64_t batch;      /* batch */
   rill_batch_opts_t bopts;
   int64_t k;          /* reduce */
 };
 
-/* Row `x` of view `df` (shuffle/shard/filter) as a row of its parent, for `epoch`. */
+/* Whether df is a view: a dataframe of some rows of its parent (shuffle/shard/filter/slice/take). */
+static inline int rill__df_is_view(const rill_df_t* df) {
+  return df->kind == RILL__DF_SHUFFLE || df->kind == RILL__DF_SHARD || df->kind == RILL__DF_FILTER ||
+         df->kind == RILL__DF_SLICE || df->kind == RILL__DF_TAKE;
+}
+/* Row `x` of view `df` (shuffle/shard/filter/slice/take) as a row of its parent, for `epoch`. */
 int64_t rill__view_row(const rill_df_t* df, int64_t epoch, int64_t x);
 /* Adds `delta` to df's count of children and iterators (columns can be added at 0). */
 void rill__df_freeze(rill_df_t* df, int delta);

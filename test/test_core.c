@@ -337,6 +337,95 @@ Test(core, filter_keeps_true_rows) {
   rill_df_free(df);
 }
 
+/* slice and take: rows by position, maps on the view, views of views, a state saved over a
+ * take restored only by the same rows, and every misuse named. */
+Test(core, slice_and_take_pick_rows_by_position) {
+  counter_t cs, cm;
+  counter_init(&cs, 0);
+  counter_init(&cm, 100);
+  rill_df_t* df = make_src(10, &cs, NULL);
+  rill_error_t err;
+  rill_df_t *sl, *tk, *tt, *e;
+  RT_OK(rill_df_slice(df, 3, 5, &sl, &err), err);
+  cr_assert_eq(rill_df_rows(sl), 5);
+  int m = add_map(sl, "plus100", 0, &cm, NULL);
+  int64_t v[32];
+  cr_assert_eq(collect(sl, m, NULL, v, 32), 5);
+  for (int i = 0; i < 5; i++) cr_assert_eq(v[i], 103 + i);
+  for (int threads = RILL_THREADS_NONE; threads <= 2; threads += 3) /* in chunks of one row, on workers too */
+    for (int prefetch = 0; prefetch <= 3; prefetch += 3) {
+      rill_iter_opts_t o = {.threads = threads, .prefetch = prefetch};
+      cr_assert_eq(collect(sl, 0, &o, v, 32), 5);
+      for (int i = 0; i < 5; i++) cr_assert_eq(v[i], 3 + i);
+    }
+  const int64_t rows[6] = {9, 0, 9, 4, 2, 7};
+  RT_OK(rill_df_take(df, rows, 6, &tk, &err), err);
+  cr_assert_eq(rill_df_rows(tk), 6);
+  cr_assert_eq(collect(tk, 0, NULL, v, 32), 6);
+  for (int i = 0; i < 6; i++) cr_assert_eq(v[i], rows[i], "row %d", i);
+  /* a take of a slice, batched: positions within the slice */
+  RT_OK(rill_df_take(sl, (const int64_t[]){4, 0}, 2, &tt, &err), err);
+  rill_df_t* b = batch_of(tt, 0, 2, NULL);
+  rill_iter_t* it = open_iter(b, NULL);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  const rill_array_t* a = rill_row_get(&row, 0);
+  cr_assert_eq(a->length, 2);
+  cr_assert_eq(((const int64_t*)a->data)[0], 7);
+  cr_assert_eq(((const int64_t*)a->data)[1], 3);
+  end_and_free(it, b, tt);
+  /* empty views; a slice to the end */
+  RT_OK(rill_df_slice(df, 10, 0, &e, &err), err);
+  cr_assert_eq(collect(e, 0, NULL, v, 32), 0);
+  rill_df_free(e);
+  RT_OK(rill_df_take(df, NULL, 0, &e, &err), err);
+  cr_assert_eq(rill_df_rows(e), 0);
+  rill_df_free(e);
+  /* a state saved over one take is refused by a take of other rows of the same length */
+  rill_iter_state_t st;
+  it = open_iter(tk, NULL);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  RT_OK(rill_iter_save(it, &st), err);
+  rill_iter_free(it);
+  RT_OK(rill_df_take(df, (const int64_t[]){1, 2, 3, 4, 5, 6}, 6, &tt, &err), err);
+  it = open_iter(tt, NULL);
+  cr_assert_eq(rill_iter_restore(it, &st), RILL_EINVAL);
+  rill_iter_free(it);
+  rill_df_free(tt);
+  RT_OK(rill_df_take(df, rows, 6, &tt, &err), err);
+  it = open_iter(tt, NULL);
+  RT_OK(rill_iter_restore(it, &st), err);
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(row.index, 1);
+  cr_assert_eq(((const int64_t*)rill_row_get(&row, 0)->data)[0], 0);
+  rill_iter_free(it);
+  rill_df_free(tt);
+  /* misuse */
+  RT_FAILS(rill_df_slice(df, 8, 3, &e, &err), RILL_EINVAL,
+           "rill_df_slice: 3 rows from row 8 are not within the 10 rows of the dataframe", err);
+  cr_assert_null(e);
+  RT_FAILS(rill_df_slice(df, -1, 2, &e, &err), RILL_EINVAL, "2 rows from row -1 are not within", err);
+  RT_FAILS(rill_df_slice(df, 11, 0, &e, &err), RILL_EINVAL, "0 rows from row 11 are not within", err);
+  RT_FAILS(rill_df_slice(df, 2, -1, &e, &err), RILL_EINVAL, "-1 rows from row 2 are not within", err);
+  RT_FAILS(rill_df_slice(df, 2, INT64_MAX, &e, &err), RILL_EINVAL, "rows from row 2 are not within", err);
+  RT_FAILS(rill_df_take(df, (const int64_t[]){0, 10}, 2, &e, &err), RILL_EINVAL,
+           "rill_df_take: rows[1] is 10, not a row of the dataframe's 10", err);
+  cr_assert_null(e);
+  RT_FAILS(rill_df_take(df, (const int64_t[]){-3}, 1, &e, &err), RILL_EINVAL, "rows[0] is -3, not a row", err);
+  RT_FAILS(rill_df_take(df, NULL, 2, &e, &err), RILL_EINVAL, "rill_df_take: 2 rows at", err);
+  RT_FAILS(rill_df_take(df, rows, -1, &e, &err), RILL_EINVAL, "rill_df_take: -1 rows at", err);
+  RT_FAILS(rill_df_slice(NULL, 0, 0, &e, &err), RILL_EINVAL, "rill_df_slice: the dataframe is NULL", err);
+  RT_FAILS(rill_df_take(NULL, rows, 1, &e, &err), RILL_EINVAL, "rill_df_take: the dataframe is NULL", err);
+  RT_FAILS(rill_df_slice(df, 0, 1, NULL, &err), RILL_EINVAL, "rill_df_slice: out is NULL", err);
+  b = batch_of(df, 0, 4, NULL);
+  RT_FAILS(rill_df_slice(b, 0, 1, &e, &err), RILL_ENOTSUP, "rill_df_slice: deriving from a batched dataframe", err);
+  RT_FAILS(rill_df_take(b, rows, 1, &e, &err), RILL_ENOTSUP, "rill_df_take: deriving from a batched dataframe", err);
+  rill_df_free(b);
+  rill_df_free(tk);
+  rill_df_free(sl);
+  rill_df_free(df);
+}
+
 Test(core, filter_reports_errors_of_its_column) {
   counter_t cs;
   counter_failing(&cs, 0, 3);
@@ -882,6 +971,46 @@ Test(core, memory_source_lends_consecutive_rows_without_copying) {
   rill_iter_free(it);
   rill_df_free(sb);
   rill_df_free(sh);
+  rill_df_free(df);
+  rill_array_release(a);
+}
+
+/* A slice keeps consecutive rows consecutive: its batches of a memory column are still
+ * slices of the caller's buffer; a take's rows are gathered. */
+Test(core, memory_source_lends_the_rows_of_a_slice) {
+  enum { N = 10, B = 4, CELL = 4 };
+  rill_error_t err;
+  rill_array_t* a;
+  RT_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 2, (int64_t[]){2, 2}), N, &a, &err), err);
+  uint8_t* d = a->data;
+  for (int i = 0; i < N * CELL; i++) d[i] = (uint8_t)i;
+  rill_df_t *df, *sl, *tk;
+  RT_OK(rill_df_from_arrays((const char*[]){"img"}, (const rill_array_t*[]){a}, 1, 0, &df, &err), err);
+  RT_OK(rill_df_slice(df, 3, 6, &sl, &err), err);
+  rill_df_t* b = batch_of(sl, 0, B, NULL);
+  for (int threads = RILL_THREADS_NONE; threads <= 2; threads += 3) {
+    rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = threads});
+    rill_row_t row;
+    int k = 0;
+    while (rill_iter_next(it, &row, &err) == RILL_OK) {
+      const rill_array_t* x = rill_row_get(&row, 0);
+      cr_assert_eq(x->length, k == 0 ? B : 2);
+      cr_assert_eq(x->data, d + (3 + k * B) * CELL, "threads %d batch %d was copied", threads, k);
+      k++;
+    }
+    cr_assert_eq(k, 2);
+    rill_iter_free(it);
+  }
+  rill_df_free(b);
+  RT_OK(rill_df_take(df, (const int64_t[]){8, 1}, 2, &tk, &err), err);
+  b = batch_of(tk, 0, 2, NULL);
+  rill_iter_t* it = open_iter(b, NULL);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  const uint8_t* x = rill_row_get(&row, 0)->data;
+  cr_assert(x[0] == 8 * CELL && x[CELL] == 1 * CELL, "got rows %d and %d", x[0] / CELL, x[CELL] / CELL);
+  end_and_free(it, b, tk);
+  rill_df_free(sl);
   rill_df_free(df);
   rill_array_release(a);
 }

@@ -77,6 +77,59 @@ def test_batch_shuffle_shard_filter():
         df.batch(2, layout="diagonal")
 
 
+def test_slices_and_take_match_python_and_numpy_indexing():
+    n = 23
+    x = np.arange(n) * 10
+    df = rill.from_numpy({"x": x, "s": [f"r{i}" for i in range(n)]})
+    rows = list(range(n))
+    for key in [slice(None), slice(5, 9), slice(-4, None), slice(None, -20), slice(7, 3), slice(30, 40),
+                slice(None, None, 3), slice(20, 2, -5), slice(None, None, -1), slice(-100, 100)]:
+        view = df[key]
+        assert len(view) == len(rows[key]), key
+        assert pa.table(view).column("x").to_pylist() == list(x[key]), key
+    # a view of a view, batched, with a map on it
+    part = df[3:][::2]
+    sq = part.map("y", lambda v: v // 10, ["x"], "int64")
+    assert [r["y"].to_pylist() for r in part.batch(4, [sq])] == [[3, 5, 7, 9], [11, 13, 15, 17], [19, 21]]
+    idx = [4, 0, -1, 4]
+    assert pa.table(df.take(idx)).column("s").to_pylist() == ["r4", "r0", "r22", "r4"]
+    perm = np.random.default_rng(1).permutation(n)  # int64: copied at once
+    assert pa.table(df.take(perm)).column("x").to_pylist() == list(x[perm])
+    assert pa.table(df.take(perm[::2])).column("x").to_pylist() == list(x[perm[::2]])  # strided: item by item
+    assert pa.table(df.take(perm.astype(np.int32))).column("x").to_pylist() == list(x[perm])
+    assert len(df.take([])) == 0
+    # a fixed random split: disjoint, complete, the same in every epoch (unlike shuffle()[:k])
+    train, val = df.take(perm[:18]), df.take(perm[18:])
+    got = [pa.table(d).column("x").to_pylist() for d in (train, val)]
+    assert sorted(got[0] + got[1]) == list(x)
+    assert [r["x"][0] for r in train.batch(18).iter(epoch=3)] == [x[perm[0]]]
+    with pytest.raises(IndexError, match=r"take: index 23 is out of range for 23 rows"):
+        df.take([0, 23])
+    with pytest.raises(IndexError, match=r"take: index -24 is out of range for 23 rows"):
+        df.take([-24])
+    with pytest.raises(IndexError, match=r"take: index 99 is out of range"):
+        df.take(np.array([1, 99]))
+    with pytest.raises(IndexError, match=r"take: indices\[0\] is out of range for 23 rows"):
+        df.take([2**70])
+    with pytest.raises(TypeError, match=r"take: indices\[1\] must be an int, not float"):
+        df.take([1, 2.0])
+    with pytest.raises(TypeError, match=r"take: indices must be a sequence of int, not int"):
+        df.take(3)
+    with pytest.raises(TypeError, match=r"take: indices must be a sequence of int, not str"):
+        df.take("12")
+    with pytest.raises(TypeError, match=r"DataFrame rows are chosen by a slice \(df\[a:b\]\) or by df.take"):
+        df[3]
+    with pytest.raises(TypeError, match=r"not by str"):
+        df["x"]
+    with pytest.raises(ValueError, match="slice step cannot be zero"):
+        df[::0]
+    b = df.batch(4)
+    with pytest.raises(rill.NotSupportedError, match="deriving from a batched dataframe"):
+        b[1:]
+    with pytest.raises(rill.NotSupportedError, match="deriving from a batched dataframe"):
+        b.take([0])
+
+
 def test_adding_columns_after_deriving_is_refused():
     df = rill.from_numpy({"x": np.arange(3)})
     s = df.shuffle(1)

@@ -388,6 +388,109 @@ static PyObject* df_filter(RillDataFrame* self, PyObject* arg) {
   return derived(self, rc, &err, out, self->batched);
 }
 
+/* The rows at positions v[0..n) (Python positions: negative ones count from the end) of self;
+ * steals nothing, frees nothing. IndexError for a position outside the rows. */
+static PyObject* take_rows(RillDataFrame* self, int64_t* v, Py_ssize_t n, const char* who) {
+  int64_t rows = rill_df_rows(self->df);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (v[i] < 0) v[i] += rows;
+    if (v[i] < 0 || v[i] >= rows)
+      return PyErr_Format(PyExc_IndexError, "%s: index %lld is out of range for %lld rows", who,
+                          (long long)(v[i] < 0 ? v[i] - rows : v[i]), (long long)rows);
+  }
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_df_t* out = NULL;
+  int rc = rill_df_take(self->df, v, (int64_t)n, &out, &err);
+  return derived(self, rc, &err, out, self->batched);
+}
+
+static PyObject* df_take(RillDataFrame* self, PyObject* indices) {
+  if (PyUnicode_Check(indices) || PyBytes_Check(indices) || PyLong_Check(indices))
+    return PyErr_Format(PyExc_TypeError, "take: indices must be a sequence of int, not %s", Py_TYPE(indices)->tp_name);
+  if (PyObject_CheckBuffer(indices)) { /* a contiguous 1-d int64 array: copied at once */
+    Py_buffer b;
+    if (PyObject_GetBuffer(indices, &b, PyBUF_FORMAT | PyBUF_ND) == 0) {
+      const char* f = b.format ? b.format : "B";
+      if (*f == '@' || *f == '=' || *f == '<') f++;
+      PyObject* res = NULL;
+      int done = 0;
+      if (b.ndim == 1 && b.itemsize == 8 && (*f == 'q' || *f == 'l') && !f[1]) {
+        Py_ssize_t n = b.len / 8;
+        int64_t* v = PyMem_Malloc(sizeof *v * (size_t)(n > 0 ? n : 1));
+        if (v) {
+          memcpy(v, b.buf, (size_t)b.len);
+          res = take_rows(self, v, n, "take");
+          PyMem_Free(v);
+        } else {
+          PyErr_NoMemory();
+        }
+        done = 1;
+      }
+      PyBuffer_Release(&b);
+      if (done) return res;
+    } else {
+      PyErr_Clear(); /* not contiguous: item by item */
+    }
+  }
+  PyObject* seq = PySequence_Fast(indices, "take: indices must be a sequence of int (or a 1-d integer array)");
+  if (!seq) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  int64_t* v = PyMem_Malloc(sizeof *v * (size_t)(n > 0 ? n : 1));
+  if (!v) {
+    Py_DECREF(seq);
+    return PyErr_NoMemory();
+  }
+  PyObject* res = NULL;
+  Py_ssize_t i = 0;
+  for (; i < n; i++) {
+    PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+    PyObject* ix = PyNumber_Index(item); /* int, numpy integers; not float or bool arrays' floats */
+    if (!ix) {
+      PyErr_Format(PyExc_TypeError, "take: indices[%zd] must be an int, not %s", i, Py_TYPE(item)->tp_name);
+      break;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(ix, &overflow);
+    Py_DECREF(ix);
+    if (overflow) {
+      PyErr_Format(PyExc_IndexError, "take: indices[%zd] is out of range for %lld rows", i,
+                   (long long)rill_df_rows(self->df));
+      break;
+    }
+    v[i] = x;
+  }
+  if (i == n) res = take_rows(self, v, n, "take");
+  PyMem_Free(v);
+  Py_DECREF(seq);
+  return res;
+}
+
+/* df[a:b] (a view of those rows) and df[a:b:k] (a take of them). */
+static PyObject* df_subscript(RillDataFrame* self, PyObject* key) {
+  if (!PySlice_Check(key))
+    return PyErr_Format(PyExc_TypeError,
+                        "DataFrame rows are chosen by a slice (df[a:b]) or by df.take(indices), not by %s (rows "
+                        "are computed when iterated)",
+                        Py_TYPE(key)->tp_name);
+  Py_ssize_t start, stop, step;
+  if (PySlice_Unpack(key, &start, &stop, &step) < 0) return NULL;
+  Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)rill_df_rows(self->df), &start, &stop, step);
+  if (step == 1) {
+    rill_error_t err;
+    rill_error_clear(&err);
+    rill_df_t* out = NULL;
+    int rc = rill_df_slice(self->df, start, n, &out, &err);
+    return derived(self, rc, &err, out, self->batched);
+  }
+  int64_t* v = PyMem_Malloc(sizeof *v * (size_t)(n > 0 ? n : 1));
+  if (!v) return PyErr_NoMemory();
+  for (Py_ssize_t i = 0; i < n; i++) v[i] = (int64_t)start + (int64_t)i * step;
+  PyObject* res = take_rows(self, v, n, "DataFrame[]");
+  PyMem_Free(v);
+  return res;
+}
+
 /* ---------------------------------------------------------------- files and images */
 
 static PyObject* df_read_files(RillDataFrame* self, PyObject* args, PyObject* kw) {
@@ -918,6 +1021,11 @@ static PyMethodDef df_methods[] = {
      "shard(rank, world) -> DataFrame\n\nThe rows of shard `rank` among `world` shards."},
     {"filter", (PyCFunction)df_filter, METH_O,
      "filter(column: str | int) -> DataFrame\n\nThe rows whose bool `column` is true (computed now)."},
+    {"take", (PyCFunction)df_take, METH_O,
+     "take(indices: Sequence[int]) -> DataFrame\n\nThe rows at these positions, in this order (repeats allowed, "
+     "negative positions count from the end; a 1-d integer numpy array works). df[a:b] is a slice of rows. "
+     "Over a shuffled dataframe they are positions in each epoch's order: for a fixed random split, take the "
+     "positions of a permutation made once (e.g. numpy's)."},
     {"read_files", (PyCFunction)(void (*)(void))df_read_files, METH_VARARGS | METH_KEYWORDS,
      "read_files(name, path_column, *, on_error='raise', grain=0) -> int\n\n"
      "Adds a binary column holding the contents of the files named by the string column `path_column`."},
@@ -996,6 +1104,7 @@ static PyGetSetDef df_getset[] = {
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PySequenceMethods df_as_sequence = {.sq_length = (lenfunc)df_len};
+static PyMappingMethods df_as_mapping = {.mp_length = (lenfunc)df_len, .mp_subscript = (binaryfunc)df_subscript};
 
 PyTypeObject RillDataFrame_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rill.DataFrame",
@@ -1003,6 +1112,7 @@ PyTypeObject RillDataFrame_Type = {
     .tp_dealloc = (destructor)df_dealloc,
     .tp_repr = (reprfunc)df_repr,
     .tp_as_sequence = &df_as_sequence,
+    .tp_as_mapping = &df_as_mapping,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A pull-based streaming dataframe (rill_df_t): a row count and typed columns computed when an "
               "iterator pulls rows.\n\nMade by rill.from_numpy, from_arrays, from_arrow, from_csv, from_sqlite, "
