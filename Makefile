@@ -14,6 +14,7 @@ USE_JPEG_R   := $(call resolve,$(USE_JPEG),$(call have_header,jpeglib.h))
 USE_PNG_R    := $(call resolve,$(USE_PNG),$(call have_header,png.h))
 USE_SQLITE_R := $(call resolve,$(USE_SQLITE),$(call have_header,sqlite3.h))
 USE_WEBP_R   := $(call resolve,$(USE_WEBP),$(call have_header,webp/decode.h))
+USE_ZLIB_R   := $(call resolve,$(USE_ZLIB),$(call have_header,zlib.h))
 USE_CUDA_R   := $(call resolve,$(USE_CUDA),$(shell command -v $(NVCC) >/dev/null 2>&1 && test -f $(CUDA_HOME)/include/cuda_runtime_api.h && echo 1 || echo 0))
 
 # ------------------------------------------------------------------ flags
@@ -24,7 +25,7 @@ DEPFLAGS := -MMD -MP
 CPPFLAGS += -Iinclude -Ilib -Iaddons \
             -DRILL_HAVE_JPEG=$(USE_JPEG_R) -DRILL_HAVE_PNG=$(USE_PNG_R) \
             -DRILL_HAVE_WEBP=$(USE_WEBP_R) -DRILL_HAVE_SQLITE=$(USE_SQLITE_R) \
-            -DRILL_HAVE_CUDA=$(USE_CUDA_R)
+            -DRILL_HAVE_CUDA=$(USE_CUDA_R) -DRILL_HAVE_ZLIB=$(USE_ZLIB_R)
 CFLAGS   += $(CSTD) $(WARN) $(OPT) -g -fPIC -pthread -fvisibility=hidden
 LDLIBS   += -pthread -lm -ldl -lrt
 ifneq ($(SANITIZE),)
@@ -36,7 +37,10 @@ ifeq ($(USE_JPEG_R),1)
 LDLIBS   += -ljpeg
 endif
 ifeq ($(USE_PNG_R),1)
-LDLIBS   += -lpng16 -lz
+LDLIBS   += -lpng16
+endif
+ifneq ($(filter 1,$(USE_PNG_R) $(USE_ZLIB_R)),)
+LDLIBS   += -lz
 endif
 ifeq ($(USE_WEBP_R),1)
 LDLIBS   += -lwebp
@@ -77,7 +81,7 @@ all: deps $(LIB_A) $(LIB_SO) $(RILL)
 lib: $(LIB_A) $(LIB_SO)
 
 info:
-	@echo "jpeg=$(USE_JPEG_R) png=$(USE_PNG_R) webp=$(USE_WEBP_R) sqlite=$(USE_SQLITE_R) cuda=$(USE_CUDA_R) sanitize=$(SANITIZE)"
+	@echo "jpeg=$(USE_JPEG_R) png=$(USE_PNG_R) webp=$(USE_WEBP_R) sqlite=$(USE_SQLITE_R) zlib=$(USE_ZLIB_R) cuda=$(USE_CUDA_R) sanitize=$(SANITIZE)"
 
 # The libraries a program linking lib/librill.a needs (used by setup.py).
 print-ldlibs:
@@ -222,7 +226,8 @@ FUZZ_C   := $(sort $(wildcard test/fuzz/*.c))
 FUZZ_BIN := $(FUZZ_C:test/fuzz/%.c=build/fuzz/%)
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(CSTD) -Iinclude -Ilib -Iaddons \
               -DRILL_HAVE_JPEG=$(USE_JPEG_R) -DRILL_HAVE_PNG=$(USE_PNG_R) \
-              -DRILL_HAVE_WEBP=$(USE_WEBP_R) -DRILL_HAVE_SQLITE=$(USE_SQLITE_R) -DRILL_HAVE_CUDA=0
+              -DRILL_HAVE_WEBP=$(USE_WEBP_R) -DRILL_HAVE_SQLITE=$(USE_SQLITE_R) -DRILL_HAVE_CUDA=0 \
+              -DRILL_HAVE_ZLIB=$(USE_ZLIB_R)
 build/fuzz/%: test/fuzz/%.c $(LIB_C) $(HEADERS) test/image_enc.h $(wildcard test/fuzz/*.h)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $< $(LIB_C) $(filter-out -L% -lcudart_static -lstdc++,$(LDLIBS))

@@ -8,6 +8,7 @@ USE_PNG    ?= auto
 USE_JPEG   ?= auto
 USE_SQLITE ?= auto
 USE_WEBP   ?= auto
+USE_ZLIB   ?= auto
 # address | undefined | address,undefined | thread (empty: none)
 SANITIZE ?=
 OPT      ?= -O2

@@ -12,6 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if RILL_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
 #include "csv_internal.h"
 #include "text.h"
 
@@ -684,9 +688,106 @@ static int64_t skip_lines(const rill__csv_t* c, int64_t pos, int64_t lines, int6
   return k < lines || pos >= c->size ? -1 : pos;
 }
 
+/* ------------------------------------------------------------------ compressed input */
+
+/* The compression format whose magic number starts p[0..n), or NULL. */
+static const char* compression_of(const uint8_t* p, int64_t n) {
+  if (n >= 3 && p[0] == 0x1F && p[1] == 0x8B && p[2] == 8) return "gzip";
+  if (n >= 4 && !memcmp(p, "\x28\xB5\x2F\xFD", 4)) return "zstd";
+  if (n >= 6 && !memcmp(p, "\xFD" "7zXZ\x00", 6)) return "xz";
+  if (n >= 10 && !memcmp(p, "BZh", 3) && p[3] >= '1' && p[3] <= '9' &&
+      (!memcmp(p + 4, "1AY&SY", 6) || !memcmp(p + 4, "\x17\x72\x45\x38\x50\x90", 6)))
+    return "bzip2";
+  if (n >= 4 && !memcmp(p, "PK\x03\x04", 4)) return "zip";
+  return NULL;
+}
+
+#if RILL_HAVE_ZLIB
+/* Inflates the gzip data c->data[0..c->size) (members one after another, as gzip writes
+ * them; zero bytes after the last one are padding) into an owned buffer that replaces it. */
+static int inflate_gzip(rill__csv_t* c, rill_error_t* err) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
+  const uint8_t* in = (const uint8_t*)c->data;
+  int64_t left = c->size;
+  size_t cap = (size_t)(c->size < ((int64_t)1 << 28) ? c->size * 4 : c->size) + 4096, n = 0;
+  uint8_t* buf = rill__alloc(cap);
+  int rc = buf ? RILL_OK : rill__fail(err, RILL_ENOMEM, "%s: out of memory inflating the gzip data", c->name);
+  while (rc == RILL_OK) {
+    if (n == cap) {
+      uint8_t* nb = cap > SIZE_MAX / 2 ? NULL : rill__realloc(buf, cap, cap * 2);
+      if (!nb) {
+        rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory inflating the gzip data (%zu bytes of text so far)",
+                        c->name, n);
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    if (z.avail_in == 0 && left > 0) {
+      uInt k = left > (int64_t)UINT_MAX ? UINT_MAX : (uInt)left;
+      z.next_in = (Bytef*)in, z.avail_in = k;
+      in += k, left -= k;
+    }
+    size_t room = cap - n > UINT_MAX ? UINT_MAX : cap - n;
+    z.next_out = buf + n, z.avail_out = (uInt)room;
+    int r = inflate(&z, Z_NO_FLUSH);
+    n += room - z.avail_out;
+    int64_t at = c->size - left - (int64_t)z.avail_in; /* compressed bytes read */
+    if (r == Z_STREAM_END) {
+      int64_t rest = c->size - at;
+      const uint8_t* p = (const uint8_t*)c->data + at;
+      int64_t zeros = 0;
+      while (zeros < rest && !p[zeros]) zeros++;
+      if (zeros == rest) break;
+      if (rest < 2 || p[0] != 0x1F || p[1] != 0x8B) { /* not the next member */
+        rc = rill__fail(err, RILL_EFORMAT, "%s: bytes that are not gzip data after its end (at compressed byte %lld)",
+                        c->name, (long long)at);
+        break;
+      }
+      inflateReset(&z);
+    } else if (r == Z_BUF_ERROR && z.avail_out > 0) { /* no progress with room to write: the input ended */
+      rc = rill__fail(err, RILL_EFORMAT, "%s: the gzip data ends early (a truncated file?) after %zu bytes of text",
+                      c->name, n);
+    } else if (r != Z_OK && r != Z_BUF_ERROR) {
+      rc = r == Z_MEM_ERROR ? rill__fail(err, RILL_ENOMEM, "%s: out of memory inflating the gzip data", c->name)
+                            : rill__fail(err, RILL_EFORMAT, "%s: damaged gzip data near compressed byte %lld (%s)",
+                                         c->name, (long long)at, z.msg ? z.msg : "zlib error");
+    }
+  }
+  inflateEnd(&z);
+  if (rc != RILL_OK) {
+    rill__free(buf);
+    return rc;
+  }
+  if (c->map) munmap(c->map, (size_t)c->size);
+  c->map = NULL;
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+  rill__free(c->owned);
+  c->owned = buf;
+  c->data = (const char*)buf;
+  c->size = (int64_t)n;
+  return n ? RILL_OK : rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", c->name);
+}
+#endif
+
+/* A compressed input: gzip is inflated into memory (with zlib); other formats are refused by name. */
+static int decompress(rill__csv_t* c, rill_error_t* err) {
+  const char* f = compression_of((const uint8_t*)c->data, c->size);
+  if (!f) return RILL_OK;
+#if RILL_HAVE_ZLIB
+  if (!strcmp(f, "gzip")) return inflate_gzip(c, err);
+#endif
+  return rill__fail(err, RILL_ENOTSUP, "%s: the input is %s-compressed: decompress it first (rill reads %s)", c->name,
+                    f, RILL_HAVE_ZLIB ? "gzip-compressed CSV" : "uncompressed CSV only: built without zlib");
+}
+
 static int csv_open(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, rill_error_t* err) {
   int rc;
   int64_t pos = 0, data_begin = 0;
+  if ((rc = decompress(c, err)) != RILL_OK) return rc;
   if (c->size >= 3 && memcmp(c->data, "\xEF\xBB\xBF", 3) == 0) pos = 3;
   if (o->skip_lines > 0) {
     int64_t seen;

@@ -125,9 +125,13 @@ typedef struct rill_csv_opts {
  * call that is reading the mapped bytes cannot be caught this way (with prefetch, worker
  * threads read ahead of the caller: a shrink at any moment can meet such a call).
  * Columns may be computed concurrently (RILL_STAGE_CPU).
+ * gzip-compressed input (known by its magic number, file or buffer; RILL_FEATURE_GZIP) is
+ * inflated into memory first and its text read as above (line numbers are the text's);
+ * damaged or truncated gzip data is RILL_EFORMAT. zstd, xz, bzip2 and zip input (and gzip
+ * in a build without zlib) is RILL_ENOTSUP naming the format.
  * Returns RILL_OK, RILL_EIO (open/map failed), RILL_EFORMAT (empty input, unterminated
  * quote, bad row under RAISE: the message names file and 1-based line), RILL_EINVAL (bad
- * options, unknown override), RILL_ENOTSUP (override dtype), RILL_ENOMEM.
+ * options, unknown override), RILL_ENOTSUP (override dtype, compression), RILL_ENOMEM.
  * Free with rill_df_free. */
 RILL_API int rill_df_from_csv(const char* path, const rill_csv_opts_t* opts, rill_df_t** out,
                               rill_error_t* err);

@@ -14,6 +14,7 @@ int rill_has_feature(rill_feature_t feature) {
     case RILL_FEATURE_SQLITE: return RILL_HAVE_SQLITE;
     case RILL_FEATURE_THREADS: return 1;
     case RILL_FEATURE_WEBP: return RILL_HAVE_WEBP;
+    case RILL_FEATURE_GZIP: return RILL_HAVE_ZLIB;
   }
   return 0;
 }

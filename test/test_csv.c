@@ -137,6 +137,13 @@ static rill_df_t* load(const char* text, const rill_csv_opts_t* o) {
   return df;
 }
 
+static rill_df_t* load_bytes(const void* p, size_t n, const rill_csv_opts_t* o) {
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_csv_buffer(p, n, o, &df, &err), err);
+  return df;
+}
+
 static const char* colname(rill_df_t* df, int c) { return rill_df_field(df, c)->name; }
 static rill_dtype_t coltype(rill_df_t* df, int c) { return rill_df_field(df, c)->type.dtype; }
 
@@ -597,6 +604,126 @@ Test(csv, header_only_no_header_and_options) {
   cr_assert_str_eq(colname(df, 3), "a.2");
   rill_df_free(df);
 }
+
+#if RILL_HAVE_ZLIB
+#include <zlib.h>
+
+/* text[0..n) as one gzip member (malloc'ed, *gn bytes). */
+static uint8_t* gzip_of(const char* text, size_t n, size_t* gn) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  cr_assert_eq(deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  size_t cap = deflateBound(&z, (uLong)n) + 64;
+  uint8_t* out = malloc(cap);
+  cr_assert_not_null(out);
+  z.next_in = (Bytef*)text, z.avail_in = (uInt)n, z.next_out = out, z.avail_out = (uInt)cap;
+  cr_assert_eq(deflate(&z, Z_FINISH), Z_STREAM_END);
+  *gn = cap - z.avail_out;
+  deflateEnd(&z);
+  return out;
+}
+
+static void write_bytes(const char* path, const void* p, size_t n) {
+  FILE* f = fopen(path, "wb");
+  cr_assert_not_null(f);
+  cr_assert_eq(fwrite(p, 1, n, f), n);
+  fclose(f);
+}
+
+/* A gzip-compressed CSV file or buffer is inflated and read as the text it holds: members one
+ * after another, zero padding after them; damage, truncation and trailing bytes are errors
+ * naming the input; other compression formats are refused by name; text that only looks
+ * like a magic number is text. */
+Test(csv, gzip_input) {
+  enum { ROWS = 200000 }; /* 11 MB of text from about 1 MB: the output buffer grows */
+  size_t cap = (size_t)ROWS * 64 + 64, tn = 0;
+  char* text = malloc(cap);
+  tn += (size_t)sprintf(text, "id,x,s,note\n");
+  for (int i = 0; i < ROWS; i++)
+    tn += (size_t)sprintf(text + tn, "%d,%d.5,\"r%d\",the same note on every row of the file\n", i, i % 97, i % 13);
+  size_t gn;
+  uint8_t* gz = gzip_of(text, tn, &gn);
+  cr_assert(gn * 5 < tn, "compressed %zu of %zu", gn, tn);
+  char path[512];
+  snprintf(path, sizeof path, "%s/t.csv.gz", rt_tmpdir());
+  write_bytes(path, gz, gn);
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_csv(path, &(rill_csv_opts_t){.chunk_bytes = 1 << 16}, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), ROWS);
+  cr_assert_eq(coltype(df, 0), RILL_INT64);
+  cr_assert_eq(coltype(df, 1), RILL_FLOAT64);
+  table_t t = collected(df, 2);
+  EXPECT_CELLS(&t, {0, 0, "0"}, {0, 1, "0.5"}, {0, 2, "r0"}, {ROWS - 1, 0, "199999"}, {ROWS - 1, 1, "82.5"},
+               {ROWS - 1, 2, "r7"});
+  table_free(&t);
+  rill_df_free(df);
+  /* the same bytes as a buffer, borrowed */
+  RT_OK(rill_df_from_csv_buffer(gz, gn, &(rill_csv_opts_t){.borrow = 1}, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), ROWS);
+  rill_df_free(df);
+  /* line numbers are the text's; the message names the file */
+  const char* bad = "a,b\n1,2\n3\n";
+  size_t bn;
+  uint8_t* bgz = gzip_of(bad, strlen(bad), &bn);
+  snprintf(path, sizeof path, "%s/bad.csv.gz", rt_tmpdir());
+  write_bytes(path, bgz, bn);
+  char want[640];
+  snprintf(want, sizeof want, "%s:3: expected 2 fields, found 1", path);
+  RT_FAILS(rill_df_from_csv(path, NULL, &df, &err), RILL_EFORMAT, want, err);
+  /* two members and zero padding after them */
+  uint8_t two[512];
+  const char* m1 = "a,b\n1,x\n";
+  const char* m2 = "2,y\n";
+  size_t n1, n2;
+  uint8_t *g1 = gzip_of(m1, strlen(m1), &n1), *g2 = gzip_of(m2, strlen(m2), &n2);
+  memcpy(two, g1, n1);
+  memcpy(two + n1, g2, n2);
+  memset(two + n1 + n2, 0, 100);
+  df = load_bytes(two, n1 + n2 + 100, &(rill_csv_opts_t){0});
+  t = collected(df, 0);
+  cr_assert_eq(t.nrows, 2);
+  EXPECT_CELLS(&t, {0, 1, "x"}, {1, 0, "2"}, {1, 1, "y"});
+  table_free(&t);
+  rill_df_free(df);
+  /* damage: a truncated member, a wrong checksum, bytes after the end, a member of nothing */
+  RT_FAILS(rill_df_from_csv_buffer(gz, gn / 2, &(rill_csv_opts_t){.name = "z.csv.gz"}, &df, &err), RILL_EFORMAT,
+           "z.csv.gz: the gzip data ends early (a truncated file?) after", err);
+  uint8_t* dmg = malloc(gn);
+  memcpy(dmg, gz, gn);
+  dmg[gn - 6] ^= 0x40; /* the CRC-32 in the trailer */
+  RT_FAILS(rill_df_from_csv_buffer(dmg, gn, &(rill_csv_opts_t){.name = "z.csv.gz"}, &df, &err), RILL_EFORMAT,
+           "z.csv.gz: damaged gzip data near compressed byte", err);
+  cr_assert(strstr(err.message, "incorrect data check"), "%s", err.message);
+  memcpy(two + n1, "junk", 4);
+  RT_FAILS(rill_df_from_csv_buffer(two, n1 + 4, &(rill_csv_opts_t){.name = "z.csv.gz"}, &df, &err), RILL_EFORMAT,
+           "z.csv.gz: bytes that are not gzip data after its end (at compressed byte", err);
+  size_t en;
+  uint8_t* empty = gzip_of("", 0, &en);
+  RT_FAILS(rill_df_from_csv_buffer(empty, en, &(rill_csv_opts_t){.name = "e.csv.gz"}, &df, &err), RILL_EFORMAT,
+           "e.csv.gz: empty input (no header row)", err);
+  /* other formats are named; text that only starts like one of them is text */
+  static const struct { const char* magic; size_t n; const char* name; } other[] = {
+      {"\x28\xB5\x2F\xFD\x24\x00", 6, "zstd"}, {"\xFD" "7zXZ\x00\x00", 7, "xz"},
+      {"BZh91AY&SY\x01", 11, "bzip2"}, {"PK\x03\x04\x14\x00", 6, "zip"}};
+  for (size_t i = 0; i < sizeof other / sizeof *other; i++) {
+    RT_FAILS(rill_df_from_csv_buffer(other[i].magic, other[i].n, &(rill_csv_opts_t){.name = "c"}, &df, &err),
+             RILL_ENOTSUP, "c: the input is", err);
+    snprintf(want, sizeof want, "is %s-compressed: decompress it first", other[i].name);
+    cr_assert(strstr(err.message, want), "%s", err.message);
+  }
+  df = load("BZh91,PK\n1,2\n", &(rill_csv_opts_t){0});
+  cr_assert_str_eq(colname(df, 0), "BZh91");
+  rill_df_free(df);
+  free(empty);
+  free(dmg);
+  free(g1);
+  free(g2);
+  free(bgz);
+  free(gz);
+  free(text);
+}
+#endif
 
 Test(csv, memory_mapped_file_and_big_cell) {
   char path[512];

@@ -172,6 +172,17 @@ def test_skip_lines(tmp_path):
     assert b"nothing after the 99 lines skip_lines leaves out (the input has 8)" in proc.stderr
 
 
+def test_gzip_file(tmp_path):
+    import gzip
+    path = tmp_path / "rain.csv.gz"
+    path.write_bytes(gzip.compress(b"day,rain\n1,0.5\n2,\n"))
+    names, rows, _ = rill_rows(path)
+    assert names == ["day", "rain"] and rows == [[1, 0.5], [2, None]]
+    path.write_bytes(gzip.compress(b"day,rain\n1,0.5\n2\n"))
+    _, _, proc = rill_rows(path, check=False)
+    assert proc.returncode == 1 and b"rain.csv.gz:3: expected 2 fields, found 1" in proc.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--skip-lines", "-1"], b"--skip-lines needs a number of lines"),
     (["--skip-lines", "two"], b"--skip-lines needs a number of lines"),

@@ -323,6 +323,32 @@ def test_from_csv_null_values_in_the_files_encoding(tmp_path):
     assert buf.equals(t)
 
 
+@pytest.mark.skipif(not rill.has_feature("gzip"), reason="rill built without zlib")
+def test_from_csv_gzip_matches_pandas(tmp_path):
+    import gzip
+    rnd = random.Random(5)
+    lines = ["id,x,name"] + [f"{i},{rnd.uniform(-9, 9):.4f},n{rnd.randrange(50)}" for i in range(5000)]
+    text = "\n".join(lines) + "\n"
+    p = tmp_path / "table.csv.gz"
+    p.write_bytes(gzip.compress(text.encode()))
+    t = pa.table(rill.from_csv(p))
+    ref = pd.read_csv(p)  # pandas infers gzip from the name
+    assert t.column_names == list(ref.columns)
+    assert t.column("id").to_pylist() == ref["id"].tolist()
+    assert t.column("x").to_pylist() == ref["x"].tolist()
+    assert t.column("name").to_pylist() == ref["name"].tolist()
+    # the magic number decides, not the name; buffers too
+    q = tmp_path / "table.data"
+    q.write_bytes(gzip.compress(text.encode()))
+    assert pa.table(rill.from_csv(q)).equals(t)
+    assert pa.table(rill.from_csv_buffer(gzip.compress(text.encode()))).equals(t)
+    with pytest.raises(rill.FormatError, match=r"table\.csv\.gz: the gzip data ends early"):
+        rill.from_csv_buffer(p.read_bytes()[:-20], name="table.csv.gz")
+    with pytest.raises(rill.NotSupportedError, match=r"the input is zstd-compressed: decompress it first"):
+        rill.from_csv_buffer(b"\x28\xb5\x2f\xfd" + b"\0" * 20)
+    assert rill.has_feature("gzip") is True
+
+
 def test_from_csv_skip_lines(tmp_path):
     # a preamble before the header (an open quote in it has no effect); line numbers count it
     p = tmp_path / "export.csv"
