@@ -895,13 +895,20 @@ static int map_cellsum(const rill_array_t* const* in, int nin, rill_array_t* out
   return RILL_OK;
 }
 
+/* n cells of uint8 [2, 2] holding the bytes 0, 1, 2, ... (4 a cell). */
+static rill_array_t* byte_cells(int n) {
+  rill_error_t err;
+  rill_array_t* a;
+  RT_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 2, (int64_t[]){2, 2}), n, &a, &err), err);
+  for (int i = 0; i < n * 4; i++) ((uint8_t*)a->data)[i] = (uint8_t)i;
+  return a;
+}
+
 Test(core, memory_source_lends_consecutive_rows_without_copying) {
   enum { N = 10, B = 4, CELL = 4 };
   rill_error_t err;
-  rill_array_t* a;
-  RT_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 2, (int64_t[]){2, 2}), N, &a, &err), err);
+  rill_array_t* a = byte_cells(N);
   uint8_t* d = a->data;
-  for (int i = 0; i < N * CELL; i++) d[i] = (uint8_t)i;
   uint8_t orig[N * CELL];
   memcpy(orig, d, sizeof orig);
   const char* names[1] = {"img"};
@@ -980,10 +987,8 @@ Test(core, memory_source_lends_consecutive_rows_without_copying) {
 Test(core, memory_source_lends_the_rows_of_a_slice) {
   enum { N = 10, B = 4, CELL = 4 };
   rill_error_t err;
-  rill_array_t* a;
-  RT_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 2, (int64_t[]){2, 2}), N, &a, &err), err);
+  rill_array_t* a = byte_cells(N);
   uint8_t* d = a->data;
-  for (int i = 0; i < N * CELL; i++) d[i] = (uint8_t)i;
   rill_df_t *df, *sl, *tk;
   RT_OK(rill_df_from_arrays((const char*[]){"img"}, (const rill_array_t*[]){a}, 1, 0, &df, &err), err);
   RT_OK(rill_df_slice(df, 3, 6, &sl, &err), err);
