@@ -113,6 +113,10 @@ def test_slices_and_take_match_python_and_numpy_indexing():
         df.take([2**70])
     with pytest.raises(TypeError, match=r"take: indices\[1\] must be an int, not float"):
         df.take([1, 2.0])
+    with pytest.raises(TypeError, match=r"take: indices\[0\] is a bool: take wants positions"):
+        df.take([True, False])
+    with pytest.raises(TypeError, match=r"take: indices\[0\] is a bool"):
+        df.take(np.ones(n, bool))
     with pytest.raises(TypeError, match=r"take: indices must be a sequence of int, not int"):
         df.take(3)
     with pytest.raises(TypeError, match=r"take: indices must be a sequence of int, not str"):

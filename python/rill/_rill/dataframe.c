@@ -445,7 +445,13 @@ static PyObject* df_take(RillDataFrame* self, PyObject* indices) {
   Py_ssize_t i = 0;
   for (; i < n; i++) {
     PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
-    PyObject* ix = PyNumber_Index(item); /* int, numpy integers; not float or bool arrays' floats */
+    const char* tn = Py_TYPE(item)->tp_name;
+    if (PyBool_Check(item) || !strcmp(tn, "numpy.bool_") || !strcmp(tn, "numpy.bool")) {
+      PyErr_Format(PyExc_TypeError, "take: indices[%zd] is a bool: take wants positions (a mask of rows is filter())",
+                   i);
+      break;
+    }
+    PyObject* ix = PyNumber_Index(item); /* int and numpy integers; not float */
     if (!ix) {
       PyErr_Format(PyExc_TypeError, "take: indices[%zd] must be an int, not %s", i, Py_TYPE(item)->tp_name);
       break;
