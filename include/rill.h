@@ -35,7 +35,9 @@ extern "C" {
  *     the offsets of the fields before it stay the same, and a program built against an
  *     older header passes zeros where the new field lives.
  *   - A capability that needs more than the reserved words gets a new options struct, not
- *     a new variant of the function. */
+ *     a new variant of the function. The last reserved word of a struct is kept for that:
+ *     a pointer to a struct of further options, so a field takes a reserved word only while
+ *     another one is left after it. */
 #define RILL_OPTS_RESERVED 4
 
 #if defined(__GNUC__)

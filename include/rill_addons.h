@@ -67,7 +67,8 @@ typedef struct rill_csv_opts {
   int threads;                /* threads of the index pass; 0 = one per core */
   int64_t infer_rows;         /* rows sampled for type inference; 0 = 1000; < 0 = all */
   int64_t chunk_bytes;        /* bytes per parallel index chunk; 0 = 8 MiB */
-  int borrow;                 /* rill_df_from_csv_buffer: 1 = use the caller's memory */
+  int borrow;                 /* rill_df_from_csv_buffer: 1 = use the caller's memory (gzip data
+                                 is inflated into memory of its own) */
   const char* name;           /* name of a buffer in messages; NULL = "<buffer>" */
   rill_csv_encoding_t encoding; /* of the text; 0 = UTF-8 (a BINARY override reads bytes as they are) */
   /* 1: spaces and tabs (not the delimiter) around each field and header name are not part
