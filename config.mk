@@ -9,6 +9,8 @@ USE_JPEG   ?= auto
 USE_SQLITE ?= auto
 USE_WEBP   ?= auto
 USE_ZLIB   ?= auto
+# libdeflate: a faster inflate of gzip-compressed CSV (used with zlib, which explains bad data)
+USE_DEFLATE ?= auto
 # address | undefined | address,undefined | thread (empty: none)
 SANITIZE ?=
 OPT      ?= -O2

@@ -212,4 +212,8 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
 /* The 1-based physical line holding byte `off` (checkpoints built on first use). */
 int64_t rill__csv_line(rill__csv_t* c, int64_t off);
 
+/* 1: gzip input is inflated by zlib's stream even where libdeflate is built in (tests of
+ * that path); 0 (the default): libdeflate first, zlib to name the fault of bad data. */
+extern int rill__csv_gzip_zlib_only;
+
 #endif /* RILL_CSV_INTERNAL_H */
