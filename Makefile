@@ -7,7 +7,18 @@ SHELL := /bin/bash
 ROOT := $(abspath .)
 
 # ------------------------------------------------------------------ feature detection
-have_header = $(shell printf '\#include <stdio.h>\n\#include <$(1)>\n' | $(CC) $(2) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0)
+# Missing Debian packages (the `deps` target) are installed first, when run as root, so that a
+# first `make` on a fresh machine finds their headers below; a goal that builds nothing skips it.
+ifeq ($(MAKELEVEL),0)
+ifneq ($(filter-out clean distclean info print-ldlibs deps,$(or $(MAKECMDGOALS),all)),)
+DEPS_RC := $(shell $(MAKE) --no-print-directory -s deps >&2; echo $$?)
+ifneq ($(DEPS_RC),0)
+$(error missing Debian packages: see the line above)
+endif
+endif
+endif
+HASH := \#
+have_header = $(shell printf '$(HASH)include <stdio.h>\n$(HASH)include <$(1)>\n' | $(CC) $(2) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0)
 resolve = $(if $(filter auto,$(1)),$(2),$(1))
 
 USE_JPEG_R   := $(call resolve,$(USE_JPEG),$(call have_header,jpeglib.h))

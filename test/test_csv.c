@@ -137,13 +137,6 @@ static rill_df_t* load(const char* text, const rill_csv_opts_t* o) {
   return df;
 }
 
-static rill_df_t* load_bytes(const void* p, size_t n, const rill_csv_opts_t* o) {
-  rill_error_t err = {0};
-  rill_df_t* df = NULL;
-  RT_OK(rill_df_from_csv_buffer(p, n, o, &df, &err), err);
-  return df;
-}
-
 static const char* colname(rill_df_t* df, int c) { return rill_df_field(df, c)->name; }
 static rill_dtype_t coltype(rill_df_t* df, int c) { return rill_df_field(df, c)->type.dtype; }
 
@@ -608,6 +601,13 @@ Test(csv, header_only_no_header_and_options) {
 #if RILL_HAVE_ZLIB
 #include <zlib.h>
 
+static rill_df_t* load_bytes(const void* p, size_t n, const rill_csv_opts_t* o) {
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  RT_OK(rill_df_from_csv_buffer(p, n, o, &df, &err), err);
+  return df;
+}
+
 /* text[0..n) as one gzip member (malloc'ed, *gn bytes). */
 static uint8_t* gzip_of(const char* text, size_t n, size_t* gn) {
   z_stream z;
@@ -730,6 +730,15 @@ Test(csv, gzip_input_by_zlib_alone) { /* a build without libdeflate */
   rill__csv_gzip_zlib_only = 1;
   gzip_input();
   rill__csv_gzip_zlib_only = 0;
+}
+#else
+Test(csv, gzip_input_without_zlib_is_refused) {
+  rill_error_t err = {0};
+  rill_df_t* df = NULL;
+  cr_assert_eq(rill_has_feature(RILL_FEATURE_GZIP), 0);
+  RT_FAILS(rill_df_from_csv_buffer("\x1F\x8B\x08\x00\x00\x00", 6, &(rill_csv_opts_t){.name = "g"}, &df, &err),
+           RILL_ENOTSUP, "g: the input is gzip-compressed: decompress it first (rill reads uncompressed CSV only: built "
+           "without zlib)", err);
 }
 #endif
 
