@@ -733,12 +733,16 @@ static int gzip_ends(const rill__csv_t* c, int64_t at, int* next) {
 /* libdeflate's inflate of the whole input (several times zlib's speed): RILL_OK with the
  * text taken, an error, or 1 (no message, the input untouched) for data it refuses, whose
  * fault the zlib pass then names. The output is sized by the last member's length field
- * (exact for one member under 4 GiB), grown and the member inflated again when short. */
+ * (exact for one member under 4 GiB, within what the input can inflate to), grown and the
+ * member inflated again when short. */
 static int inflate_whole(rill__csv_t* c, rill_error_t* err) {
   const uint8_t* in = (const uint8_t*)c->data;
-  size_t size = (size_t)c->size, isize = (size_t)in[size - 4] | (size_t)in[size - 3] << 8 |
-                                         (size_t)in[size - 2] << 16 | (size_t)in[size - 1] << 24;
-  size_t cap = (isize >= size ? isize : size * 4) + 64, n = 0, at = 0;
+  size_t size = (size_t)c->size, isize = 0;
+  if (size >= 4)
+    isize = (size_t)in[size - 4] | (size_t)in[size - 3] << 8 | (size_t)in[size - 2] << 16 | (size_t)in[size - 1] << 24;
+  /* the length field may lie (damage): deflate inflates no byte to more than 1032 */
+  size_t most = size < SIZE_MAX / 1032 ? size * 1032 : SIZE_MAX / 2;
+  size_t cap = (isize >= size ? (isize < most ? isize : most) : size * 4) + 64, n = 0, at = 0;
   struct libdeflate_decompressor* d = libdeflate_alloc_decompressor();
   uint8_t* buf = d ? rill__alloc(cap) : NULL;
   int rc = buf ? RILL_OK : rill__fail(err, RILL_ENOMEM, "%s: out of memory inflating the gzip data", c->name);

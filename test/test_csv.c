@@ -601,6 +601,19 @@ Test(csv, header_only_no_header_and_options) {
 #if RILL_HAVE_ZLIB
 #include <zlib.h>
 
+/* An allocator that refuses blocks over 64 MB. */
+static void* capped_alloc(size_t size, size_t alignment, void* ctx) {
+  void* p = NULL;
+  (void)ctx;
+  if (size > ((size_t)64 << 20) || posix_memalign(&p, alignment < sizeof(void*) ? sizeof(void*) : alignment, size))
+    return NULL;
+  return p;
+}
+static void capped_free(void* p, void* ctx) {
+  (void)ctx;
+  free(p);
+}
+
 static rill_df_t* load_bytes(const void* p, size_t n, const rill_csv_opts_t* o) {
   rill_error_t err = {0};
   rill_df_t* df = NULL;
@@ -698,6 +711,21 @@ static void gzip_input(void) {
   memcpy(two + n1, "junk", 4);
   RT_FAILS(rill_df_from_csv_buffer(two, n1 + 4, &(rill_csv_opts_t){.name = "z.csv.gz"}, &df, &err), RILL_EFORMAT,
            "z.csv.gz: bytes that are not gzip data after its end (at compressed byte", err);
+  /* a length field that lies (2.4 GB for 8 bytes of text) sizes nothing: its check fails */
+  memcpy(dmg, bgz, bn);
+  memset(dmg + bn - 4, 0x92, 4);
+  rill_set_allocator(&(rill_allocator_t){capped_alloc, capped_free, NULL});
+  RT_FAILS(rill_df_from_csv_buffer(dmg, bn, &(rill_csv_opts_t){.name = "z.csv.gz"}, &df, &err), RILL_EFORMAT,
+           "z.csv.gz: damaged gzip data near compressed byte", err);
+  rill_set_allocator(NULL);
+  cr_assert(strstr(err.message, "incorrect length check"), "%s", err.message);
+  for (size_t k = 3; k <= 10; k++) { /* a header cut short, borrowed: bytes outside it are not read */
+    uint8_t* cut = malloc(k);
+    memcpy(cut, gz, k);
+    RT_FAILS(rill_df_from_csv_buffer(cut, k, &(rill_csv_opts_t){.name = "z.csv.gz", .borrow = 1}, &df, &err),
+             RILL_EFORMAT, "z.csv.gz: the gzip data ends early (a truncated file?) after 0 bytes of text", err);
+    free(cut);
+  }
   size_t en;
   uint8_t* empty = gzip_of("", 0, &en);
   RT_FAILS(rill_df_from_csv_buffer(empty, en, &(rill_csv_opts_t){.name = "e.csv.gz"}, &df, &err), RILL_EFORMAT,
