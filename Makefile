@@ -8,9 +8,10 @@ ROOT := $(abspath .)
 
 # ------------------------------------------------------------------ feature detection
 # Missing Debian packages (the `deps` target) are installed first, when run as root, so that a
-# first `make` on a fresh machine finds their headers below; a goal that builds nothing skips it.
+# first `make` on a fresh machine finds their headers below; a goal that builds nothing skips it,
+# as do the GPU checks (test/gpu builds with the CUDA toolkit alone, on machines without a registry).
 ifeq ($(MAKELEVEL),0)
-ifneq ($(filter-out clean distclean info print-ldlibs deps,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(filter-out clean distclean info print-ldlibs deps gpu-check gpu-bench,$(or $(MAKECMDGOALS),all)),)
 DEPS_RC := $(shell $(MAKE) --no-print-directory -s deps >&2; echo $$?)
 ifneq ($(DEPS_RC),0)
 $(error missing Debian packages: see the line above)
