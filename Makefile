@@ -27,6 +27,7 @@ USE_PNG_R    := $(call resolve,$(USE_PNG),$(call have_header,png.h))
 USE_SQLITE_R := $(call resolve,$(USE_SQLITE),$(call have_header,sqlite3.h))
 USE_WEBP_R   := $(call resolve,$(USE_WEBP),$(call have_header,webp/decode.h))
 USE_ZLIB_R   := $(call resolve,$(USE_ZLIB),$(call have_header,zlib.h))
+USE_ZSTD_R   := $(call resolve,$(USE_ZSTD),$(call have_header,zstd.h))
 USE_DEFLATE_R := $(if $(filter 1,$(USE_ZLIB_R)),$(call resolve,$(USE_DEFLATE),$(call have_header,libdeflate.h)),0)
 USE_CUDA_R   := $(call resolve,$(USE_CUDA),$(shell command -v $(NVCC) >/dev/null 2>&1 && test -f $(CUDA_HOME)/include/cuda_runtime_api.h && echo 1 || echo 0))
 
@@ -38,7 +39,8 @@ DEPFLAGS := -MMD -MP
 CPPFLAGS += -Iinclude -Ilib -Iaddons \
             -DRILL_HAVE_JPEG=$(USE_JPEG_R) -DRILL_HAVE_PNG=$(USE_PNG_R) \
             -DRILL_HAVE_WEBP=$(USE_WEBP_R) -DRILL_HAVE_SQLITE=$(USE_SQLITE_R) \
-            -DRILL_HAVE_CUDA=$(USE_CUDA_R) -DRILL_HAVE_ZLIB=$(USE_ZLIB_R) -DRILL_HAVE_DEFLATE=$(USE_DEFLATE_R)
+            -DRILL_HAVE_CUDA=$(USE_CUDA_R) -DRILL_HAVE_ZLIB=$(USE_ZLIB_R) -DRILL_HAVE_DEFLATE=$(USE_DEFLATE_R) \
+            -DRILL_HAVE_ZSTD=$(USE_ZSTD_R)
 CFLAGS   += $(CSTD) $(WARN) $(OPT) -g -fPIC -pthread -fvisibility=hidden
 LDLIBS   += -pthread -lm -ldl -lrt
 ifneq ($(SANITIZE),)
@@ -54,6 +56,9 @@ LDLIBS   += -lpng16
 endif
 ifeq ($(USE_DEFLATE_R),1)
 LDLIBS   += -ldeflate
+endif
+ifeq ($(USE_ZSTD_R),1)
+LDLIBS   += -lzstd
 endif
 ifneq ($(filter 1,$(USE_PNG_R) $(USE_ZLIB_R)),)
 LDLIBS   += -lz
@@ -97,7 +102,7 @@ all: deps $(LIB_A) $(LIB_SO) $(RILL)
 lib: $(LIB_A) $(LIB_SO)
 
 info:
-	@echo "jpeg=$(USE_JPEG_R) png=$(USE_PNG_R) webp=$(USE_WEBP_R) sqlite=$(USE_SQLITE_R) zlib=$(USE_ZLIB_R) libdeflate=$(USE_DEFLATE_R) cuda=$(USE_CUDA_R) sanitize=$(SANITIZE)"
+	@echo "jpeg=$(USE_JPEG_R) png=$(USE_PNG_R) webp=$(USE_WEBP_R) sqlite=$(USE_SQLITE_R) zlib=$(USE_ZLIB_R) libdeflate=$(USE_DEFLATE_R) zstd=$(USE_ZSTD_R) cuda=$(USE_CUDA_R) sanitize=$(SANITIZE)"
 
 # The libraries a program linking lib/librill.a needs (used by setup.py).
 print-ldlibs:
@@ -129,7 +134,7 @@ $(RILL): $(BIN_OBJ) $(LIB_A)
 # ------------------------------------------------------------------ dependencies
 # Debian packages the build and the tests need. Installed when missing and we are root;
 # otherwise the build stops with the command to run.
-DEB_PACKAGES := libcriterion-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libwebp-dev libsqlite3-dev libdeflate-dev \
+DEB_PACKAGES := libcriterion-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev libwebp-dev libsqlite3-dev libdeflate-dev libzstd-dev \
                 zlib1g-dev pkg-config clang libclang-rt-14-dev \
                 python3-dev python3-venv python3-torch python3-numpy python3-pil
 deps:
@@ -243,7 +248,7 @@ FUZZ_BIN := $(FUZZ_C:test/fuzz/%.c=build/fuzz/%)
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(CSTD) -Iinclude -Ilib -Iaddons \
               -DRILL_HAVE_JPEG=$(USE_JPEG_R) -DRILL_HAVE_PNG=$(USE_PNG_R) \
               -DRILL_HAVE_WEBP=$(USE_WEBP_R) -DRILL_HAVE_SQLITE=$(USE_SQLITE_R) -DRILL_HAVE_CUDA=0 \
-              -DRILL_HAVE_ZLIB=$(USE_ZLIB_R) -DRILL_HAVE_DEFLATE=$(USE_DEFLATE_R)
+              -DRILL_HAVE_ZLIB=$(USE_ZLIB_R) -DRILL_HAVE_DEFLATE=$(USE_DEFLATE_R) -DRILL_HAVE_ZSTD=$(USE_ZSTD_R)
 build/fuzz/%: test/fuzz/%.c $(LIB_C) $(HEADERS) test/image_enc.h $(wildcard test/fuzz/*.h)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $< $(LIB_C) $(filter-out -L% -lcudart_static -lstdc++,$(LDLIBS))

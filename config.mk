@@ -11,6 +11,8 @@ USE_WEBP   ?= auto
 USE_ZLIB   ?= auto
 # libdeflate: a faster inflate of gzip-compressed CSV (used with zlib, which explains bad data)
 USE_DEFLATE ?= auto
+# libzstd: zstd-compressed CSV
+USE_ZSTD   ?= auto
 # address | undefined | address,undefined | thread (empty: none)
 SANITIZE ?=
 OPT      ?= -O2

@@ -18,6 +18,9 @@
 #if RILL_HAVE_DEFLATE
 #include <libdeflate.h>
 #endif
+#if RILL_HAVE_ZSTD
+#include <zstd.h>
+#endif
 
 #include "csv_internal.h"
 #include "text.h"
@@ -705,7 +708,7 @@ static const char* compression_of(const uint8_t* p, int64_t n) {
   return NULL;
 }
 
-#if RILL_HAVE_ZLIB
+#if RILL_HAVE_ZLIB || RILL_HAVE_ZSTD
 /* Makes buf[0..n) the input's text in place of c->data[0..c->size). */
 static int take_text(rill__csv_t* c, uint8_t* buf, size_t n, rill_error_t* err) {
   if (c->map) munmap(c->map, (size_t)c->size);
@@ -718,7 +721,59 @@ static int take_text(rill__csv_t* c, uint8_t* buf, size_t n, rill_error_t* err) 
   c->size = (int64_t)n;
   return n ? RILL_OK : rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", c->name);
 }
+#endif
 
+#if RILL_HAVE_ZSTD
+/* Decompresses the zstd frames of c->data (one after another; skippable frames are skipped)
+ * into an owned buffer that replaces it. The output is first sized by the first frame's
+ * content size, within what the input can decompress to here, and grown as needed. */
+static int unzstd(rill__csv_t* c, rill_error_t* err) {
+  const uint8_t* in = (const uint8_t*)c->data;
+  size_t size = (size_t)c->size, n = 0, ret = 1;
+  unsigned long long hint = ZSTD_getFrameContentSize(in, size);
+  size_t most = size < SIZE_MAX / 64 ? size * 64 : SIZE_MAX / 2; /* a header may lie (damage) */
+  size_t cap = (hint != ZSTD_CONTENTSIZE_UNKNOWN && hint != ZSTD_CONTENTSIZE_ERROR && hint >= size
+                    ? (hint < most ? (size_t)hint : most)
+                    : size * 4) +
+               64;
+  ZSTD_DStream* z = ZSTD_createDStream();
+  uint8_t* buf = z ? rill__alloc(cap) : NULL;
+  int rc = buf ? RILL_OK : rill__fail(err, RILL_ENOMEM, "%s: out of memory decompressing the zstd data", c->name);
+  ZSTD_inBuffer ib = {in, size, 0};
+  while (rc == RILL_OK) {
+    if (n == cap) {
+      uint8_t* nb = cap > SIZE_MAX / 2 ? NULL : rill__realloc(buf, n, cap * 2);
+      if (!nb) {
+        rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory decompressing the zstd data (%zu bytes of text so far)",
+                        c->name, n);
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    ZSTD_outBuffer ob = {buf, cap, n};
+    ret = ZSTD_decompressStream(z, &ob, &ib);
+    n = ob.pos;
+    if (ZSTD_isError(ret))
+      rc = rill__fail(err, RILL_EFORMAT, "%s: damaged zstd data near compressed byte %zu (%s)", c->name, ib.pos,
+                      ZSTD_getErrorName(ret));
+    else if (ib.pos == ib.size && n < cap) { /* all read, all written */
+      if (ret != 0)
+        rc = rill__fail(err, RILL_EFORMAT, "%s: the zstd data ends early (a truncated file?) after %zu bytes of text",
+                        c->name, n);
+      break;
+    }
+  }
+  ZSTD_freeDStream(z);
+  if (rc != RILL_OK) {
+    rill__free(buf);
+    return rc;
+  }
+  return take_text(c, buf, n, err);
+}
+#endif
+
+#if RILL_HAVE_ZLIB
 /* Whether the gzip data of c ends at `at`: only zero bytes (padding) follow; else *next: a
  * gzip member starts there. */
 static int gzip_ends(const rill__csv_t* c, int64_t at, int* next) {
@@ -831,7 +886,8 @@ static int inflate_gzip(rill__csv_t* c, rill_error_t* err) {
 
 int rill__csv_gzip_zlib_only = 0;
 
-/* A compressed input: gzip is inflated into memory (libdeflate, zlib); other formats are refused by name. */
+/* A compressed input: gzip (libdeflate, zlib) and zstd are decompressed into memory; other formats
+ * are refused by name. */
 static int decompress(rill__csv_t* c, rill_error_t* err) {
   const char* f = compression_of((const uint8_t*)c->data, c->size);
   if (!f) return RILL_OK;
@@ -844,8 +900,15 @@ static int decompress(rill__csv_t* c, rill_error_t* err) {
     return inflate_gzip(c, err);
   }
 #endif
+#if RILL_HAVE_ZSTD
+  if (!strcmp(f, "zstd")) return unzstd(c, err);
+#endif
   return rill__fail(err, RILL_ENOTSUP, "%s: the input is %s-compressed: decompress it first (rill reads %s)", c->name,
-                    f, RILL_HAVE_ZLIB ? "gzip-compressed CSV" : "uncompressed CSV only: built without zlib");
+                    f,
+                    RILL_HAVE_ZLIB && RILL_HAVE_ZSTD ? "gzip- and zstd-compressed CSV"
+                    : RILL_HAVE_ZLIB                ? "gzip-compressed CSV"
+                    : RILL_HAVE_ZSTD                ? "zstd-compressed CSV"
+                                                    : "uncompressed CSV only: built without zlib and libzstd");
 }
 
 static int csv_open(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, rill_error_t* err) {

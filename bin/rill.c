@@ -37,6 +37,7 @@ static int cmd_info(int argc, char** argv) {
   printf("  webp    %s\n", rill_has_feature(RILL_FEATURE_WEBP) ? "yes (libwebp)" : "no");
   printf("  sqlite  %s\n", rill_has_feature(RILL_FEATURE_SQLITE) ? "yes" : "no");
   printf("  gzip    %s\n", rill_has_feature(RILL_FEATURE_GZIP) ? "yes (zlib: gzip-compressed CSV files)" : "no");
+  printf("  zstd    %s\n", rill_has_feature(RILL_FEATURE_ZSTD) ? "yes (libzstd: zstd-compressed CSV files)" : "no");
   printf("  cuda    %s\n", rill_has_feature(RILL_FEATURE_CUDA) ? "yes (CUDA runtime)" : "no (built without CUDA)");
   int n = rill_cuda_device_count();
   printf("cuda devices: %d\n", n);

@@ -64,7 +64,8 @@ typedef enum rill_feature {
   RILL_FEATURE_SQLITE,   /* SQLite source */
   RILL_FEATURE_THREADS,  /* worker threads (always 1 on POSIX builds) */
   RILL_FEATURE_WEBP,     /* libwebp decoding */
-  RILL_FEATURE_GZIP      /* gzip-compressed CSV files (zlib) */
+  RILL_FEATURE_GZIP,     /* gzip-compressed CSV files (zlib) */
+  RILL_FEATURE_ZSTD      /* zstd-compressed CSV files (libzstd) */
 } rill_feature_t;
 
 RILL_API int rill_has_feature(rill_feature_t feature); /* 1 or 0 */

@@ -67,8 +67,8 @@ typedef struct rill_csv_opts {
   int threads;                /* threads of the index pass; 0 = one per core */
   int64_t infer_rows;         /* rows sampled for type inference; 0 = 1000; < 0 = all */
   int64_t chunk_bytes;        /* bytes per parallel index chunk; 0 = 8 MiB */
-  int borrow;                 /* rill_df_from_csv_buffer: 1 = use the caller's memory (gzip data
-                                 is inflated into memory of its own) */
+  int borrow;                 /* rill_df_from_csv_buffer: 1 = use the caller's memory (compressed
+                                 data is decompressed into memory of its own) */
   const char* name;           /* name of a buffer in messages; NULL = "<buffer>" */
   rill_csv_encoding_t encoding; /* of the text; 0 = UTF-8 (a BINARY override reads bytes as they are) */
   /* 1: spaces and tabs (not the delimiter) around each field and header name are not part
@@ -126,10 +126,10 @@ typedef struct rill_csv_opts {
  * call that is reading the mapped bytes cannot be caught this way (with prefetch, worker
  * threads read ahead of the caller: a shrink at any moment can meet such a call).
  * Columns may be computed concurrently (RILL_STAGE_CPU).
- * gzip-compressed input (known by its magic number, file or buffer; RILL_FEATURE_GZIP) is
- * inflated into memory first and its text read as above (line numbers are the text's);
- * damaged or truncated gzip data is RILL_EFORMAT. zstd, xz, bzip2 and zip input (and gzip
- * in a build without zlib) is RILL_ENOTSUP naming the format.
+ * gzip- and zstd-compressed input (known by its magic number, file or buffer;
+ * RILL_FEATURE_GZIP, RILL_FEATURE_ZSTD) is decompressed into memory first and its text read as
+ * above (line numbers are the text's); damaged or truncated data is RILL_EFORMAT. xz, bzip2
+ * and zip input (and a format the build lacks its library for) is RILL_ENOTSUP naming it.
  * Returns RILL_OK, RILL_EIO (open/map failed), RILL_EFORMAT (empty input, unterminated
  * quote, bad row under RAISE: the message names file and 1-based line), RILL_EINVAL (bad
  * options, unknown override), RILL_ENOTSUP (override dtype, compression), RILL_ENOMEM.

@@ -15,6 +15,7 @@ int rill_has_feature(rill_feature_t feature) {
     case RILL_FEATURE_THREADS: return 1;
     case RILL_FEATURE_WEBP: return RILL_HAVE_WEBP;
     case RILL_FEATURE_GZIP: return RILL_HAVE_ZLIB;
+    case RILL_FEATURE_ZSTD: return RILL_HAVE_ZSTD;
   }
   return 0;
 }

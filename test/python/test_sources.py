@@ -5,7 +5,9 @@ import gc
 import io
 import pathlib
 import random
+import shutil
 import sqlite3
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -344,9 +346,22 @@ def test_from_csv_gzip_matches_pandas(tmp_path):
     assert pa.table(rill.from_csv_buffer(gzip.compress(text.encode()))).equals(t)
     with pytest.raises(rill.FormatError, match=r"table\.csv\.gz: the gzip data ends early"):
         rill.from_csv_buffer(p.read_bytes()[:-20], name="table.csv.gz")
-    with pytest.raises(rill.NotSupportedError, match=r"the input is zstd-compressed: decompress it first"):
-        rill.from_csv_buffer(b"\x28\xb5\x2f\xfd" + b"\0" * 20)
+    with pytest.raises(rill.NotSupportedError, match=r"the input is xz-compressed: decompress it first"):
+        rill.from_csv_buffer(b"\xfd7zXZ\x00" + b"\0" * 20)
     assert rill.has_feature("gzip") is True
+
+
+@pytest.mark.skipif(not rill.has_feature("zstd"), reason="rill built without libzstd")
+@pytest.mark.skipif(shutil.which("zstd") is None, reason="no zstd command to compress with")
+def test_from_csv_zstd(tmp_path):
+    plain = tmp_path / "t.csv"
+    plain.write_text("id,x,s\n" + "".join(f"{i},{i / 8},s{i % 7}\n" for i in range(3000)))
+    subprocess.run(["zstd", "-q", "-19", str(plain), "-o", str(tmp_path / "t.csv.zst")], check=True)
+    t = pa.table(rill.from_csv(tmp_path / "t.csv.zst"))
+    assert t.equals(pa.table(rill.from_csv(plain)))
+    assert t.num_rows == 3000 and t.column("x")[-1].as_py() == 2999 / 8
+    with pytest.raises(rill.FormatError, match=r"t\.csv\.zst: the zstd data ends early"):
+        rill.from_csv_buffer((tmp_path / "t.csv.zst").read_bytes()[:-9], name="t.csv.zst")
 
 
 def test_from_csv_skip_lines(tmp_path):

@@ -614,7 +614,7 @@ static const struct {
 } features[] = {
   {"cuda", RILL_FEATURE_CUDA}, {"jpeg", RILL_FEATURE_JPEG}, {"png", RILL_FEATURE_PNG},
   {"sqlite", RILL_FEATURE_SQLITE}, {"threads", RILL_FEATURE_THREADS}, {"webp", RILL_FEATURE_WEBP},
-  {"gzip", RILL_FEATURE_GZIP},
+  {"gzip", RILL_FEATURE_GZIP}, {"zstd", RILL_FEATURE_ZSTD},
 };
 
 static PyObject* mod_has_feature(PyObject* self, PyObject* arg) {
@@ -650,7 +650,7 @@ static PyMethodDef module_methods[] = {
    "strerror(code) -> str\n\nThe static text of a rill status code (rill.OK, rill.EINVAL, ...)."},
   {"has_feature", mod_has_feature, METH_O,
    "has_feature(name) -> bool\n\nWhether rill was built with a feature: \"cuda\", \"jpeg\", "
-   "\"png\", \"sqlite\", \"threads\", \"webp\" or \"gzip\" (gzip-compressed CSV files). CUDA support does not imply a device: see "
+   "\"png\", \"sqlite\", \"threads\", \"webp\", \"gzip\" or \"zstd\" (compressed CSV files). CUDA support does not imply a device: see "
    "cuda_device_count()."},
   {"cuda_device_count", mod_cuda_device_count, METH_NOARGS,
    "cuda_device_count() -> int\n\nThe number of CUDA devices (0 without CUDA support or a "
