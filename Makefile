@@ -54,15 +54,9 @@ endif
 ifeq ($(USE_PNG_R),1)
 LDLIBS   += -lpng16
 endif
-ifeq ($(USE_DEFLATE_R),1)
-LDLIBS   += -ldeflate
-endif
-ifeq ($(USE_ZSTD_R),1)
-LDLIBS   += -lzstd
-endif
-ifneq ($(filter 1,$(USE_PNG_R) $(USE_ZLIB_R)),)
-LDLIBS   += -lz
-endif
+# the compressed-CSV libraries (zlib also for libpng)
+LDLIBS   += $(if $(filter 1,$(USE_DEFLATE_R)),-ldeflate) $(if $(filter 1,$(USE_ZSTD_R)),-lzstd) \
+            $(if $(filter 1,$(USE_PNG_R) $(USE_ZLIB_R)),-lz)
 ifeq ($(USE_WEBP_R),1)
 LDLIBS   += -lwebp
 endif

@@ -709,8 +709,26 @@ static const char* compression_of(const uint8_t* p, int64_t n) {
 }
 
 #if RILL_HAVE_ZLIB || RILL_HAVE_ZSTD
-/* Makes buf[0..n) the input's text in place of c->data[0..c->size). */
-static int take_text(rill__csv_t* c, uint8_t* buf, size_t n, rill_error_t* err) {
+/* Doubles the output buffer *buf of *cap bytes, keeping its first n. RILL_ENOMEM names the
+ * format being decompressed. */
+static int grow_text(const rill__csv_t* c, uint8_t** buf, size_t* cap, size_t n, const char* format,
+                     rill_error_t* err) {
+  uint8_t* nb = *cap > SIZE_MAX / 2 ? NULL : rill__realloc(*buf, n, *cap * 2);
+  if (!nb)
+    return rill__fail(err, RILL_ENOMEM, "%s: out of memory decompressing the %s data (%zu bytes of text so far)",
+                      c->name, format, n);
+  *buf = nb;
+  *cap *= 2;
+  return RILL_OK;
+}
+
+/* The end of a decompression that returned rc: on success buf[0..n) becomes the input's text
+ * in place of c->data[0..c->size); otherwise buf is freed and rc returned. */
+static int take_text(rill__csv_t* c, int rc, uint8_t* buf, size_t n, rill_error_t* err) {
+  if (rc != RILL_OK) {
+    rill__free(buf);
+    return rc;
+  }
   if (c->map) munmap(c->map, (size_t)c->size);
   c->map = NULL;
   if (c->fd >= 0) close(c->fd);
@@ -741,16 +759,7 @@ static int unzstd(rill__csv_t* c, rill_error_t* err) {
   int rc = buf ? RILL_OK : rill__fail(err, RILL_ENOMEM, "%s: out of memory decompressing the zstd data", c->name);
   ZSTD_inBuffer ib = {in, size, 0};
   while (rc == RILL_OK) {
-    if (n == cap) {
-      uint8_t* nb = cap > SIZE_MAX / 2 ? NULL : rill__realloc(buf, n, cap * 2);
-      if (!nb) {
-        rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory decompressing the zstd data (%zu bytes of text so far)",
-                        c->name, n);
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
+    if (n == cap && (rc = grow_text(c, &buf, &cap, n, "zstd", err)) != RILL_OK) break;
     ZSTD_outBuffer ob = {buf, cap, n};
     ret = ZSTD_decompressStream(z, &ob, &ib);
     n = ob.pos;
@@ -765,11 +774,7 @@ static int unzstd(rill__csv_t* c, rill_error_t* err) {
     }
   }
   ZSTD_freeDStream(z);
-  if (rc != RILL_OK) {
-    rill__free(buf);
-    return rc;
-  }
-  return take_text(c, buf, n, err);
+  return take_text(c, rc, buf, n, err);
 }
 #endif
 
@@ -805,9 +810,7 @@ static int inflate_whole(rill__csv_t* c, rill_error_t* err) {
     size_t used_in = 0, used_out = 0;
     enum libdeflate_result r = libdeflate_gzip_decompress_ex(d, in + at, size - at, buf + n, cap - n, &used_in, &used_out);
     if (r == LIBDEFLATE_INSUFFICIENT_SPACE) {
-      uint8_t* nb = cap > SIZE_MAX / 2 ? NULL : rill__realloc(buf, n, cap * 2);
-      if (!nb) rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory inflating the gzip data", c->name);
-      else buf = nb, cap *= 2;
+      rc = grow_text(c, &buf, &cap, n, "gzip", err);
       continue;
     }
     int next;
@@ -816,11 +819,7 @@ static int inflate_whole(rill__csv_t* c, rill_error_t* err) {
     else if (!next) rc = 1;
   }
   libdeflate_free_decompressor(d);
-  if (rc != RILL_OK) {
-    rill__free(buf);
-    return rc;
-  }
-  return take_text(c, buf, n, err);
+  return take_text(c, rc, buf, n, err);
 }
 #endif
 
@@ -837,16 +836,7 @@ static int inflate_gzip(rill__csv_t* c, rill_error_t* err) {
   uint8_t* buf = rill__alloc(cap);
   int rc = buf ? RILL_OK : rill__fail(err, RILL_ENOMEM, "%s: out of memory inflating the gzip data", c->name);
   while (rc == RILL_OK) {
-    if (n == cap) {
-      uint8_t* nb = cap > SIZE_MAX / 2 ? NULL : rill__realloc(buf, cap, cap * 2);
-      if (!nb) {
-        rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory inflating the gzip data (%zu bytes of text so far)",
-                        c->name, n);
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
+    if (n == cap && (rc = grow_text(c, &buf, &cap, n, "gzip", err)) != RILL_OK) break;
     if (z.avail_in == 0 && left > 0) {
       uInt k = left > (int64_t)UINT_MAX ? UINT_MAX : (uInt)left;
       z.next_in = (Bytef*)in, z.avail_in = k;
@@ -876,11 +866,7 @@ static int inflate_gzip(rill__csv_t* c, rill_error_t* err) {
     }
   }
   inflateEnd(&z);
-  if (rc != RILL_OK) {
-    rill__free(buf);
-    return rc;
-  }
-  return take_text(c, buf, n, err);
+  return take_text(c, rc, buf, n, err);
 }
 #endif
 
