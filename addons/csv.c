@@ -696,9 +696,12 @@ static int64_t skip_lines(const rill__csv_t* c, int64_t pos, int64_t lines, int6
 
 /* ------------------------------------------------------------------ compressed input */
 
+/* Whether a gzip member (deflate) starts p[0..n). */
+static int is_gzip(const uint8_t* p, int64_t n) { return n >= 3 && p[0] == 0x1F && p[1] == 0x8B && p[2] == 8; }
+
 /* The compression format whose magic number starts p[0..n), or NULL. */
 static const char* compression_of(const uint8_t* p, int64_t n) {
-  if (n >= 3 && p[0] == 0x1F && p[1] == 0x8B && p[2] == 8) return "gzip";
+  if (is_gzip(p, n)) return "gzip";
   if (n >= 4 && !memcmp(p, "\x28\xB5\x2F\xFD", 4)) return "zstd";
   if (n >= 6 && !memcmp(p, "\xFD" "7zXZ\x00", 6)) return "xz";
   if (n >= 10 && !memcmp(p, "BZh", 3) && p[3] >= '1' && p[3] <= '9' &&
@@ -785,7 +788,7 @@ static int gzip_ends(const rill__csv_t* c, int64_t at, int* next) {
   const uint8_t* p = (const uint8_t*)c->data + at;
   int64_t rest = c->size - at, zeros = 0;
   while (zeros < rest && !p[zeros]) zeros++;
-  *next = rest >= 2 && p[0] == 0x1F && p[1] == 0x8B;
+  *next = is_gzip(p, rest);
   return zeros == rest;
 }
 

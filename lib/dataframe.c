@@ -460,6 +460,8 @@ int rill_df_slice(rill_df_t* df, int64_t start, int64_t n, rill_df_t** out, rill
   return RILL_OK;
 }
 
+static uint64_t mix64(uint64_t x);
+
 int rill_df_take(rill_df_t* df, const int64_t* rows, int64_t n, rill_df_t** out, rill_error_t* err) {
   const char* who = "rill_df_take";
   int r = check_parent(df, who, out, err);
@@ -478,6 +480,8 @@ int rill_df_take(rill_df_t* df, const int64_t* rows, int64_t n, rill_df_t** out,
     return rill__fail(err, RILL_ENOMEM, "%s: out of memory for %lld rows", who, (long long)n);
   }
   if (n > 0) memcpy(v->kept, rows, sizeof *v->kept * (size_t)n);
+  v->kept_hash = (uint64_t)n; /* once here, not at each iterator's start */
+  for (int64_t i = 0; i < n; i++) v->kept_hash = mix64(v->kept_hash ^ (uint64_t)rows[i]);
   df_adopt(v, df);
   *out = v;
   return RILL_OK;

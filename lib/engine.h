@@ -133,6 +133,7 @@ struct rill_df {
   int rank, world;    /* shard */
   int64_t* kept;      /* filter: kept parent rows; take: the rows taken */
   int64_t offset;     /* slice: the parent row of row 0 */
+  uint64_t kept_hash; /* take: a hash of the rows taken (saved iterator states name them) */
   int64_t batch;      /* batch */
   rill_batch_opts_t bopts;
   int64_t k;          /* reduce */
