@@ -127,6 +127,12 @@ def test_slices_and_take_match_python_and_numpy_indexing():
         df["x"]
     with pytest.raises(ValueError, match="slice step cannot be zero"):
         df[::0]
+    # null cells keep their places through a slice and a take
+    m = np.ma.masked_array(np.arange(6, dtype=np.float32), mask=[0, 1, 0, 0, 1, 0])
+    nd = rill.from_numpy({"v": m, "s": ["a", None, "c", "d", None, "f"]})
+    assert pa.table(nd[1:5]).column("v").to_pylist() == [None, 2.0, 3.0, None]
+    assert pa.table(nd.take([4, 0, 1])).column("s").to_pylist() == [None, "a", None]
+    assert [r["v"].to_pylist() for r in nd.take([5, 4, 1, 2]).batch(2)] == [[5.0, None], [None, 2.0]]
     b = df.batch(4)
     with pytest.raises(rill.NotSupportedError, match="deriving from a batched dataframe"):
         b[1:]
