@@ -213,7 +213,7 @@ $(BUILD)/tsan/%: test/tsan/%.c $(LIB_A)
 
 # The engine is sealed: only its own files include engine.h (addons and the interchange
 # files use addon.h), and no addon writes the arrays' private bookkeeping.
-ENGINE_FILES := lib/engine.h lib/stage.h lib/dataframe.c lib/iter.c lib/chunk.c lib/stage.c lib/tasks.c \
+ENGINE_FILES := lib/engine.h lib/stage.h lib/dataframe.c lib/concat.c lib/iter.c lib/chunk.c lib/stage.c lib/tasks.c \
                 lib/batching.c lib/compact.c lib/exec.c lib/workers.c
 check-boundary:
 	@bad=$$(grep -l '\#include "\(engine\|stage\).h"' lib/*.c lib/*.h addons/*.c addons/*.h addons/*.cu bin/*.c \

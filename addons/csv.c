@@ -392,7 +392,7 @@ static int fill_column(rill__csv_t* c, const csv_block_t* b, int k, rill_array_t
         if (c->on_error != RILL_ON_ERROR_NULL) {
           int64_t line = rill__csv_line(c, rill__csv_start(c, b->rows[i]));
           char hint[96] = "";
-          if (c->inferred && c->inferred[k])
+          if (c->inferred && (c->inferred[k] & 1))
             snprintf(hint, sizeof hint, " (inferred from the first %lld rows: give the column a type, or raise infer_rows)",
                      (long long)c->inferred_rows);
           rill_error_set(err, vrc, "%s:%lld: column '%s': %s '%.*s'%s %s %s%s", c->name, (long long)line,
@@ -522,6 +522,13 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
       }
     }
     if (rc == RILL_OK) nulled += bad_row_nulls(c, &b, fail - b0 < bn ? fail - b0 : bn, outs);
+    /* a pass that has read the last row drops the rest: in a dataset of several files (the
+     * parts of a concatenation) the last pages of each would otherwise stay resident */
+    if (c->map && rows[b0 + bn - 1] == c->nrows - 1) {
+      int64_t mark = atomic_load(&c->drop_mark);
+      if (mark < c->size && atomic_compare_exchange_strong(&c->drop_mark, &mark, c->size))
+        rill__csv_drop(c, mark, c->size);
+    }
   }
   if (rc == RILL_OK) rc = fail_rc;
   for (int k = 0; k < nouts; k++) {
@@ -602,7 +609,9 @@ static int infer_types(rill__csv_t* c, int64_t limit, rill_error_t* err) {
     int m = seen[k] ? mask[k] : 0;
     c->types[k] = (m & T_INT) ? RILL_INT64 : (m & T_FLOAT) ? RILL_FLOAT64 : (m & T_BOOL) ? RILL_BOOL
                   : (m & T_TS) ? RILL_TIMESTAMP_US : RILL_STRING;
-    c->inferred[k] = rows < c->nrows; /* a later row may not fit: its error says where the type came from */
+    /* 1: a later row may not fit (its error says where the type came from); 2: no value to
+     * infer from (string by default; rill_df_from_csv_files takes the other files' type) */
+    c->inferred[k] = (uint8_t)((rows < c->nrows ? 1 : 0) | (seen[k] ? 0 : 2));
   }
 done:
   rill__free(mask);
@@ -1086,6 +1095,113 @@ int rill_df_from_csv(const char* path, const rill_csv_opts_t* opts, rill_df_t** 
   rc = csv_open(c, &o, out, err);
 fail:
   csv_unref(c);
+  return rc;
+}
+
+/* The column of df called `name`'s type, or NULL. */
+static const rill_type_t* type_named(const rill_df_t* df, const char* name) {
+  int k = rill_df_column(df, name);
+  return k >= 0 ? &rill_df_field(df, k)->type : NULL;
+}
+
+/* Whether the type of df's column `name` (read from a CSV file) was inferred from no value: the
+ * file had no rows, or only empty or null cells there. */
+static int guessed(const rill_df_t* df, const char* name) {
+  int k = rill_df_column(df, name);
+  if (k < 0 || rill__df_column_fn(df, k) != (rill__fn_t)csv_fill) return 0;
+  const rill__csv_t* c = rill__df_column_ctx(df, k);
+  return c->inferred && (c->inferred[k] & 2);
+}
+
+/* Whether t is a scalar INT64 or FLOAT64: inferred so in one file, they read as FLOAT64 in all. */
+static int widens(const rill_type_t* t) {
+  return t->ndim == 0 && (t->dtype == RILL_INT64 || t->dtype == RILL_FLOAT64);
+}
+
+int rill_df_from_csv_files(const char* const* paths, int npaths, const rill_csv_opts_t* opts, rill_df_t** out,
+                           rill_error_t* err) {
+  static const char who[] = "rill_df_from_csv_files";
+  if (!out) return rill__fail(err, RILL_EINVAL, "%s: out is NULL", who);
+  *out = NULL;
+  if (!paths || npaths < 1) return rill__fail(err, RILL_EINVAL, "%s: %d paths (at least 1)", who, npaths);
+  for (int p = 0; p < npaths; p++)
+    if (!paths[p]) return rill__fail(err, RILL_EINVAL, "%s: paths[%d] is NULL", who, p);
+  rill_csv_opts_t o = {0};
+  if (opts) o = *opts;
+  rill_df_t** parts = rill__calloc((size_t)npaths, sizeof *parts);
+  if (!parts) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
+  int rc = RILL_OK;
+  for (int p = 0; rc == RILL_OK && p < npaths; p++) rc = rill_df_from_csv(paths[p], &o, &parts[p], err);
+  /* the same columns in every file (any order) */
+  int nc = rc == RILL_OK ? rill_df_ncolumns(parts[0]) : 0;
+  for (int p = 1; rc == RILL_OK && p < npaths; p++) {
+    if (rill_df_ncolumns(parts[p]) != nc) {
+      rc = rill__fail(err, RILL_EFORMAT, "%s has %d columns and %s has %d", paths[p], rill_df_ncolumns(parts[p]),
+                      paths[0], nc);
+      break;
+    }
+    for (int k = 0; rc == RILL_OK && k < nc; k++)
+      if (!type_named(parts[p], rill_df_field(parts[0], k)->name))
+        rc = rill__fail(err, RILL_EFORMAT, "%s has no column '%s' (%s has)", paths[p], rill_df_field(parts[0], k)->name,
+                        paths[0]);
+  }
+  /* one type per column: the files' own, where they had values to infer it from (int64 in one
+   * and float64 in another: float64); string where none had */
+  rill_dtype_t* want = rill__calloc((size_t)nc + 1, sizeof *want);
+  if (rc == RILL_OK && !want) rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
+  for (int k = 0; rc == RILL_OK && k < nc; k++) {
+    const char* name = rill_df_field(parts[0], k)->name;
+    const rill_type_t* t0 = NULL;
+    int p0 = -1;
+    want[k] = RILL_STRING;
+    for (int p = 0; rc == RILL_OK && p < npaths; p++) {
+      const rill_type_t* t = type_named(parts[p], name);
+      if (guessed(parts[p], name)) continue;
+      if (!t0) {
+        t0 = t;
+        p0 = p;
+        want[k] = t->dtype;
+      } else if (!rill_type_equal(t, t0)) {
+        if (widens(t) && widens(t0)) {
+          want[k] = RILL_FLOAT64;
+        } else {
+          char s0[96], s1[96];
+          rc = rill__fail(err, RILL_EFORMAT,
+                          "column '%s' is %s in %s and %s in %s: give its type in the options (columns)", name,
+                          rill_type_format(t0, s0, sizeof s0), paths[p0], rill_type_format(t, s1, sizeof s1),
+                          paths[p]);
+        }
+      }
+    }
+  }
+  /* files read with int64 where another has float64: again, with float64 given */
+  rill_csv_column_t* cols = NULL;
+  if (rc == RILL_OK && !(cols = rill__calloc((size_t)(o.ncolumns + nc) + 1, sizeof *cols)))
+    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
+  for (int p = 0; rc == RILL_OK && p < npaths; p++) {
+    int n = 0;
+    for (int k = 0; k < nc; k++) {
+      const char* name = rill_df_field(parts[0], k)->name;
+      if (type_named(parts[p], name)->dtype != want[k]) cols[o.ncolumns + n++] = (rill_csv_column_t){name, 0, want[k]};
+    }
+    if (n == 0) continue;
+    if (o.ncolumns) memcpy(cols, o.columns, sizeof *cols * (size_t)o.ncolumns);
+    rill_csv_opts_t wider = o;
+    wider.columns = cols;
+    wider.ncolumns = o.ncolumns + n;
+    rill_df_t* again = NULL;
+    rc = rill_df_from_csv(paths[p], &wider, &again, err);
+    if (rc == RILL_OK) {
+      rill_df_t* old = parts[p];
+      parts[p] = again;
+      rill_df_free(old); /* after: the names in cols are its own */
+    }
+  }
+  if (rc == RILL_OK) rc = rill_df_concat(parts, npaths, out, err);
+  rill__free(cols);
+  rill__free(want);
+  for (int p = 0; p < npaths; p++) rill_df_free(parts[p]);
+  rill__free(parts);
   return rc;
 }
 

@@ -12,9 +12,10 @@
 #include "rill_addons.h"
 
 static const char* head_usage =
-    "usage: rill head FILE.csv [options]\n"
+    "usage: rill head FILE.csv [FILE.csv ...] [options]\n"
     "       rill head DB.sqlite \"SELECT ...\" | TABLE [options]\n"
-    "Prints the first rows as an aligned table (nulls shown as NULL).\n"
+    "Prints the first rows as an aligned table (nulls shown as NULL). Several CSV files with\n"
+    "the same columns are read as one table, one file after another.\n"
     "options:\n"
     "  -n N               rows to print (default 10)\n"
     "  --all              print every row\n"
@@ -269,7 +270,8 @@ int rill_cmd_head(int argc, char** argv) {
   rill_csv_opts_t co = {0};
   const char* nulls[RILL_CSV_NULL_VALUES_MAX + 1] = {0}; /* --null texts, NULL-terminated */
   int nnulls = 0;
-  const char* pos[2] = {NULL, NULL};
+  enum { MAX_FILES = 256 };
+  const char* pos[MAX_FILES] = {NULL};
   int npos = 0;
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
@@ -354,7 +356,7 @@ int rill_cmd_head(int argc, char** argv) {
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "rill head: unknown option '%s'\n%s", a, head_usage);
       return 2;
-    } else if (npos < 2) {
+    } else if (npos < MAX_FILES) {
       pos[npos++] = a;
     } else {
       fprintf(stderr, "rill head: too many arguments\n%s", head_usage);
@@ -374,21 +376,27 @@ int rill_cmd_head(int argc, char** argv) {
   rill_error_t err = {0};
   rill_df_t* df = NULL;
   int rc;
-  if (npos == 2 || is_sqlite_file(pos[0])) {
-    if (npos < 2) {
-      fprintf(stderr, "rill head: %s is a SQLite database: give a query or a table name\n", pos[0]);
+  if (is_sqlite_file(pos[0])) {
+    if (npos != 2) {
+      fprintf(stderr, "rill head: %s is a SQLite database: give %s\n%s", pos[0],
+              npos < 2 ? "a query or a table name" : "one query or table name", head_usage);
       return 2;
     }
     rc = rill_df_from_sqlite(pos[0], pos[1], NULL, 0, &(rill_sqlite_opts_t){.encoding = co.encoding}, &df, &err);
   } else {
-    rc = rill_df_from_csv(pos[0], &co, &df, &err);
+    rc = rill_df_from_csv_files(pos, npos, &co, &df, &err);
   }
   if (rc != RILL_OK) {
     fprintf(stderr, "rill head: %s\n", err.message);
     return 1;
   }
   int ncols = rill_df_ncolumns(df);
-  if (co.on_bad_row == RILL_ON_ERROR_SKIP && npos == 1) report_bad_rows(pos[0], df, ncols);
+  if (co.on_bad_row == RILL_ON_ERROR_SKIP && !is_sqlite_file(pos[0])) {
+    rill_df_t* files[MAX_FILES] = {NULL};
+    int nf = rill_df_concat_parts(df, files, MAX_FILES);
+    for (int f = 0; f < (nf ? nf : 1); f++) report_bad_rows(pos[f], nf ? files[f] : df, ncols);
+    for (int f = 0; f < nf; f++) rill_df_free(files[f]);
+  }
   int64_t nrows = rill_df_rows(df);
   if (!all && limit < nrows) nrows = limit;
   char** names = calloc((size_t)ncols + 1, sizeof *names);

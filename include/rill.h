@@ -380,6 +380,25 @@ RILL_API int rill_df_filter(rill_df_t* df, int column /* BOOL */, rill_df_t** ou
 RILL_API int rill_df_slice(rill_df_t* df, int64_t start, int64_t n, rill_df_t** out, rill_error_t* err);
 RILL_API int rill_df_take(rill_df_t* df, const int64_t* rows, int64_t n, rill_df_t** out, rill_error_t* err);
 
+/* Concatenation: a new dataframe of the rows of parts[0], then those of parts[1], ... (a
+ * dataset in several files or tables read as one). The parts hold the same column names (in
+ * any order: the result has parts[0]'s order; at least one) with equal types, and are
+ * dataframes of sources only: read from files, memory or a database, made by rill_df_new +
+ * rill_df_add_source, or concatenations themselves. Maps, views, batches and reduces are
+ * derived from the result, not given as parts (RILL_EINVAL, naming the part and column). The
+ * parts' sources run on the CPU and handle errors alike (the same on_error: the result's); a
+ * column is nullable when it is in any part. The parts are kept alive and frozen (no columns
+ * can be added to them). Each cell is read by its part's source, given the part's own row ids
+ * (rill_exec_rows and rill_exec_rng still see the result's); a call over rows of several parts
+ * is split into one call per part whose cells are then copied into place, and memory sources
+ * no longer lend their rows without a copy. RILL_OK, RILL_EINVAL, RILL_ENOTSUP (a CUDA
+ * source), RILL_ERANGE, RILL_ENOMEM. */
+RILL_API int rill_df_concat(rill_df_t* const* parts, int nparts, rill_df_t** out, rill_error_t* err);
+/* The number of parts of a dataframe made by rill_df_concat (0 for any other dataframe, or
+ * NULL), and the first min(that, cap) of them in parts[] (unless NULL) as new references: free
+ * each with rill_df_free. (The files of rill_df_from_csv_files, to ask rill_csv_bad_rows.) */
+RILL_API int rill_df_concat_parts(const rill_df_t* df, rill_df_t** parts, int cap);
+
 /* ---------------------------------------------------------------- execution context */
 
 typedef struct rill_rng {     /* xoshiro256** state; seeded by the engine */

@@ -140,6 +140,16 @@ RILL_API int rill_df_from_csv(const char* path, const rill_csv_opts_t* opts, ril
  * `data` must stay valid and unchanged while the dataframe and its iterators live). */
 RILL_API int rill_df_from_csv_buffer(const void* data, size_t size, const rill_csv_opts_t* opts,
                                      rill_df_t** out, rill_error_t* err);
+/* Several CSV files with the same columns (in any order) as one dataframe: their rows one file
+ * after another (rill_df_concat of rill_df_from_csv of each, with the same options). A column
+ * whose type was inferred as int64 in one file and float64 in another is float64 in all (those
+ * files are read again with that type given); any other difference of types is RILL_EFORMAT
+ * naming the column and the two files (give the column's type in opts->columns), as is a file
+ * with other columns. Messages about a cell or row name its file and line. rill_csv_bad_rows
+ * answers for each file's own dataframe, not for the result. Returns as rill_df_from_csv, or
+ * RILL_EINVAL (no paths, a NULL path). */
+RILL_API int rill_df_from_csv_files(const char* const* paths, int npaths, const rill_csv_opts_t* opts,
+                                    rill_df_t** out, rill_error_t* err);
 /* A row of a CSV file with too few or too many fields. */
 typedef struct rill_csv_bad_row {
   int64_t line;               /* 1-based physical line where the record starts */

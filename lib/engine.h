@@ -1,5 +1,5 @@
-/* Engine internals shared by the engine's own files: dataframe.c, iter.c, chunk.c, stage.c,
- * tasks.c, batching.c, compact.c, exec.c and workers.c. Addons use addon.h. Not installed.
+/* Engine internals shared by the engine's own files: dataframe.c, concat.c, iter.c, chunk.c,
+ * stage.c, tasks.c, batching.c, compact.c, exec.c and workers.c. Addons use addon.h. Not installed.
  *
  * Stage function error convention (sources, maps, reduces):
  *   Before each call the engine sets err->code = 0, err->row = -1, err->column = -1.
@@ -78,7 +78,8 @@ typedef enum {
   RILL__DF_BATCH,
   RILL__DF_REDUCE,
   RILL__DF_SLICE, /* appended: the kinds' values are part of saved iterator states */
-  RILL__DF_TAKE
+  RILL__DF_TAKE,
+  RILL__DF_CONCAT /* a dataframe of sources (no parent) whose group reads its parts (concat.c) */
 } rill__df_kind_t;
 
 typedef enum {
@@ -133,7 +134,8 @@ struct rill_df {
   int rank, world;    /* shard */
   int64_t* kept;      /* filter: kept parent rows; take: the rows taken */
   int64_t offset;     /* slice: the parent row of row 0 */
-  uint64_t kept_hash; /* take: a hash of the rows taken (saved iterator states name them) */
+  uint64_t kept_hash; /* take: a hash of the rows taken; concat: of the parts' row counts (saved
+                       * iterator states name them) */
   int64_t batch;      /* batch */
   rill_batch_opts_t bopts;
   int64_t k;          /* reduce */

@@ -97,7 +97,7 @@ static uint64_t fingerprint(const rill_iter_t* it) {
     int64_t b[2] = {df->bopts.drop_last, df->bopts.layout};
     h = fnv(h, b, sizeof b);
     if (df->kind == RILL__DF_SLICE) h = fnv(h, &df->offset, sizeof df->offset);
-    if (df->kind == RILL__DF_TAKE) h = fnv(h, &df->kept_hash, sizeof df->kept_hash);
+    if (df->kind == RILL__DF_TAKE || df->kind == RILL__DF_CONCAT) h = fnv(h, &df->kept_hash, sizeof df->kept_hash);
     for (int c = 0; c < df->ncols; c++) {
       const rill_field_t* f = &df->cols[c]->field;
       h = fnv(h, f->name, strlen(f->name) + 1);

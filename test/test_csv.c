@@ -2218,3 +2218,103 @@ Test(csv, string_cells_match_unescape) {
   }
 #undef RND
 }
+
+/* Writes text into the test directory as `name`; returns the path (static storage per slot). */
+static const char* csv_at(int slot, const char* name, const char* text) {
+  static char paths[4][512];
+  snprintf(paths[slot], sizeof paths[slot], "%s/%s", rt_tmpdir(), name);
+  FILE* f = fopen(paths[slot], "wb");
+  cr_assert_not_null(f);
+  cr_assert_eq(fwrite(text, 1, strlen(text), f), strlen(text));
+  fclose(f);
+  return paths[slot];
+}
+
+Test(csv, several_files_read_as_one) {
+  rill_error_t err = {0};
+  rill_df_t* df;
+  /* columns in another order, an int64 column that is float64 in the second file, nulls */
+  const char* p[3] = {csv_at(0, "a.csv", "id,x,name\n1,5,ann\n2,,bob\n"), csv_at(1, "b.csv", "name,id,x\ncy,3,0.5\n"),
+                      csv_at(2, "c.csv", "x,name,id\n7,,4\n8,dee,5\n")};
+  RT_OK(rill_df_from_csv_files(p, 3, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 5);
+  cr_assert_str_eq(colname(df, 0), "id");
+  cr_assert_str_eq(colname(df, 1), "x");
+  cr_assert_str_eq(colname(df, 2), "name");
+  cr_assert_eq(coltype(df, 0), RILL_INT64);
+  cr_assert_eq(coltype(df, 1), RILL_FLOAT64, "x widened to float64 in every file");
+  cr_assert_eq(coltype(df, 2), RILL_STRING);
+  EXPECT_DF_CELLS(df, {0, 0, "1"}, {0, 1, "5"}, {1, 1, "NULL"}, {1, 2, "bob"}, {2, 0, "3"}, {2, 1, "0.5"},
+                  {2, 2, "cy"}, {3, 1, "7"}, {3, 2, ""}, {4, 0, "5"}, {4, 2, "dee"});
+  rill_df_t* sh;
+  RT_OK(rill_df_shuffle(df, 4, &sh, &err), err); /* calls over rows of several files */
+  table_t t = collected(sh, RILL_THREADS_NONE);
+  int64_t ids = 0;
+  for (int64_t r = 0; r < t.nrows; r++) ids += atoll(cell(&t, r, 0));
+  cr_assert_eq(t.nrows, 5);
+  cr_assert_eq(ids, 15);
+  table_free(&t);
+  rill_df_free(sh);
+  rill_df_free(df);
+  /* a file without rows, or without values in a column, takes the other files' types */
+  p[1] = csv_at(1, "b.csv", "x,id,name\n");
+  p[2] = csv_at(2, "c.csv", "name,x,id\n,,7\n");
+  RT_OK(rill_df_from_csv_files(p, 3, NULL, &df, &err), err);
+  cr_assert_eq(coltype(df, 0), RILL_INT64);
+  cr_assert_eq(coltype(df, 1), RILL_INT64);
+  cr_assert_eq(coltype(df, 2), RILL_STRING);
+  EXPECT_DF_CELLS(df, {1, 1, "NULL"}, {2, 0, "7"}, {2, 1, "NULL"}, {2, 2, ""});
+  rill_df_free(df);
+  /* a bad cell names its own file and line; the user's types apply to every file */
+  p[1] = csv_at(1, "b.csv", "id,x,name\n3,0.5,cy\nfour,1,dee\n");
+  RT_OK(rill_df_from_csv_files(p, 2, &(rill_csv_opts_t){.columns = (const rill_csv_column_t[]){{"id", 0, RILL_INT64}},
+                                                        .ncolumns = 1},
+                               &df, &err),
+        err);
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+  rill_row_t row;
+  int rc;
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+  }
+  cr_assert_eq(rc, RILL_EFORMAT, "%d: %s", rc, err.message);
+  cr_assert_eq(err.row, 3);
+  cr_assert(strstr(err.message, "b.csv:3"), "the message names b.csv and its line: %s", err.message);
+  rill_iter_free(it);
+  rill_df_free(df);
+  /* files that do not agree */
+  p[1] = csv_at(1, "b.csv", "id,x\n3,0.5\n");
+  RT_FAILS(rill_df_from_csv_files(p, 2, NULL, &df, &err), RILL_EFORMAT, "b.csv has 2 columns and ", err);
+  cr_assert_null(df);
+  p[1] = csv_at(1, "b.csv", "id,y,name\n3,0.5,cy\n");
+  RT_FAILS(rill_df_from_csv_files(p, 2, NULL, &df, &err), RILL_EFORMAT, "b.csv has no column 'x' (", err);
+  p[1] = csv_at(1, "b.csv", "id,x,name\nthree,0.5,cy\n");
+  RT_FAILS(rill_df_from_csv_files(p, 2, NULL, &df, &err), RILL_EFORMAT, "column 'id' is int64 in ", err);
+  cr_assert(strstr(err.message, "a.csv and string in ") && strstr(err.message, "b.csv: give its type in the options"),
+            "%s", err.message);
+  p[1] = csv_at(1, "b.csv", "id,x,name\n3,\"unclosed\n");
+  RT_FAILS(rill_df_from_csv_files(p, 2, NULL, &df, &err), RILL_EFORMAT, "b.csv:2", err);
+  RT_FAILS(rill_df_from_csv_files((const char* const[]){p[0], "/nonexistent/z.csv"}, 2, NULL, &df, &err), RILL_EIO,
+           "/nonexistent/z.csv: cannot open", err);
+  RT_FAILS(rill_df_from_csv_files(p, 0, NULL, &df, &err), RILL_EINVAL, "rill_df_from_csv_files: 0 paths", err);
+  RT_FAILS(rill_df_from_csv_files((const char* const[]){p[0], NULL}, 2, NULL, &df, &err), RILL_EINVAL,
+           "rill_df_from_csv_files: paths[1] is NULL", err);
+  RT_FAILS(rill_df_from_csv_files(p, 1, NULL, NULL, &err), RILL_EINVAL, "rill_df_from_csv_files: out is NULL", err);
+  /* rows with a wrong number of fields left out, each file's listed by its own dataframe */
+  p[1] = csv_at(1, "b.csv", "id,x,name\n3,0.5,cy\n4,1\n5,2,ed\n6\n");
+  RT_OK(rill_df_from_csv_files(p, 2, &(rill_csv_opts_t){.on_bad_row = RILL_ON_ERROR_SKIP}, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 4);
+  rill_df_t* files[2];
+  cr_assert_eq(rill_df_concat_parts(df, files, 2), 2);
+  rill_csv_bad_row_t bad[4];
+  cr_assert_eq(rill_csv_bad_rows(files[0], bad, 4, &err), 0);
+  cr_assert_eq(rill_csv_bad_rows(files[1], bad, 4, &err), 2);
+  cr_assert(bad[0].line == 3 && bad[0].fields == 2 && bad[1].line == 5 && bad[1].fields == 1);
+  rill_df_free(files[0]);
+  rill_df_free(files[1]);
+  rill_df_free(df);
+  /* one file: as rill_df_from_csv */
+  RT_OK(rill_df_from_csv_files(p, 1, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 2);
+  rill_df_free(df);
+}

@@ -1,6 +1,6 @@
 /* Parse and iterate every row of a CSV file through rill (batches of BATCH rows, default 8192).
- * usage: bench_csv FILE.csv THREADS [BATCH]
- * environment: CSV_TRIM=1 (the trim option), CSV_COMMENT=C (the comment character),
+ * usage: bench_csv FILE.csv[,FILE.csv...] THREADS [BATCH]  (several files: rill_df_from_csv_files)
+ * environment: CSV_SHUFFLE=SEED (rows in a shuffled order), CSV_TRIM=1 (the trim option), CSV_COMMENT=C (the comment character),
  * CSV_ESCAPE=C (the escape character), CSV_NULL=TEXT (one null value), CSV_DELIMITER=C,
  * CSV_DECIMAL=C
  * prints: rill_csv seconds=S cpu_s=C rows=N rss_mb=M index_s=I nulls=K (cpu_s: user + system CPU
@@ -32,9 +32,22 @@ int main(int argc, char** argv) {
   o.decimal = decimal ? decimal[0] : 0;
   const char* null_values[2] = {getenv("CSV_NULL"), NULL};
   if (null_values[0]) o.null_values = null_values;
-  if (rill_df_from_csv(argv[1], &o, &df, &err) != RILL_OK) {
+  const char* files[64];
+  int nfiles = 0;
+  for (char* f = strtok(argv[1], ","); f && nfiles < 64; f = strtok(NULL, ",")) files[nfiles++] = f;
+  if (rill_df_from_csv_files(files, nfiles, &o, &df, &err) != RILL_OK) {
     fprintf(stderr, "bench_csv: %s\n", err.message);
     return 1;
+  }
+  const char* shuffle = getenv("CSV_SHUFFLE");
+  if (shuffle) {
+    rill_df_t* sh;
+    if (rill_df_shuffle(df, strtoull(shuffle, NULL, 10), &sh, &err) != RILL_OK) {
+      fprintf(stderr, "bench_csv: %s\n", err.message);
+      return 1;
+    }
+    rill_df_free(df);
+    df = sh;
   }
   double t_index = bench_now() - t0;
   int ncols;

@@ -288,6 +288,30 @@ def run_head(*args):
     return subprocess.run([RILL_BIN, "head", *map(str, args)], capture_output=True, timeout=60)
 
 
+
+def test_head_cli_reads_several_files_as_one(tmp_path):
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text("id,name\n1,ann\n2,bob\n")
+    b.write_text("name,id\ncy,3\ndee\ned,5\n")
+    names, rows, proc = rill_rows(a, b, "--skip-bad-rows")
+    assert names == ["id", "name"]
+    assert rows == [[1, "ann"], [2, "bob"], [3, "cy"], [5, "ed"]]
+    err = proc.stderr.decode()
+    assert "b.csv: left out 1 row with a wrong number of fields (2 expected): line 3 (1 field)" in err
+    assert "a.csv" not in err
+    proc = run_head(a, tmp_path / "missing.csv")
+    assert proc.returncode == 1 and b"missing.csv: cannot open" in proc.stderr
+    b.write_text("id,label\n3,x\n")
+    proc = run_head(a, b)
+    assert proc.returncode == 1 and b"b.csv has no column 'name'" in proc.stderr
+    db = tmp_path / "t.sqlite"
+    import sqlite3
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE t(x)")
+    proc = run_head(db, "t", "t")
+    assert proc.returncode == 2 and b"is a SQLite database: give one query or table name" in proc.stderr
+
+
 def test_head_cli_table_sqlite_and_errors(tmp_path):
     import sqlite3
 

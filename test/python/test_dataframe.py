@@ -140,6 +140,56 @@ def test_slices_and_take_match_python_and_numpy_indexing():
         b.take([0])
 
 
+
+def test_concat_reads_the_frames_rows_one_after_another(tmp_path):
+    a = rill.from_numpy({"x": np.arange(4), "s": ["a", None, "c", "d"]})
+    b = rill.from_numpy({"s": ["e", "f"], "x": np.arange(10, 12)})  # the same columns, another order
+    sql = tmp_path / "t.db"
+    import sqlite3
+    with sqlite3.connect(sql) as con:
+        con.execute("create table t (x integer, s text)")
+        con.executemany("insert into t values (?, ?)", [(20, "g"), (None, "h"), (22, None)])
+    c = rill.from_sqlite(str(sql), "select x, s from t", dtypes={"x": "int64", "s": "string"})
+    cat = rill.concat([a, b, c])
+    assert len(cat) == 9 and cat.columns == ["x", "s"]
+    want = pd.concat([pd.DataFrame({"x": [0, 1, 2, 3], "s": ["a", None, "c", "d"]}),
+                      pd.DataFrame({"x": [10, 11], "s": ["e", "f"]}),
+                      pd.DataFrame({"x": [20, None, 22], "s": ["g", "h", None]})], ignore_index=True)
+    got = pa.table(cat).to_pandas()
+    assert got["x"].tolist()[:6] == want["x"].tolist()[:6]
+    assert got["x"].isna().tolist() == want["x"].isna().tolist()
+    assert got["s"].tolist() == want["s"].tolist()
+    # derived from the result: a map, a shuffle, batches across the frames' boundaries
+    y = cat.map("y", lambda v: v * 2, ["x"], "int64", on_error="null")
+    assert [r["y"].to_pylist() for r in cat.batch(5, [y])] == [[0, 2, 4, 6, 20], [22, 40, None, 44]]
+    sh = cat.shuffle(seed=3)
+    got = pa.table(sh).column("s").to_pylist()
+    assert sorted(v for v in got if v) == ["a", "c", "d", "e", "f", "g", "h"] and got.count(None) == 2
+    # the frames stay usable, and the result keeps them alive
+    assert [len(p) for p in cat.parts] == [4, 2, 3] and a.parts == ()
+    del a, b, c
+    assert pa.table(cat[6:]).column("s").to_pylist() == ["g", "h", None]
+    # misuse
+    d = rill.from_numpy({"x": np.arange(2)})
+    with pytest.raises(rill.InvalidArgumentError, match=r"rill_df_concat: part 1 has 1 columns and part 0 has 2"):
+        rill.concat([rill.from_numpy({"x": np.arange(1), "s": ["a"]}), d])
+    with pytest.raises(rill.InvalidArgumentError, match=r"column 'x' is int64 in part 0 and float64 in part 1"):
+        rill.concat([d, rill.from_numpy({"x": np.zeros(2)})])
+    with pytest.raises(rill.InvalidArgumentError, match=r"part 1 is a derived dataframe"):
+        rill.concat([d, d.shuffle()])
+    with pytest.raises(rill.InvalidArgumentError, match=r"column 'y' of part 0 is a map, not a source"):
+        rill.concat([cat])
+    with pytest.raises(ValueError, match="concat: no frames to concatenate"):
+        rill.concat([])
+    with pytest.raises(TypeError, match=r"concat: frames\[1\] must be a DataFrame, not int"):
+        rill.concat([d, 3])
+    with pytest.raises(TypeError, match="concat: frames must be a sequence of DataFrame, not rill.DataFrame"):
+        rill.concat(d)
+    dd = rill.concat([d, d])
+    assert pa.table(dd).column("x").to_pylist() == [0, 1, 0, 1]
+    with pytest.raises(rill.InvalidArgumentError, match="already has derived dataframes"):
+        d.map("z", lambda v: v, ["x"], "int64")  # a part is frozen
+
 def test_adding_columns_after_deriving_is_refused():
     df = rill.from_numpy({"x": np.arange(3)})
     s = df.shuffle(1)

@@ -157,6 +157,63 @@ def test_from_csv_matches_python_csv(tmp_path):
     assert t.column("when").null_count == 1
 
 
+
+def test_from_csv_reads_a_list_of_files_as_one(tmp_path):
+    import gzip
+    rng = np.random.default_rng(4)
+    frames = []
+    paths = []
+    for k in range(4):
+        n = int(rng.integers(0, 40)) if k != 1 else 0  # one file with a header only
+        f = pd.DataFrame({"id": np.arange(n) + 100 * k,
+                          "score": rng.integers(0, 9, n) if k != 2 else rng.random(n),  # int64 but float64 in one
+                          "name": [f"n{k}_{i}" if i % 7 else None for i in range(n)]})
+        f = f[["name", "score", "id"]] if k == 3 else f  # columns in another order
+        p = tmp_path / f"part{k}.csv"
+        f.to_csv(p, index=False)
+        if k == 0:
+            p = tmp_path / "part0.csv.gz"
+            p.write_bytes(gzip.compress(f.to_csv(index=False).encode()))
+        frames.append(f[["id", "score", "name"]])
+        paths.append(p if k % 2 else str(p))  # os.PathLike and str
+    df = rill.from_csv(paths)
+    assert df.columns == ["id", "score", "name"]
+    assert [f.dtype for f in df.schema] == ["int64", "float64", "string"]
+    want = pd.concat(frames, ignore_index=True)
+    t = pa.table(df).to_pandas()
+    assert t["id"].tolist() == want["id"].tolist()
+    assert np.allclose(t["score"].to_numpy(), want["score"].to_numpy())
+    assert t["name"].fillna("").tolist() == want["name"].fillna("").tolist()
+    assert len(rill.from_csv(tuple(paths[:1]))) == len(frames[0])
+    # a bad cell names its file and line
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,score,name\n1,2,x\nseven,3,y\n")
+    with pytest.raises(rill.FormatError, match=r"bad\.csv:3"):
+        list(rill.from_csv([paths[2], bad], dtypes={"id": "int64"}))
+    other = tmp_path / "other.csv"
+    other.write_text("id,score,label\n1,2,x\n")
+    with pytest.raises(rill.FormatError, match=r"other\.csv has no column 'name' \("):
+        rill.from_csv([paths[2], other])
+    other.write_text("id,score,name\n1,2,2024-01-02\n")
+    with pytest.raises(rill.FormatError, match=r"column 'name' is string in .*part2\.csv and timestamp\[us\] in "
+                                               r".*other\.csv: give its type"):
+        rill.from_csv([paths[2], other])
+    assert pa.table(rill.from_csv([paths[2], other], dtypes={"name": "string"})).column("name").to_pylist()[-1] == \
+        "2024-01-02"
+    # bad rows are left out under on_bad_row="skip", each file's listed by its part
+    bad.write_text("id,score,name\n1,2,x\n2,3\n3,4,z\n")
+    both = rill.from_csv([paths[2], bad], on_bad_row="skip")
+    assert len(both) == len(frames[2]) + 2
+    assert [p.bad_rows for p in both.parts] == [[], [(3, 2)]]
+    assert both.bad_rows is None  # not a CSV file's own dataframe
+    with pytest.raises(ValueError, match="from_csv: an empty list of paths"):
+        rill.from_csv([])
+    with pytest.raises(TypeError):
+        rill.from_csv([paths[2], 3])
+    with pytest.raises(rill.RillIOError, match="nonexistent.csv: cannot open"):
+        rill.from_csv([paths[2], tmp_path / "nonexistent.csv"])
+
+
 def test_from_csv_options(tmp_path):
     p = tmp_path / "semi.csv"
     p.write_text("1;'a;b'\n2;'c'\n")

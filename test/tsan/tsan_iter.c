@@ -181,6 +181,44 @@ static void test_serial(void) {
   rill_df_free(df);
 }
 
+/* ---- a concatenation read shuffled on workers: its calls split among the parts' serial
+ * sources, whose calls never overlap */
+static void test_concat(void) {
+  rill_error_t err;
+  enum { P = 3 };
+  stage_ctx_t sc[P] = {{0}};
+  rill_df_t *parts[P], *cat, *sh, *b;
+  rill_stage_opts_t serial = {.where = RILL_STAGE_CPU_SERIAL, .grain = 16};
+  for (int p = 0; p < P; p++) {
+    CHECK_OK(rill_df_new(N / P, &parts[p], &err), err);
+    int c = rill_df_add_source(parts[p], "src", rill_type_scalar(RILL_INT64), tsrc, &sc[p], NULL, &serial, &err);
+    CHECK(c == 0, "column %d: %s", c, err.message);
+  }
+  CHECK_OK(rill_df_concat(parts, P, &cat, &err), err);
+  CHECK_OK(rill_df_shuffle(cat, 7, &sh, &err), err);
+  int col = 0;
+  CHECK_OK(rill_df_batch(sh, &col, 1, B, NULL, &b, &err), err);
+  rill_iter_t* it;
+  CHECK_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = 4, .prefetch = 8}, &it, &err), err);
+  rill_row_t row;
+  int64_t n = 0, sum = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    const rill_array_t* a = rill_row_get(&row, 0);
+    for (int64_t i = 0; i < a->length; i++) sum += i64_at(a, i);
+    n += a->length;
+  }
+  rill_iter_free(it);
+  int64_t k = N / P;
+  CHECK(n == P * k && sum == P * 3 * (k * (k - 1) / 2), "%lld rows, sum %lld", (long long)n, (long long)sum);
+  for (int p = 0; p < P; p++)
+    CHECK(atomic_load(&sc[p].overlap) == 0, "part %d's serial source overlapped %lld times", p,
+          (long long)atomic_load(&sc[p].overlap));
+  rill_df_free(b);
+  rill_df_free(sh);
+  rill_df_free(cat);
+  for (int p = 0; p < P; p++) rill_df_free(parts[p]);
+}
+
 /* ---- iterators freed while their chunks are being computed */
 
 static void test_free_in_flight(void) {
@@ -271,6 +309,7 @@ int main(void) {
     test_pipelines();
     test_two_iterators();
     test_serial();
+    test_concat();
     test_free_in_flight();
     test_memory_lending();
   }

@@ -121,6 +121,33 @@ static PyObject* df_bad_rows_of(RillDataFrame* self, int which) {
   return out;
 }
 
+/* rill_df_concat_parts: the parts of a concatenation (each keeps self, and what self keeps,
+ * alive), or an empty tuple. */
+static PyObject* df_parts(RillDataFrame* self, void* c) {
+  int n = rill_df_concat_parts(self->df, NULL, 0);
+  PyObject* out = PyTuple_New(n);
+  rill_df_t** parts = n > 0 ? PyMem_Calloc((size_t)n, sizeof *parts) : NULL;
+  if (!out || (n > 0 && !parts)) {
+    Py_XDECREF(out);
+    PyMem_Free(parts);
+    return PyErr_NoMemory();
+  }
+  if (n > 0) rill_df_concat_parts(self->df, parts, n);
+  for (int i = 0; i < n; i++) {
+    PyObject* d = rillpy_df_new(parts[i], (PyObject*)self); /* takes the reference, also on failure */
+    parts[i] = NULL;
+    if (!d) {
+      for (int k = i + 1; k < n; k++) rill_df_free(parts[k]);
+      Py_CLEAR(out);
+      break;
+    }
+    ((RillDataFrame*)d)->classes = Py_XNewRef(self->classes);
+    PyTuple_SET_ITEM(out, i, d);
+  }
+  PyMem_Free(parts);
+  return out;
+}
+
 static PyObject* df_bad_row_count(RillDataFrame* self, void* c) { return df_bad_rows_of(self, 0); }
 static PyObject* df_bad_rows(RillDataFrame* self, void* c) { return df_bad_rows_of(self, 1); }
 
@@ -1107,6 +1134,9 @@ static PyGetSetDef df_getset[] = {
      "with nulls), for a CSV dataframe or an unbatched view of it; else None.", NULL},
     {"bad_rows", (getter)df_bad_rows, NULL,
      "The first of those rows (up to 1024), in file order: list of (line, fields found); else None.", NULL},
+    {"parts", (getter)df_parts, NULL,
+     "The dataframes a concatenation (concat, or from_csv of several files) reads, in order: a tuple "
+     "(empty for any other dataframe). Each file's bad_rows is its part's.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PySequenceMethods df_as_sequence = {.sq_length = (lenfunc)df_len};
@@ -1130,7 +1160,82 @@ PyTypeObject RillDataFrame_Type = {
     .tp_new = df_tp_new,
 };
 
+/* rill.concat(frames): rill_df_concat. The parts' class names (image folders) must agree; the
+ * result keeps them. */
+static PyObject* py_concat(PyObject* m, PyObject* frames) {
+  if (PyUnicode_Check(frames) || PyBytes_Check(frames) || PyObject_TypeCheck(frames, &RillDataFrame_Type))
+    return PyErr_Format(PyExc_TypeError, "concat: frames must be a sequence of DataFrame, not %s",
+                        Py_TYPE(frames)->tp_name);
+  PyObject* seq = PySequence_Fast(frames, "concat: frames must be a sequence of DataFrame");
+  if (!seq) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject* res = NULL;
+  rill_df_t** parts = NULL;
+  if (n == 0 || n > INT32_MAX) {
+    PyErr_Format(PyExc_ValueError, "concat: %s", n ? "too many frames" : "no frames to concatenate");
+    goto out;
+  }
+  if (!(parts = PyMem_Calloc((size_t)n, sizeof *parts))) {
+    PyErr_NoMemory();
+    goto out;
+  }
+  PyObject* classes = NULL;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+    if (!PyObject_TypeCheck(item, &RillDataFrame_Type)) {
+      PyErr_Format(PyExc_TypeError, "concat: frames[%zd] must be a DataFrame, not %s", i, Py_TYPE(item)->tp_name);
+      goto out;
+    }
+    RillDataFrame* d = (RillDataFrame*)item;
+    parts[i] = d->df;
+    PyObject* c = d->classes ? d->classes : Py_None;
+    if (i == 0) {
+      classes = c;
+      continue;
+    }
+    int same = PyObject_RichCompareBool(c, classes, Py_EQ);
+    if (same < 0) goto out;
+    if (!same) {
+      PyErr_Format(PyExc_ValueError,
+                   "concat: frames[%zd] has other class names than frames[0] (%R and %R): its labels would "
+                   "mean other classes",
+                   i, c, classes);
+      goto out;
+    }
+  }
+  rill_error_t err;
+  rill_error_clear(&err);
+  rill_df_t* out = NULL;
+  int rc = rill_df_concat(parts, (int)n, &out, &err);
+  if (rc < 0) {
+    rillpy_raise(rc, &err);
+    goto out;
+  }
+  res = rillpy_df_new(out, NULL);
+  if (res) {
+    RillDataFrame* r = (RillDataFrame*)res;
+    for (Py_ssize_t i = 0; i < n; i++)
+      if (PyList_Append(r->keep, PySequence_Fast_GET_ITEM(seq, i)) < 0) Py_CLEAR(res);
+    if (res && classes != Py_None) r->classes = Py_NewRef(classes);
+  }
+out:
+  PyMem_Free(parts);
+  Py_DECREF(seq);
+  return res;
+}
+
+static PyMethodDef dataframe_functions[] = {
+    {"concat", (PyCFunction)py_concat, METH_O,
+     "concat(frames: Sequence[DataFrame]) -> DataFrame\n\n"
+     "The rows of frames[0], then those of frames[1], ...: one dataset from several files or tables. "
+     "The frames hold the same column names (any order; the result has frames[0]'s) and types, and are "
+     "read from sources only (from_csv, from_sqlite, from_numpy, from_files, ... or concat): map, "
+     "shuffle, filter and batch the result. Their sources must handle errors alike (on_error); image "
+     "folders must have the same class names."},
+    {NULL, NULL, 0, NULL}};
+
 int rillpy_init_dataframe(PyObject* m) {
+  if (PyModule_AddFunctions(m, dataframe_functions) < 0) return -1;
   if (PyType_Ready(&RillDataFrame_Type) < 0 || PyType_Ready(&RillArrowStream_Type) < 0) return -1;
   if (PyModule_AddObjectRef(m, "DataFrame", (PyObject*)&RillDataFrame_Type) < 0) return -1;
   if (PyModule_AddObjectRef(m, "ArrowStream", (PyObject*)&RillArrowStream_Type) < 0) return -1;

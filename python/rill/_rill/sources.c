@@ -710,6 +710,40 @@ static int csv_opts(PyObject* delimiter, PyObject* quote, int header, int infer,
   return 0;
 }
 
+/* rill_df_from_csv_files over a list or tuple of paths (str or os.PathLike). 0 / -1 (raised). */
+static int open_csv_files(PyObject* paths, const rill_csv_opts_t* o, rill_df_t** out) {
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(paths);
+  if (n == 0 || n > INT32_MAX) {
+    PyErr_Format(PyExc_ValueError, "from_csv: %s", n ? "too many paths" : "an empty list of paths");
+    return -1;
+  }
+  PyObject* held = PyList_New(n);
+  const char** cp = held ? PyMem_Calloc((size_t)n, sizeof *cp) : NULL;
+  int rc = held && cp ? 0 : -1;
+  if (held && !cp) PyErr_NoMemory();
+  for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+    PyObject* b = rillpy_fspath(PySequence_Fast_GET_ITEM(paths, i));
+    if (!b) {
+      rc = -1;
+      break;
+    }
+    PyList_SET_ITEM(held, i, b);
+    cp[i] = PyBytes_AS_STRING(b);
+  }
+  if (rc == 0) {
+    rill_error_t err;
+    rill_error_clear(&err);
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = rill_df_from_csv_files(cp, (int)n, o, out, &err);
+    Py_END_ALLOW_THREADS
+    rc = rillpy_check(r, &err) < 0 ? -1 : 0;
+  }
+  PyMem_Free(cp);
+  Py_XDECREF(held);
+  return rc;
+}
+
 static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"path",     "delimiter",  "quote",       "header",   "infer", "dtypes",
                            "on_error", "on_bad_row", "threads",     "infer_rows", "chunk_bytes", "encoding",
@@ -730,7 +764,7 @@ static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
                encoding, trim, comment, escape, null_values, decimal, skip_lines, &o, &cols, &keep) < 0)
     return NULL;
   rill_df_t* df = NULL;
-  int rc = open_path(path, open_csv, &o, &df);
+  int rc = PyList_Check(path) || PyTuple_Check(path) ? open_csv_files(path, &o, &df) : open_path(path, open_csv, &o, &df);
   csv_opts_free(&o, cols, keep);
   return rc < 0 ? NULL : rillpy_df_new(df, NULL);
 }
@@ -978,7 +1012,9 @@ static PyMethodDef source_functions[] = {
      "from_csv(path, *, delimiter=',', quote='\"', header=True, infer=True, dtypes=None, on_error='raise', "
      "on_bad_row='raise', threads=0, infer_rows=0, chunk_bytes=0, encoding='utf-8', trim=False, comment=None, "
      "escape=None, null_values=None, decimal='.', skip_lines=0) -> DataFrame\n\n"
-     "A dataframe over a CSV file (str or os.PathLike), parsed when rows are pulled; a gzip- or "
+     "A dataframe over a CSV file (str or os.PathLike), parsed when rows are pulled; a list or tuple of "
+     "paths reads their rows one file after another (the same columns in any order; int64 in one file "
+     "and float64 in another is float64). A gzip- or "
      "zstd-compressed file (known by its bytes, not its name) is decompressed into memory first. dtypes: "
      "{column name or index: dtype} overrides of the inferred types ('binary': bytes as they are). "
      "encoding: 'utf-8' (text that is not is a row error, see on_error), 'utf-8-lossy' (ill-formed "

@@ -1,0 +1,349 @@
+/* Concatenation (rill_df_concat): a dataframe whose rows are those of its parts one after
+ * another. It is a dataframe of sources: one source group over every column, whose function
+ * hands each call's rows to the sources of the parts that hold them (row r of the result is
+ * row r - first[p] of part p). A call whose rows all lie in one part is passed on with the
+ * engine's own output arrays (no copy); a call over several parts fills arrays of its own for
+ * each part and copies their cells into place. */
+#include <string.h>
+
+#include "stage.h"
+
+typedef struct part {
+  rill_df_t* df;
+  int* col; /* col[i]: the part's column holding column i of the result */
+} part_t;
+
+typedef struct concat {
+  int nparts, ncols;
+  part_t* parts;
+  int64_t* first; /* first[p]: the result's row of part p's row 0; first[nparts]: the rows */
+} concat_t;
+
+static void concat_free(void* ctx) {
+  concat_t* cc = ctx;
+  if (!cc) return;
+  for (int p = 0; p < cc->nparts; p++) {
+    if (cc->parts[p].df) {
+      rill__df_freeze(cc->parts[p].df, -1);
+      rill_df_free(cc->parts[p].df);
+    }
+    rill__free(cc->parts[p].col);
+  }
+  rill__free(cc->parts);
+  rill__free(cc->first);
+  rill__free(cc);
+}
+
+/* The part holding row r (parts without rows hold none). */
+static int part_of(const concat_t* cc, int64_t r) {
+  int lo = 0, hi = cc->nparts - 1;
+  while (lo < hi) { /* the last p with first[p] <= r */
+    int mid = lo + (hi - lo + 1) / 2;
+    if (cc->first[mid] <= r) lo = mid;
+    else hi = mid - 1;
+  }
+  while (cc->first[lo + 1] <= r) lo++; /* past empty parts */
+  return lo;
+}
+
+/* The result's column whose cells part p's column pc holds, or -1. */
+static int result_column(const concat_t* cc, int p, int pc) {
+  for (int i = 0; i < cc->ncols; i++)
+    if (cc->parts[p].col[i] == pc) return i;
+  return -1;
+}
+
+/* Fills outs[i] (columns of the result; NULL: not needed) with the cells of part p's rows
+ * local[0..k): one call of each source (or source group) of the part that holds a needed
+ * column. The error convention of the part's functions, with err->column a column of the
+ * result. */
+static int fill_part(const concat_t* cc, int p, const int64_t* local, int64_t k, rill_array_t* const* outs,
+                     rill_exec_t* exec, rill_error_t* err) {
+  const part_t* pt = &cc->parts[p];
+  uint8_t done[cc->ncols > 0 ? cc->ncols : 1];
+  memset(done, 0, sizeof done);
+  for (int i = 0; i < cc->ncols; i++) {
+    if (!outs[i] || done[i]) continue;
+    rill__column_t* c = pt->df->cols[pt->col[i]];
+    pthread_mutex_t* serial = NULL;
+    if (c->opts.where == RILL_STAGE_CPU_SERIAL) serial = c->group ? &c->group->serial : &c->serial;
+    err->code = 0;
+    err->row = -1;
+    err->column = -1;
+    err->message[0] = '\0';
+    int rc;
+    if (c->group) {
+      const rill__srcgroup_t* g = c->group;
+      rill_array_t* gouts[g->n];
+      memset(gouts, 0, sizeof gouts);
+      for (int j = i; j < cc->ncols; j++) {
+        int gi = pt->col[j] - g->first;
+        if (!outs[j] || done[j] || gi < 0 || gi >= g->n || pt->df->cols[pt->col[j]]->group != g) continue;
+        gouts[gi] = outs[j];
+        done[j] = 1;
+      }
+      if (serial) pthread_mutex_lock(serial);
+      rc = g->fn(local, k, gouts, g->n, exec, g->ctx, err);
+      if (serial) pthread_mutex_unlock(serial);
+      if (rc != RILL_OK) err->column = err->column >= 0 ? result_column(cc, p, g->first + err->column) : -1;
+    } else {
+      done[i] = 1;
+      if (serial) pthread_mutex_lock(serial);
+      rc = c->source(local, k, outs[i], exec, c->ctx, err);
+      if (serial) pthread_mutex_unlock(serial);
+      if (rc != RILL_OK) err->column = i;
+    }
+    if (rc != RILL_OK) return rc;
+  }
+  return RILL_OK;
+}
+
+/* Copies cells [0, k) of dst from cell at[j] of src[pof[j]] (arrays of the same type; a
+ * variable-length dst is filled in order). RILL_OK or RILL_ENOMEM. */
+static int gather(rill_array_t* dst, rill_array_t* const* src, const int* pof, const int64_t* at, int64_t k,
+                  int64_t cell) {
+  uint8_t* d = dst->data;
+  for (int64_t j = 0; j < k; j++) {
+    const rill_array_t* a = src[pof[j]];
+    int64_t i = at[j];
+    int valid = !a->validity || rill__bit_get(a->validity, i);
+    int rc = RILL_OK;
+    if (cell > 0) {
+      if (valid) memcpy(d + j * cell, (const uint8_t*)a->data + i * cell, (size_t)cell);
+    } else if (!a->shapes) {
+      int64_t o = a->offsets[i], nb = valid ? a->offsets[i + 1] - o : 0;
+      rc = rill_array_set_var(dst, j, nb ? (const uint8_t*)a->data + o : NULL, nb, NULL);
+    } else {
+      rill__cell_t v;
+      rill__cell_view(a, i, &v);
+      rc = rill_array_set_var(dst, j, valid ? v.data : NULL, valid ? v.nbytes : 0, v.shape);
+    }
+    if (rc == RILL_OK && !valid) rc = rill_array_set_null(dst, j);
+    if (rc != RILL_OK) return rc;
+  }
+  return RILL_OK;
+}
+
+/* A call whose rows lie in several parts: one call per part into arrays of its own, then its
+ * cells copied into outs. A part that fails at one of its cells stops there; the cells of the
+ * result before the first such cell (over every part) are kept and that cell is reported. */
+static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_array_t* const* outs,
+                      rill_exec_t* exec, rill_error_t* err) {
+  int np = cc->nparts, nc = cc->ncols;
+  rill_array_t* pouts[nc]; /* nc >= 1 */
+  int64_t* start = rill__calloc((size_t)np + 1, sizeof *start); /* part p's cells: [start[p], start[p+1]) */
+  int* pof = rill__alloc(sizeof *pof * (size_t)n);
+  int64_t* at = rill__alloc(sizeof *at * (size_t)n);         /* cell i: its index in its part's call */
+  int64_t* buf = rill__alloc(sizeof *buf * (size_t)(3 * n)); /* by part: local rows, result rows, cells */
+  rill_array_t** tmp = rill__calloc((size_t)np * (size_t)nc + 1, sizeof *tmp);
+  int rc = RILL_OK;
+  int64_t bad = n; /* the first failed cell of the call */
+  rill_error_t first_err;
+  rill_error_clear(&first_err);
+  if (!start || !pof || !at || !buf || !tmp) {
+    rc = rill_error_set(err, RILL_ENOMEM, "out of memory splitting the rows among the parts");
+    goto out;
+  }
+  /* the cells grouped by part, in their order: a counting sort */
+  for (int64_t i = 0; i < n; i++) {
+    pof[i] = part_of(cc, rows[i]);
+    at[i] = start[pof[i] + 1]++;
+  }
+  for (int p = 0; p < np; p++) start[p + 1] += start[p];
+  int64_t *local = buf, *ids = buf + n, *cells = buf + 2 * n;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t q = start[pof[i]] + at[i];
+    local[q] = rows[i] - cc->first[pof[i]];
+    ids[q] = exec->rows[i];
+    cells[q] = i;
+  }
+  for (int p = 0; p < np && rc == RILL_OK; p++) {
+    int64_t b = start[p], k = start[p + 1] - b;
+    if (k == 0) continue;
+    for (int i = 0; i < nc; i++) {
+      pouts[i] = NULL;
+      if (!outs[i]) continue;
+      if (rill__array_create(NULL, (rill_device_t){RILL_DEVICE_CPU, 0}, &tmp[p * nc + i]) != RILL_OK) {
+        rc = rill_error_set(err, RILL_ENOMEM, "out of memory for a part's cells");
+        goto out;
+      }
+      pouts[i] = tmp[p * nc + i];
+    }
+    rill_exec_t sub = *exec; /* the result's row ids of these cells: generators stay per row */
+    sub.rows = ids + b;
+    sub.n = k;
+    rill_error_t e;
+    int r = fill_part(cc, p, local + b, k, pouts, &sub, &e);
+    if (r != RILL_OK) {
+      int64_t cell = cells[b + (e.row >= 0 && e.row < k ? e.row : 0)]; /* the part's failed cell, in the call */
+      if (cell < bad) {
+        bad = cell;
+        first_err = e;
+        first_err.code = r;
+      }
+    }
+  }
+  for (int i = 0; i < nc && rc == RILL_OK; i++) {
+    if (!outs[i]) continue;
+    rill_type_t ty = cc->parts[0].df->cols[cc->parts[0].col[i]]->field.type;
+    if ((rc = rill_exec_alloc(exec, outs[i], ty, n)) == RILL_OK) {
+      rill_array_t* src[np];
+      for (int p = 0; p < np; p++) src[p] = tmp[p * nc + i];
+      rc = gather(outs[i], src, pof, at, bad, rill_type_cell_bytes(&ty));
+    }
+    if (rc != RILL_OK) rill_error_set(err, rc, "out of memory copying the cells");
+  }
+  if (rc != RILL_OK) goto out;
+  if (bad < n) {
+    *err = first_err;
+    err->row = bad;
+    rc = first_err.code;
+  }
+out:
+  if (tmp)
+    for (int64_t q = 0; q < (int64_t)np * nc; q++) rill_array_release(tmp[q]);
+  rill__free(tmp);
+  rill__free(buf);
+  rill__free(at);
+  rill__free(pof);
+  rill__free(start);
+  return rc;
+}
+
+static int concat_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts, rill_exec_t* exec,
+                       void* ctx, rill_error_t* err) {
+  const concat_t* cc = ctx;
+  (void)nouts;
+  if (n == 0) return fill_part(cc, 0, rows, 0, outs, exec, err);
+  int p = part_of(cc, rows[0]);
+  int64_t lo = cc->first[p], hi = cc->first[p + 1];
+  int64_t i = 1;
+  while (i < n && rows[i] >= lo && rows[i] < hi) i++;
+  if (i < n) return fill_mixed(cc, rows, n, outs, exec, err);
+  if (lo == 0) return fill_part(cc, p, rows, n, outs, exec, err);
+  int64_t* local = rill__alloc(sizeof *local * (size_t)n);
+  if (!local) return rill_error_set(err, RILL_ENOMEM, "out of memory for the rows of a part");
+  for (int64_t j = 0; j < n; j++) local[j] = rows[j] - lo;
+  int rc = fill_part(cc, p, local, n, outs, exec, err);
+  rill__free(local);
+  return rc;
+}
+
+static const char* policy_name(rill_on_error_t p) {
+  return p == RILL_ON_ERROR_SKIP ? "skip" : p == RILL_ON_ERROR_NULL ? "null" : "raise";
+}
+
+/* Checks part p against part 0 and fills its column map; the result's column i is part 0's
+ * column i. */
+static int match_part(concat_t* cc, int p, rill_error_t* err) {
+  static const char who[] = "rill_df_concat";
+  const rill_df_t* d = cc->parts[p].df;
+  const rill_df_t* d0 = cc->parts[0].df;
+  if (d->parent)
+    return rill__fail(err, RILL_EINVAL,
+                      "%s: part %d is a derived dataframe (a view, batch or reduce): concatenate the dataframes "
+                      "read from their sources, then derive from the result",
+                      who, p);
+  if (d->ncols != cc->ncols)
+    return rill__fail(err, RILL_EINVAL, "%s: part %d has %d columns and part 0 has %d", who, p, d->ncols, cc->ncols);
+  const rill__column_t* c00 = d0->cols[0];
+  for (int k = 0; k < d->ncols; k++) {
+    const rill__column_t* c = d->cols[k];
+    if (c->kind != RILL__COL_SOURCE)
+      return rill__fail(err, RILL_EINVAL,
+                        "%s: column '%s' of part %d is a map, not a source: concatenate the sources, then map the "
+                        "result",
+                        who, c->field.name, p);
+    if (c->opts.where == RILL_STAGE_CUDA)
+      return rill__fail(err, RILL_ENOTSUP, "%s: column '%s' of part %d is computed on a CUDA device", who,
+                        c->field.name, p);
+    if (c->opts.on_error != c00->opts.on_error)
+      return rill__fail(err, RILL_EINVAL,
+                        "%s: column '%s' of part %d handles errors by '%s' and column '%s' of part 0 by '%s': the "
+                        "parts' sources must handle errors alike",
+                        who, c->field.name, p, policy_name(c->opts.on_error), c00->field.name,
+                        policy_name(c00->opts.on_error));
+  }
+  for (int i = 0; i < cc->ncols; i++) {
+    const rill_field_t* f0 = &d0->cols[i]->field;
+    int k = 0;
+    while (k < d->ncols && strcmp(d->cols[k]->field.name, f0->name) != 0) k++;
+    if (k == d->ncols)
+      return rill__fail(err, RILL_EINVAL, "%s: part %d has no column '%s' (part 0 has)", who, p, f0->name);
+    const rill_field_t* f = &d->cols[k]->field;
+    if (!rill_type_equal(&f->type, &f0->type)) {
+      char t0[96], t1[96];
+      return rill__fail(err, RILL_EINVAL, "%s: column '%s' is %s in part 0 and %s in part %d", who, f0->name,
+                        rill_type_format(&f0->type, t0, sizeof t0), rill_type_format(&f->type, t1, sizeof t1), p);
+    }
+    cc->parts[p].col[i] = k;
+  }
+  return RILL_OK;
+}
+
+int rill_df_concat(rill_df_t* const* parts, int nparts, rill_df_t** out, rill_error_t* err) {
+  static const char who[] = "rill_df_concat";
+  if (!out) return rill__fail(err, RILL_EINVAL, "%s: out is NULL", who);
+  *out = NULL;
+  if (!parts || nparts < 1) return rill__fail(err, RILL_EINVAL, "%s: %d parts (at least 1)", who, nparts);
+  for (int p = 0; p < nparts; p++)
+    if (!parts[p]) return rill__fail(err, RILL_EINVAL, "%s: part %d is NULL", who, p);
+  if (parts[0]->ncols == 0) return rill__fail(err, RILL_EINVAL, "%s: part 0 has no columns", who);
+  concat_t* cc = rill__calloc(1, sizeof *cc);
+  if (!cc) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
+  cc->ncols = parts[0]->ncols;
+  cc->parts = rill__calloc((size_t)nparts, sizeof *cc->parts);
+  cc->first = rill__calloc((size_t)nparts + 1, sizeof *cc->first);
+  int rc = cc->parts && cc->first ? RILL_OK : rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
+  for (int p = 0; rc == RILL_OK && p < nparts; p++) {
+    cc->parts[p].df = parts[p];
+    rill__df_retain(parts[p]);
+    rill__df_freeze(parts[p], 1); /* columns added later would not be in the result */
+    cc->nparts = p + 1;
+    if (!(cc->parts[p].col = rill__calloc((size_t)cc->ncols + 1, sizeof(int))))
+      rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
+    else rc = match_part(cc, p, err);
+    if (rc == RILL_OK && parts[p]->rows > INT64_MAX - cc->first[p])
+      rc = rill__fail(err, RILL_ERANGE, "%s: the parts hold more than 2^63 rows together", who);
+    if (rc == RILL_OK) cc->first[p + 1] = cc->first[p] + parts[p]->rows;
+  }
+  if (rc != RILL_OK) {
+    concat_free(cc);
+    return rc;
+  }
+  int64_t rows = cc->first[nparts];
+  uint64_t h = 0xCBF29CE484222325ULL; /* the parts' row counts: saved iterator states name them */
+  for (int p = 0; p <= nparts; p++) h = (h ^ (uint64_t)cc->first[p]) * 0x100000001B3ULL;
+  const rill_df_t* d0 = parts[0];
+  const char* names[cc->ncols];
+  rill_type_t types[cc->ncols];
+  int nullable[cc->ncols];
+  rill_stage_opts_t o = {.where = RILL_STAGE_CPU, .on_error = d0->cols[0]->opts.on_error};
+  for (int i = 0; i < cc->ncols; i++) {
+    names[i] = d0->cols[i]->field.name;
+    types[i] = d0->cols[i]->field.type;
+    nullable[i] = 0;
+    for (int p = 0; p < nparts; p++) {
+      const rill__column_t* c = parts[p]->cols[cc->parts[p].col[i]];
+      nullable[i] |= c->field.nullable;
+      if (c->opts.grain > o.grain) o.grain = c->opts.grain;
+    }
+  }
+  rill_df_t* df = NULL;
+  rc = rill__df_new_source_group(rows, names, types, nullable, cc->ncols, concat_fill, cc, concat_free, &o, &df, err);
+  if (rc != RILL_OK) return rc;
+  df->kind = RILL__DF_CONCAT;
+  df->kept_hash = h;
+  *out = df;
+  return RILL_OK;
+}
+
+int rill_df_concat_parts(const rill_df_t* df, rill_df_t** parts, int cap) {
+  if (!df || df->kind != RILL__DF_CONCAT) return 0;
+  const concat_t* cc = df->cols[0]->group->ctx; /* the group comes first; columns added later follow it */
+  for (int p = 0; parts && p < cap && p < cc->nparts; p++) {
+    rill__df_retain(cc->parts[p].df);
+    parts[p] = cc->parts[p].df;
+  }
+  return cc->nparts;
+}
