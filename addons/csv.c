@@ -688,15 +688,14 @@ static int apply_overrides(rill__csv_t* c, const rill_csv_opts_t* o, rill_error_
   return RILL_OK;
 }
 
-/* The offset after `lines` physical lines from `pos` ('\n', "\r\n" or a lone '\r' ends one, as
- * rill__csv_line counts them), or -1 when nothing is left after them; *seen: the lines
- * passed (a last line without a line break counts). */
+/* The offset after `lines` physical lines from `pos` (rill__csv_break_at ends one), or -1 when
+ * nothing is left after them; *seen: the lines passed (a last line without a line break
+ * counts). */
 static int64_t skip_lines(const rill__csv_t* c, int64_t pos, int64_t lines, int64_t* seen) {
-  const char* d = c->data;
   int64_t k = 0;
   while (k < lines && pos < c->size) {
-    while (pos < c->size && d[pos] != '\n' && d[pos] != '\r') pos++;
-    if (pos < c->size) pos += 1 + (d[pos] == '\r' && pos + 1 < c->size && d[pos + 1] == '\n');
+    while (pos < c->size && !rill__csv_break_at(c->data, c->size, pos)) pos++;
+    if (pos < c->size) pos++;
     k++;
   }
   *seen = k;

@@ -20,14 +20,10 @@
 
 /* ------------------------------------------------------------------ line numbers */
 
-/* Counts physical line breaks ('\n', "\r\n" or a lone '\r') in [a, b). */
+/* Counts the physical line breaks that end in [a, b). */
 static int64_t count_breaks(const char* d, int64_t size, int64_t a, int64_t b) {
   int64_t n = 0;
-  for (int64_t i = a; i < b; i++) {
-    char ch = d[i];
-    if (ch == '\n') n++;
-    else if (ch == '\r' && (i + 1 >= size || d[i + 1] != '\n')) n++;
-  }
+  for (int64_t i = a; i < b; i++) n += rill__csv_break_at(d, size, i);
   return n;
 }
 

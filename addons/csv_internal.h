@@ -30,6 +30,13 @@ static inline int rill__csv_escaped(const char* d, int64_t from, int64_t p, char
   return (p - k) & 1;
 }
 
+/* Whether a physical line break ends at byte i of d[0..size): a '\n', or a '\r' not followed
+ * by '\n' ("\r\n" is one break, ending at its '\n'). Line numbers in messages
+ * (rill__csv_line) and skip_lines count these. */
+static inline int rill__csv_break_at(const char* d, int64_t size, int64_t i) {
+  return d[i] == '\n' || (d[i] == '\r' && (i + 1 >= size || d[i + 1] != '\n'));
+}
+
 /* A blank that `trim` removes: a space or a tab that is not the delimiter. */
 static inline int rill__csv_blank(const rill__csv_dialect_t* x, char ch) {
   return (ch == ' ' || ch == '\t') && ch != x->dl;

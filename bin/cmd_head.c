@@ -1,4 +1,5 @@
 /* `rill head`: print the first rows of a CSV file or of a SQLite query. */
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -171,6 +172,18 @@ static int is_sqlite_file(const char* path) {
   return n == (ssize_t)sizeof magic && memcmp(magic, "SQLite format 3", 16) == 0;
 }
 
+/* A count given as an argument: decimal digits (a sign, blanks, other text, nothing at all and
+ * a value past int64 are refused). 0, or -1. */
+static int parse_count(const char* v, int64_t* out) {
+  if (*v < '0' || *v > '9') return -1;
+  char* end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (*end || errno == ERANGE) return -1;
+  *out = n;
+  return 0;
+}
+
 static int parse_char(const char* v, char* out) {
   if (!strcmp(v, "tab") || !strcmp(v, "\\t")) { *out = '\t'; return 0; }
   if (strlen(v) != 1) return -1;
@@ -285,14 +298,12 @@ int rill_cmd_head(int argc, char** argv) {
    : (!strncmp(a, opt "=", strlen(opt) + 1) ? (val = a + strlen(opt) + 1, 1) : 0))
     int t;
     if ((t = TAKE("-n")) || (t = TAKE("--rows"))) {
-      char* end;
-      if (t < 0 || (limit = strtoll(val, &end, 10), *end || limit < 0)) {
+      if (t < 0 || parse_count(val, &limit) < 0) {
         fprintf(stderr, "rill head: -n needs a number of rows\n%s", head_usage);
         return 2;
       }
     } else if ((t = TAKE("--skip-lines"))) {
-      char* end;
-      if (t < 0 || !*val || (co.skip_lines = strtoll(val, &end, 10), *end || co.skip_lines < 0)) {
+      if (t < 0 || parse_count(val, &co.skip_lines) < 0) {
         fprintf(stderr, "rill head: --skip-lines needs a number of lines\n");
         return 2;
       }

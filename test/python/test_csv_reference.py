@@ -342,6 +342,10 @@ def test_head_cli_table_sqlite_and_errors(tmp_path):
     assert proc.returncode == 1 and b"missing.csv: cannot open" in proc.stderr
     assert run_head().returncode == 2
     assert run_head(CORPUS / "quotes.csv", "-n", "x").returncode == 2
+    for bad in ["", "-1", "+2", " 2", "2 ", "99999999999999999999"]:  # one number parser for -n and --skip-lines
+        for opt in ["-n", "--skip-lines"]:
+            proc = run_head(CORPUS / "quotes.csv", opt, bad)
+            assert proc.returncode == 2 and b"needs a number of" in proc.stderr, (opt, bad)
     assert run_head(CORPUS / "quotes.csv", "--bogus").returncode == 2
     proc = run_head("--help")
     assert proc.returncode == 0 and b"usage: rill head" in proc.stdout
