@@ -4,7 +4,8 @@
  * machine, and the mask record splits (every level) with the byte loop. The first byte picks
  * the options, the input's size the encoding, whether fields are trimmed, '#' lines comments,
  * '\\' an escape character, "", "0", "NA" null values, ',' the decimal separator and the lines
- * skipped at the start (0, 1 or 2). */
+ * skipped at the start (0, 1 or 2). The two reads, concatenated and shuffled, give the same
+ * rows. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,24 +16,72 @@
 #include "rows.h"
 #include "text.h"
 
-static void touch_all(rill_df_t* df) {
+/* The hash of cell i of every column (fuzz_check_row's, for a batch). */
+static uint64_t cell_hash(const rill_row_t* row, int64_t i) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int c = 0; c < row->ncolumns; c++) {
+    const rill_array_t* a = rill_row_get(row, c);
+    int64_t nb = 0;
+    const uint8_t* p = rill_array_cell(a, i, &nb);
+    int valid = rill_array_is_valid(a, i);
+    h = fuzz_mix(h, &valid, sizeof valid);
+    if (valid) h = fuzz_mix(h, p, (size_t)nb);
+  }
+  return h;
+}
+
+/* Reads every row of df (one at a time), checking each; returns the sum of the rows' hashes (a
+ * digest that does not depend on their order), the rows read in *n and the failed ones in
+ * *failed. */
+static uint64_t touch_all(rill_df_t* df, int64_t* n, int64_t* failed) {
   rill_error_t err = {0};
   rill_iter_t* it = NULL;
+  uint64_t sum = 0;
+  *n = *failed = 0;
   if (rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = RILL_PREFETCH_NONE}, &it, &err) !=
       RILL_OK)
-    return;
+    abort();
   rill_row_t row;
   int rc;
-  volatile uint64_t sink = 0;
   while ((rc = rill_iter_next(it, &row, &err)) != RILL_END) {
     if (rc != RILL_OK) {
       if (err.message[0] == 0) abort(); /* every error has a message */
+      ++*failed;
       continue;
     }
-    sink ^= fuzz_check_row(&row);
+    sum += fuzz_check_row(&row);
+    ++*n;
   }
-  (void)sink;
   rill_iter_free(it);
+  return sum;
+}
+
+/* The two dataframes read as one (rill_df_concat), shuffled and in batches of 7 (calls whose
+ * rows lie in both parts): the same rows as each read alone. */
+static void same_concat(rill_df_t* a, rill_df_t* b, uint64_t want, int64_t nwant) {
+  rill_error_t err = {0};
+  rill_df_t *cat = NULL, *sh = NULL, *bt = NULL;
+  if (rill_df_concat((rill_df_t* const[]){a, b}, 2, &cat, &err) != RILL_OK) abort();
+  if (rill_df_shuffle(cat, 1, &sh, &err) != RILL_OK) abort();
+  int nc = rill_df_ncolumns(cat), cols[nc];
+  for (int c = 0; c < nc; c++) cols[c] = c;
+  if (rill_df_batch(sh, cols, nc, 7, NULL, &bt, &err) != RILL_OK) abort();
+  rill_iter_t* it = NULL;
+  if (rill_iter_new(bt, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err) != RILL_OK) abort();
+  rill_row_t row;
+  uint64_t sum = 0;
+  int64_t n = 0;
+  int rc;
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+    int64_t len = rill_row_get(&row, 0)->length;
+    for (int64_t i = 0; i < len; i++) sum += cell_hash(&row, i);
+    n += len;
+  }
+  if (rc != RILL_END || sum != want || n != nwant) abort();
+  rill_iter_free(it);
+  rill_df_free(bt);
+  rill_df_free(sh);
+  rill_df_free(cat);
 }
 
 static void free_spec(rill__csv_spec_t* s) {
@@ -130,8 +179,11 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int64_t i = 0; i < na && i < 8; i++)
       if (a[i].fields == rill_df_ncolumns(seq) || (i && a[i].line <= a[i - 1].line) || a[i].line <= o.skip_lines)
         abort();
-    touch_all(par);
-    touch_all(seq); /* the cells of the borrowed buffer */
+    int64_t n1, n2, f1, f2;
+    uint64_t h1 = touch_all(par, &n1, &f1);
+    uint64_t h2 = touch_all(seq, &n2, &f2); /* the cells of the borrowed buffer */
+    if (h1 != h2 || n1 != n2 || f1 != f2) abort();
+    if (f1 == 0 && rill_df_ncolumns(seq) > 0) same_concat(seq, par, h1 + h2, n1 + n2);
   }
   rill_df_free(seq);
   rill_df_free(par);
