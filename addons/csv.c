@@ -719,36 +719,118 @@ static const char* compression_of(const uint8_t* p, int64_t n) {
   return NULL;
 }
 
+int64_t rill__csv_spill_bytes = (int64_t)1 << 30;
+
 #if RILL_HAVE_ZLIB || RILL_HAVE_ZSTD
-/* Doubles the output buffer *buf of *cap bytes, keeping its first n. RILL_ENOMEM names the
- * format being decompressed. */
-static int grow_text(const rill__csv_t* c, uint8_t** buf, size_t* cap, size_t n, const char* format,
-                     rill_error_t* err) {
-  uint8_t* nb = *cap > SIZE_MAX / 2 ? NULL : rill__realloc(*buf, n, *cap * 2);
-  if (!nb)
-    return rill__fail(err, RILL_ENOMEM, "%s: out of memory decompressing the %s data (%zu bytes of text so far)",
-                      c->name, format, n);
-  *buf = nb;
-  *cap *= 2;
+/* Where a streaming decompression writes the text: a buffer in memory while the text is
+ * small; past rill__csv_spill_bytes, an unlinked temporary file (in $TMPDIR, default /tmp)
+ * that the buffer is emptied into, and which is then mapped like a CSV file, so that a large
+ * compressed file is read with the resident memory of an uncompressed one. */
+typedef struct text_sink {
+  rill__csv_t* c;
+  const char* format; /* "gzip" or "zstd", for messages */
+  uint8_t* buf;
+  size_t cap, n;      /* buf holds the text's bytes [spilled, spilled + n) */
+  int fd;             /* the temporary file, or -1 */
+  int64_t spilled;    /* bytes written to it */
+} text_sink_t;
+
+static int sink_init(text_sink_t* s, rill__csv_t* c, const char* format, size_t cap, rill_error_t* err) {
+  *s = (text_sink_t){.c = c, .format = format, .cap = cap, .fd = -1};
+  s->buf = rill__alloc(cap);
+  return s->buf ? RILL_OK
+                : rill__fail(err, RILL_ENOMEM, "%s: out of memory decompressing the %s data", c->name, format);
+}
+
+/* Bytes of text so far. */
+static int64_t sink_total(const text_sink_t* s) { return s->spilled + (int64_t)s->n; }
+
+/* Writes buf[0..n) to the temporary file (made on first use) and empties the buffer. */
+static int sink_spill(text_sink_t* s, rill_error_t* err) {
+  const char* dir = getenv("TMPDIR");
+  if (!dir || !*dir) dir = "/tmp";
+  if (s->fd < 0) {
+    s->fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (s->fd < 0) { /* a file system without O_TMPFILE: a named file, unlinked at once */
+      char path[4096];
+      snprintf(path, sizeof path, "%s/rill-csv-XXXXXX", dir);
+      s->fd = mkostemp(path, O_CLOEXEC);
+      if (s->fd >= 0) unlink(path);
+    }
+    if (s->fd < 0)
+      return rill__fail(err, RILL_EIO, "%s: cannot make a temporary file in %s for the decompressed text: %s",
+                        s->c->name, dir, strerror(errno));
+  }
+  for (size_t at = 0; at < s->n;) {
+    ssize_t w = write(s->fd, s->buf + at, s->n - at);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0)
+      return rill__fail(err, RILL_EIO, "%s: cannot write the decompressed text to a temporary file in %s: %s",
+                        s->c->name, dir, w < 0 ? strerror(errno) : "no progress");
+    at += (size_t)w;
+  }
+  s->spilled += (int64_t)s->n;
+  s->n = 0;
   return RILL_OK;
 }
 
-/* The end of a decompression that returned rc: on success buf[0..n) becomes the input's text
- * in place of c->data[0..c->size); otherwise buf is freed and rc returned. */
-static int take_text(rill__csv_t* c, int rc, uint8_t* buf, size_t n, rill_error_t* err) {
+/* Room to write at buf + n: the buffer doubled, or (past the spill size) emptied into the
+ * temporary file and kept at 8 MiB from then on. */
+static int sink_room(text_sink_t* s, rill_error_t* err) {
+  if (s->n < s->cap) return RILL_OK;
+  if (s->fd >= 0 || sink_total(s) >= rill__csv_spill_bytes) {
+    int rc = sink_spill(s, err);
+    size_t keep = (size_t)8 << 20;
+    if (rc == RILL_OK && s->cap != keep) {
+      uint8_t* nb = rill__realloc(s->buf, 0, keep);
+      if (nb) s->buf = nb, s->cap = keep;
+    }
+    return rc;
+  }
+  uint8_t* nb = s->cap > SIZE_MAX / 2 ? NULL : rill__realloc(s->buf, s->n, s->cap * 2);
+  if (!nb)
+    return rill__fail(err, RILL_ENOMEM, "%s: out of memory decompressing the %s data (%lld bytes of text so far)",
+                      s->c->name, s->format, (long long)sink_total(s));
+  s->buf = nb;
+  s->cap *= 2;
+  return RILL_OK;
+}
+
+/* The end of a decompression that returned rc: on success the text (the buffer, or the
+ * temporary file mapped) replaces c->data[0..c->size); otherwise what was made is freed and
+ * rc returned. */
+static int sink_end(text_sink_t* s, int rc, rill_error_t* err) {
+  rill__csv_t* c = s->c;
+  if (rc == RILL_OK && s->fd >= 0) rc = sink_spill(s, err);
+  void* map = NULL;
+  if (rc == RILL_OK && s->fd >= 0 && s->spilled > 0) {
+    map = mmap(NULL, (size_t)s->spilled, PROT_READ, MAP_PRIVATE, s->fd, 0);
+    if (map == MAP_FAILED) {
+      map = NULL;
+      rc = rill__fail(err, RILL_EIO, "%s: cannot map the decompressed text: %s", c->name, strerror(errno));
+    }
+  }
+  if (rc != RILL_OK || s->fd >= 0) {
+    rill__free(s->buf);
+    s->buf = NULL;
+  }
   if (rc != RILL_OK) {
-    rill__free(buf);
+    if (s->fd >= 0) close(s->fd);
     return rc;
   }
   if (c->map) munmap(c->map, (size_t)c->size);
-  c->map = NULL;
   if (c->fd >= 0) close(c->fd);
-  c->fd = -1;
   rill__free(c->owned);
-  c->owned = buf;
-  c->data = (const char*)buf;
-  c->size = (int64_t)n;
-  return n ? RILL_OK : rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", c->name);
+  c->owned = s->buf;
+  c->map = map;
+  c->fd = s->fd;
+  c->data = map ? (const char*)map : (const char*)s->buf;
+  c->size = sink_total(s);
+  if (c->size == 0 && s->fd >= 0) { /* nothing was written: no mapping, nothing to keep */
+    close(c->fd);
+    c->fd = -1;
+  }
+  return c->size ? RILL_OK : rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", c->name);
 }
 #endif
 
@@ -758,34 +840,36 @@ static int take_text(rill__csv_t* c, int rc, uint8_t* buf, size_t n, rill_error_
  * content size, within what the input can decompress to here, and grown as needed. */
 static int unzstd(rill__csv_t* c, rill_error_t* err) {
   const uint8_t* in = (const uint8_t*)c->data;
-  size_t size = (size_t)c->size, n = 0, ret = 1;
+  size_t size = (size_t)c->size, ret = 1;
   unsigned long long hint = ZSTD_getFrameContentSize(in, size);
   size_t most = size < SIZE_MAX / 64 ? size * 64 : SIZE_MAX / 2; /* a header may lie (damage) */
-  size_t cap = (hint != ZSTD_CONTENTSIZE_UNKNOWN && hint != ZSTD_CONTENTSIZE_ERROR && hint >= size
-                    ? (hint < most ? (size_t)hint : most)
-                    : size * 4) +
-               64;
+  size_t cap = hint != ZSTD_CONTENTSIZE_UNKNOWN && hint != ZSTD_CONTENTSIZE_ERROR && hint >= size
+                   ? (hint < most ? (size_t)hint : most)
+                   : size * 4;
+  if (cap > (size_t)rill__csv_spill_bytes) cap = (size_t)rill__csv_spill_bytes; /* the rest goes to a file */
+  text_sink_t s;
   ZSTD_DStream* z = ZSTD_createDStream();
-  uint8_t* buf = z ? rill__alloc(cap) : NULL;
-  int rc = buf ? RILL_OK : rill__fail(err, RILL_ENOMEM, "%s: out of memory decompressing the zstd data", c->name);
+  int rc = z ? sink_init(&s, c, "zstd", cap + 64, err)
+             : rill__fail(err, RILL_ENOMEM, "%s: out of memory decompressing the zstd data", c->name);
+  if (!z) s = (text_sink_t){.c = c, .fd = -1};
   ZSTD_inBuffer ib = {in, size, 0};
   while (rc == RILL_OK) {
-    if (n == cap && (rc = grow_text(c, &buf, &cap, n, "zstd", err)) != RILL_OK) break;
-    ZSTD_outBuffer ob = {buf, cap, n};
+    if ((rc = sink_room(&s, err)) != RILL_OK) break;
+    ZSTD_outBuffer ob = {s.buf, s.cap, s.n};
     ret = ZSTD_decompressStream(z, &ob, &ib);
-    n = ob.pos;
+    s.n = ob.pos;
     if (ZSTD_isError(ret))
       rc = rill__fail(err, RILL_EFORMAT, "%s: damaged zstd data near compressed byte %zu (%s)", c->name, ib.pos,
                       ZSTD_getErrorName(ret));
-    else if (ib.pos == ib.size && n < cap) { /* all read, all written */
+    else if (ib.pos == ib.size && s.n < s.cap) { /* all read, all written */
       if (ret != 0)
-        rc = rill__fail(err, RILL_EFORMAT, "%s: the zstd data ends early (a truncated file?) after %zu bytes of text",
-                        c->name, n);
+        rc = rill__fail(err, RILL_EFORMAT, "%s: the zstd data ends early (a truncated file?) after %lld bytes of text",
+                        c->name, (long long)sink_total(&s));
       break;
     }
   }
   ZSTD_freeDStream(z);
-  return take_text(c, rc, buf, n, err);
+  return sink_end(&s, rc, err);
 }
 #endif
 
@@ -814,6 +898,7 @@ static int inflate_whole(rill__csv_t* c, rill_error_t* err) {
   /* the length field may lie (damage): deflate inflates no byte to more than 1032 */
   size_t most = size < SIZE_MAX / 1032 ? size * 1032 : SIZE_MAX / 2;
   size_t cap = (isize >= size ? (isize < most ? isize : most) : size * 4) + 64, n = 0, at = 0;
+  if (cap > (size_t)rill__csv_spill_bytes) return 1; /* a large text: zlib's stream writes it to a file */
   struct libdeflate_decompressor* d = libdeflate_alloc_decompressor();
   uint8_t* buf = d ? rill__alloc(cap) : NULL;
   int rc = buf ? RILL_OK : rill__fail(err, RILL_ENOMEM, "%s: out of memory inflating the gzip data", c->name);
@@ -821,7 +906,9 @@ static int inflate_whole(rill__csv_t* c, rill_error_t* err) {
     size_t used_in = 0, used_out = 0;
     enum libdeflate_result r = libdeflate_gzip_decompress_ex(d, in + at, size - at, buf + n, cap - n, &used_in, &used_out);
     if (r == LIBDEFLATE_INSUFFICIENT_SPACE) {
-      rc = grow_text(c, &buf, &cap, n, "gzip", err);
+      uint8_t* nb = cap * 2 > (size_t)rill__csv_spill_bytes ? NULL : rill__realloc(buf, n, cap * 2);
+      if (!nb) rc = 1; /* past the spill size (or out of memory): zlib's stream */
+      else buf = nb, cap *= 2;
       continue;
     }
     int next;
@@ -830,7 +917,12 @@ static int inflate_whole(rill__csv_t* c, rill_error_t* err) {
     else if (!next) rc = 1;
   }
   libdeflate_free_decompressor(d);
-  return take_text(c, rc, buf, n, err);
+  if (rc != RILL_OK) {
+    rill__free(buf);
+    return rc;
+  }
+  text_sink_t s = {.c = c, .buf = buf, .cap = cap, .n = n, .fd = -1};
+  return sink_end(&s, RILL_OK, err);
 }
 #endif
 
@@ -843,20 +935,21 @@ static int inflate_gzip(rill__csv_t* c, rill_error_t* err) {
   if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
   const uint8_t* in = (const uint8_t*)c->data;
   int64_t left = c->size;
-  size_t cap = (size_t)(c->size < ((int64_t)1 << 28) ? c->size * 4 : c->size) + 4096, n = 0;
-  uint8_t* buf = rill__alloc(cap);
-  int rc = buf ? RILL_OK : rill__fail(err, RILL_ENOMEM, "%s: out of memory inflating the gzip data", c->name);
+  size_t cap = (size_t)(c->size < ((int64_t)1 << 28) ? c->size * 4 : c->size) + 4096;
+  if (cap > (size_t)rill__csv_spill_bytes) cap = (size_t)rill__csv_spill_bytes + 4096;
+  text_sink_t s;
+  int rc = sink_init(&s, c, "gzip", cap, err);
   while (rc == RILL_OK) {
-    if (n == cap && (rc = grow_text(c, &buf, &cap, n, "gzip", err)) != RILL_OK) break;
+    if ((rc = sink_room(&s, err)) != RILL_OK) break;
     if (z.avail_in == 0 && left > 0) {
       uInt k = left > (int64_t)UINT_MAX ? UINT_MAX : (uInt)left;
       z.next_in = (Bytef*)in, z.avail_in = k;
       in += k, left -= k;
     }
-    size_t room = cap - n > UINT_MAX ? UINT_MAX : cap - n;
-    z.next_out = buf + n, z.avail_out = (uInt)room;
+    size_t room = s.cap - s.n > UINT_MAX ? UINT_MAX : s.cap - s.n;
+    z.next_out = s.buf + s.n, z.avail_out = (uInt)room;
     int r = inflate(&z, Z_NO_FLUSH);
-    n += room - z.avail_out;
+    s.n += room - z.avail_out;
     int64_t at = c->size - left - (int64_t)z.avail_in; /* compressed bytes read */
     if (r == Z_STREAM_END) {
       int next;
@@ -868,8 +961,8 @@ static int inflate_gzip(rill__csv_t* c, rill_error_t* err) {
       }
       inflateReset(&z);
     } else if (r == Z_BUF_ERROR && z.avail_out > 0) { /* no progress with room to write: the input ended */
-      rc = rill__fail(err, RILL_EFORMAT, "%s: the gzip data ends early (a truncated file?) after %zu bytes of text",
-                      c->name, n);
+      rc = rill__fail(err, RILL_EFORMAT, "%s: the gzip data ends early (a truncated file?) after %lld bytes of text",
+                      c->name, (long long)sink_total(&s));
     } else if (r != Z_OK && r != Z_BUF_ERROR) {
       rc = r == Z_MEM_ERROR ? rill__fail(err, RILL_ENOMEM, "%s: out of memory inflating the gzip data", c->name)
                             : rill__fail(err, RILL_EFORMAT, "%s: damaged gzip data near compressed byte %lld (%s)",
@@ -877,7 +970,7 @@ static int inflate_gzip(rill__csv_t* c, rill_error_t* err) {
     }
   }
   inflateEnd(&z);
-  return take_text(c, rc, buf, n, err);
+  return sink_end(&s, rc, err);
 }
 #endif
 

@@ -222,5 +222,8 @@ int64_t rill__csv_line(rill__csv_t* c, int64_t off);
 /* 1: gzip input is inflated by zlib's stream even where libdeflate is built in (tests of
  * that path); 0 (the default): libdeflate first, zlib to name the fault of bad data. */
 extern int rill__csv_gzip_zlib_only;
+/* Compressed input whose text grows past this many bytes (default 1 GiB) is written to an
+ * unlinked temporary file in $TMPDIR and mapped, rather than held in memory (lowered by tests). */
+extern int64_t rill__csv_spill_bytes;
 
 #endif /* RILL_CSV_INTERNAL_H */

@@ -127,8 +127,10 @@ typedef struct rill_csv_opts {
  * threads read ahead of the caller: a shrink at any moment can meet such a call).
  * Columns may be computed concurrently (RILL_STAGE_CPU).
  * gzip- and zstd-compressed input (known by its magic number, file or buffer;
- * RILL_FEATURE_GZIP, RILL_FEATURE_ZSTD) is decompressed into memory first and its text read as
- * above (line numbers are the text's); damaged or truncated data is RILL_EFORMAT. xz, bzip2
+ * RILL_FEATURE_GZIP, RILL_FEATURE_ZSTD) is decompressed first and its text read as above (line
+ * numbers are the text's): into memory, or, past 1 GiB of text, into an unlinked temporary file
+ * in $TMPDIR (default /tmp) that is then mapped like a CSV file (RILL_EIO naming the folder
+ * when it cannot be written: no space left, say); damaged or truncated data is RILL_EFORMAT. xz, bzip2
  * and zip input (and a format the build lacks its library for) is RILL_ENOTSUP naming it.
  * Returns RILL_OK, RILL_EIO (open/map failed), RILL_EFORMAT (empty input, unterminated
  * quote, bad row under RAISE: the message names file and 1-based line), RILL_EINVAL (bad

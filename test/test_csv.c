@@ -783,7 +783,7 @@ static uint8_t* zstd_of(const char* text, size_t n, size_t* zn) {
 /* zstd input: frames one after another and skippable frames between them; damage,
  * truncation and a content size that lies are errors naming the input, never a read outside
  * it or an allocation the input cannot fill. */
-Test(csv, zstd_input) {
+static void zstd_input(void) {
   enum { ROWS = 100000 };
   size_t cap = (size_t)ROWS * 32 + 64, tn = 0;
   char* text = malloc(cap);
@@ -851,6 +851,67 @@ Test(csv, zstd_input) {
   free(zs);
   free(text);
 }
+
+Test(csv, zstd_input) { zstd_input(); }
+
+#if RILL_HAVE_ZLIB
+#include <dirent.h>
+
+/* Open file descriptors of the process. */
+static int open_fds(void) {
+  DIR* d = opendir("/proc/self/fd");
+  cr_assert_not_null(d);
+  int n = 0;
+  while (readdir(d)) n++;
+  closedir(d);
+  return n;
+}
+
+Test(csv, large_compressed_text_goes_to_a_temporary_file) {
+  rill__csv_spill_bytes = 1 << 16; /* every text past 64 KiB */
+  gzip_input();
+  rill__csv_gzip_zlib_only = 1;
+  gzip_input();
+  rill__csv_gzip_zlib_only = 0;
+  zstd_input();
+  /* the text is then a mapped file, its pages handed back as it is read, like a CSV file's */
+  enum { ROWS = 50000 };
+  char* text = malloc((size_t)ROWS * 24 + 16);
+  size_t tn = (size_t)sprintf(text, "id,s\n");
+  for (int i = 0; i < ROWS; i++) tn += (size_t)sprintf(text + tn, "%d,v%d\n", i, i % 1000);
+  size_t gn, zn;
+  uint8_t *gz = gzip_of(text, tn, &gn), *zs = zstd_of(text, tn, &zn);
+  rill_error_t err = {0};
+  for (int k = 0; k < 2; k++) {
+    rill_df_t* df = load_bytes(k ? zs : gz, k ? zn : gn, &(rill_csv_opts_t){0});
+    const rill__csv_t* c = rill__df_column_ctx(df, 0);
+    cr_assert(c->map && c->data == c->map && c->fd >= 0 && c->size == (int64_t)tn, "the text of %s is not mapped",
+              k ? "zstd" : "gzip");
+    cr_assert_eq(memcmp(c->data, text, tn), 0);
+    EXPECT_DF_CELLS(df, {0, 0, "0"}, {ROWS - 1, 0, "49999"}, {ROWS - 1, 1, "v999"});
+    rill_df_free(df);
+  }
+  /* a folder that cannot hold it: an error naming it; nothing left open after failures */
+  int fds = open_fds();
+  const char* old = getenv("TMPDIR");
+  char* keep = old ? strdup(old) : NULL;
+  setenv("TMPDIR", "/nonexistent-dir", 1);
+  rill_df_t* df = NULL;
+  RT_FAILS(rill_df_from_csv_buffer(gz, gn, NULL, &df, &err), RILL_EIO,
+           "<buffer>: cannot make a temporary file in /nonexistent-dir for the decompressed text", err);
+  RT_FAILS(rill_df_from_csv_buffer(zs, zn, NULL, &df, &err), RILL_EIO, "cannot make a temporary file in", err);
+  if (keep) setenv("TMPDIR", keep, 1);
+  else unsetenv("TMPDIR");
+  free(keep);
+  RT_FAILS(rill_df_from_csv_buffer(gz, gn - 9, NULL, &df, &err), RILL_EFORMAT, "the gzip data ends early", err);
+  RT_FAILS(rill_df_from_csv_buffer(zs, zn - 5, NULL, &df, &err), RILL_EFORMAT, "the zstd data ends early", err);
+  cr_assert_eq(open_fds(), fds, "file descriptors left open");
+  free(gz);
+  free(zs);
+  free(text);
+  rill__csv_spill_bytes = (int64_t)1 << 30;
+}
+#endif
 #endif
 
 #if !RILL_HAVE_ZLIB

@@ -1,6 +1,7 @@
 /* Parse and iterate every row of a CSV file through rill (batches of BATCH rows, default 8192).
  * usage: bench_csv FILE.csv[,FILE.csv...] THREADS [BATCH]  (several files: rill_df_from_csv_files)
- * environment: CSV_SHUFFLE=SEED (rows in a shuffled order), CSV_TRIM=1 (the trim option), CSV_COMMENT=C (the comment character),
+ * environment: CSV_SHUFFLE=SEED (rows in a shuffled order), CSV_SPILL_BYTES=N (compressed input
+ * whose text passes N bytes goes to a temporary file; default 1 GiB), CSV_TRIM=1 (the trim option), CSV_COMMENT=C (the comment character),
  * CSV_ESCAPE=C (the escape character), CSV_NULL=TEXT (one null value), CSV_DELIMITER=C,
  * CSV_DECIMAL=C
  * prints: rill_csv seconds=S cpu_s=C rows=N rss_mb=M index_s=I nulls=K (cpu_s: user + system CPU
@@ -13,6 +14,8 @@
 #include "bench_common.h"
 #include "rill.h"
 #include "rill_addons.h"
+
+extern int64_t rill__csv_spill_bytes; /* the library's knob (csv_internal.h) */
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -32,6 +35,8 @@ int main(int argc, char** argv) {
   o.decimal = decimal ? decimal[0] : 0;
   const char* null_values[2] = {getenv("CSV_NULL"), NULL};
   if (null_values[0]) o.null_values = null_values;
+  const char* spill = getenv("CSV_SPILL_BYTES");
+  if (spill) rill__csv_spill_bytes = atoll(spill);
   const char* files[64];
   int nfiles = 0;
   for (char* f = strtok(argv[1], ","); f && nfiles < 64; f = strtok(NULL, ",")) files[nfiles++] = f;
