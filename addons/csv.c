@@ -1335,5 +1335,8 @@ int64_t rill_csv_bad_rows(const rill_df_t* df, rill_csv_bad_row_t* rows, int64_t
     if (n > 0) memcpy(rows, c->bad, (size_t)n * sizeof *rows);
     return c->nbad;
   }
+  if (rill_df_concat_parts(df, NULL, 0) > 0)
+    return rill__fail(err, RILL_EINVAL,
+                      "rill_csv_bad_rows: the dataframe is a concatenation: ask each of its parts (rill_df_concat_parts)");
   return rill__fail(err, RILL_EINVAL, "rill_csv_bad_rows: no column of the dataframe is read from a CSV file");
 }

@@ -2371,6 +2371,8 @@ Test(csv, several_files_read_as_one) {
   cr_assert_eq(rill_csv_bad_rows(files[0], bad, 4, &err), 0);
   cr_assert_eq(rill_csv_bad_rows(files[1], bad, 4, &err), 2);
   cr_assert(bad[0].line == 3 && bad[0].fields == 2 && bad[1].line == 5 && bad[1].fields == 1);
+  RT_FAILS((int)rill_csv_bad_rows(df, bad, 4, &err), RILL_EINVAL,
+           "rill_csv_bad_rows: the dataframe is a concatenation: ask each of its parts (rill_df_concat_parts)", err);
   rill_df_free(files[0]);
   rill_df_free(files[1]);
   rill_df_free(df);

@@ -4,7 +4,8 @@
  * machine, and the mask record splits (every level) with the byte loop. The first byte picks
  * the options, the input's size the encoding, whether fields are trimmed, '#' lines comments,
  * '\\' an escape character, "", "0", "NA" null values, ',' the decimal separator and the lines
- * skipped at the start (0, 1 or 2). The two reads, concatenated and shuffled, give the same
+ * skipped at the start (0, 1 or 2), and whether compressed input's text goes through a
+ * temporary file. The two reads, concatenated and shuffled, give the same
  * rows. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -153,6 +154,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.null_values = size / 24 % 2 ? nulls : NULL;
   o.decimal = (f & 1) && size / 48 % 2 ? ',' : 0; /* with ';' as the delimiter */
   o.skip_lines = (int64_t)(size / 96 % 3);
+  rill__csv_spill_bytes = size / 288 % 2 ? 64 : (int64_t)1 << 30; /* compressed text through a temporary file */
   o.threads = 1;
   o.chunk_bytes = 1 << 30;
   const rill__csv_dialect_t x = {o.delimiter, '"', o.comment, o.trim, o.escape};
