@@ -712,6 +712,15 @@ def test_from_image_folder(tmp_path):
     assert t.column("label").to_pylist() == [0, 0, 1, 1]
     assert df.shuffle(1).classes == ["cat", "dog"]
     assert rill.from_numpy({"a": np.arange(2)}).classes is None
+    # two folders of the same classes read as one; other classes are refused (labels would lie)
+    both = rill.concat([df, rill.from_image_folder(tmp_path)])
+    assert both.classes == ["cat", "dog"] and len(both) == 8
+    assert pa.table(both).column("label").to_pylist() == [0, 0, 1, 1] * 2
+    other = tmp_path / "other"
+    (other / "bird").mkdir(parents=True)
+    Image.new("RGB", (6, 4)).save(other / "bird" / "0.png")
+    with pytest.raises(ValueError, match=r"concat: frames\[1\] has other class names than frames\[0\]"):
+        rill.concat([df, rill.from_image_folder(other)])
     with pytest.raises(rill.RillIOError):
         rill.from_image_folder(tmp_path / "missing")
     empty = tmp_path / "empty" / "c"

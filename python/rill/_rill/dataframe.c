@@ -1215,7 +1215,10 @@ static PyObject* py_concat(PyObject* m, PyObject* frames) {
   if (res) {
     RillDataFrame* r = (RillDataFrame*)res;
     for (Py_ssize_t i = 0; i < n; i++)
-      if (PyList_Append(r->keep, PySequence_Fast_GET_ITEM(seq, i)) < 0) Py_CLEAR(res);
+      if (PyList_Append(r->keep, PySequence_Fast_GET_ITEM(seq, i)) < 0) {
+        Py_CLEAR(res);
+        break;
+      }
     if (res && classes != Py_None) r->classes = Py_NewRef(classes);
   }
 out:
