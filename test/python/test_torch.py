@@ -216,6 +216,30 @@ def test_state_dict_resumes_mid_epoch_exactly():
     assert ys(resumed) == following
 
 
+
+def test_a_concatenation_of_files_resumes_mid_epoch(tmp_path):
+    """A dataset in two CSV files, shuffled across them, resumed from a mid-epoch state."""
+    paths = []
+    for k, rows in enumerate([range(0, 23), range(23, N)]):
+        p = tmp_path / f"part{k}.csv"
+        p.write_text("y\n" + "".join(f"{r}\n" for r in rows))
+        paths.append(p)
+    loader = Loader(rill.from_csv(paths), batch_size=8, shuffle=True, seed=4)
+    it = iter(loader)
+    head = [next(it)["y"].tolist() for _ in range(2)]
+    state = loader.state_dict()
+    rest = [b["y"].tolist() for b in it]
+    assert sorted(sum(head + rest, [])) == list(range(N))
+    assert any(min(b) < 23 <= max(b) for b in head + rest)  # batches hold rows of both files
+    resumed = Loader(rill.from_csv(paths), batch_size=8, shuffle=True, seed=4)
+    resumed.load_state_dict(state)
+    assert [b["y"].tolist() for b in resumed] == rest
+    swapped = Loader(rill.from_csv(paths[::-1]), batch_size=8, shuffle=True, seed=4)  # other parts
+    swapped.load_state_dict(state)
+    with pytest.raises(rill.InvalidArgumentError, match="another dataframe"):
+        next(iter(swapped))
+
+
 def test_state_dict_between_epochs_and_mismatch():
     """A state between epochs starts the next one; another seed is refused."""
     df, _ = frame()
