@@ -1,7 +1,8 @@
 /* Parse and iterate every row of a CSV file through rill (batches of BATCH rows, default 8192).
  * usage: bench_csv FILE.csv[,FILE.csv...] THREADS [BATCH]  (several files: rill_df_from_csv_files)
  * environment: CSV_SHUFFLE=SEED (rows in a shuffled order), CSV_SPILL_BYTES=N (compressed input
- * whose text passes N bytes goes to a temporary file; default 1 GiB), CSV_TRIM=1 (the trim option), CSV_COMMENT=C (the comment character),
+ * whose text passes N bytes goes to a temporary file; default 1 GiB), CSV_GZIP_ZLIB=1 (gzip by
+ * zlib's stream alone, as in a build without libdeflate), CSV_TRIM=1 (the trim option), CSV_COMMENT=C (the comment character),
  * CSV_ESCAPE=C (the escape character), CSV_NULL=TEXT (one null value), CSV_DELIMITER=C,
  * CSV_DECIMAL=C
  * prints: rill_csv seconds=S cpu_s=C rows=N rss_mb=M index_s=I nulls=K (cpu_s: user + system CPU
@@ -15,7 +16,8 @@
 #include "rill.h"
 #include "rill_addons.h"
 
-extern int64_t rill__csv_spill_bytes; /* the library's knob (csv_internal.h) */
+extern int64_t rill__csv_spill_bytes; /* the library's knobs (csv_internal.h) */
+extern int rill__csv_gzip_zlib_only;
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -37,9 +39,13 @@ int main(int argc, char** argv) {
   if (null_values[0]) o.null_values = null_values;
   const char* spill = getenv("CSV_SPILL_BYTES");
   if (spill) rill__csv_spill_bytes = atoll(spill);
-  const char* files[64];
-  int nfiles = 0;
-  for (char* f = strtok(argv[1], ","); f && nfiles < 64; f = strtok(NULL, ",")) files[nfiles++] = f;
+  const char* zlib_only = getenv("CSV_GZIP_ZLIB");
+  if (zlib_only) rill__csv_gzip_zlib_only = atoi(zlib_only);
+  int nfiles = 1;
+  for (const char* p = argv[1]; *p; p++) nfiles += *p == ',';
+  const char** files = malloc(sizeof *files * (size_t)nfiles);
+  nfiles = 0;
+  for (char* f = strtok(argv[1], ","); f && files; f = strtok(NULL, ",")) files[nfiles++] = f;
   if (rill_df_from_csv_files(files, nfiles, &o, &df, &err) != RILL_OK) {
     fprintf(stderr, "bench_csv: %s\n", err.message);
     return 1;
