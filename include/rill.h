@@ -390,8 +390,8 @@ RILL_API int rill_df_take(rill_df_t* df, const int64_t* rows, int64_t n, rill_df
  * column is nullable when it is in any part. The parts are kept alive and frozen (no columns
  * can be added to them). Each cell is read by its part's source, given the part's own row ids
  * (rill_exec_rows and rill_exec_rng still see the result's); a call over rows of several parts
- * is split into one call per part whose cells are then copied into place, and memory sources
- * no longer lend their rows without a copy. RILL_OK, RILL_EINVAL, RILL_ENOTSUP (a CUDA
+ * is split into one call per part whose cells are then copied into place (rows of one part
+ * that a memory source lends are still lent, without a copy). RILL_OK, RILL_EINVAL, RILL_ENOTSUP (a CUDA
  * source), RILL_ERANGE, RILL_ENOMEM. */
 RILL_API int rill_df_concat(rill_df_t* const* parts, int nparts, rill_df_t** out, rill_error_t* err);
 /* The number of parts of a dataframe made by rill_df_concat (0 for any other dataframe, or

@@ -13,10 +13,17 @@ typedef struct part {
   int* col; /* col[i]: the part's column holding column i of the result */
 } part_t;
 
+struct concat;
+typedef struct column_ref { /* the context of column i of the result (its lend hook's) */
+  struct concat* cc;
+  int i;
+} column_ref_t;
+
 typedef struct concat {
   int nparts, ncols;
   part_t* parts;
   int64_t* first; /* first[p]: the result's row of part p's row 0; first[nparts]: the rows */
+  column_ref_t* refs;
 } concat_t;
 
 static void concat_free(void* ctx) {
@@ -31,6 +38,7 @@ static void concat_free(void* ctx) {
   }
   rill__free(cc->parts);
   rill__free(cc->first);
+  rill__free(cc->refs);
   rill__free(cc);
 }
 
@@ -229,6 +237,18 @@ static int concat_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs
   return rc;
 }
 
+/* Rows [start, start + n) of column i lent by the part that holds them all, when its source
+ * lends them (a memory source: no copy through a concatenation either); else RILL_ENOTSUP. */
+static int concat_lend(void* ctx, int64_t start, int64_t n, rill_array_t** out) {
+  const column_ref_t* ref = ctx;
+  const concat_t* cc = ref->cc;
+  int p = part_of(cc, start);
+  if (start + n > cc->first[p + 1]) return RILL_ENOTSUP;
+  const rill__column_t* c = cc->parts[p].df->cols[cc->parts[p].col[ref->i]];
+  if (!c->lend || c->opts.where != RILL_STAGE_CPU) return RILL_ENOTSUP;
+  return c->lend(c->ctx, start - cc->first[p], n, out);
+}
+
 static const char* policy_name(rill_on_error_t p) {
   return p == RILL_ON_ERROR_SKIP ? "skip" : p == RILL_ON_ERROR_NULL ? "null" : "raise";
 }
@@ -332,6 +352,16 @@ int rill_df_concat(rill_df_t* const* parts, int nparts, rill_df_t** out, rill_er
   rill_df_t* df = NULL;
   rc = rill__df_new_source_group(rows, names, types, nullable, cc->ncols, concat_fill, cc, concat_free, &o, &df, err);
   if (rc != RILL_OK) return rc;
+  /* columns whose parts all lend their rows lend them too; their own context names them */
+  cc->refs = rill__calloc((size_t)cc->ncols, sizeof *cc->refs);
+  for (int i = 0; cc->refs && i < cc->ncols; i++) {
+    int all = 1;
+    for (int p = 0; p < nparts; p++) all &= parts[p]->cols[cc->parts[p].col[i]]->lend != NULL;
+    cc->refs[i] = (column_ref_t){cc, i};
+    if (!all) continue;
+    df->cols[i]->ctx = &cc->refs[i];
+    df->cols[i]->lend = concat_lend;
+  }
   df->kind = RILL__DF_CONCAT;
   df->kept_hash = h;
   *out = df;

@@ -453,3 +453,45 @@ Test(concat, cells_of_their_own_shapes_keep_them) {
   rill_df_free(p[0]);
   rill_df_free(p[1]);
 }
+
+/* n cells of uint8 [2] holding 2*(base+i), 2*(base+i)+1. */
+static rill_array_t* pairs(int n, int base) {
+  rill_error_t err;
+  rill_array_t* a;
+  RT_OK(rill_array_new(rill_type_tensor(RILL_UINT8, 1, (int64_t[]){2}), n, &a, &err), err);
+  for (int i = 0; i < 2 * n; i++) ((uint8_t*)a->data)[i] = (uint8_t)(2 * base + i);
+  return a;
+}
+
+Test(concat, memory_parts_lend_rows_that_lie_in_one_of_them) {
+  rill_error_t err;
+  rill_array_t *a = pairs(6, 0), *b = pairs(4, 6);
+  const char* names[1] = {"p"};
+  rill_df_t* p[2];
+  RT_OK(rill_df_from_arrays(names, (const rill_array_t* const[]){a}, 1, 0, &p[0], &err), err);
+  RT_OK(rill_df_from_arrays(names, (const rill_array_t* const[]){b}, 1, 0, &p[1], &err), err);
+  rill_df_t* cat;
+  RT_OK(rill_df_concat(p, 2, &cat, &err), err);
+  for (int threads = RILL_THREADS_NONE; threads <= 2; threads += 3) {
+    rill_df_t* bt = batch_of(cat, 0, 4, NULL);
+    rill_iter_t* it = open_iter(bt, &(rill_iter_opts_t){.threads = threads});
+    rill_row_t row;
+    /* rows 0-3: part 0's memory; rows 4-7 span both parts: copied; rows 8-9: part 1's */
+    const uint8_t* want[3] = {a->data, NULL, (const uint8_t*)b->data + 2 * 2};
+    for (int k = 0; k < 3; k++) {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      const rill_array_t* x = rill_row_get(&row, 0);
+      cr_assert_eq(x->length, k < 2 ? 4 : 2);
+      if (want[k]) cr_assert_eq(x->data, (const void*)want[k], "threads %d batch %d was copied", threads, k);
+      else cr_assert(x->data != a->data && x->data != b->data);
+      for (int64_t i = 0; i < 2 * x->length; i++)
+        cr_assert_eq(((const uint8_t*)x->data)[i], (uint8_t)(8 * k + i), "batch %d byte %lld", k, (long long)i);
+    }
+    end_and_free(it, bt, NULL);
+  }
+  rill_df_free(cat);
+  rill_df_free(p[0]);
+  rill_df_free(p[1]);
+  rill_array_release(a);
+  rill_array_release(b);
+}
