@@ -4,6 +4,11 @@ peak memory is its own).
   gen-csv PATH MB        write a synthetic CSV of mixed columns (ints, floats, quoted strings)
   gen-sqlite PATH ROWS   write a SQLite table t(id INTEGER PRIMARY KEY, a INTEGER, b REAL, s TEXT)
   pandas-csv PATH | pyarrow-csv PATH THREADS | polars-csv PATH THREADS | duckdb-csv PATH THREADS
+  split-csv PATH N       split a CSV into N files of consecutive rows (PATH.0.csv, ...), each with
+                         the header; prints their paths joined by commas
+  pandas-csv-files PATHS | polars-csv-files PATHS THREADS
+                         read the comma-separated files as one table (pandas.concat of read_csv;
+                         polars.scan_csv of the list, collected)
   sqlite-loop PATH | pandas-sql PATH       read every row of t in shuffled order
   duckdb-sqlite PATH THREADS BATCH         read every row of t in order with DuckDB's sqlite_scan,
                                            streamed as Arrow record batches of BATCH rows
@@ -149,6 +154,34 @@ def main():
         t0 = csv_start()
         df = pl.read_csv(path)
         report("polars.read_csv", t0, df.height)
+    elif cmd == "split-csv":
+        with open(path, newline="") as f:
+            header = f.readline()
+            lines = f.readlines()
+        n = int(sys.argv[3])
+        out = []
+        for k in range(n):
+            part = f"{path}.{k}.csv"
+            with open(part, "w", newline="") as g:
+                g.write(header)
+                g.writelines(lines[k * len(lines) // n:(k + 1) * len(lines) // n])
+            out.append(part)
+        print(",".join(out))
+    elif cmd == "pandas-csv-files":
+        import pandas as pd
+        t0 = csv_start()
+        df = pd.concat([pd.read_csv(p) for p in path.split(",")], ignore_index=True)
+        report("pandas.concat(read_csv)", t0, len(df))
+    elif cmd == "polars-csv-files":
+        os.environ["POLARS_MAX_THREADS"] = sys.argv[3]
+        try:
+            import polars as pl
+        except ImportError as e:
+            print(f"polars.scan_csv skipped: {e}")
+            return
+        t0 = csv_start()
+        df = pl.scan_csv(path.split(",")).collect()
+        report("polars.scan_csv(files)", t0, df.height)
     elif cmd == "duckdb-csv":
         try:
             import duckdb
