@@ -145,11 +145,14 @@ RILL_API int rill_df_from_csv_buffer(const void* data, size_t size, const rill_c
 /* Several CSV files with the same columns (in any order) as one dataframe: their rows one file
  * after another (rill_df_concat of rill_df_from_csv of each, with the same options). A column
  * whose type was inferred as int64 in one file and float64 in another is float64 in all (those
- * files are read again with that type given); any other difference of types is RILL_EFORMAT
- * naming the column and the two files (give the column's type in opts->columns), as is a file
- * with other columns. Messages about a cell or row name its file and line. rill_csv_bad_rows
- * answers for each file's own dataframe, not for the result. Returns as rill_df_from_csv, or
- * RILL_EINVAL (no paths, a NULL path). */
+ * files are read again with that type given), and one a file had no value to infer from (no
+ * rows, only empty or null cells) takes the other files' type; any other difference of types is
+ * RILL_EFORMAT naming the column and the two files (give the column's type in opts->columns),
+ * as is a file with other columns. Type overrides by index apply to each file's own column at
+ * that index: give them by name when the files' orders differ. Messages about a cell or row
+ * name its file and line. rill_csv_bad_rows answers for each file's own dataframe
+ * (rill_df_concat_parts), not for the result. Returns as rill_df_from_csv, or RILL_EINVAL (no
+ * paths, a NULL path). */
 RILL_API int rill_df_from_csv_files(const char* const* paths, int npaths, const rill_csv_opts_t* opts,
                                     rill_df_t** out, rill_error_t* err);
 /* A row of a CSV file with too few or too many fields. */
