@@ -332,8 +332,6 @@ int rill_df_concat(rill_df_t* const* parts, int nparts, rill_df_t** out, rill_er
     return rc;
   }
   int64_t rows = cc->first[nparts];
-  uint64_t h = 0xCBF29CE484222325ULL; /* the parts' row counts: saved iterator states name them */
-  for (int p = 0; p <= nparts; p++) h = (h ^ (uint64_t)cc->first[p]) * 0x100000001B3ULL;
   const rill_df_t* d0 = parts[0];
   const char* names[cc->ncols];
   rill_type_t types[cc->ncols];
@@ -363,7 +361,7 @@ int rill_df_concat(rill_df_t* const* parts, int nparts, rill_df_t** out, rill_er
     df->cols[i]->lend = concat_lend;
   }
   df->kind = RILL__DF_CONCAT;
-  df->kept_hash = h;
+  df->kept_hash = rill__hash_i64(cc->first, nparts + 1); /* the parts' row counts */
   *out = df;
   return RILL_OK;
 }

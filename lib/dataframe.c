@@ -460,8 +460,6 @@ int rill_df_slice(rill_df_t* df, int64_t start, int64_t n, rill_df_t** out, rill
   return RILL_OK;
 }
 
-static uint64_t mix64(uint64_t x);
-
 int rill_df_take(rill_df_t* df, const int64_t* rows, int64_t n, rill_df_t** out, rill_error_t* err) {
   const char* who = "rill_df_take";
   int r = check_parent(df, who, out, err);
@@ -480,8 +478,7 @@ int rill_df_take(rill_df_t* df, const int64_t* rows, int64_t n, rill_df_t** out,
     return rill__fail(err, RILL_ENOMEM, "%s: out of memory for %lld rows", who, (long long)n);
   }
   if (n > 0) memcpy(v->kept, rows, sizeof *v->kept * (size_t)n);
-  v->kept_hash = (uint64_t)n; /* once here, not at each iterator's start */
-  for (int64_t i = 0; i < n; i++) v->kept_hash = mix64(v->kept_hash ^ (uint64_t)rows[i]);
+  v->kept_hash = rill__hash_i64(rows, n); /* once here, not at each iterator's start */
   df_adopt(v, df);
   *out = v;
   return RILL_OK;
@@ -569,15 +566,6 @@ int rill_df_reduce(rill_df_t* df, int column, int64_t k, rill_type_t type, rill_
 
 /* ---------------------------------------------------------------- row translation */
 
-static uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ULL;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBULL;
-  x ^= x >> 31;
-  return x;
-}
-
 /* A keyed bijection of [0, n): a 4-round Feistel network on the smallest even number of
  * bits that covers n, with cycle walking back into [0, n). O(1) memory, no per-epoch pass. */
 static int64_t permute(uint64_t seed, int64_t epoch, int64_t n, int64_t x) {
@@ -587,12 +575,12 @@ static int64_t permute(uint64_t seed, int64_t epoch, int64_t n, int64_t x) {
   if (bits & 1) bits++;
   int h = bits / 2;
   uint64_t mask = (1ULL << h) - 1;
-  uint64_t key = mix64(seed ^ mix64((uint64_t)epoch + 0x9E3779B97F4A7C15ULL));
+  uint64_t key = rill__mix64(seed ^ rill__mix64((uint64_t)epoch + 0x9E3779B97F4A7C15ULL));
   uint64_t v = (uint64_t)x;
   do {
     uint64_t l = v >> h, r = v & mask;
     for (int round = 0; round < 4; round++) {
-      uint64_t f = mix64(key + (uint64_t)round * 0xD6E8FEB86659FD93ULL + r) & mask;
+      uint64_t f = rill__mix64(key + (uint64_t)round * 0xD6E8FEB86659FD93ULL + r) & mask;
       uint64_t nl = r;
       r = l ^ f;
       l = nl;

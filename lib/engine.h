@@ -141,6 +141,23 @@ struct rill_df {
   int64_t k;          /* reduce */
 };
 
+/* A 64-bit mixer (splitmix64's finalizer): nearby inputs give unrelated outputs. */
+static inline uint64_t rill__mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBULL;
+  x ^= x >> 31;
+  return x;
+}
+/* A hash of v[0..n), for saved iterator states to name a take's rows or a concatenation's
+ * parts (df->kept_hash), computed once when the dataframe is made. */
+static inline uint64_t rill__hash_i64(const int64_t* v, int64_t n) {
+  uint64_t h = (uint64_t)n;
+  for (int64_t i = 0; i < n; i++) h = rill__mix64(h ^ (uint64_t)v[i]);
+  return h;
+}
+
 /* Whether df is a view: a dataframe of some rows of its parent (shuffle/shard/filter/slice/take). */
 static inline int rill__df_is_view(const rill_df_t* df) {
   return df->kind == RILL__DF_SHUFFLE || df->kind == RILL__DF_SHARD || df->kind == RILL__DF_FILTER ||

@@ -519,6 +519,31 @@ static int open_path(PyObject* path, open_fn open, const void* opts, rill_df_t**
   return rillpy_check(rc, &err) < 0 ? -1 : 0;
 }
 
+/* The paths of list or tuple `seq` (str or os.PathLike) as C strings: *cps (PyMem, n entries)
+ * points into the bytes held by the new list *held. 0, or -1 with an exception (both NULL). */
+static int encode_paths(PyObject* seq, PyObject** held, const char*** cps) {
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  *held = PyList_New(n);
+  *cps = *held ? PyMem_Calloc((size_t)(n ? n : 1), sizeof **cps) : NULL;
+  if (!*cps) {
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+    Py_CLEAR(*held);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* b = rillpy_fspath(PySequence_Fast_GET_ITEM(seq, i));
+    if (!b) {
+      PyMem_Free(*cps);
+      *cps = NULL;
+      Py_CLEAR(*held);
+      return -1;
+    }
+    PyList_SET_ITEM(*held, i, b);
+    (*cps)[i] = PyBytes_AS_STRING(b);
+  }
+  return 0;
+}
+
 static int open_csv(const char* path, const void* o, rill_df_t** out, rill_error_t* err) {
   return rill_df_from_csv(path, o, out, err);
 }
@@ -717,19 +742,9 @@ static int open_csv_files(PyObject* paths, const rill_csv_opts_t* o, rill_df_t**
     PyErr_Format(PyExc_ValueError, "from_csv: %s", n ? "too many paths" : "an empty list of paths");
     return -1;
   }
-  PyObject* held = PyList_New(n);
-  const char** cp = held ? PyMem_Calloc((size_t)n, sizeof *cp) : NULL;
-  int rc = held && cp ? 0 : -1;
-  if (held && !cp) PyErr_NoMemory();
-  for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
-    PyObject* b = rillpy_fspath(PySequence_Fast_GET_ITEM(paths, i));
-    if (!b) {
-      rc = -1;
-      break;
-    }
-    PyList_SET_ITEM(held, i, b);
-    cp[i] = PyBytes_AS_STRING(b);
-  }
+  PyObject* held;
+  const char** cp;
+  int rc = encode_paths(paths, &held, &cp);
   if (rc == 0) {
     rill_error_t err;
     rill_error_clear(&err);
@@ -916,19 +931,9 @@ static PyObject* py_from_files(PyObject* m, PyObject* args, PyObject* kw) {
   PyObject* seq = PySequence_Fast(paths, "from_files: paths must be a sequence of str or os.PathLike");
   if (!seq) return NULL;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  PyObject* enc = PyList_New(n);
-  const char** cps = PyMem_Calloc((size_t)(n ? n : 1), sizeof *cps);
-  PyObject* result = NULL;
-  if (!enc || !cps) {
-    if (!PyErr_Occurred()) PyErr_NoMemory();
-    goto done;
-  }
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject* b = rillpy_fspath(PySequence_Fast_GET_ITEM(seq, i));
-    if (!b) goto done;
-    PyList_SET_ITEM(enc, i, b);
-    cps[i] = PyBytes_AS_STRING(b);
-  }
+  PyObject *enc, *result = NULL;
+  const char** cps;
+  if (encode_paths(seq, &enc, &cps) < 0) goto done;
   rill_error_t err;
   rill_error_clear(&err);
   rill_df_t* df = NULL;
