@@ -106,82 +106,114 @@ static int fill_part(const concat_t* cc, int p, const int64_t* local, int64_t k,
   return RILL_OK;
 }
 
-/* Copies cells [0, k) of dst from cell at[j] of src[pof[j]] (arrays of the same type; a
- * variable-length dst is filled in order). RILL_OK or RILL_ENOMEM. */
-static int gather(rill_array_t* dst, rill_array_t* const* src, const int* pof, const int64_t* at, int64_t k,
+/* Whether cells [i, i + r) of a are all valid. */
+static int all_valid(const rill_array_t* a, int64_t i, int64_t r) {
+  if (!a->validity || a->null_count == 0) return 1;
+  for (int64_t t = i; t < i + r; t++)
+    if (!rill__bit_get(a->validity, t)) return 0;
+  return 1;
+}
+
+/* Copies cells [0, k) of dst from cell at[j] of src[sof[j]] (arrays of the same type; a
+ * variable-length dst is filled in order). Runs of cells that follow one another in one source
+ * array (a call in row order that crosses parts) are copied as blocks. RILL_OK or RILL_ENOMEM. */
+static int gather(rill_array_t* dst, rill_array_t* const* src, const int* sof, const int64_t* at, int64_t k,
                   int64_t cell) {
   uint8_t* d = dst->data;
-  for (int64_t j = 0; j < k; j++) {
-    const rill_array_t* a = src[pof[j]];
+  for (int64_t j = 0, r; j < k; j += r) {
+    const rill_array_t* a = src[sof[j]];
     int64_t i = at[j];
-    int valid = !a->validity || rill__bit_get(a->validity, i);
+    for (r = 1; j + r < k && sof[j + r] == sof[j] && at[j + r] == i + r;) r++;
     int rc = RILL_OK;
-    if (cell > 0) {
-      if (valid) memcpy(d + j * cell, (const uint8_t*)a->data + i * cell, (size_t)cell);
-    } else if (!a->shapes) {
-      int64_t o = a->offsets[i], nb = valid ? a->offsets[i + 1] - o : 0;
-      rc = rill_array_set_var(dst, j, nb ? (const uint8_t*)a->data + o : NULL, nb, NULL);
-    } else {
-      rill__cell_t v;
-      rill__cell_view(a, i, &v);
-      rc = rill_array_set_var(dst, j, valid ? v.data : NULL, valid ? v.nbytes : 0, v.shape);
+    if (cell > 0) { /* fixed cells: the bytes, then the nulls (whose bytes are zeroed) */
+      memcpy(d + j * cell, (const uint8_t*)a->data + i * cell, (size_t)(r * cell));
+      if (!all_valid(a, i, r))
+        for (int64_t t = 0; t < r && rc == RILL_OK; t++)
+          if (!rill__bit_get(a->validity, i + t)) rc = rill_array_set_null(dst, j + t);
+    } else if (!a->shapes && all_valid(a, i, r)) { /* offsets rebased, the bytes as one block */
+      int64_t base = dst->offsets[j], from = a->offsets[i], nb = a->offsets[i + r] - from;
+      if ((rc = rill_array_reserve(dst, base + nb)) == RILL_OK) {
+        if (nb) memcpy((uint8_t*)dst->data + base, (const uint8_t*)a->data + from, (size_t)nb);
+        for (int64_t t = 1; t <= r; t++) dst->offsets[j + t] = base + a->offsets[i + t] - from;
+        rc = rill__array_var_commit(dst, j + r);
+      }
+    } else { /* cell by cell: nulls, and cells with shapes of their own */
+      for (int64_t t = 0; t < r && rc == RILL_OK; t++) {
+        int valid = !a->validity || rill__bit_get(a->validity, i + t);
+        if (!a->shapes) {
+          int64_t o = a->offsets[i + t], nb = valid ? a->offsets[i + t + 1] - o : 0;
+          rc = rill_array_set_var(dst, j + t, nb ? (const uint8_t*)a->data + o : NULL, nb, NULL);
+        } else {
+          rill__cell_t v;
+          rill__cell_view(a, i + t, &v);
+          rc = rill_array_set_var(dst, j + t, valid ? v.data : NULL, valid ? v.nbytes : 0, v.shape);
+        }
+        if (rc == RILL_OK && !valid) rc = rill_array_set_null(dst, j + t);
+      }
     }
-    if (rc == RILL_OK && !valid) rc = rill_array_set_null(dst, j);
     if (rc != RILL_OK) return rc;
   }
   return RILL_OK;
 }
 
-/* A call whose rows lie in several parts: one call per part into arrays of its own, then its
- * cells copied into outs. A part that fails at one of its cells stops there; the cells of the
- * result before the first such cell (over every part) are kept and that cell is reported. */
+/* A call whose rows lie in several parts: one call per part that holds some of them, into
+ * arrays of its own, then the cells copied into outs. A part that fails at one of its cells
+ * stops there; the cells of the result before the first such cell (over every part) are kept
+ * and that cell is reported. */
 static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_array_t* const* outs,
                       rill_exec_t* exec, rill_error_t* err) {
-  int np = cc->nparts, nc = cc->ncols;
+  int np = cc->nparts, nc = cc->ncols, nu = 0;
   rill_array_t* pouts[nc]; /* nc >= 1 */
-  int64_t* start = rill__calloc((size_t)np + 1, sizeof *start); /* part p's cells: [start[p], start[p+1]) */
-  int* pof = rill__alloc(sizeof *pof * (size_t)n);
+  int* slot = rill__calloc((size_t)np, sizeof *slot); /* part p: 1 + its index among the parts of the call */
+  int* used = rill__alloc(sizeof *used * (size_t)np);  /* the parts of the call, in order */
+  int* sof = rill__alloc(sizeof *sof * (size_t)n);     /* cell i: the index of its part among those */
+  int64_t* start = rill__calloc((size_t)np + 1, sizeof *start); /* by part index: [start[u], start[u+1]) */
   int64_t* at = rill__alloc(sizeof *at * (size_t)n);         /* cell i: its index in its part's call */
   int64_t* buf = rill__alloc(sizeof *buf * (size_t)(3 * n)); /* by part: local rows, result rows, cells */
-  rill_array_t** tmp = rill__calloc((size_t)np * (size_t)nc + 1, sizeof *tmp);
+  rill_array_t** tmp = NULL;
   int rc = RILL_OK;
   int64_t bad = n; /* the first failed cell of the call */
   rill_error_t first_err;
   rill_error_clear(&first_err);
-  if (!start || !pof || !at || !buf || !tmp) {
+  if (!slot || !used || !sof || !start || !at || !buf) {
     rc = rill_error_set(err, RILL_ENOMEM, "out of memory splitting the rows among the parts");
     goto out;
   }
-  /* the cells grouped by part, in their order: a counting sort */
+  /* the cells grouped by part, in their order: a counting sort over the parts they lie in */
   for (int64_t i = 0; i < n; i++) {
-    pof[i] = part_of(cc, rows[i]);
-    at[i] = start[pof[i] + 1]++;
+    int p = part_of(cc, rows[i]);
+    if (!slot[p]) used[nu] = p, slot[p] = ++nu;
+    sof[i] = slot[p] - 1;
+    at[i] = start[sof[i] + 1]++;
   }
-  for (int p = 0; p < np; p++) start[p + 1] += start[p];
+  for (int u = 0; u < nu; u++) start[u + 1] += start[u];
   int64_t *local = buf, *ids = buf + n, *cells = buf + 2 * n;
   for (int64_t i = 0; i < n; i++) {
-    int64_t q = start[pof[i]] + at[i];
-    local[q] = rows[i] - cc->first[pof[i]];
+    int64_t q = start[sof[i]] + at[i];
+    local[q] = rows[i] - cc->first[used[sof[i]]];
     ids[q] = exec->rows[i];
     cells[q] = i;
   }
-  for (int p = 0; p < np && rc == RILL_OK; p++) {
-    int64_t b = start[p], k = start[p + 1] - b;
-    if (k == 0) continue;
+  if (!(tmp = rill__calloc((size_t)nu * (size_t)nc, sizeof *tmp))) {
+    rc = rill_error_set(err, RILL_ENOMEM, "out of memory splitting the rows among the parts");
+    goto out;
+  }
+  for (int u = 0; u < nu && rc == RILL_OK; u++) {
+    int64_t b = start[u], k = start[u + 1] - b;
     for (int i = 0; i < nc; i++) {
       pouts[i] = NULL;
       if (!outs[i]) continue;
-      if (rill__array_create(NULL, (rill_device_t){RILL_DEVICE_CPU, 0}, &tmp[p * nc + i]) != RILL_OK) {
+      if (rill__array_create(NULL, (rill_device_t){RILL_DEVICE_CPU, 0}, &tmp[u * nc + i]) != RILL_OK) {
         rc = rill_error_set(err, RILL_ENOMEM, "out of memory for a part's cells");
         goto out;
       }
-      pouts[i] = tmp[p * nc + i];
+      pouts[i] = tmp[u * nc + i];
     }
     rill_exec_t sub = *exec; /* the result's row ids of these cells: generators stay per row */
     sub.rows = ids + b;
     sub.n = k;
     rill_error_t e;
-    int r = fill_part(cc, p, local + b, k, pouts, &sub, &e);
+    int r = fill_part(cc, used[u], local + b, k, pouts, &sub, &e);
     if (r != RILL_OK) {
       int64_t cell = cells[b + (e.row >= 0 && e.row < k ? e.row : 0)]; /* the part's failed cell, in the call */
       if (cell < bad) {
@@ -191,16 +223,19 @@ static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_a
       }
     }
   }
+  rill_array_t** src = NULL;
+  if (rc == RILL_OK && !(src = rill__alloc(sizeof *src * (size_t)nu)))
+    rc = rill_error_set(err, RILL_ENOMEM, "out of memory copying the cells");
   for (int i = 0; i < nc && rc == RILL_OK; i++) {
     if (!outs[i]) continue;
     rill_type_t ty = cc->parts[0].df->cols[cc->parts[0].col[i]]->field.type;
     if ((rc = rill_exec_alloc(exec, outs[i], ty, n)) == RILL_OK) {
-      rill_array_t* src[np];
-      for (int p = 0; p < np; p++) src[p] = tmp[p * nc + i];
-      rc = gather(outs[i], src, pof, at, bad, rill_type_cell_bytes(&ty));
+      for (int u = 0; u < nu; u++) src[u] = tmp[u * nc + i];
+      rc = gather(outs[i], src, sof, at, bad, rill_type_cell_bytes(&ty));
     }
     if (rc != RILL_OK) rill_error_set(err, rc, "out of memory copying the cells");
   }
+  rill__free(src);
   if (rc != RILL_OK) goto out;
   if (bad < n) {
     *err = first_err;
@@ -209,12 +244,14 @@ static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_a
   }
 out:
   if (tmp)
-    for (int64_t q = 0; q < (int64_t)np * nc; q++) rill_array_release(tmp[q]);
+    for (int64_t q = 0; q < (int64_t)nu * nc; q++) rill_array_release(tmp[q]);
   rill__free(tmp);
   rill__free(buf);
   rill__free(at);
-  rill__free(pof);
   rill__free(start);
+  rill__free(sof);
+  rill__free(used);
+  rill__free(slot);
   return rc;
 }
 
