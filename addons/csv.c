@@ -5,6 +5,8 @@
  * requested column from the field spans, converting text with text.c. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1001,6 +1003,8 @@ static int decompress(rill__csv_t* c, rill_error_t* err) {
                                                     : "uncompressed CSV only: built without zlib and libzstd");
 }
 
+static int csv_frame(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, rill_error_t* err);
+
 static int csv_open(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, rill_error_t* err) {
   int rc;
   int64_t pos = 0, data_begin = 0;
@@ -1020,6 +1024,12 @@ static int csv_open(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, r
       if (!c->types[k]) c->types[k] = RILL_STRING;
   if ((rc = infer_types(c, o->infer_rows ? o->infer_rows : CSV_DEFAULT_INFER, err)) != RILL_OK)
     return rc;
+  return csv_frame(c, o, out, err);
+}
+
+/* A dataframe over CSV input c, indexed and its types decided (c->types). */
+static int csv_frame(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, rill_error_t* err) {
+  int rc;
   rill_type_t* types = rill__alloc((size_t)c->ncols * sizeof *types);
   if (!types) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", c->name);
   int* nullable = rill__alloc((size_t)c->ncols * sizeof *nullable);
@@ -1210,6 +1220,59 @@ static int widens(const rill_type_t* t) {
   return t->ndim == 0 && (t->dtype == RILL_INT64 || t->dtype == RILL_FLOAT64);
 }
 
+/* Files opened side by side: each thread takes the next file of the list. */
+typedef struct open_job {
+  const char* const* paths;
+  int n;
+  const rill_csv_opts_t* o; /* each file's options (its index pass's threads set) */
+  rill_df_t** parts;
+  atomic_int next;
+  pthread_mutex_t mu;
+  int failed, rc; /* the first file of the list that failed so far (n: none), its code */
+  rill_error_t err; /* and error */
+} open_job_t;
+
+static void* open_worker(void* arg) {
+  open_job_t* j = arg;
+  for (;;) {
+    int p = atomic_fetch_add(&j->next, 1);
+    pthread_mutex_lock(&j->mu);
+    int stop = p >= j->n || p > j->failed; /* files after a failed one are not needed */
+    pthread_mutex_unlock(&j->mu);
+    if (stop) return NULL;
+    rill_error_t e;
+    rill_error_clear(&e);
+    int rc = rill_df_from_csv(j->paths[p], j->o, &j->parts[p], &e);
+    if (rc == RILL_OK) continue;
+    pthread_mutex_lock(&j->mu);
+    if (p < j->failed) j->failed = p, j->rc = rc, j->err = e;
+    pthread_mutex_unlock(&j->mu);
+  }
+}
+
+/* Opens paths[0 .. n) into parts: up to o->threads files at a time (0: one per core), the
+ * threads left over given to each file's index pass. A failure is the first failing file's
+ * in the list whatever the order they were opened in (the caller frees the parts opened). */
+static int open_files(const char* const* paths, int n, const rill_csv_opts_t* o, rill_df_t** parts,
+                      rill_error_t* err) {
+  int threads = o->threads > 0 ? o->threads : rill__ncores(), side = threads < n ? threads : n;
+  if (side > 64) side = 64;
+  rill_csv_opts_t each = *o;
+  each.threads = threads / side;
+  open_job_t job = {.paths = paths, .n = n, .o = &each, .parts = parts, .failed = n};
+  atomic_init(&job.next, 0);
+  pthread_mutex_init(&job.mu, NULL);
+  pthread_t tids[64];
+  int started = 0;
+  for (int t = 1; t < side && pthread_create(&tids[started], NULL, open_worker, &job) == 0; t++) started++;
+  open_worker(&job);
+  for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
+  pthread_mutex_destroy(&job.mu);
+  if (job.failed == n) return RILL_OK;
+  if (err) *err = job.err;
+  return job.rc;
+}
+
 int rill_df_from_csv_files(const char* const* paths, int npaths, const rill_csv_opts_t* opts, rill_df_t** out,
                            rill_error_t* err) {
   static const char who[] = "rill_df_from_csv_files";
@@ -1222,8 +1285,7 @@ int rill_df_from_csv_files(const char* const* paths, int npaths, const rill_csv_
   if (opts) o = *opts;
   rill_df_t** parts = rill__calloc((size_t)npaths, sizeof *parts);
   if (!parts) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
-  int rc = RILL_OK;
-  for (int p = 0; rc == RILL_OK && p < npaths; p++) rc = rill_df_from_csv(paths[p], &o, &parts[p], err);
+  int rc = open_files(paths, npaths, &o, parts, err);
   /* the same columns in every file (any order) */
   int nc = rc == RILL_OK ? rill_df_ncolumns(parts[0]) : 0;
   for (int p = 1; rc == RILL_OK && p < npaths; p++) {
@@ -1266,31 +1328,24 @@ int rill_df_from_csv_files(const char* const* paths, int npaths, const rill_csv_
       }
     }
   }
-  /* files read with int64 where another has float64: again, with float64 given */
-  rill_csv_column_t* cols = NULL;
-  if (rc == RILL_OK && !(cols = rill__calloc((size_t)(o.ncolumns + nc) + 1, sizeof *cols)))
-    rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
+  /* files whose columns take other types (int64 widened to float64, a type taken from the
+   * other files): the same input and row index, read with those types */
   for (int p = 0; rc == RILL_OK && p < npaths; p++) {
+    rill__csv_t* c = rill__df_column_ctx(parts[p], 0);
     int n = 0;
     for (int k = 0; k < nc; k++) {
-      const char* name = rill_df_field(parts[0], k)->name;
-      if (type_named(parts[p], name)->dtype != want[k]) cols[o.ncolumns + n++] = (rill_csv_column_t){name, 0, want[k]};
+      int pk = rill_df_column(parts[p], rill_df_field(parts[0], k)->name);
+      if (c->types[pk] != want[k]) c->types[pk] = want[k], n++;
     }
     if (n == 0) continue;
-    if (o.ncolumns) memcpy(cols, o.columns, sizeof *cols * (size_t)o.ncolumns);
-    rill_csv_opts_t wider = o;
-    wider.columns = cols;
-    wider.ncolumns = o.ncolumns + n;
     rill_df_t* again = NULL;
-    rc = rill_df_from_csv(paths[p], &wider, &again, err);
+    rc = csv_frame(c, &o, &again, err); /* the old dataframe, never iterated, goes */
     if (rc == RILL_OK) {
-      rill_df_t* old = parts[p];
+      rill_df_free(parts[p]);
       parts[p] = again;
-      rill_df_free(old); /* after: the names in cols are its own */
     }
   }
   if (rc == RILL_OK) rc = rill_df_concat(parts, npaths, out, err);
-  rill__free(cols);
   rill__free(want);
   for (int p = 0; p < npaths; p++) rill_df_free(parts[p]);
   rill__free(parts);

@@ -227,8 +227,11 @@ static int keep_bad_rows(rill__csv_t* c, rill__csv_spec_t* const* pick, int64_t 
   return RILL_OK;
 }
 
+_Atomic int64_t rill__csv_index_passes = 0;
+
 int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const rill_csv_opts_t* o,
                           rill_error_t* err) {
+  atomic_fetch_add(&rill__csv_index_passes, 1);
   int64_t chunk = o->chunk_bytes > 0 ? o->chunk_bytes : CSV_DEFAULT_CHUNK;
   int64_t span = c->size - begin;
   int64_t maxchunks = span / chunk + 2;
@@ -261,7 +264,9 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
   }
   index_job_t job = {.csv = c, .d = c->data, .bounds = bounds, .nchunks = nch, .dia = &c->dia,
                      .expected = expected, .out = out};
-  job.sample = span < ((int64_t)1 << 20) ? span : ((int64_t)1 << 20);
+  /* a file of one chunk needs no guess: its list grows as it is scanned (a small file's
+   * lines would be read once more for nothing) */
+  job.sample = nch < 2 ? 0 : span < ((int64_t)1 << 20) ? span : ((int64_t)1 << 20);
   for (const char *p = c->data + begin, *pe = p + job.sample; p < pe && (p = memchr(p, '\n', (size_t)(pe - p))); p++)
     job.sample_lines++;
   atomic_init(&job.next, 0);

@@ -225,5 +225,7 @@ extern int rill__csv_gzip_zlib_only;
 /* Compressed input whose text grows past this many bytes (default 1 GiB) is written to an
  * unlinked temporary file in $TMPDIR and mapped, rather than held in memory (lowered by tests). */
 extern int64_t rill__csv_spill_bytes;
+/* Index passes made so far (rill__csv_build_index), counted for tests. */
+extern _Atomic int64_t rill__csv_index_passes;
 
 #endif /* RILL_CSV_INTERNAL_H */

@@ -64,7 +64,9 @@ typedef struct rill_csv_opts {
    * fields are null; a row with too many fields becomes all nulls); rill_csv_bad_rows
    * lists them. */
   rill_on_error_t on_bad_row;
-  int threads;                /* threads of the index pass; 0 = one per core */
+  int threads;                /* threads of the index pass (rill_df_from_csv_files: of the
+                                 files opened side by side, and their index passes); 0 = one
+                                 per core */
   int64_t infer_rows;         /* rows sampled for type inference; 0 = 1000; < 0 = all */
   int64_t chunk_bytes;        /* bytes per parallel index chunk; 0 = 8 MiB */
   int borrow;                 /* rill_df_from_csv_buffer: 1 = use the caller's memory (compressed
@@ -151,8 +153,10 @@ RILL_API int rill_df_from_csv_buffer(const void* data, size_t size, const rill_c
  * as is a file with other columns. Type overrides by index apply to each file's own column at
  * that index: give them by name when the files' orders differ. Messages about a cell or row
  * name its file and line. rill_csv_bad_rows answers for each file's own dataframe
- * (rill_df_concat_parts), not for the result. Returns as rill_df_from_csv, or RILL_EINVAL (no
- * paths, a NULL path). */
+ * (rill_df_concat_parts), not for the result. The files are opened side by side on up to
+ * opts->threads threads (0: one per core; 1: one after another), each file's index pass given
+ * the threads left over. Returns as rill_df_from_csv (when several files fail, the error of the
+ * first of them in `paths`), or RILL_EINVAL (no paths, a NULL path). */
 RILL_API int rill_df_from_csv_files(const char* const* paths, int npaths, const rill_csv_opts_t* opts,
                                     rill_df_t** out, rill_error_t* err);
 /* A row of a CSV file with too few or too many fields. */

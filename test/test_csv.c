@@ -1,9 +1,20 @@
 /* CSV source: RFC 4180 parsing, inference, overrides, error policies, parallel index. */
+#include <dirent.h>
 #include <stdint.h>
 
 #include "common.h"
 #include "csv_internal.h"
 #include "text.h"
+
+/* File descriptors the process holds. */
+static int open_fds(void) {
+  DIR* d = opendir("/proc/self/fd");
+  cr_assert_not_null(d);
+  int n = 0;
+  while (readdir(d)) n++;
+  closedir(d);
+  return n;
+}
 
 /* The dialects of the scanner tests: RFC 4180 with commas; the same with trim and comments,
  * or with backslash escapes. */
@@ -855,18 +866,8 @@ static void zstd_input(void) {
 Test(csv, zstd_input) { zstd_input(); }
 
 #if RILL_HAVE_ZLIB
-#include <dirent.h>
 
 /* Open file descriptors of the process. */
-static int open_fds(void) {
-  DIR* d = opendir("/proc/self/fd");
-  cr_assert_not_null(d);
-  int n = 0;
-  while (readdir(d)) n++;
-  closedir(d);
-  return n;
-}
-
 Test(csv, large_compressed_text_goes_to_a_temporary_file) {
   rill__csv_spill_bytes = 1 << 16; /* every text past 64 KiB */
   gzip_input();
@@ -2342,6 +2343,13 @@ Test(csv, several_files_read_as_one) {
   cr_assert_eq(coltype(df, 2), RILL_STRING);
   EXPECT_DF_CELLS(df, {0, 0, "1"}, {0, 1, "5"}, {1, 1, "NULL"}, {1, 2, "bob"}, {2, 0, "3"}, {2, 1, "0.5"},
                   {2, 2, "cy"}, {3, 1, "7"}, {3, 2, ""}, {4, 0, "5"}, {4, 2, "dee"});
+  rill_df_free(df);
+  /* files whose types change are not indexed again: one pass each */
+  int64_t passes = rill__csv_index_passes;
+  RT_OK(rill_df_from_csv_files(p, 3, NULL, &df, &err), err);
+  cr_assert_eq(rill__csv_index_passes - passes, 3, "%lld index passes for 3 files",
+               (long long)(rill__csv_index_passes - passes));
+  EXPECT_DF_CELLS(df, {0, 1, "5"}, {2, 1, "0.5"}, {3, 1, "7"});
   rill_df_t* sh;
   RT_OK(rill_df_shuffle(df, 4, &sh, &err), err); /* calls over rows of several files */
   table_t t = collected(sh, RILL_THREADS_NONE);
@@ -2415,4 +2423,76 @@ Test(csv, several_files_read_as_one) {
   RT_OK(rill_df_from_csv_files(p, 1, NULL, &df, &err), err);
   cr_assert_eq(rill_df_rows(df), 2);
   rill_df_free(df);
+}
+
+/* Files opened side by side (threads of their own): the rows in the order of the list, the
+ * types agreed as when opened one by one, and a failure the first failing file's of the list. */
+Test(csv, many_files_opened_side_by_side) {
+  enum { N = 24 };
+  rill_error_t err = {0};
+  char* paths[N];
+  for (int f = 0; f < N; f++) {
+    paths[f] = malloc(512);
+    snprintf(paths[f], 512, "%s/part%02d.csv", rt_tmpdir(), f);
+    FILE* fp = fopen(paths[f], "wb");
+    cr_assert_not_null(fp);
+    fprintf(fp, f % 2 ? "v,id,w\n" : "id,v,w\n");
+    for (int r = 0; r < 10; r++) { /* v: float64 in file 7 only; w: empty everywhere but file 19 */
+      int id = f * 10 + r;
+      if (f % 2) fprintf(fp, f == 7 ? "%d.5,%d,%s\n" : "%d,%d,%s\n", id, id, f == 19 && r == 4 ? "x" : "");
+      else fprintf(fp, "%d,%d,\n", id, id);
+    }
+    fclose(fp);
+  }
+  const char* const* p = (const char* const*)paths;
+  for (int threads = 0; threads <= 5; threads += threads ? 2 : 1) { /* one per core, 1, 3, 5 */
+    rill_df_t* df;
+    RT_OK(rill_df_from_csv_files(p, N, &(rill_csv_opts_t){.threads = threads}, &df, &err), err);
+    cr_assert_eq(rill_df_rows(df), N * 10);
+    cr_assert_eq(coltype(df, 0), RILL_INT64);
+    cr_assert_eq(coltype(df, 1), RILL_FLOAT64, "v widened by file 7, whatever opened first");
+    cr_assert_eq(coltype(df, 2), RILL_STRING);
+    table_t t = collected(df, 2);
+    for (int64_t r = 0; r < t.nrows; r++) {
+      cr_assert_eq(atoll(cell(&t, r, 0)), r, "threads %d: row %lld holds id %s", threads, (long long)r, cell(&t, r, 0));
+      cr_assert_eq(atof(cell(&t, r, 1)), (double)r + (r / 10 == 7 ? 0.5 : 0));
+      cr_assert_str_eq(cell(&t, r, 2), r == 194 ? "x" : "");
+    }
+    table_free(&t);
+    rill_df_free(df);
+  }
+  /* file 5 malformed, file 17 missing, file 21 without a column: file 5's error every time */
+  int fds = open_fds();
+  csv_at(0, "part05.csv", "id,v,w\n50,\"unclosed,\n");
+  char* keep = paths[17];
+  paths[17] = (char*)"/nonexistent/part17.csv";
+  csv_at(1, "part21.csv", "v,id\n1,2\n");
+  for (int k = 0; k < 20; k++) {
+    rill_df_t* df = NULL;
+    RT_FAILS(rill_df_from_csv_files(p, N, &(rill_csv_opts_t){.threads = 4}, &df, &err), RILL_EFORMAT, "part05.csv:2",
+             err);
+    cr_assert_null(df);
+  }
+  rill_df_t* df = NULL;
+  RT_FAILS(rill_df_from_csv_files(p + 6, N - 6, &(rill_csv_opts_t){.threads = 4}, &df, &err), RILL_EIO,
+           "/nonexistent/part17.csv: cannot open", err);
+  RT_FAILS(rill_df_from_csv_files(p + 18, N - 18, NULL, &df, &err), RILL_EFORMAT, "part21.csv has 2 columns and ", err);
+  /* a large file whose last row is malformed before a missing one: the missing file fails
+   * first, the large one is still the error */
+  FILE* fp = fopen(paths[1], "wb");
+  cr_assert_not_null(fp);
+  fprintf(fp, "v,id,w\n");
+  for (int r = 0; r < 200000; r++) fprintf(fp, "%d,%d,\n", r, r);
+  fprintf(fp, "1,\"2,\n");
+  fclose(fp);
+  const char* late[3] = {paths[0], paths[1], "/nonexistent/part02.csv"};
+  for (int k = 0; k < 5; k++)
+    RT_FAILS(rill_df_from_csv_files(late, 3, &(rill_csv_opts_t){.threads = 3}, &df, &err), RILL_EFORMAT,
+             "part01.csv:200002", err);
+  cr_assert_eq(open_fds(), fds, "file descriptors left open");
+  paths[17] = keep;
+  for (int f = 0; f < N; f++) {
+    unlink(paths[f]);
+    free(paths[f]);
+  }
 }

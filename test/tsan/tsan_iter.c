@@ -3,6 +3,7 @@
  * iterators over one dataframe on two threads, a CPU_SERIAL stage, iterators freed while
  * work is in flight. Prints "N passed, N failed" last; exits non-zero on a failure. */
 #include <pthread.h>
+#include <unistd.h>
 
 #include "tsan_common.h"
 
@@ -219,6 +220,51 @@ static void test_concat(void) {
   for (int p = 0; p < P; p++) rill_df_free(parts[p]);
 }
 
+/* CSV files opened side by side (rill_df_from_csv_files on 4 threads), one failing among
+ * them, then read shuffled in batches on 4 threads */
+static void test_csv_files(void) {
+  enum { F = 12, R = 200 };
+  rill_error_t err;
+  char paths[F][512];
+  const char* p[F];
+  const char* tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  for (int f = 0; f < F; f++) {
+    snprintf(paths[f], sizeof paths[f], "%s/rill-tsan-%d-%d.csv", tmp, (int)getpid(), f);
+    p[f] = paths[f];
+    FILE* fp = fopen(paths[f], "wb");
+    CHECK(fp != NULL, "cannot write %s", paths[f]);
+    if (!fp) return;
+    fprintf(fp, "id,name\n");
+    for (int r = 0; r < R; r++) fprintf(fp, "%d,n%d\n", f * R + r, r);
+    fclose(fp);
+  }
+  rill_df_t *df, *sh, *b;
+  CHECK_OK(rill_df_from_csv_files(p, F, &(rill_csv_opts_t){.threads = 4}, &df, &err), err);
+  CHECK_OK(rill_df_shuffle(df, 3, &sh, &err), err);
+  int cols[2] = {0, 1};
+  CHECK_OK(rill_df_batch(sh, cols, 2, B, NULL, &b, &err), err);
+  rill_iter_t* it;
+  CHECK_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = 4, .prefetch = 8}, &it, &err), err);
+  rill_row_t row;
+  int64_t n = 0, sum = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    const rill_array_t* a = rill_row_get(&row, 0);
+    for (int64_t i = 0; i < a->length; i++) sum += i64_at(a, i);
+    n += a->length;
+  }
+  rill_iter_free(it);
+  CHECK(n == F * R && sum == (int64_t)F * R * (F * R - 1) / 2, "%lld rows, sum %lld", (long long)n, (long long)sum);
+  rill_df_free(b);
+  rill_df_free(sh);
+  rill_df_free(df);
+  FILE* fp = fopen(paths[3], "wb"); /* a row with three fields */
+  if (fp) fprintf(fp, "id,name\n1,a,b\n"), fclose(fp);
+  df = NULL;
+  int rc = rill_df_from_csv_files(p, F, &(rill_csv_opts_t){.threads = 4}, &df, &err);
+  CHECK(rc == RILL_EFORMAT && df == NULL && strstr(err.message, "-3.csv:2"), "%d: %s", rc, err.message);
+  for (int f = 0; f < F; f++) remove(paths[f]);
+}
+
 /* ---- iterators freed while their chunks are being computed */
 
 static void test_free_in_flight(void) {
@@ -310,6 +356,7 @@ int main(void) {
     test_two_iterators();
     test_serial();
     test_concat();
+    test_csv_files();
     test_free_in_flight();
     test_memory_lending();
   }
