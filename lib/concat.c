@@ -115,15 +115,16 @@ static int all_valid(const rill_array_t* a, int64_t i, int64_t r) {
 }
 
 /* Copies cells [0, k) of dst from cell at[j] of src[sof[j]] (arrays of the same type; a
- * variable-length dst is filled in order). Runs of cells that follow one another in one source
- * array (a call in row order that crosses parts) are copied as blocks. RILL_OK or RILL_ENOMEM. */
+ * variable-length dst is filled in order). A part's cells are numbered in the order they come
+ * (at[j] counts up within each part), so a run of cells of one part (a call in row order that
+ * crosses parts) is a block of its array, copied as one. RILL_OK or RILL_ENOMEM. */
 static int gather(rill_array_t* dst, rill_array_t* const* src, const int* sof, const int64_t* at, int64_t k,
                   int64_t cell) {
   uint8_t* d = dst->data;
   for (int64_t j = 0, r; j < k; j += r) {
     const rill_array_t* a = src[sof[j]];
     int64_t i = at[j];
-    for (r = 1; j + r < k && sof[j + r] == sof[j] && at[j + r] == i + r;) r++;
+    for (r = 1; j + r < k && sof[j + r] == sof[j];) r++;
     int rc = RILL_OK;
     if (cell > 0) { /* fixed cells: the bytes, then the nulls (whose bytes are zeroed) */
       memcpy(d + j * cell, (const uint8_t*)a->data + i * cell, (size_t)(r * cell));
