@@ -131,24 +131,25 @@ static int gather(rill_array_t* dst, rill_array_t* const* src, const int* sof, c
       if (!all_valid(a, i, r))
         for (int64_t t = 0; t < r && rc == RILL_OK; t++)
           if (!rill__bit_get(a->validity, i + t)) rc = rill_array_set_null(dst, j + t);
-    } else if (!a->shapes && all_valid(a, i, r)) { /* offsets rebased, the bytes as one block */
-      int64_t base = dst->offsets[j], from = a->offsets[i], nb = a->offsets[i + r] - from;
-      if ((rc = rill_array_reserve(dst, base + nb)) == RILL_OK) {
-        if (nb) memcpy((uint8_t*)dst->data + base, (const uint8_t*)a->data + from, (size_t)nb);
-        for (int64_t t = 1; t <= r; t++) dst->offsets[j + t] = base + a->offsets[i + t] - from;
-        rc = rill__array_var_commit(dst, j + r);
+    } else if (!a->shapes) { /* blocks of valid cells (offsets rebased, bytes in one copy), and the nulls */
+      for (int64_t t = 0, e; t < r && rc == RILL_OK; t = e) {
+        int nulls = a->validity && a->null_count > 0;
+        for (e = t; e < r && (!nulls || rill__bit_get(a->validity, i + e));) e++;
+        int64_t base = dst->offsets[j + t], from = a->offsets[i + t], nb = a->offsets[i + e] - from;
+        if (e > t && (rc = rill_array_reserve(dst, base + nb)) == RILL_OK) {
+          if (nb) memcpy((uint8_t*)dst->data + base, (const uint8_t*)a->data + from, (size_t)nb);
+          for (int64_t u = t + 1; u <= e; u++) dst->offsets[j + u] = base + a->offsets[i + u] - from;
+          rc = rill__array_var_commit(dst, j + e);
+        }
+        if (rc == RILL_OK && e < r && (rc = rill_array_set_var(dst, j + e, NULL, 0, NULL)) == RILL_OK)
+          rc = rill_array_set_null(dst, j + e++);
       }
-    } else { /* cell by cell: nulls, and cells with shapes of their own */
+    } else { /* cells with shapes of their own, one by one */
       for (int64_t t = 0; t < r && rc == RILL_OK; t++) {
         int valid = !a->validity || rill__bit_get(a->validity, i + t);
-        if (!a->shapes) {
-          int64_t o = a->offsets[i + t], nb = valid ? a->offsets[i + t + 1] - o : 0;
-          rc = rill_array_set_var(dst, j + t, nb ? (const uint8_t*)a->data + o : NULL, nb, NULL);
-        } else {
-          rill__cell_t v;
-          rill__cell_view(a, i + t, &v);
-          rc = rill_array_set_var(dst, j + t, valid ? v.data : NULL, valid ? v.nbytes : 0, v.shape);
-        }
+        rill__cell_t v;
+        rill__cell_view(a, i + t, &v);
+        rc = rill_array_set_var(dst, j + t, valid ? v.data : NULL, valid ? v.nbytes : 0, v.shape);
         if (rc == RILL_OK && !valid) rc = rill_array_set_null(dst, j + t);
       }
     }
