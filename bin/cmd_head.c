@@ -172,18 +172,6 @@ static int is_sqlite_file(const char* path) {
   return n == (ssize_t)sizeof magic && memcmp(magic, "SQLite format 3", 16) == 0;
 }
 
-/* A count given as an argument: decimal digits (a sign, blanks, other text, nothing at all and
- * a value past int64 are refused). 0, or -1. */
-static int parse_count(const char* v, int64_t* out) {
-  if (*v < '0' || *v > '9') return -1;
-  char* end;
-  errno = 0;
-  long long n = strtoll(v, &end, 10);
-  if (*end || errno == ERANGE) return -1;
-  *out = n;
-  return 0;
-}
-
 static int parse_char(const char* v, char* out) {
   if (!strcmp(v, "tab") || !strcmp(v, "\\t")) { *out = '\t'; return 0; }
   if (strlen(v) != 1) return -1;
@@ -298,15 +286,19 @@ int rill_cmd_head(int argc, char** argv) {
    : (!strncmp(a, opt "=", strlen(opt) + 1) ? (val = a + strlen(opt) + 1, 1) : 0))
     int t;
     if ((t = TAKE("-n")) || (t = TAKE("--rows"))) {
-      if (t < 0 || parse_count(val, &limit) < 0) {
+      long long n;
+      if (t < 0 || rill_cli_count(val, 0, INT64_MAX, &n) < 0) {
         fprintf(stderr, "rill head: -n needs a number of rows\n%s", head_usage);
         return 2;
       }
+      limit = n;
     } else if ((t = TAKE("--skip-lines"))) {
-      if (t < 0 || parse_count(val, &co.skip_lines) < 0) {
+      long long n;
+      if (t < 0 || rill_cli_count(val, 0, INT64_MAX, &n) < 0) {
         fprintf(stderr, "rill head: --skip-lines needs a number of lines\n");
         return 2;
       }
+      co.skip_lines = n;
     } else if ((t = TAKE("--format"))) {
       if (t < 0 || (strcmp(val, "table") && strcmp(val, "tsv") && strcmp(val, "json"))) {
         fprintf(stderr, "rill head: --format must be table, tsv or json\n");

@@ -56,10 +56,8 @@ static double rss_mib(void) {
 /* ---------------------------------------------------------------- arguments */
 
 static int parse_int(const char* cmd, const char* name, const char* v, int lo, int hi, int* out) {
-  char* end = NULL;
-  errno = 0;
-  long x = v ? strtol(v, &end, 10) : 0;
-  if (!v || errno || !end || *end || x < lo || x > hi) {
+  long long x;
+  if (rill_cli_count(v, lo, hi, &x) < 0) {
     fprintf(stderr, "rill %s: %s needs an integer in [%d, %d], got '%s'\n", cmd, name, lo, hi, v ? v : "");
     return 2;
   }

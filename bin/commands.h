@@ -8,4 +8,8 @@ int rill_cmd_demo(int argc, char** argv);         /* bin/cmd_image.c */
 int rill_cmd_preview(int argc, char** argv);      /* bin/cmd_image.c */
 int rill_cmd_bench_images(int argc, char** argv); /* bin/cmd_image.c */
 
+/* A count given as an argument (bin/rill.c): decimal digits only (a sign, blanks, other text,
+ * nothing at all and a value outside [lo, hi] are refused). 0, or -1. */
+int rill_cli_count(const char* v, long long lo, long long hi, long long* out);
+
 #endif

@@ -1,9 +1,21 @@
 /* rill: command-line front end. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
 #include "rill.h"
+
+int rill_cli_count(const char* v, long long lo, long long hi, long long* out) {
+  if (!v || *v < '0' || *v > '9') return -1;
+  char* end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (*end || errno == ERANGE || n < lo || n > hi) return -1;
+  *out = n;
+  return 0;
+}
 
 static void usage(FILE* f) {
   fprintf(f,
