@@ -1501,7 +1501,7 @@ Test(image_ops, cli_demo_preview_bench) {
   cr_assert(strstr(out, "--threads needs an integer"), "%s", out);
   for (int k = 0; k < 3; k++) { /* digits only, as rill head's counts: no sign, no blanks */
     static const char* bad[3] = {"' 8'", "+8", "8x"};
-    snprintf(cmd, sizeof cmd, "'%s' preview '%s' -o g.png --batch %s 2>&1", bin, dir, bad[k]);
+    snprintf(cmd, sizeof cmd, "'%s' preview '%s' -o '%s/g.png' --batch %s 2>&1", bin, dir, rt_tmpdir(), bad[k]);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
     cr_assert(strstr(out, "--batch needs an integer in [1, 65536], got '"), "%s", out);
   }
