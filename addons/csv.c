@@ -56,7 +56,7 @@ static void csv_unref(rill__csv_t* c) {
   rill__free(c->nulls);
   rill__free(c->null_len);
   if (c->map) munmap(c->map, (size_t)c->size);
-  if (c->fd >= 0) close(c->fd);
+  rill__free(c->watch);
   rill__free(c->owned);
   rill__free(c->name);
   pthread_mutex_destroy(&c->mu);
@@ -445,12 +445,12 @@ static int64_t bad_row_nulls(const rill__csv_t* c, const csv_block_t* b, int64_t
 
 /* A mapped file that shrank would raise SIGBUS on the first access to a page past its new
  * end: its size is checked before each call touches the mapping, and a shrink is an error
- * naming the file (the file must not change while the dataframe lives). */
+ * naming the file (the file must not change while the dataframe lives). The file is found by
+ * its path: a path that no longer names it (the file removed, or replaced by another) leaves
+ * the mapping whole. */
 static int csv_check_size(const rill__csv_t* c, rill_error_t* err) {
-  if (c->fd < 0) return RILL_OK;
   struct stat st;
-  if (fstat(c->fd, &st) != 0)
-    return rill_error_set(err, RILL_EIO, "%s: cannot check the file: %s", c->name, strerror(errno));
+  if (!c->watch || stat(c->watch, &st) != 0 || st.st_dev != c->dev || st.st_ino != c->ino) return RILL_OK;
   if ((int64_t)st.st_size < c->size)
     return rill_error_set(err, RILL_EIO, "%s: the file shrank from %lld to %lld bytes while it was read "
                           "(a CSV file must not change while its dataframe lives)", c->name,
@@ -821,17 +821,14 @@ static int sink_end(text_sink_t* s, int rc, rill_error_t* err) {
     return rc;
   }
   if (c->map) munmap(c->map, (size_t)c->size);
-  if (c->fd >= 0) close(c->fd);
+  rill__free(c->watch); /* the text read is no longer the file's mapping */
+  c->watch = NULL;
   rill__free(c->owned);
   c->owned = s->buf;
   c->map = map;
-  c->fd = s->fd;
   c->data = map ? (const char*)map : (const char*)s->buf;
   c->size = sink_total(s);
-  if (c->size == 0 && s->fd >= 0) { /* nothing was written: no mapping, nothing to keep */
-    close(c->fd);
-    c->fd = -1;
-  }
+  if (s->fd >= 0) close(s->fd); /* the mapping keeps the unlinked file; no one else can change it */
   return c->size ? RILL_OK : rill__fail(err, RILL_EFORMAT, "%s: empty input (no header row)", c->name);
 }
 #endif
@@ -1113,7 +1110,6 @@ static int csv_new(const char* name, const rill_csv_opts_t* o, rill__csv_t** out
     return rill__fail(err, RILL_ENOMEM, "out of memory");
   }
   atomic_init(&c->refs, 1);
-  c->fd = -1;
   pthread_mutex_init(&c->mu, NULL);
   c->dia = (rill__csv_dialect_t){.dl = o->delimiter ? o->delimiter : ',', .q = o->quote ? o->quote : '"',
                                  .cm = o->comment, .trim = o->trim, .esc = o->escape};
@@ -1192,7 +1188,16 @@ int rill_df_from_csv(const char* path, const rill_csv_opts_t* opts, rill_df_t** 
     close(fd);
     goto fail;
   }
-  c->fd = fd; /* kept to notice a file that shrinks while it is read */
+  /* the file is watched by its path and identity, not by its descriptor: thousands of files
+   * opened at once would exhaust the descriptors a process may hold */
+  struct stat st;
+  char* real = realpath(path, NULL);
+  if (fstat(fd, &st) == 0) {
+    c->dev = st.st_dev, c->ino = st.st_ino;
+    c->watch = rill__strdup(real ? real : path);
+  }
+  free(real);
+  close(fd);
   c->data = c->map;
   rc = csv_open(c, &o, out, err);
 fail:

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 #include <stdint.h>
 
 #include "addon.h"
@@ -57,7 +58,10 @@ typedef struct rill__csv {
   const char* data;
   int64_t size;
   void* map;                  /* mmap'ed region or NULL */
-  int fd;                     /* the mapped file (size checks), or -1 */
+  char* watch;                /* the mapped file's path, for size checks (its descriptor is not
+                                 kept: a dataset of thousands of files), or NULL */
+  dev_t dev;                  /* ... and the file it named when mapped */
+  ino_t ino;
   void* owned;                /* copied buffer or NULL */
   rill__csv_dialect_t dia;
   int ncols;

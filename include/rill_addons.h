@@ -126,7 +126,11 @@ typedef struct rill_csv_opts {
  * size is checked before each call reads the mapping) and the iterator returns RILL_EIO
  * naming the file, rather than the process dying of SIGBUS; a shrink that lands during the
  * call that is reading the mapped bytes cannot be caught this way (with prefetch, worker
- * threads read ahead of the caller: a shrink at any moment can meet such a call).
+ * threads read ahead of the caller: a shrink at any moment can meet such a call). The file
+ * is found for that check by its path (no descriptor is kept open: a dataset may have more
+ * files than a process may hold descriptors); once the path names another file, or none
+ * (replaced or removed), the mapping holds the file that was opened and its rows are read
+ * whole, but a shrink of it through another name is not seen.
  * Columns may be computed concurrently (RILL_STAGE_CPU).
  * gzip- and zstd-compressed input (known by its magic number, file or buffer;
  * RILL_FEATURE_GZIP, RILL_FEATURE_ZSTD) is decompressed first and its text read as above (line

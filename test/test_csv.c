@@ -1,5 +1,6 @@
 /* CSV source: RFC 4180 parsing, inference, overrides, error policies, parallel index. */
 #include <dirent.h>
+#include <sys/resource.h>
 #include <stdint.h>
 
 #include "common.h"
@@ -884,10 +885,12 @@ Test(csv, large_compressed_text_goes_to_a_temporary_file) {
   uint8_t *gz = gzip_of(text, tn, &gn), *zs = zstd_of(text, tn, &zn);
   rill_error_t err = {0};
   for (int k = 0; k < 2; k++) {
+    int fds = open_fds();
     rill_df_t* df = load_bytes(k ? zs : gz, k ? zn : gn, &(rill_csv_opts_t){0});
     const rill__csv_t* c = rill__df_column_ctx(df, 0);
-    cr_assert(c->map && c->data == c->map && c->fd >= 0 && c->size == (int64_t)tn, "the text of %s is not mapped",
+    cr_assert(c->map && c->data == c->map && !c->watch && c->size == (int64_t)tn, "the text of %s is not mapped",
               k ? "zstd" : "gzip");
+    cr_assert_eq(open_fds(), fds, "the temporary file's descriptor is kept: the mapping holds the file");
     cr_assert_eq(memcmp(c->data, text, tn), 0);
     EXPECT_DF_CELLS(df, {0, 0, "0"}, {ROWS - 1, 0, "49999"}, {ROWS - 1, 1, "v999"});
     rill_df_free(df);
@@ -1956,6 +1959,39 @@ static void truncated_case(int threads, int prefetch) {
   alarm(0);
 }
 
+/* A file removed, or replaced by another (renamed over it), while its dataframe lives: the
+ * mapping still holds the file that was opened, whose rows are read whole. */
+Test(csv, removed_or_replaced_while_iterated) {
+  for (int replace = 0; replace < 2; replace++) {
+    char path[512], other[520];
+    snprintf(path, sizeof path, "%s/gone-%d.csv", rt_tmpdir(), replace);
+    snprintf(other, sizeof other, "%s.new", path);
+    FILE* f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("id\n", f);
+    for (int i = 0; i < 50000; i++) fprintf(f, "%d\n", i);
+    fclose(f);
+    rill_error_t err = {0};
+    rill_df_t* df = NULL;
+    RT_OK(rill_df_from_csv(path, NULL, &df, &err), err);
+    if (replace) {
+      f = fopen(other, "w");
+      cr_assert_not_null(f);
+      fputs("id\n7\n", f); /* a much shorter file under the same name */
+      fclose(f);
+      cr_assert_eq(rename(other, path), 0);
+    } else {
+      cr_assert_eq(unlink(path), 0);
+    }
+    table_t t = collected(df, 2);
+    cr_assert_eq(t.nrows, 50000);
+    for (int64_t r = 0; r < t.nrows; r += 997) cr_assert_eq(atoll(cell(&t, r, 0)), r);
+    table_free(&t);
+    rill_df_free(df);
+    unlink(path);
+  }
+}
+
 /* Worker threads without prefetch: nothing reads the mapping between two calls of next, so the
  * shrink lands between calls, where it is caught. (With prefetch, the workers may be reading
  * the mapping at the moment the file shrinks: the case the header says cannot be caught; a
@@ -2461,6 +2497,18 @@ Test(csv, many_files_opened_side_by_side) {
     table_free(&t);
     rill_df_free(df);
   }
+  /* more files than the process may hold descriptors: none is kept open */
+  struct rlimit lim, low;
+  cr_assert_eq(getrlimit(RLIMIT_NOFILE, &lim), 0);
+  low = lim;
+  low.rlim_cur = (rlim_t)open_fds() + 6;
+  cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+  rill_df_t* many;
+  int rc = rill_df_from_csv_files(p, N, &(rill_csv_opts_t){.threads = 2}, &many, &err);
+  cr_assert_eq(setrlimit(RLIMIT_NOFILE, &lim), 0);
+  RT_OK(rc, err);
+  cr_assert_eq(rill_df_rows(many), N * 10);
+  rill_df_free(many);
   /* file 5 malformed, file 17 missing, file 21 without a column: file 5's error every time */
   int fds = open_fds();
   csv_at(0, "part05.csv", "id,v,w\n50,\"unclosed,\n");
