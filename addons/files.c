@@ -44,10 +44,6 @@ static void strlist_free(strlist_t* l) {
   *l = (strlist_t){0};
 }
 
-static int cmp_str(const void* a, const void* b) {
-  return strcmp(*(char* const*)a, *(char* const*)b);
-}
-
 static char* join(const char* a, const char* b) {
   size_t la = strlen(a), lb = strlen(b);
   int slash = la > 0 && a[la - 1] != '/';
@@ -465,7 +461,17 @@ static int is_image_name(const char* name) {
                  strcasecmp(dot, ".webp") == 0);
 }
 
-/* The names in `dir` (hidden ones skipped), sorted. */
+/* Whether an entry a folder listing typed so may be a folder (or a link to one): only those
+ * are looked at again (stat), not the files: a folder of a million images is listed without a
+ * million more system calls. */
+static int maybe_dir(unsigned char type) { return type == DT_DIR || type == DT_LNK || type == DT_UNKNOWN; }
+
+static int cmp_listed(const void* a, const void* b) {
+  return strcmp(*(char* const*)a + 1, *(char* const*)b + 1);
+}
+
+/* The names in `dir` (hidden ones skipped), sorted; each one is preceded by a byte that says
+ * whether it may be a folder ('d') or is not ('-'), as the listing typed it. */
 static int list_dir(const char* dir, strlist_t* names, rill_error_t* err) {
   char eb[128];
   DIR* d = opendir(dir);
@@ -474,14 +480,20 @@ static int list_dir(const char* dir, strlist_t* names, rill_error_t* err) {
   int rc = RILL_OK;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
-    if ((rc = strlist_push(names, rill__strdup(e->d_name))) < 0) {
+    size_t len = strlen(e->d_name);
+    char* s = rill__alloc(len + 2);
+    if (s) {
+      s[0] = maybe_dir(e->d_type) ? 'd' : '-';
+      memcpy(s + 1, e->d_name, len + 1);
+    }
+    if ((rc = strlist_push(names, s)) < 0) {
       rc = rill__fail(err, RILL_ENOMEM, "out of memory");
       break;
     }
   }
   closedir(d);
   if (rc < 0) return rc;
-  if (names->n > 1) qsort(names->items, (size_t)names->n, sizeof(char*), cmp_str);
+  if (names->n > 1) qsort(names->items, (size_t)names->n, sizeof(char*), cmp_listed);
   return RILL_OK;
 }
 
@@ -540,18 +552,19 @@ static int walk(const char* dir, int depth, int all, dirset_t* seen, strlist_t* 
   strlist_t names = {0};
   int rc = list_dir(dir, &names, err);
   for (int64_t i = 0; rc >= 0 && i < names.n; i++) {
-    char* p = join(dir, names.items[i]);
+    const char* name = names.items[i] + 1;
+    char* p = join(dir, name);
     if (!p) {
       rc = rill__fail(err, RILL_ENOMEM, "out of memory");
       break;
     }
     uint64_t dev, ino;
-    if (is_dir(p, &dev, &ino)) {
+    if (names.items[i][0] == 'd' && is_dir(p, &dev, &ino)) {
       int fresh = dirset_add(seen, dev, ino);
       if (fresh < 0) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
       else if (fresh && depth < MAX_DEPTH) rc = walk(p, depth + 1, all, seen, files, err);
       rill__free(p);
-    } else if (all || is_image_name(names.items[i])) {
+    } else if (all || is_image_name(name)) {
       if (strlist_push(files, p) < 0) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
     } else {
       rill__free(p);
@@ -576,17 +589,17 @@ int rill_df_from_image_folder(const char* root, const rill_files_opts_t* opts, r
     rc = rill__fail(err, RILL_ENOMEM, "out of memory");
   /* the classes first, so that a link inside one class to another class is not followed */
   for (int64_t i = 0; rc >= 0 && i < entries.n; i++) {
-    char* p = join(root, entries.items[i]);
+    char* p = join(root, entries.items[i] + 1);
     if (!p) {
       rc = rill__fail(err, RILL_ENOMEM, "out of memory");
       break;
     }
-    int fresh = is_dir(p, &dev, &ino) ? dirset_add(&seen, dev, ino) : 0;
+    int fresh = entries.items[i][0] == 'd' && is_dir(p, &dev, &ino) ? dirset_add(&seen, dev, ino) : 0;
     if (fresh < 0) {
       rc = rill__fail(err, RILL_ENOMEM, "out of memory");
       rill__free(p);
     } else if (fresh) {
-      if (strlist_push(&class_paths, p) < 0 || strlist_push(&classes, rill__strdup(entries.items[i])) < 0)
+      if (strlist_push(&class_paths, p) < 0 || strlist_push(&classes, rill__strdup(entries.items[i] + 1)) < 0)
         rc = rill__fail(err, RILL_ENOMEM, "out of memory");
     } else {
       rill__free(p);

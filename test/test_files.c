@@ -502,16 +502,35 @@ Test(folder, symlinks_are_walked_once, .fini = cleanup, .timeout = 10) {
   cr_assert_eq(symlink(tpath("lk/c"), tpath("lk/a/toc")), 0); /* another class */
   cr_assert_eq(symlink("a", tpath("lk/b")), 0);               /* a class that is another class */
   cr_assert_eq(symlink("z.png", tpath("lk/c/w.png")), 0);     /* a link to a file: a row */
+  mkdirs("out1/o");
+  mkdirs("out2");
+  rt_write_file(tpath("out1/o/q.png"), "q", 1);
+  rt_write_file(tpath("out2/r.png"), "r", 1);
+  cr_assert_eq(symlink(tpath("out1"), tpath("lk/d")), 0);     /* a class kept elsewhere */
+  cr_assert_eq(symlink(tpath("out2"), tpath("lk/a/more")), 0); /* a class's folder kept elsewhere */
   rill_error_t err = {0};
   rill_df_t* df = NULL;
   RT_OK(rill_df_from_image_folder(tpath("lk"), NULL, &df, &err), err);
   const char* const* names;
   int count;
   RT_OK(rill_image_folder_classes(df, &names, &count, &err), err);
-  cr_assert_eq(count, 2, "classes: %d", count);
+  cr_assert_eq(count, 3, "classes: %d", count);
   cr_assert_str_eq(names[0], "a");
   cr_assert_str_eq(names[1], "c");
-  cr_assert_eq(rill_df_rows(df), 4, "rows: %lld", (long long)rill_df_rows(df)); /* x, y; w, z */
+  cr_assert_str_eq(names[2], "d");
+  cr_assert_eq(rill_df_rows(df), 6, "rows: %lld", (long long)rill_df_rows(df)); /* y, r, x; w, z; q */
+  rill_iter_t* it;
+  RT_OK(rill_iter_new(df, NULL, &it, &err), err);
+  const char* want[6] = {"lk/a/deep/y.png", "lk/a/more/r.png", "lk/a/x.png", "lk/c/w.png", "lk/c/z.png", "lk/d/o/q.png"};
+  rill_row_t row;
+  for (int r = 0; r < 6; r++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    int64_t len;
+    const char* path = rill_array_cell(rill_row_get(&row, 0), 0, &len);
+    cr_assert(len >= (int64_t)strlen(want[r]) && !memcmp(path + len - strlen(want[r]), want[r], strlen(want[r])),
+              "row %d: %.*s", r, (int)len, path);
+  }
+  rill_iter_free(it);
   rill_df_free(df);
   alarm(0);
 }
