@@ -165,11 +165,12 @@ static int gather(rill_array_t* dst, rill_array_t* const* src, const int* sof, c
 static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_array_t* const* outs,
                       rill_exec_t* exec, rill_error_t* err) {
   int np = cc->nparts, nc = cc->ncols, nu = 0;
+  int64_t most = n < np ? n : np; /* parts the call can touch */
   rill_array_t* pouts[nc]; /* nc >= 1 */
   int* slot = rill__calloc((size_t)np, sizeof *slot); /* part p: 1 + its index among the parts of the call */
-  int* used = rill__alloc(sizeof *used * (size_t)np);  /* the parts of the call, in order */
-  int* sof = rill__alloc(sizeof *sof * (size_t)n);     /* cell i: the index of its part among those */
-  int64_t* start = rill__calloc((size_t)np + 1, sizeof *start); /* by part index: [start[u], start[u+1]) */
+  int* used = rill__alloc(sizeof *used * (size_t)most); /* the parts of the call, in the order met */
+  int* sof = rill__alloc(sizeof *sof * (size_t)n);      /* cell i: the index of its part among those */
+  int64_t* start = rill__calloc((size_t)most + 1, sizeof *start); /* by part index: [start[u], start[u+1]) */
   int64_t* at = rill__alloc(sizeof *at * (size_t)n);         /* cell i: its index in its part's call */
   int64_t* buf = rill__alloc(sizeof *buf * (size_t)(3 * n)); /* by part: local rows, result rows, cells */
   rill_array_t** tmp = NULL;
