@@ -6,8 +6,8 @@
 # order vs a Python sqlite3 cursor loop and pandas.read_sql (and rill without holding the
 # table, point lookups only). Sizes: CSV_MB (default 200) and
 # SQLITE_ROWS (default 1000000; 10000000 for the 10M-row case).
-# SKIP_SQLITE=1 runs the CSV half only. The CSV file is then split in four and read as one
-# dataframe, against polars and pandas reading the four files.
+# SKIP_SQLITE=1 runs the CSV half only. The CSV file is then split in 4 and in CSV_SHARDS
+# (default 400) files and read as one dataframe, against polars and pandas reading the files.
 set -euo pipefail
 : "${ROOT:?}" "${BUILD:?}" "${VENV:?}"
 PY="$VENV/bin/python"
@@ -43,24 +43,27 @@ for peer in "$pd" "$pa" "$pl" "$dk"; do
   esac
 done
 
-# The same rows in four files read as one dataframe (rill_df_from_csv_files) against polars
-# and pandas reading the same four files, and against rill reading the one file.
-echo "-- CSV: the same rows in 4 files"
-files=$("$PY" "$PEERS" split-csv "$tmp/data.csv" 4)
-rillf=$("$BUILD/bench/bench_csv" "$files" "$THREADS" "$CSV_BATCH" 2>/dev/null); echo "$rillf (4 files)"
-plf=$("$PY" "$PEERS" polars-csv-files "$files" "$THREADS"); echo "$plf"
-pdf=$("$PY" "$PEERS" pandas-csv-files "$files"); echo "$pdf"
-rillf2=$("$BUILD/bench/bench_csv" "$files" "$THREADS" "$CSV_BATCH" 2>/dev/null); echo "$rillf2 (4 files, again)"
-fs=$(awk -v a="$(field seconds "$rillf")" -v b="$(field seconds "$rillf2")" 'BEGIN { print (a < b ? a : b) }')
-echo "rill 4 files vs 1 file: $(ratio "$rs" "$fs")x (peak RSS $(field rss_mb "$rillf") MB)"
-for peer in "$plf" "$pdf"; do
-  case "$peer" in
-  *skipped*) echo "$peer" ;;
-  *) echo "speed ratio rill vs ${peer%% *} (4 files): $(ratio "$(field seconds "$peer")" "$fs")x" \
-          "(peak RSS $(field rss_mb "$peer") MB)" ;;
-  esac
+# The same rows in 4 files, and in CSV_SHARDS (default 400) small ones, read as one dataframe
+# (rill_df_from_csv_files) against polars and pandas reading the same files, and against rill
+# reading the one file.
+for nf in 4 "${CSV_SHARDS:-400}"; do
+  echo "-- CSV: the same rows in $nf files"
+  files=$("$PY" "$PEERS" split-csv "$tmp/data.csv" "$nf")
+  rillf=$("$BUILD/bench/bench_csv" "$files" "$THREADS" "$CSV_BATCH" 2>/dev/null); echo "$rillf ($nf files)"
+  plf=$("$PY" "$PEERS" polars-csv-files "$files" "$THREADS"); echo "$plf"
+  pdf=$("$PY" "$PEERS" pandas-csv-files "$files"); echo "$pdf"
+  rillf2=$("$BUILD/bench/bench_csv" "$files" "$THREADS" "$CSV_BATCH" 2>/dev/null); echo "$rillf2 ($nf files, again)"
+  fs=$(awk -v a="$(field seconds "$rillf")" -v b="$(field seconds "$rillf2")" 'BEGIN { print (a < b ? a : b) }')
+  echo "rill $nf files vs 1 file: $(ratio "$rs" "$fs")x (peak RSS $(field rss_mb "$rillf") MB, opening $(field index_s "$rillf") s)"
+  for peer in "$plf" "$pdf"; do
+    case "$peer" in
+    *skipped*) echo "$peer" ;;
+    *) echo "speed ratio rill vs ${peer%% *} ($nf files): $(ratio "$(field seconds "$peer")" "$fs")x" \
+            "(peak RSS $(field rss_mb "$peer") MB)" ;;
+    esac
+  done
+  rm -f "$tmp"/data.csv.*.csv
 done
-rm -f "$tmp"/data.csv.*.csv
 
 [ "${SKIP_SQLITE:-0}" = 1 ] && exit 0
 
