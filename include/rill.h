@@ -398,6 +398,15 @@ RILL_API int rill_df_concat(rill_df_t* const* parts, int nparts, rill_df_t** out
  * NULL), and the first min(that, cap) of them in parts[] (unless NULL) as new references: free
  * each with rill_df_free. (The files of rill_df_from_csv_files, to ask rill_csv_bad_rows.) */
 RILL_API int rill_df_concat_parts(const rill_df_t* df, rill_df_t** parts, int cap);
+/* Side by side: a new dataframe of the columns of parts[0], then those of parts[1], ... (its row
+ * r is row r of every part: features from one source and labels from another, in the same
+ * order). The parts have the same number of rows and no column name twice between them, and
+ * are dataframes of sources only, as for rill_df_concat (RILL_EINVAL naming the part and
+ * column otherwise; RILL_ENOTSUP for a CUDA source). Each column keeps its source's options
+ * (on_error, nullability, grain; a CPU_SERIAL source keeps its part's lock) and a source
+ * group (a CSV file's, a query's) is still called once for all the columns it fills. The
+ * parts are kept alive and frozen. RILL_OK, RILL_EINVAL, RILL_ENOTSUP, RILL_ENOMEM. */
+RILL_API int rill_df_concat_columns(rill_df_t* const* parts, int nparts, rill_df_t** out, rill_error_t* err);
 
 /* ---------------------------------------------------------------- execution context */
 

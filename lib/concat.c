@@ -293,30 +293,48 @@ static const char* policy_name(rill_on_error_t p) {
   return p == RILL_ON_ERROR_SKIP ? "skip" : p == RILL_ON_ERROR_NULL ? "null" : "raise";
 }
 
+/* What to do instead, in the messages below: "<verb> the sources<tail>". */
+typedef struct instead {
+  const char *verb, *tail;
+} instead_t;
+static const instead_t CONCATENATE = {"concatenate", ""}, SIDE_BY_SIDE = {"put", " side by side"};
+
+/* RILL_EINVAL when part p of `who` is a derived dataframe. */
+static int part_is_read(const char* who, instead_t how, const rill_df_t* d, int p, rill_error_t* err) {
+  if (!d->parent) return RILL_OK;
+  return rill__fail(err, RILL_EINVAL,
+                    "%s: part %d is a derived dataframe (a view, batch or reduce): %s the dataframes read from their "
+                    "sources%s, then derive from the result",
+                    who, p, how.verb, how.tail);
+}
+
+/* RILL_EINVAL when column c of part p is not a source, RILL_ENOTSUP when it is computed on a
+ * CUDA device. */
+static int column_is_source(const char* who, instead_t how, const rill__column_t* c, int p, rill_error_t* err) {
+  if (c->kind != RILL__COL_SOURCE)
+    return rill__fail(err, RILL_EINVAL,
+                      "%s: column '%s' of part %d is a map, not a source: %s the sources%s, then map the result", who,
+                      c->field.name, p, how.verb, how.tail);
+  if (c->opts.where == RILL_STAGE_CUDA)
+    return rill__fail(err, RILL_ENOTSUP, "%s: column '%s' of part %d is computed on a CUDA device", who,
+                      c->field.name, p);
+  return RILL_OK;
+}
+
 /* Checks part p against part 0 and fills its column map; the result's column i is part 0's
  * column i. */
 static int match_part(concat_t* cc, int p, rill_error_t* err) {
   static const char who[] = "rill_df_concat";
   const rill_df_t* d = cc->parts[p].df;
   const rill_df_t* d0 = cc->parts[0].df;
-  if (d->parent)
-    return rill__fail(err, RILL_EINVAL,
-                      "%s: part %d is a derived dataframe (a view, batch or reduce): concatenate the dataframes "
-                      "read from their sources, then derive from the result",
-                      who, p);
+  int rc = part_is_read(who, CONCATENATE, d, p, err);
+  if (rc != RILL_OK) return rc;
   if (d->ncols != cc->ncols)
     return rill__fail(err, RILL_EINVAL, "%s: part %d has %d columns and part 0 has %d", who, p, d->ncols, cc->ncols);
   const rill__column_t* c00 = d0->cols[0];
   for (int k = 0; k < d->ncols; k++) {
     const rill__column_t* c = d->cols[k];
-    if (c->kind != RILL__COL_SOURCE)
-      return rill__fail(err, RILL_EINVAL,
-                        "%s: column '%s' of part %d is a map, not a source: concatenate the sources, then map the "
-                        "result",
-                        who, c->field.name, p);
-    if (c->opts.where == RILL_STAGE_CUDA)
-      return rill__fail(err, RILL_ENOTSUP, "%s: column '%s' of part %d is computed on a CUDA device", who,
-                        c->field.name, p);
+    if ((rc = column_is_source(who, CONCATENATE, c, p, err)) != RILL_OK) return rc;
     if (c->opts.on_error != c00->opts.on_error)
       return rill__fail(err, RILL_EINVAL,
                         "%s: column '%s' of part %d handles errors by '%s' and column '%s' of part 0 by '%s': the "
@@ -414,4 +432,124 @@ int rill_df_concat_parts(const rill_df_t* df, rill_df_t** parts, int cap) {
     parts[p] = cc->parts[p].df;
   }
   return cc->nparts;
+}
+
+/* ---------------------------------------------------------------- side by side */
+
+/* A source, or a source group, of a part of rill_df_concat_columns, made a source (group) of
+ * the result: called with the result's rows, which are the part's. */
+typedef struct piece {
+  rill_df_t* part; /* kept alive and frozen */
+  const rill__column_t* col; /* the part's column (a group's first) */
+} piece_t;
+
+static void piece_free(void* ctx) {
+  piece_t* pc = ctx;
+  if (!pc) return;
+  rill__df_freeze(pc->part, -1);
+  rill_df_free(pc->part);
+  rill__free(pc);
+}
+
+/* A part's RILL_STAGE_CPU_SERIAL source keeps its own lock: the part may be read elsewhere too. */
+static pthread_mutex_t* piece_lock(const rill__column_t* c) {
+  if (c->opts.where != RILL_STAGE_CPU_SERIAL) return NULL;
+  return c->group ? &c->group->serial : (pthread_mutex_t*)&c->serial;
+}
+
+static int piece_group_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts, rill_exec_t* exec,
+                            void* ctx, rill_error_t* err) {
+  const rill__column_t* c = ((const piece_t*)ctx)->col;
+  pthread_mutex_t* lock = piece_lock(c);
+  if (lock) pthread_mutex_lock(lock);
+  int rc = c->group->fn(rows, n, outs, nouts, exec, c->group->ctx, err); /* err->column: within the group, as here */
+  if (lock) pthread_mutex_unlock(lock);
+  return rc;
+}
+
+static int piece_source_fill(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
+                             rill_error_t* err) {
+  const rill__column_t* c = ((const piece_t*)ctx)->col;
+  pthread_mutex_t* lock = piece_lock(c);
+  if (lock) pthread_mutex_lock(lock);
+  int rc = c->source(rows, n, out, exec, c->ctx, err);
+  if (lock) pthread_mutex_unlock(lock);
+  return rc;
+}
+
+static int piece_lend(void* ctx, int64_t start, int64_t n, rill_array_t** out) {
+  const rill__column_t* c = ((const piece_t*)ctx)->col;
+  return c->lend(c->ctx, start, n, out);
+}
+
+/* Part p's column k (a source, or the first of a source group) added to df as it is there:
+ * name(s), type(s), nullability and stage options (CPU_SERIAL kept by the part's lock). */
+static int add_piece(rill_df_t* df, rill_df_t* part, int p, int k, rill_error_t* err) {
+  static const char who[] = "rill_df_concat_columns";
+  const rill__column_t* c = part->cols[k];
+  int n = c->group ? c->group->n : 1, rc = column_is_source(who, SIDE_BY_SIDE, c, p, err);
+  for (int j = 0; rc == RILL_OK && j < n; j++) { /* the names of the columns it fills are free */
+    const char* name = part->cols[k + j]->field.name;
+    for (int q = 0; rc == RILL_OK && q < df->ncols; q++)
+      if (!strcmp(df->cols[q]->field.name, name))
+        rc = rill__fail(err, RILL_EINVAL, "%s: the column name '%s' of part %d is taken by an earlier part", who, name,
+                        p);
+  }
+  if (rc != RILL_OK) return rc;
+  piece_t* pc = rill__calloc(1, sizeof *pc);
+  if (!pc) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
+  pc->part = part;
+  pc->col = c;
+  rill__df_retain(part);
+  rill__df_freeze(part, 1);
+  rill_stage_opts_t o = c->opts;
+  if (o.where == RILL_STAGE_CPU_SERIAL) o.where = RILL_STAGE_CPU;
+  if (!c->group) {
+    o.nullable = c->field.nullable;
+    int i = rill_df_add_source(df, c->field.name, c->field.type, piece_source_fill, pc, piece_free, &o, err);
+    if (i >= 0 && c->lend && c->opts.where == RILL_STAGE_CPU) df->cols[i]->lend = piece_lend;
+    return i < 0 ? i : RILL_OK;
+  }
+  const rill__srcgroup_t* g = c->group;
+  const char* names[g->n];
+  rill_type_t types[g->n];
+  int nullable[g->n];
+  for (int j = 0; j < g->n; j++) {
+    const rill__column_t* m = part->cols[g->first + j];
+    names[j] = m->field.name;
+    types[j] = m->field.type;
+    nullable[j] = m->field.nullable;
+  }
+  int i = rill__df_add_source_group(df, names, types, nullable, g->n, piece_group_fill, pc, piece_free, &o, err);
+  return i < 0 ? i : RILL_OK;
+}
+
+int rill_df_concat_columns(rill_df_t* const* parts, int nparts, rill_df_t** out, rill_error_t* err) {
+  static const char who[] = "rill_df_concat_columns";
+  if (!out) return rill__fail(err, RILL_EINVAL, "%s: out is NULL", who);
+  *out = NULL;
+  if (!parts || nparts < 1) return rill__fail(err, RILL_EINVAL, "%s: %d parts (at least 1)", who, nparts);
+  for (int p = 0; p < nparts; p++) {
+    if (!parts[p]) return rill__fail(err, RILL_EINVAL, "%s: part %d is NULL", who, p);
+    int rc = part_is_read(who, SIDE_BY_SIDE, parts[p], p, err);
+    if (rc != RILL_OK) return rc;
+    if (parts[p]->rows != parts[0]->rows)
+      return rill__fail(err, RILL_EINVAL, "%s: part %d has %lld rows and part 0 has %lld", who, p,
+                        (long long)parts[p]->rows, (long long)parts[0]->rows);
+  }
+  rill_df_t* df = NULL;
+  int rc = rill_df_new(parts[0]->rows, &df, err);
+  for (int p = 0; rc == RILL_OK && p < nparts; p++)
+    for (int k = 0; rc == RILL_OK && k < parts[p]->ncols; k++) {
+      const rill__column_t* c = parts[p]->cols[k];
+      if (c->group && c->gi > 0) continue; /* added with its group's first column */
+      rc = add_piece(df, parts[p], p, k, err);
+    }
+  if (rc == RILL_OK && df->ncols == 0) rc = rill__fail(err, RILL_EINVAL, "%s: the parts have no columns", who);
+  if (rc != RILL_OK) {
+    rill_df_free(df);
+    return rc;
+  }
+  *out = df;
+  return RILL_OK;
 }

@@ -495,3 +495,205 @@ Test(concat, memory_parts_lend_rows_that_lie_in_one_of_them) {
   rill_array_release(a);
   rill_array_release(b);
 }
+
+/* rill_df_concat_columns: the columns of several dataframes with the same rows, side by side. */
+Test(concat, columns_side_by_side) {
+  rill_error_t err;
+  const int64_t a[5] = {10, 11, 12, 13, 14};
+  rill_df_t* mem = table(a, 5, "x", 2, 0); /* v, s: memory, row 2 null */
+  const char* text = "id,w\n1,a\n2,\n3,c\n4,d\n5,e\n";
+  rill_df_t* csv;
+  RT_OK(rill_df_from_csv_buffer(text, strlen(text), NULL, &csv, &err), err); /* one source group */
+  counter_t cs;
+  counter_init(&cs, 0);
+  rill_df_t* ser;
+  RT_OK(rill_df_new(5, &ser, &err), err);
+  cr_assert_eq(rill_df_add_source(ser, "k", rill_type_scalar(RILL_INT64), src_both_ids, &cs, NULL,
+                                  &(rill_stage_opts_t){.where = RILL_STAGE_CPU_SERIAL, .grain = 1}, &err),
+               0);
+  rill_df_t* side;
+  RT_OK(rill_df_concat_columns((rill_df_t* const[]){mem, csv, ser}, 3, &side, &err), err);
+  rill_df_free(mem); /* the result keeps its parts */
+  rill_df_free(csv);
+  rill_df_free(ser);
+  cr_assert_eq(rill_df_rows(side), 5);
+  cr_assert_eq(rill_df_ncolumns(side), 5);
+  const char* names[5] = {"v", "s", "id", "w", "k"};
+  for (int c = 0; c < 5; c++) cr_assert_str_eq(rill_df_field(side, c)->name, names[c]);
+  cr_assert(rill_df_field(side, 0)->nullable && rill_df_field(side, 3)->type.dtype == RILL_STRING);
+  for (int threads = RILL_THREADS_NONE; threads <= 2; threads += 3) {
+    rill_df_t* bt;
+    RT_OK(rill_df_batch(side, (int[]){0, 1, 2, 3, 4}, 5, 2, NULL, &bt, &err), err);
+    rill_iter_t* it = open_iter(bt, &(rill_iter_opts_t){.threads = threads, .prefetch = threads > 0 ? 2 : 0});
+    rill_row_t row;
+    for (int64_t r0 = 0; r0 < 5; r0 += 2) {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      const rill_array_t *v = rill_row_get(&row, 0), *s = rill_row_get(&row, 1), *id = rill_row_get(&row, 2),
+                         *w = rill_row_get(&row, 3), *k = rill_row_get(&row, 4);
+      cr_assert_eq(v->length, r0 < 4 ? 2 : 1);
+      for (int64_t i = 0; i < v->length; i++) {
+        int64_t r = r0 + i, nb;
+        expect_cell(v, s, i, r == 2 ? INT64_MIN : a[r], "x");
+        cr_assert_eq(((const int64_t*)id->data)[i], r + 1);
+        const char* t = rill_array_cell(w, i, &nb);
+        cr_assert(rill_array_is_valid(w, i) && nb == (r == 1 ? 0 : 1) && (r == 1 || t[0] == "a?cde"[r]),
+                  "row %lld: w is '%.*s'", (long long)r, (int)nb, t);
+        cr_assert_eq(((const int64_t*)k->data)[i], r * 1000 + r, "the serial source is given the result's rows");
+      }
+    }
+    end_and_free(it, bt, NULL);
+  }
+  cr_assert_eq(atomic_load(&cs.max_inflight), 1, "the serial source ran %lld calls at once",
+               (long long)atomic_load(&cs.max_inflight));
+  rill_df_free(side);
+  /* a column of caller memory still lends its rows: an in-order batch is the caller's buffer */
+  rill_array_t* pa = pairs(5, 0);
+  rill_df_t *borrowed, *csv2;
+  RT_OK(rill_df_from_arrays((const char*[]){"p"}, (const rill_array_t* const[]){pa}, 1, 0, &borrowed, &err), err);
+  RT_OK(rill_df_from_csv_buffer(text, strlen(text), NULL, &csv2, &err), err);
+  RT_OK(rill_df_concat_columns((rill_df_t* const[]){csv2, borrowed}, 2, &side, &err), err);
+  rill_df_t* bt = batch_of(side, 2, 5, NULL);
+  rill_iter_t* it = open_iter(bt, NULL);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(rill_row_get(&row, 0)->data, pa->data, "the batch was copied");
+  end_and_free(it, bt, NULL);
+  rill_df_free(side);
+  rill_df_free(borrowed);
+  rill_df_free(csv2);
+  rill_array_release(pa);
+}
+
+/* Each column keeps its source's on_error: a row one part skips is left out of every column. */
+Test(concat, side_by_side_columns_keep_their_error_policies) {
+  rill_error_t err;
+  counter_t c0, c1;
+  counter_failing(&c0, 100, 1);
+  counter_init(&c1, 0);
+  rill_stage_opts_t skip = policy(RILL_ON_ERROR_SKIP), raise = policy(RILL_ON_ERROR_RAISE);
+  rill_df_t* p0 = make_src(4, &c0, &skip);
+  rill_df_t* p1;
+  RT_OK(rill_df_new(4, &p1, &err), err);
+  cr_assert_eq(rill_df_add_source(p1, "id", rill_type_scalar(RILL_INT64), src_both_ids, &c1, NULL, &raise, &err), 0);
+  rill_df_t* side;
+  RT_OK(rill_df_concat_columns((rill_df_t* const[]){p0, p1}, 2, &side, &err), err);
+  int64_t v[8];
+  cr_assert_eq(collect(side, 0, NULL, v, 8), 3);
+  cr_assert(v[0] == 100 && v[1] == 102 && v[2] == 103, "%lld %lld %lld", (long long)v[0], (long long)v[1],
+            (long long)v[2]);
+  cr_assert_eq(collect(side, 1, NULL, v, 8), 4, "a column alone is read without the other's rows");
+  rill_df_t* bt;
+  RT_OK(rill_df_batch(side, (int[]){0, 1}, 2, 4, NULL, &bt, &err), err);
+  rill_iter_t* it = open_iter(bt, NULL);
+  rill_row_t row;
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  const rill_array_t* id = rill_row_get(&row, 1);
+  cr_assert_eq(id->length, 3);
+  cr_assert(((const int64_t*)id->data)[1] == 2002, "row 1 is left out of both columns");
+  expect_stats(it, ANY, ANY, 1, 0, 0);
+  end_and_free(it, bt, NULL);
+  /* a part raising: the row's error names the column of the result */
+  rill_df_free(side);
+  rill_df_free(p0);
+  counter_failing(&c0, 100, 2);
+  p0 = make_src(4, &c0, &raise);
+  RT_OK(rill_df_concat_columns((rill_df_t* const[]){p1, p0}, 2, &side, &err), err);
+  it = open_iter(side, NULL);
+  for (int r = 0; r < 4; r++) {
+    int rc = rill_iter_next(it, &row, &err);
+    if (r != 2) {
+      RT_OK(rc, err);
+      continue;
+    }
+    cr_assert_eq(rc, RILL_EFORMAT, "row 2: %d", rc);
+    cr_assert(err.row == 2 && err.column == 1, "row %lld column %d: %s", (long long)err.row, err.column, err.message);
+  }
+  end_and_free(it, side, NULL);
+  rill_df_free(p0);
+  rill_df_free(p1);
+}
+
+Test(concat, side_by_side_misuse_is_refused) {
+  rill_error_t err;
+  const int64_t a[3] = {1, 2, 3};
+  rill_df_t *t = table(a, 3, "x", -1, 0), *u = table(a, 2, "y", -1, 1), *side = NULL;
+  RT_FAILS(rill_df_concat_columns((rill_df_t* const[]){t, t}, 2, &side, &err), RILL_EINVAL,
+           "rill_df_concat_columns: the column name 'v' of part 1 is taken by an earlier part", err);
+  cr_assert_null(side);
+  RT_FAILS(rill_df_concat_columns((rill_df_t* const[]){t, u}, 2, &side, &err), RILL_EINVAL,
+           "rill_df_concat_columns: part 1 has 2 rows and part 0 has 3", err);
+  rill_df_t* sh;
+  RT_OK(rill_df_shuffle(t, 1, &sh, &err), err);
+  RT_FAILS(rill_df_concat_columns((rill_df_t* const[]){sh}, 1, &side, &err), RILL_EINVAL,
+           "rill_df_concat_columns: part 0 is a derived dataframe", err);
+  rill_df_free(sh);
+  counter_t c;
+  counter_init(&c, 0);
+  rill_df_t* m = make_src(3, &c, NULL);
+  add_map(m, "twice", 0, &c, NULL);
+  RT_FAILS(rill_df_concat_columns((rill_df_t* const[]){t, m}, 2, &side, &err), RILL_EINVAL,
+           "rill_df_concat_columns: column 'twice' of part 1 is a map, not a source", err);
+  RT_FAILS(rill_df_concat_columns((rill_df_t* const[]){t, NULL}, 2, &side, &err), RILL_EINVAL,
+           "rill_df_concat_columns: part 1 is NULL", err);
+  RT_FAILS(rill_df_concat_columns((rill_df_t* const[]){t}, 0, &side, &err), RILL_EINVAL,
+           "rill_df_concat_columns: 0 parts", err);
+  RT_FAILS(rill_df_concat_columns((rill_df_t* const[]){t}, 1, NULL, &err), RILL_EINVAL,
+           "rill_df_concat_columns: out is NULL", err);
+  rill_df_t* empty;
+  RT_OK(rill_df_new(3, &empty, &err), err);
+  RT_FAILS(rill_df_concat_columns((rill_df_t* const[]){empty}, 1, &side, &err), RILL_EINVAL,
+           "rill_df_concat_columns: the parts have no columns", err);
+  /* a failed call leaves its parts as they were: columns can still be added to them */
+  cr_assert(rill_df_add_source(t, "more", rill_type_scalar(RILL_INT64), src_both_ids, &c, NULL, NULL, &err) >= 0,
+            "%s", err.message);
+  rill_df_free(empty);
+  rill_df_free(m);
+  rill_df_free(t);
+  rill_df_free(u);
+}
+
+/* A part's CPU_SERIAL source keeps its own lock through the result: never two calls at once,
+ * also while the part is read by an iterator of its own. */
+Test(concat, side_by_side_serial_sources_run_alone) {
+  rill_error_t err;
+  counter_t cs;
+  counter_init(&cs, 0);
+  rill_df_t *ser, *ids;
+  RT_OK(rill_df_new(64, &ser, &err), err);
+  cr_assert_eq(rill_df_add_source(ser, "k", rill_type_scalar(RILL_INT64), src_both_ids, &cs, NULL,
+                                  &(rill_stage_opts_t){.where = RILL_STAGE_CPU_SERIAL, .grain = 1}, &err),
+               0);
+  counter_t ci;
+  counter_init(&ci, 0);
+  RT_OK(rill_df_new(64, &ids, &err), err);
+  cr_assert_eq(rill_df_add_source(ids, "id", rill_type_scalar(RILL_INT64), src_both_ids, &ci, NULL,
+                                  &(rill_stage_opts_t){.grain = 1}, &err),
+               0);
+  rill_df_t *side, *sh;
+  RT_OK(rill_df_concat_columns((rill_df_t* const[]){ids, ser}, 2, &side, &err), err);
+  RT_OK(rill_df_shuffle(side, 5, &sh, &err), err);
+  rill_iter_t *a = open_iter(sh, &(rill_iter_opts_t){.threads = 2, .prefetch = 4}),
+              *b = open_iter(ser, &(rill_iter_opts_t){.threads = 2, .prefetch = 4});
+  rill_row_t row;
+  int64_t n = 0;
+  for (int ra = RILL_OK, rb = RILL_OK; ra == RILL_OK || rb == RILL_OK;) {
+    if (ra == RILL_OK && (ra = rill_iter_next(a, &row, &err)) == RILL_OK) {
+      int64_t id = ((const int64_t*)rill_row_get(&row, 0)->data)[0];
+      int64_t k = ((const int64_t*)rill_row_get(&row, 1)->data)[0];
+      cr_assert_eq(id, k, "row %lld: the columns are of other rows (%lld, %lld)", (long long)n, (long long)id,
+                   (long long)k);
+      n++;
+    }
+    if (rb == RILL_OK) rb = rill_iter_next(b, &row, &err);
+  }
+  cr_assert_eq(n, 64);
+  cr_assert_eq(atomic_load(&cs.max_inflight), 1, "the serial source ran %lld calls at once",
+               (long long)atomic_load(&cs.max_inflight));
+  cr_assert_gt(atomic_load(&ci.max_inflight), 1, "the other column's calls never overlapped: no concurrency tested");
+  rill_iter_free(a);
+  rill_iter_free(b);
+  rill_df_free(sh);
+  rill_df_free(side);
+  rill_df_free(ser);
+  rill_df_free(ids);
+}

@@ -190,6 +190,41 @@ def test_concat_reads_the_frames_rows_one_after_another(tmp_path):
     with pytest.raises(rill.InvalidArgumentError, match="already has derived dataframes"):
         d.map("z", lambda v: v, ["x"], "int64")  # a part is frozen
 
+def test_concat_horizontal_puts_the_frames_columns_side_by_side(tmp_path):
+    feats = np.arange(12, dtype=np.float32).reshape(4, 3)
+    f = rill.from_numpy({"feat": feats})
+    csv = tmp_path / "labels.csv"
+    csv.write_text("label,name\n1,a\n0,\nx,c\n1,d\n")  # row 2's label is not an int
+    lab = rill.from_csv(str(csv), dtypes={"label": "int64"}, on_error="skip")
+    side = rill.concat([f, lab], how="horizontal")
+    assert side.columns == ["feat", "label", "name"] and len(side) == 4
+    rows = [(r["feat"].to_numpy().tolist(), r["label"].to_pylist(), r["name"].to_pylist()) for r in side.batch(4)]
+    # row 2 is skipped by the CSV's policy, in every column
+    assert rows == [([feats[0].tolist(), feats[1].tolist(), feats[3].tolist()], [1, 0, 1], ["a", "", "d"])]
+    want = pd.concat([pd.DataFrame({"k": [0, 1, 2, 3]}), pd.DataFrame({"m": ["p", "q", "r", "s"]})], axis=1)
+    ab = rill.concat([rill.from_numpy({"k": np.arange(4)}), rill.from_numpy({"m": ["p", "q", "r", "s"]})],
+                     how="horizontal")
+    assert pa.table(ab).to_pandas().equals(want)
+    sh = ab.shuffle(seed=1)
+    got = pa.table(sh).to_pandas()
+    assert sorted(zip(got["k"], got["m"])) == list(zip(want["k"], want["m"]))  # rows stay whole
+    with pytest.raises(rill.InvalidArgumentError, match="the column name 'k' of part 1 is taken by an earlier part"):
+        rill.concat([ab, ab], how="horizontal")
+    with pytest.raises(rill.InvalidArgumentError, match="part 1 has 3 rows and part 0 has 4"):
+        rill.concat([f, rill.from_numpy({"z": np.arange(3)})], how="horizontal")
+    with pytest.raises(ValueError, match="concat: how must be 'vertical' or 'horizontal', not 'diagonal'"):
+        rill.concat([f], how="diagonal")
+    # an image folder beside features: the result keeps the folder's class names
+    for cls in ("cat", "dog"):
+        (tmp_path / "imgs" / cls).mkdir(parents=True)
+        for i in range(2):
+            (tmp_path / "imgs" / cls / f"{i}.png").write_bytes(b"not decoded here")
+    folder = rill.from_image_folder(str(tmp_path / "imgs"))
+    both = rill.concat([f, folder], how="horizontal")
+    assert both.classes == ["cat", "dog"] and both.columns == ["feat", "path", "bytes", "label"]
+    assert [r["label"].to_pylist() for r in both.batch(4, ["label"])] == [[0, 0, 1, 1]]
+
+
 def test_adding_columns_after_deriving_is_refused():
     df = rill.from_numpy({"x": np.arange(3)})
     s = df.shuffle(1)

@@ -182,8 +182,6 @@ static void test_serial(void) {
   rill_df_free(df);
 }
 
-/* ---- a concatenation read shuffled on workers: its calls split among the parts' serial
- * sources, whose calls never overlap */
 /* Column 0 (int64) of df summed over a shuffled read in batches of B on 4 threads, prefetch
  * 8 (its other columns read too); *n: the rows read. */
 static int64_t shuffled_sum(rill_df_t* df, uint64_t seed, int64_t* n) {
@@ -209,6 +207,8 @@ static int64_t shuffled_sum(rill_df_t* df, uint64_t seed, int64_t* n) {
   return sum;
 }
 
+/* ---- a concatenation read shuffled on workers: its calls split among the parts' serial
+ * sources, whose calls never overlap */
 static void test_concat(void) {
   rill_error_t err;
   enum { P = 3 };
@@ -227,6 +227,22 @@ static void test_concat(void) {
   for (int p = 0; p < P; p++)
     CHECK(atomic_load(&sc[p].overlap) == 0, "part %d's serial source overlapped %lld times", p,
           (long long)atomic_load(&sc[p].overlap));
+  /* the concatenation beside a column of its own (side by side), shuffled on workers: the
+   * parts' serial sources still never overlap */
+  stage_ctx_t oc = {0};
+  rill_df_t *other, *side;
+  CHECK_OK(rill_df_new(N / P * P, &other, &err), err);
+  int c = rill_df_add_source(other, "other", rill_type_scalar(RILL_INT64), tsrc, &oc, NULL, NULL, &err);
+  CHECK(c == 0, "column %d: %s", c, err.message);
+  CHECK_OK(rill_df_concat_columns((rill_df_t* const[]){other, cat}, 2, &side, &err), err);
+  int64_t sn = 0, ssum = side ? shuffled_sum(side, 11, &sn) : 0;
+  CHECK(sn == P * k && ssum == 3 * (P * k * (P * k - 1) / 2), "side by side: %lld rows, sum %lld", (long long)sn,
+        (long long)ssum);
+  for (int p = 0; p < P; p++)
+    CHECK(atomic_load(&sc[p].overlap) == 0, "side by side: part %d's serial source overlapped %lld times", p,
+          (long long)atomic_load(&sc[p].overlap));
+  rill_df_free(side);
+  rill_df_free(other);
   rill_df_free(cat);
   for (int p = 0; p < P; p++) rill_df_free(parts[p]);
 }

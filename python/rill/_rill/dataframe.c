@@ -1160,9 +1160,17 @@ PyTypeObject RillDataFrame_Type = {
     .tp_new = df_tp_new,
 };
 
-/* rill.concat(frames): rill_df_concat. The parts' class names (image folders) must agree; the
- * result keeps them. */
-static PyObject* py_concat(PyObject* m, PyObject* frames) {
+/* rill.concat(frames, how="vertical"): rill_df_concat (the parts' class names, of image
+ * folders, must agree; the result keeps them), or rill_df_concat_columns with
+ * how="horizontal" (the result keeps the class names of the one frame that has them). */
+static PyObject* py_concat(PyObject* m, PyObject* args, PyObject* kwargs) {
+  static char* kw[] = {"frames", "how", NULL};
+  PyObject* frames;
+  const char* how = "vertical";
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$s:concat", kw, &frames, &how)) return NULL;
+  int horizontal = !strcmp(how, "horizontal");
+  if (!horizontal && strcmp(how, "vertical"))
+    return PyErr_Format(PyExc_ValueError, "concat: how must be 'vertical' or 'horizontal', not '%s'", how);
   if (PyUnicode_Check(frames) || PyBytes_Check(frames) || PyObject_TypeCheck(frames, &RillDataFrame_Type))
     return PyErr_Format(PyExc_TypeError, "concat: frames must be a sequence of DataFrame, not %s",
                         Py_TYPE(frames)->tp_name);
@@ -1189,6 +1197,10 @@ static PyObject* py_concat(PyObject* m, PyObject* frames) {
     RillDataFrame* d = (RillDataFrame*)item;
     parts[i] = d->df;
     PyObject* c = d->classes ? d->classes : Py_None;
+    if (horizontal) { /* the one frame with a label column of classes names them */
+      if (!classes || classes == Py_None) classes = c;
+      continue;
+    }
     if (i == 0) {
       classes = c;
       continue;
@@ -1206,7 +1218,10 @@ static PyObject* py_concat(PyObject* m, PyObject* frames) {
   rill_error_t err;
   rill_error_clear(&err);
   rill_df_t* out = NULL;
-  int rc = rill_df_concat(parts, (int)n, &out, &err);
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = horizontal ? rill_df_concat_columns(parts, (int)n, &out, &err) : rill_df_concat(parts, (int)n, &out, &err);
+  Py_END_ALLOW_THREADS
   if (rc < 0) {
     rillpy_raise(rc, &err);
     goto out;
@@ -1219,7 +1234,7 @@ static PyObject* py_concat(PyObject* m, PyObject* frames) {
         Py_CLEAR(res);
         break;
       }
-    if (res && classes != Py_None) r->classes = Py_NewRef(classes);
+    if (res && classes && classes != Py_None) r->classes = Py_NewRef(classes);
   }
 out:
   PyMem_Free(parts);
@@ -1228,13 +1243,18 @@ out:
 }
 
 static PyMethodDef dataframe_functions[] = {
-    {"concat", (PyCFunction)py_concat, METH_O,
-     "concat(frames: Sequence[DataFrame]) -> DataFrame\n\n"
-     "The rows of frames[0], then those of frames[1], ...: one dataset from several files or tables. "
-     "The frames hold the same column names (any order; the result has frames[0]'s) and types, and are "
-     "read from sources only (from_csv, from_sqlite, from_numpy, from_files, ... or concat): map, "
-     "shuffle, filter and batch the result. Their sources must handle errors alike (on_error); image "
-     "folders must have the same class names."},
+    {"concat", (PyCFunction)(void (*)(void))py_concat, METH_VARARGS | METH_KEYWORDS,
+     "concat(frames: Sequence[DataFrame], *, how: str = \"vertical\") -> DataFrame\n\n"
+     "how=\"vertical\": the rows of frames[0], then those of frames[1], ...: one dataset from several "
+     "files or tables. The frames hold the same column names (any order; the result has frames[0]'s) "
+     "and types; their sources must handle errors alike (on_error); image folders must have the same "
+     "class names.\n"
+     "how=\"horizontal\": the columns of frames[0], then those of frames[1], ... side by side: row r of "
+     "the result is row r of every frame (features from one source, labels from another, in the same "
+     "order). The frames have the same number of rows and no column name twice between them; each "
+     "column keeps its own on_error.\n"
+     "Either way the frames are read from sources only (from_csv, from_sqlite, from_numpy, from_files, "
+     "... or concat): map, shuffle, filter and batch the result."},
     {NULL, NULL, 0, NULL}};
 
 int rillpy_init_dataframe(PyObject* m) {
