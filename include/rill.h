@@ -404,8 +404,10 @@ RILL_API int rill_df_concat_parts(const rill_df_t* df, rill_df_t** parts, int ca
  * are dataframes of sources only, as for rill_df_concat (RILL_EINVAL naming the part and
  * column otherwise; RILL_ENOTSUP for a CUDA source). Each column keeps its source's options
  * (on_error, nullability, grain; a CPU_SERIAL source keeps its part's lock) and a source
- * group (a CSV file's, a query's) is still called once for all the columns it fills. The
- * parts are kept alive and frozen. RILL_OK, RILL_EINVAL, RILL_ENOTSUP, RILL_ENOMEM. */
+ * group (a CSV file's, a query's) is still called once for all the columns it fills, and
+ * what a source's own functions tell of its columns still holds (rill_csv_bad_rows,
+ * rill_image_folder_classes answer for the result and its views). The parts are kept alive
+ * and frozen. RILL_OK, RILL_EINVAL, RILL_ENOTSUP, RILL_ENOMEM. */
 RILL_API int rill_df_concat_columns(rill_df_t* const* parts, int nparts, rill_df_t** out, rill_error_t* err);
 
 /* ---------------------------------------------------------------- execution context */

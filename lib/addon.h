@@ -19,13 +19,15 @@ typedef int (*rill__lend_fn)(void* ctx, int64_t start, int64_t n, rill_array_t**
 int rill__df_set_lend(rill_df_t* df, int column, rill__lend_fn lend, rill_error_t* err);
 
 /* ---- a column's context: the ctx given to rill_df_add_source / rill_df_map /
- * rill__df_add_source_group for `column` of df (a view's column: its parent's), or NULL. */
+ * rill__df_add_source_group for `column` of df (a view's column: its parent's; a column put
+ * side by side by rill_df_concat_columns: its part's), or NULL. */
 void* rill__df_column_ctx(const rill_df_t* df, int column);
 /* Any function pointer (ISO C converts function pointers only to function pointer types):
  * compare with (rill__fn_t)my_function. */
 typedef void (*rill__fn_t)(void);
 /* The function of a source or map column (a group's rill__source_group_fn for its columns;
- * a view's column: its parent's), to recognise one's own columns; NULL for other columns. */
+ * a view's column: its parent's; a column side by side: its part's), to recognise one's own
+ * columns; NULL for other columns. */
 rill__fn_t rill__df_column_fn(const rill_df_t* df, int column);
 
 /* ---- another column's generator: what rill_exec_rng(exec, i) gives in a call of the stage of

@@ -441,6 +441,7 @@ int rill_df_concat_parts(const rill_df_t* df, rill_df_t** parts, int cap) {
 typedef struct piece {
   rill_df_t* part; /* kept alive and frozen */
   const rill__column_t* col; /* the part's column (a group's first) */
+  int k;                     /* its index there */
 } piece_t;
 
 static void piece_free(void* ctx) {
@@ -482,6 +483,16 @@ static int piece_lend(void* ctx, int64_t start, int64_t n, rill_array_t** out) {
   return c->lend(c->ctx, start, n, out);
 }
 
+int rill__df_side_column(const rill__column_t* c, const rill_df_t** part, int* column) {
+  const piece_t* pc;
+  if (c->group && c->group->fn == piece_group_fill) pc = c->group->ctx;
+  else if (!c->group && c->source == piece_source_fill) pc = c->ctx;
+  else return 0;
+  *part = pc->part;
+  *column = pc->k + (c->group ? c->gi : 0);
+  return 1;
+}
+
 /* Part p's column k (a source, or the first of a source group) added to df as it is there:
  * name(s), type(s), nullability and stage options (CPU_SERIAL kept by the part's lock). */
 static int add_piece(rill_df_t* df, rill_df_t* part, int p, int k, rill_error_t* err) {
@@ -500,6 +511,7 @@ static int add_piece(rill_df_t* df, rill_df_t* part, int p, int k, rill_error_t*
   if (!pc) return rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
   pc->part = part;
   pc->col = c;
+  pc->k = k;
   rill__df_retain(part);
   rill__df_freeze(part, 1);
   rill_stage_opts_t o = c->opts;

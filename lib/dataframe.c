@@ -260,12 +260,16 @@ int rill__df_new_source_group(int64_t rows, const char* const* names, const rill
   return RILL_OK;
 }
 
-/* The column that holds the stage of `column` (a view's column: its parent's, recursively). */
+/* The column that holds the stage of `column` (a view's column: its parent's, and a column put
+ * side by side: its part's, recursively). */
 static const rill__column_t* stage_column(const rill_df_t* df, int column) {
   while (df && column >= 0 && column < df->ncols) {
     const rill__column_t* c = df->cols[column];
-    if (c->kind != RILL__COL_PARENT) return c;
-    df = df->parent;
+    if (c->kind == RILL__COL_PARENT) {
+      df = df->parent;
+      continue;
+    }
+    if (c->kind != RILL__COL_SOURCE || !rill__df_side_column(c, &df, &column)) return c;
   }
   return NULL;
 }

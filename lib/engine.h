@@ -167,6 +167,9 @@ static inline int rill__df_is_view(const rill_df_t* df) {
 int64_t rill__view_row(const rill_df_t* df, int64_t epoch, int64_t x);
 /* Adds `delta` to df's count of children and iterators (columns can be added at 0). */
 void rill__df_freeze(rill_df_t* df, int delta);
+/* Whether source column c of a side-by-side dataframe (rill_df_concat_columns, concat.c) is a
+ * part's column: then *part and *column name it there. */
+int rill__df_side_column(const rill__column_t* c, const rill_df_t** part, int* column);
 
 /* ---------------------------------------------------------------- iterators and evaluation */
 

@@ -613,6 +613,31 @@ Test(concat, side_by_side_columns_keep_their_error_policies) {
   rill_df_free(p1);
 }
 
+/* Questions an addon answers about its own columns (rill_csv_bad_rows) reach them through a
+ * dataframe of columns side by side, and through views of it. */
+Test(concat, side_by_side_columns_are_still_their_sources) {
+  rill_error_t err;
+  const char* text = "id,w\n1,a\n2\n3,c\n4,d,e\n5,f\n";
+  rill_df_t* csv;
+  RT_OK(rill_df_from_csv_buffer(text, strlen(text), &(rill_csv_opts_t){.on_bad_row = RILL_ON_ERROR_SKIP}, &csv, &err),
+        err);
+  const int64_t a[3] = {7, 8, 9};
+  rill_df_t *mem = table(a, 3, "x", -1, 0), *side, *sh;
+  RT_OK(rill_df_concat_columns((rill_df_t* const[]){mem, csv}, 2, &side, &err), err);
+  RT_OK(rill_df_shuffle(side, 2, &sh, &err), err);
+  for (int k = 0; k < 2; k++) {
+    rill_csv_bad_row_t bad[4];
+    cr_assert_eq(rill_csv_bad_rows(k ? sh : side, bad, 4, &err), 2, "%s", err.message);
+    cr_assert(bad[0].line == 3 && bad[0].fields == 1 && bad[1].line == 5 && bad[1].fields == 3);
+  }
+  RT_FAILS((int)rill_csv_bad_rows(mem, NULL, 0, &err), RILL_EINVAL,
+           "rill_csv_bad_rows: no column of the dataframe is read from a CSV file", err);
+  rill_df_free(sh);
+  rill_df_free(side);
+  rill_df_free(mem);
+  rill_df_free(csv);
+}
+
 Test(concat, side_by_side_misuse_is_refused) {
   rill_error_t err;
   const int64_t a[3] = {1, 2, 3};

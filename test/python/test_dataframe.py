@@ -214,6 +214,13 @@ def test_concat_horizontal_puts_the_frames_columns_side_by_side(tmp_path):
         rill.concat([f, rill.from_numpy({"z": np.arange(3)})], how="horizontal")
     with pytest.raises(ValueError, match="concat: how must be 'vertical' or 'horizontal', not 'diagonal'"):
         rill.concat([f], how="diagonal")
+    # a CSV frame's rows left out under on_bad_row="skip" are still its own to tell
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n3\n4,5\n6,7\n")
+    bf = rill.from_csv(str(bad), on_bad_row="skip")
+    both = rill.concat([rill.from_numpy({"z": np.arange(3)}), bf], how="horizontal")
+    assert both.bad_row_count == 1 and both.bad_rows == [(3, 1)]
+    assert both.shuffle(1).bad_row_count == 1
     # an image folder beside features: the result keeps the folder's class names
     for cls in ("cat", "dog"):
         (tmp_path / "imgs" / cls).mkdir(parents=True)
