@@ -61,6 +61,20 @@ static int result_column(const concat_t* cc, int p, int pc) {
   return -1;
 }
 
+/* Calls the source of a part's column c, or its group's function (outs: the group's
+ * outputs), with rows of the part; a RILL_STAGE_CPU_SERIAL source under the part's own lock
+ * (the part may be read elsewhere too). */
+static int call_source(const rill__column_t* c, const int64_t* rows, int64_t n, rill_array_t* const* outs,
+                       rill_exec_t* exec, rill_error_t* err) {
+  pthread_mutex_t* lock = NULL;
+  if (c->opts.where == RILL_STAGE_CPU_SERIAL) lock = c->group ? &c->group->serial : (pthread_mutex_t*)&c->serial;
+  if (lock) pthread_mutex_lock(lock);
+  int rc = c->group ? c->group->fn(rows, n, outs, c->group->n, exec, c->group->ctx, err)
+                    : c->source(rows, n, outs[0], exec, c->ctx, err);
+  if (lock) pthread_mutex_unlock(lock);
+  return rc;
+}
+
 /* Fills outs[i] (columns of the result; NULL: not needed) with the cells of part p's rows
  * local[0..k): one call of each source (or source group) of the part that holds a needed
  * column. The error convention of the part's functions, with err->column a column of the
@@ -72,13 +86,8 @@ static int fill_part(const concat_t* cc, int p, const int64_t* local, int64_t k,
   memset(done, 0, sizeof done);
   for (int i = 0; i < cc->ncols; i++) {
     if (!outs[i] || done[i]) continue;
-    rill__column_t* c = pt->df->cols[pt->col[i]];
-    pthread_mutex_t* serial = NULL;
-    if (c->opts.where == RILL_STAGE_CPU_SERIAL) serial = c->group ? &c->group->serial : &c->serial;
-    err->code = 0;
-    err->row = -1;
-    err->column = -1;
-    err->message[0] = '\0';
+    const rill__column_t* c = pt->df->cols[pt->col[i]];
+    rill_error_clear(err);
     int rc;
     if (c->group) {
       const rill__srcgroup_t* g = c->group;
@@ -90,15 +99,11 @@ static int fill_part(const concat_t* cc, int p, const int64_t* local, int64_t k,
         gouts[gi] = outs[j];
         done[j] = 1;
       }
-      if (serial) pthread_mutex_lock(serial);
-      rc = g->fn(local, k, gouts, g->n, exec, g->ctx, err);
-      if (serial) pthread_mutex_unlock(serial);
+      rc = call_source(c, local, k, gouts, exec, err);
       if (rc != RILL_OK) err->column = err->column >= 0 ? result_column(cc, p, g->first + err->column) : -1;
     } else {
       done[i] = 1;
-      if (serial) pthread_mutex_lock(serial);
-      rc = c->source(local, k, outs[i], exec, c->ctx, err);
-      if (serial) pthread_mutex_unlock(serial);
+      rc = call_source(c, local, k, &outs[i], exec, err);
       if (rc != RILL_OK) err->column = i;
     }
     if (rc != RILL_OK) return rc;
@@ -452,30 +457,15 @@ static void piece_free(void* ctx) {
   rill__free(pc);
 }
 
-/* A part's RILL_STAGE_CPU_SERIAL source keeps its own lock: the part may be read elsewhere too. */
-static pthread_mutex_t* piece_lock(const rill__column_t* c) {
-  if (c->opts.where != RILL_STAGE_CPU_SERIAL) return NULL;
-  return c->group ? &c->group->serial : (pthread_mutex_t*)&c->serial;
-}
-
 static int piece_group_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts, rill_exec_t* exec,
                             void* ctx, rill_error_t* err) {
-  const rill__column_t* c = ((const piece_t*)ctx)->col;
-  pthread_mutex_t* lock = piece_lock(c);
-  if (lock) pthread_mutex_lock(lock);
-  int rc = c->group->fn(rows, n, outs, nouts, exec, c->group->ctx, err); /* err->column: within the group, as here */
-  if (lock) pthread_mutex_unlock(lock);
-  return rc;
+  (void)nouts; /* the group's, as in the part: err->column is within the group, as here */
+  return call_source(((const piece_t*)ctx)->col, rows, n, outs, exec, err);
 }
 
 static int piece_source_fill(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* exec, void* ctx,
                              rill_error_t* err) {
-  const rill__column_t* c = ((const piece_t*)ctx)->col;
-  pthread_mutex_t* lock = piece_lock(c);
-  if (lock) pthread_mutex_lock(lock);
-  int rc = c->source(rows, n, out, exec, c->ctx, err);
-  if (lock) pthread_mutex_unlock(lock);
-  return rc;
+  return call_source(((const piece_t*)ctx)->col, rows, n, &out, exec, err);
 }
 
 static int piece_lend(void* ctx, int64_t start, int64_t n, rill_array_t** out) {
