@@ -42,8 +42,147 @@ void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b) {
   if (b > a) madvise((char*)c->map + a, (size_t)(b - a), MADV_DONTNEED);
 }
 
+/* ------------------------------------------------------------------ mapped files */
+
+/* A process may hold only so many mappings (Linux: vm.max_map_count, 65,530 by default, shared
+ * with its libraries, threads' stacks and large allocations), and a dataset of many CSV files
+ * would take one each. The mapped files are listed, most recently mapped first; past the
+ * budget, a sweep from the oldest end unmaps files that no call is reading, giving the ones
+ * read since the last sweep a second chance (back to the front). A call that finds its file
+ * unmapped maps it again by its path: the same file (device and inode), at least as long as
+ * when it was opened, or RILL_EIO naming it. While its file stays mapped a call takes no lock:
+ * it counts itself in `pins`, then checks `present`; a sweep clears `present`, then checks
+ * `pins` (both sequentially consistent, so one of the two sees the other): a mapping is never
+ * removed under a call. */
+int64_t rill__csv_map_budget = 0;
+
+static struct {
+  pthread_mutex_t mu;
+  rill__csv_t *newest, *oldest;
+  int64_t mapped; /* files listed (each mapped) */
+} g_maps = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int64_t map_budget(void) {
+  static _Atomic int64_t sys;
+  if (rill__csv_map_budget > 0) return rill__csv_map_budget;
+  int64_t b = atomic_load_explicit(&sys, memory_order_relaxed);
+  if (!b) {
+    long long m = 0;
+    FILE* f = fopen("/proc/sys/vm/max_map_count", "re");
+    if (f) {
+      if (fscanf(f, "%lld", &m) != 1) m = 0;
+      fclose(f);
+    }
+    b = m <= 0 ? 32768 : m / 2 > 64 ? m / 2 : 64;
+    atomic_store_explicit(&sys, b, memory_order_relaxed);
+  }
+  return b;
+}
+
+static void unlink_locked(rill__csv_t* c) {
+  if (c->newer) c->newer->older = c->older;
+  else g_maps.newest = c->older;
+  if (c->older) c->older->newer = c->newer;
+  else g_maps.oldest = c->newer;
+  c->newer = c->older = NULL;
+}
+
+static void push_locked(rill__csv_t* c) {
+  c->newer = NULL;
+  c->older = g_maps.newest;
+  if (g_maps.newest) g_maps.newest->newer = c;
+  else g_maps.oldest = c;
+  g_maps.newest = c;
+}
+
+/* Lists mapped file c and unmaps others while more than the budget are mapped. */
+static void list_locked(rill__csv_t* c) {
+  c->listed = 1;
+  push_locked(c);
+  g_maps.mapped++;
+  int64_t budget = map_budget();
+  for (int64_t steps = 2 * g_maps.mapped; g_maps.mapped > budget && steps > 0; steps--) {
+    rill__csv_t* o = g_maps.oldest;
+    unlink_locked(o);
+    int keep = atomic_exchange(&o->used, 0) || atomic_load(&o->pins);
+    if (!keep) {
+      atomic_store(&o->present, 0);
+      if (atomic_load(&o->pins)) atomic_store(&o->present, 1), keep = 1; /* a call came in */
+    }
+    if (keep) {
+      push_locked(o);
+      continue;
+    }
+    munmap(o->map, (size_t)o->size);
+    o->map = NULL;
+    o->data = NULL;
+    o->listed = 0;
+    g_maps.mapped--;
+  }
+}
+
+/* Maps file c again for a call (see above). */
+static int remap_locked(rill__csv_t* c, rill_error_t* err) {
+  /* the file it was is a regular one: any other at its path is refused unread (O_NONBLOCK: a
+   * FIFO there must not block the call) */
+  int fd = open(c->watch, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  const char* why = fd < 0 ? strerror(errno) : NULL;
+  struct stat st;
+  if (!why && (fstat(fd, &st) != 0 || st.st_dev != c->dev || st.st_ino != c->ino)) why = "another file has its path now";
+  else if (!why && (int64_t)st.st_size < c->size) why = "it is shorter than when it was opened";
+  void* m = MAP_FAILED;
+  if (!why && (m = mmap(NULL, (size_t)c->size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) why = strerror(errno);
+  if (fd >= 0) close(fd);
+  if (why)
+    return rill_error_set(err, RILL_EIO,
+                          "%s: cannot map it again: %s (more CSV files are open than stay mapped at once, %lld: each "
+                          "file must stay in place while its dataframe lives)",
+                          c->name, why, (long long)map_budget());
+  c->map = m;
+  c->data = m;
+  atomic_store(&c->present, 1);
+  list_locked(c);
+  return RILL_OK;
+}
+
+/* Lists a file mapped by rill_df_from_csv once its dataframe is made. */
+static void csv_listed(rill__csv_t* c) {
+  if (!c->map || !c->watch) return; /* a buffer, or a decompressed text */
+  c->evictable = 1;
+  atomic_store(&c->present, 1);
+  pthread_mutex_lock(&g_maps.mu);
+  list_locked(c);
+  pthread_mutex_unlock(&g_maps.mu);
+}
+
+/* Keeps c's bytes (c->data) in place for a call, mapping its file again when it was unmapped;
+ * each successful pin is followed by one csv_unpin. */
+static int csv_pin(rill__csv_t* c, rill_error_t* err) {
+  if (!c->evictable) return RILL_OK;
+  atomic_fetch_add(&c->pins, 1);
+  if (!atomic_load_explicit(&c->used, memory_order_relaxed)) atomic_store_explicit(&c->used, 1, memory_order_relaxed);
+  if (atomic_load(&c->present)) return RILL_OK;
+  pthread_mutex_lock(&g_maps.mu);
+  int rc = atomic_load(&c->present) ? RILL_OK : remap_locked(c, err);
+  pthread_mutex_unlock(&g_maps.mu);
+  if (rc != RILL_OK) atomic_fetch_sub(&c->pins, 1);
+  return rc;
+}
+
+static void csv_unpin(rill__csv_t* c) {
+  if (c->evictable) atomic_fetch_sub(&c->pins, 1);
+}
+
 static void csv_unref(rill__csv_t* c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
+  if (c->evictable) {
+    pthread_mutex_lock(&g_maps.mu);
+    if (c->listed) {
+      unlink_locked(c);
+      g_maps.mapped--;
+    }
+    pthread_mutex_unlock(&g_maps.mu);
+  }
   rill__free_columns(c->names, c->types, c->ncols);
   rill__free(c->blocks);
   for (int64_t k = 0; k < c->nheld; k++) rill__free(c->held[k]);
@@ -458,13 +597,12 @@ static int csv_check_size(const rill__csv_t* c, rill_error_t* err) {
   return RILL_OK;
 }
 
-/* The group's function: splits each row once (in blocks of at most ~1M field spans) and fills
- * every requested column from the spans. A value that does not convert fails the call at the
- * first such cell in row order (lowest column on a tie): every requested cell before that row
- * is filled. */
-static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts, rill_exec_t* exec,
-                    void* ctx, rill_error_t* err) {
-  rill__csv_t* c = ctx;
+/* A call of the group, c's bytes in place: splits each row once (in blocks of at most ~1M
+ * field spans) and fills every requested column from the spans. A value that does not convert
+ * fails the call at the first such cell in row order (lowest column on a tie): every requested
+ * cell before that row is filled. */
+static int fill_pinned(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts, rill_exec_t* exec,
+                       rill__csv_t* c, rill_error_t* err) {
   if (nouts != c->ncols)
     return rill__fail(err, RILL_EINVAL, "%s: %d outputs for %d columns", c->name, nouts, c->ncols);
   for (int64_t i = 0; i < n; i++)
@@ -545,6 +683,17 @@ static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, i
                       (long long)n);
   }
   rill__exec_count_nulled(exec, nulled);
+  return rc;
+}
+
+/* The group's function: fill_pinned with c's bytes kept in place. */
+static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts, rill_exec_t* exec,
+                    void* ctx, rill_error_t* err) {
+  rill__csv_t* c = ctx;
+  int rc = csv_pin(c, err);
+  if (rc != RILL_OK) return rc;
+  rc = fill_pinned(rows, n, outs, nouts, exec, c, err);
+  csv_unpin(c);
   return rc;
 }
 
@@ -1200,6 +1349,7 @@ int rill_df_from_csv(const char* path, const rill_csv_opts_t* opts, rill_df_t** 
   close(fd);
   c->data = c->map;
   rc = csv_open(c, &o, out, err);
+  if (rc == RILL_OK) csv_listed(c);
 fail:
   csv_unref(c);
   return rc;

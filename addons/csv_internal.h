@@ -62,6 +62,14 @@ typedef struct rill__csv {
                                  kept: a dataset of thousands of files), or NULL */
   dev_t dev;                  /* ... and the file it named when mapped */
   ino_t ino;
+  /* A mapped file among the process's others (csv.c, "mapped files"): past
+   * rill__csv_map_budget of them, one no call reads may be unmapped and mapped again by its
+   * path when a call needs it. `present`: map and data are valid; `pins`: calls reading it;
+   * `used`: read since the last sweep. The list links are guarded by the mapped files' lock. */
+  int evictable;              /* 1: listed when opened (set once, before the dataframe is out) */
+  int listed;
+  _Atomic int present, pins, used;
+  struct rill__csv *newer, *older;
   void* owned;                /* copied buffer or NULL */
   rill__csv_dialect_t dia;
   int ncols;
@@ -233,6 +241,10 @@ extern int rill__csv_gzip_zlib_only;
 /* Compressed input whose text grows past this many bytes (default 1 GiB) is written to an
  * unlinked temporary file in $TMPDIR and mapped, rather than held in memory (lowered by tests). */
 extern int64_t rill__csv_spill_bytes;
+/* Mapped CSV files kept mapped at once (0, the default: half of the system's vm.max_map_count,
+ * the mappings a process may hold; lowered by tests). Past it, the least recently read file
+ * that no call is reading is unmapped until a call needs it again. */
+extern int64_t rill__csv_map_budget;
 /* Index passes made so far (rill__csv_build_index), counted for tests. */
 extern _Atomic int64_t rill__csv_index_passes;
 

@@ -2463,6 +2463,118 @@ Test(csv, several_files_read_as_one) {
 
 /* Files opened side by side (threads of their own): the rows in the order of the list, the
  * types agreed as when opened one by one, and a failure the first failing file's of the list. */
+/* Mappings of the process whose file name contains `needle`. */
+static int mappings_of(const char* needle) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  cr_assert_not_null(f);
+  char line[4096];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+  fclose(f);
+  return n;
+}
+
+/* Rows [a, b) of df, read on the caller: RILL_OK, or the first failure (err). */
+static int read_rows(rill_df_t* df, int64_t a, int64_t b, rill_error_t* err) {
+  rill_df_t* s = NULL;
+  int rc = rill_df_slice(df, a, b - a, &s, err);
+  table_t t = {0};
+  if (rc == RILL_OK) rc = collect(s, RILL_THREADS_NONE, &t, err);
+  table_free(&t);
+  rill_df_free(s);
+  return rc;
+}
+
+Test(csv, more_files_than_stay_mapped) {
+  enum { N = 24, R = 2000 }; /* a task of 1024 rows reads one file for a while */
+  rill_error_t err = {0};
+  char* paths[N];
+  char needle[64];
+  snprintf(needle, sizeof needle, "/mapped%d-", (int)getpid());
+  for (int f = 0; f < N; f++) {
+    paths[f] = malloc(512);
+    snprintf(paths[f], 512, "%s%s%02d.csv", rt_tmpdir(), needle, f);
+    FILE* fp = fopen(paths[f], "wb");
+    cr_assert_not_null(fp);
+    fprintf(fp, "id,name\n");
+    for (int r = 0; r < R; r++) fprintf(fp, "%d,n%d\n", f * R + r, r);
+    fclose(fp);
+  }
+  const char* const* p = (const char* const*)paths;
+  rill__csv_map_budget = 4;
+  for (int threads = 1; threads <= 3; threads += 2) {
+    rill_df_t* df;
+    RT_OK(rill_df_from_csv_files(p, N, &(rill_csv_opts_t){.threads = threads}, &df, &err), err);
+    cr_assert_eq(mappings_of(needle), 4, "%d files mapped after the open", mappings_of(needle));
+    /* in order on the caller, in order on 2 workers, shuffled on 2 workers: every row */
+    for (int pass = 0; pass < 3; pass++) {
+      rill_df_t* sh = NULL;
+      if (pass == 2) RT_OK(rill_df_shuffle(df, 9, &sh, &err), err);
+      table_t t = collected(sh ? sh : df, pass ? 2 : RILL_THREADS_NONE);
+      cr_assert_eq(t.nrows, N * R);
+      static int seen[N * R];
+      memset(seen, 0, sizeof seen);
+      for (int64_t r = 0; r < t.nrows; r++) {
+        int64_t id = atoll(cell(&t, r, 0));
+        cr_assert(id >= 0 && id < N * R && !seen[id]++, "pass %d: id %lld twice or out of range", pass, (long long)id);
+        if (pass < 2) cr_assert_eq(id, r, "pass %d: row %lld holds id %lld", pass, (long long)r, (long long)id);
+        char want[16];
+        snprintf(want, sizeof want, "n%d", (int)(id % R));
+        cr_assert_str_eq(cell(&t, r, 1), want);
+      }
+      table_free(&t);
+      rill_df_free(sh);
+      cr_assert_eq(mappings_of(needle), 4, "pass %d: %d files mapped after the read", pass, mappings_of(needle));
+    }
+    /* one file mapped at once, two workers reading two of them, in order and shuffled: a file
+     * a call reads is never unmapped under it (the other worker maps its own file again) */
+    rill__csv_map_budget = 1;
+    for (int rep = 0; rep < 8; rep++) {
+      rill_df_t* sh = NULL;
+      if (rep % 2) RT_OK(rill_df_shuffle(df, (uint64_t)rep, &sh, &err), err);
+      table_t t = collected(sh ? sh : df, 2);
+      int64_t sum = 0;
+      for (int64_t r = 0; r < t.nrows; r++) sum += atoll(cell(&t, r, 0));
+      cr_assert(t.nrows == N * R && sum == (int64_t)N * R * (N * R - 1) / 2, "%lld rows, sum %lld", (long long)t.nrows,
+                (long long)sum);
+      table_free(&t);
+      rill_df_free(sh);
+    }
+    rill__csv_map_budget = 4;
+    rill_df_free(df);
+    cr_assert_eq(mappings_of(needle), 0, "mappings left after the dataframe went");
+  }
+  /* read in order, files 20..23 stay mapped; the others must be found again by their path */
+  rill_df_t* df;
+  RT_OK(rill_df_from_csv_files(p, N, NULL, &df, &err), err);
+  RT_OK(read_rows(df, 0, N * R, &err), err);
+  cr_assert_eq(unlink(paths[0]), 0); /* removed */
+  char other[600];
+  snprintf(other, sizeof other, "%s.new", paths[1]);
+  FILE* fp = fopen(other, "wb"); /* replaced by another file of the same text */
+  cr_assert_not_null(fp);
+  fprintf(fp, "id,name\n");
+  for (int r = 0; r < R; r++) fprintf(fp, "%d,n%d\n", R + r, r);
+  fclose(fp);
+  cr_assert_eq(rename(other, paths[1]), 0);
+  cr_assert_eq(truncate(paths[2], 20), 0); /* shrank */
+  cr_assert_eq(unlink(paths[23]), 0);      /* removed while mapped: still read whole */
+  RT_OK(read_rows(df, 23 * R, N * R, &err), err);
+  RT_FAILS(read_rows(df, 0, R, &err), RILL_EIO, "cannot map it again: No such file or directory (more CSV files", err);
+  cr_assert(strstr(err.message, paths[0]) && strstr(err.message, "at once, 4: each file must stay in place"), "%s",
+            err.message);
+  RT_FAILS(read_rows(df, R, 2 * R, &err), RILL_EIO, "01.csv: cannot map it again: another file has its path now", err);
+  RT_FAILS(read_rows(df, 2 * R, 3 * R, &err), RILL_EIO, "02.csv: cannot map it again: it is shorter than when it was opened",
+           err);
+  RT_OK(read_rows(df, 3 * R, 23 * R, &err), err); /* the files in place: mapped again */
+  rill_df_free(df);
+  rill__csv_map_budget = 0;
+  for (int f = 0; f < N; f++) {
+    unlink(paths[f]);
+    free(paths[f]);
+  }
+}
+
 Test(csv, many_files_opened_side_by_side) {
   enum { N = 24 };
   rill_error_t err = {0};

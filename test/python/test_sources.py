@@ -359,6 +359,32 @@ def test_from_csv_null_values_match_pandas(tmp_path):
         rill.from_csv(p, null_values=[str(k) for k in range(65)])
 
 
+def test_from_csv_more_files_than_the_process_may_map(tmp_path):
+    # a file mapped each would exceed vm.max_map_count: the least recently read are unmapped
+    try:
+        limit = int(pathlib.Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        pytest.skip("no /proc/sys/vm/max_map_count to size the dataset by")
+    if limit > 100_000:
+        pytest.skip(f"vm.max_map_count is {limit}: more files than this test writes")
+    n = limit + 1000
+    paths = []
+    for i in range(n):
+        p = tmp_path / f"s{i:06d}.csv"
+        p.write_bytes(b"id,name\n%d,n%d\n" % (i, i % 10))
+        paths.append(p)
+    df = rill.from_csv(paths)
+    assert len(df) == n
+    for frame in (df, df.shuffle(3)):
+        ids = np.concatenate([b["id"].to_numpy() for b in frame.batch(4096).iter(threads=2)])
+        assert len(ids) == n and np.array_equal(np.sort(ids), np.arange(n))
+        assert frame is df or not np.array_equal(ids, np.arange(n))
+    maps = sum(str(tmp_path) in line for line in pathlib.Path("/proc/self/maps").read_text().splitlines())
+    assert maps <= limit // 2, f"{maps} of the files mapped"
+    del df
+    gc.collect()
+
+
 def test_from_csv_null_values_in_the_files_encoding(tmp_path):
     # the file's bytes are compared before they are decoded: a str null value is written in the
     # file's encoding, bytes are compared as they are
