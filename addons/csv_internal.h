@@ -62,6 +62,8 @@ typedef struct rill__csv {
                                  kept: a dataset of thousands of files), or NULL */
   dev_t dev;                  /* ... and the file it named when mapped */
   ino_t ino;
+  int fd;                     /* the mapped file's descriptor, kept while few files hold one
+                                 (csv.c, "mapped files"), or -1 */
   /* A mapped file among the process's others (csv.c, "mapped files"): past
    * rill__csv_map_budget of them, one no call reads may be unmapped and mapped again by its
    * path when a call needs it. `present`: map and data are valid; `pins`: calls reading it;
@@ -245,6 +247,10 @@ extern int64_t rill__csv_spill_bytes;
  * the mappings a process may hold; lowered by tests). Past it, the least recently read file
  * that no call is reading is unmapped until a call needs it again. */
 extern int64_t rill__csv_map_budget;
+/* Mapped CSV files that keep their descriptor, for a cheaper size check (fstat rather than a
+ * stat of the path) and to map a file again whatever its path names (-1, the default: an
+ * eighth of the soft RLIMIT_NOFILE, at most 1,024; changed by tests). */
+extern int64_t rill__csv_fd_budget;
 /* Index passes made so far (rill__csv_build_index), counted for tests. */
 extern _Atomic int64_t rill__csv_index_passes;
 

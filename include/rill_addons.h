@@ -127,16 +127,17 @@ typedef struct rill_csv_opts {
  * naming the file, rather than the process dying of SIGBUS; a shrink that lands during the
  * call that is reading the mapped bytes cannot be caught this way (with prefetch, worker
  * threads read ahead of the caller: a shrink at any moment can meet such a call). The file
- * is found for that check by its path (no descriptor is kept open: a dataset may have more
- * files than a process may hold descriptors); once the path names another file, or none
- * (replaced or removed), the mapping holds the file that was opened and its rows are read
- * whole, but a shrink of it through another name is not seen.
+ * keeps its descriptor for that check while the CSV files holding one are fewer than an
+ * eighth of the process's soft RLIMIT_NOFILE (1,024 at most): a dataset may have more files
+ * than a process may hold descriptors. Past that, a file is found by its path: once the path
+ * names another file, or none (replaced or removed), the mapping holds the file that was
+ * opened and its rows are read whole, but a shrink of it through another name is not seen.
  * A process may hold only so many mappings (Linux's vm.max_map_count, 65,530 by default, for
  * everything in it): once more CSV files are mapped than half of that, the least recently
- * read file that no call is reading is unmapped, and mapped again by its path when a call
- * needs its rows (a dataset of 100,000 files can be read). Such a file must then still be at
- * its path: removed, replaced or shorter, the call fails with RILL_EIO naming the file and
- * why.
+ * read file that no call is reading is unmapped, and mapped again when a call needs its rows
+ * (a dataset of 100,000 files can be read): from its descriptor, or by its path, where it
+ * must then still be: removed, replaced or shorter, the call fails with RILL_EIO naming the
+ * file and why.
  * Columns may be computed concurrently (RILL_STAGE_CPU).
  * gzip- and zstd-compressed input (known by its magic number, file or buffer;
  * RILL_FEATURE_GZIP, RILL_FEATURE_ZSTD) is decompressed first and its text read as above (line

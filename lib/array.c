@@ -93,6 +93,26 @@ static void trim_var_buffer(rill_array_t* a) {
   a->data_size = 0;
 }
 
+/* An array's state as a fresh one's for its next fill, its buffers kept (trimmed as above). */
+static void reset_for_reuse(rill_array_t* a) {
+  trim_var_buffer(a);
+  a->length = 0;
+  a->null_count = 0;
+  a->validity = NULL;
+  a->priv->var_cells = 0;
+  a->priv->next_free = NULL;
+}
+
+int rill__array_recycle(rill_array_t* a, int64_t most) {
+  rill_array_priv_t* p = a->priv;
+  if (atomic_load(&p->refs) != 1 || p->pool || p->parent || p->release || a->event ||
+      (p->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT)) ||
+      p->data_cap + p->validity_cap + p->offsets_cap + p->shapes_cap > most)
+    return 0;
+  reset_for_reuse(a);
+  return 1;
+}
+
 rill_array_t* rill_array_retain(const rill_array_t* a) {
   if (!a) return NULL;
   atomic_fetch_add(&a->priv->refs, 1);
@@ -107,12 +127,7 @@ void rill_array_release(const rill_array_t* ca) {
   if (atomic_fetch_sub(&a->priv->refs, 1) != 1) return;
   rill_pool_t* pool = a->priv->pool;
   if (pool && !atomic_load(&pool->closed)) {
-    trim_var_buffer(a);
-    a->length = 0;
-    a->null_count = 0;
-    a->validity = NULL;
-    a->priv->var_cells = 0;
-    a->priv->next_free = NULL;
+    reset_for_reuse(a);
     atomic_store_explicit(&a->priv->refs, 0, memory_order_relaxed); /* published by the exchange or the mutex */
     rill_array_t* none = NULL;
     if (atomic_compare_exchange_strong(&pool->hot, &none, a)) {

@@ -6,6 +6,7 @@
  * each part and copies their cells into place. */
 #include <string.h>
 
+#include "addon.h"
 #include "stage.h"
 
 typedef struct part {
@@ -167,6 +168,52 @@ static int gather(rill_array_t* dst, rill_array_t* const* src, const int* sof, c
  * arrays of its own, then the cells copied into outs. A part that fails at one of its cells
  * stops there; the cells of the result before the first such cell (over every part) are kept
  * and that cell is reported. */
+/* A calling thread's arrays for the parts of its calls over several parts, emptied and kept
+ * between calls (a shuffled read of a dataset in many files makes a call per file touched in
+ * every batch: arrays of a shared pool cost more in its lock than the call's own work). A
+ * call takes the arrays it needs off the stack and puts them back when done, so a part that
+ * is itself a concatenation gets arrays of its own. */
+typedef struct spare {
+  rill_array_t** a;
+  int64_t n, cap;
+} spare_t;
+
+#define SPARE_KEEP_BYTES ((int64_t)256 << 10) /* an array holding more is freed, not kept */
+
+static void spare_destroy(void* p) {
+  spare_t* s = p;
+  for (int64_t i = 0; i < s->n; i++) rill_array_release(s->a[i]);
+  rill__free(s->a);
+}
+
+static const rill__scratch_kind_t spare_kind = {sizeof(spare_t), spare_destroy};
+
+/* A standalone array for a part's cells: a spare one of this thread, or a new one. */
+static int spare_take(spare_t* s, rill_array_t** out) {
+  if (s && s->n > 0) {
+    *out = s->a[--s->n];
+    return RILL_OK;
+  }
+  return rill__array_create(NULL, (rill_device_t){RILL_DEVICE_CPU, 0}, out);
+}
+
+/* Gives array a back to this thread's spares, or frees it. */
+static void spare_give(spare_t* s, rill_array_t* a) {
+  if (!a) return;
+  if (s && rill__array_recycle(a, SPARE_KEEP_BYTES)) {
+    if (s->n == s->cap) {
+      int64_t cap = s->cap;
+      rill_array_t** v = rill__grow(s->a, &cap, s->n, s->n + 1, sizeof *v, 64);
+      if (v) s->a = v, s->cap = cap;
+    }
+    if (s->n < s->cap) {
+      s->a[s->n++] = a;
+      return;
+    }
+  }
+  rill_array_release(a);
+}
+
 static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_array_t* const* outs,
                       rill_exec_t* exec, rill_error_t* err) {
   int np = cc->nparts, nc = cc->ncols, nu = 0;
@@ -179,6 +226,7 @@ static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_a
   int64_t* at = rill__alloc(sizeof *at * (size_t)n);         /* cell i: its index in its part's call */
   int64_t* buf = rill__alloc(sizeof *buf * (size_t)(3 * n)); /* by part: local rows, result rows, cells */
   rill_array_t** tmp = NULL;
+  spare_t* spare = rill__scratch(&spare_kind); /* NULL (out of memory): arrays made and freed */
   int rc = RILL_OK;
   int64_t bad = n; /* the first failed cell of the call */
   rill_error_t first_err;
@@ -211,7 +259,7 @@ static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_a
     for (int i = 0; i < nc; i++) {
       pouts[i] = NULL;
       if (!outs[i]) continue;
-      if (rill__array_create(NULL, (rill_device_t){RILL_DEVICE_CPU, 0}, &tmp[u * nc + i]) != RILL_OK) {
+      if (spare_take(spare, &tmp[u * nc + i]) != RILL_OK) {
         rc = rill_error_set(err, RILL_ENOMEM, "out of memory for a part's cells");
         goto out;
       }
@@ -252,7 +300,7 @@ static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_a
   }
 out:
   if (tmp)
-    for (int64_t q = 0; q < (int64_t)nu * nc; q++) rill_array_release(tmp[q]);
+    for (int64_t q = 0; q < (int64_t)nu * nc; q++) spare_give(spare, tmp[q]);
   rill__free(tmp);
   rill__free(buf);
   rill__free(at);

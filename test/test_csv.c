@@ -2544,30 +2544,67 @@ Test(csv, more_files_than_stay_mapped) {
     rill_df_free(df);
     cr_assert_eq(mappings_of(needle), 0, "mappings left after the dataframe went");
   }
-  /* read in order, files 20..23 stay mapped; the others must be found again by their path */
-  rill_df_t* df;
-  RT_OK(rill_df_from_csv_files(p, N, NULL, &df, &err), err);
-  RT_OK(read_rows(df, 0, N * R, &err), err);
-  cr_assert_eq(unlink(paths[0]), 0); /* removed */
-  char other[600];
-  snprintf(other, sizeof other, "%s.new", paths[1]);
-  FILE* fp = fopen(other, "wb"); /* replaced by another file of the same text */
-  cr_assert_not_null(fp);
-  fprintf(fp, "id,name\n");
-  for (int r = 0; r < R; r++) fprintf(fp, "%d,n%d\n", R + r, r);
-  fclose(fp);
-  cr_assert_eq(rename(other, paths[1]), 0);
-  cr_assert_eq(truncate(paths[2], 20), 0); /* shrank */
-  cr_assert_eq(unlink(paths[23]), 0);      /* removed while mapped: still read whole */
-  RT_OK(read_rows(df, 23 * R, N * R, &err), err);
-  RT_FAILS(read_rows(df, 0, R, &err), RILL_EIO, "cannot map it again: No such file or directory (more CSV files", err);
-  cr_assert(strstr(err.message, paths[0]) && strstr(err.message, "at once, 4: each file must stay in place"), "%s",
-            err.message);
-  RT_FAILS(read_rows(df, R, 2 * R, &err), RILL_EIO, "01.csv: cannot map it again: another file has its path now", err);
-  RT_FAILS(read_rows(df, 2 * R, 3 * R, &err), RILL_EIO, "02.csv: cannot map it again: it is shorter than when it was opened",
-           err);
-  RT_OK(read_rows(df, 3 * R, 23 * R, &err), err); /* the files in place: mapped again */
-  rill_df_free(df);
+  /* read in order, files 20..23 stay mapped; the others are mapped again from the descriptor
+   * they kept (a file moved or removed is still the file that was opened), or, without one,
+   * by their path (then still in place) */
+  for (int keep = 1; keep >= 0; keep--) {
+    for (int f = 0; f < N; f++) {
+      FILE* fp = fopen(paths[f], "wb");
+      cr_assert_not_null(fp);
+      fprintf(fp, "id,name\n");
+      for (int r = 0; r < R; r++) fprintf(fp, "%d,n%d\n", f * R + r, r);
+      fclose(fp);
+    }
+    rill__csv_fd_budget = keep ? -1 : 0;
+    int fds = open_fds();
+    rill_df_t* df;
+    RT_OK(rill_df_from_csv_files(p, N, NULL, &df, &err), err);
+    cr_assert_eq(open_fds() - fds, keep ? N : 0, "%d descriptors kept", open_fds() - fds);
+    RT_OK(read_rows(df, 0, N * R, &err), err);
+    cr_assert_eq(unlink(paths[0]), 0); /* removed */
+    char other[600];
+    snprintf(other, sizeof other, "%s.new", paths[1]);
+    FILE* fp = fopen(other, "wb"); /* replaced by another file */
+    cr_assert_not_null(fp);
+    fprintf(fp, "id,name\n");
+    for (int r = 0; r < R; r++) fprintf(fp, "%d,x%d\n", 7, r);
+    fclose(fp);
+    cr_assert_eq(rename(other, paths[1]), 0);
+    cr_assert_eq(truncate(paths[2], 20), 0); /* shrank */
+    cr_assert_eq(unlink(paths[23]), 0);      /* removed while mapped: still read whole */
+    RT_OK(read_rows(df, 23 * R, N * R, &err), err);
+    if (keep) {
+      RT_OK(read_rows(df, 0, R, &err), err);
+      rill_df_t* s1 = NULL;
+      RT_OK(rill_df_slice(df, R, R, &s1, &err), err);
+      table_t t = collected(s1, RILL_THREADS_NONE);
+      cr_assert_eq(t.nrows, R);
+      cr_assert_str_eq(cell(&t, 0, 0), "2000", "the file opened, not the one at its path now");
+      cr_assert_str_eq(cell(&t, R - 1, 1), "n1999");
+      table_free(&t);
+      rill_df_free(s1);
+      /* a mapped file moved, then shrunk under its new name: its descriptor still sees it */
+      RT_OK(read_rows(df, 22 * R, 23 * R, &err), err);
+      char moved[600];
+      snprintf(moved, sizeof moved, "%s.moved", paths[22]);
+      cr_assert_eq(rename(paths[22], moved), 0);
+      cr_assert_eq(truncate(moved, 20), 0);
+      RT_FAILS(read_rows(df, 22 * R, 23 * R, &err), RILL_EIO, "22.csv: the file shrank from", err);
+      cr_assert_eq(rename(moved, paths[22]), 0);
+    } else {
+      RT_FAILS(read_rows(df, 0, R, &err), RILL_EIO, "cannot map it again: No such file or directory (more CSV files", err);
+      cr_assert(strstr(err.message, paths[0]) && strstr(err.message, "at once, 4: each file must stay in place"), "%s",
+                err.message);
+      RT_FAILS(read_rows(df, R, 2 * R, &err), RILL_EIO, "01.csv: cannot map it again: another file has its path now",
+               err);
+    }
+    RT_FAILS(read_rows(df, 2 * R, 3 * R, &err), RILL_EIO,
+             "02.csv: cannot map it again: it is shorter than when it was opened", err);
+    RT_OK(read_rows(df, 3 * R, 22 * R, &err), err); /* the files in place: mapped again */
+    rill_df_free(df);
+    cr_assert_eq(open_fds(), fds, "descriptors left open");
+  }
+  rill__csv_fd_budget = -1;
   rill__csv_map_budget = 0;
   for (int f = 0; f < N; f++) {
     unlink(paths[f]);
