@@ -2646,7 +2646,7 @@ Test(csv, many_files_opened_side_by_side) {
     table_free(&t);
     rill_df_free(df);
   }
-  /* more files than the process may hold descriptors: none is kept open */
+  /* more files than the process may hold descriptors: an eighth of the limit keep theirs */
   struct rlimit lim, low;
   cr_assert_eq(getrlimit(RLIMIT_NOFILE, &lim), 0);
   low = lim;
