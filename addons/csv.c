@@ -50,8 +50,9 @@ void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b) {
  * would take one each. The mapped files are listed, most recently mapped first; past the
  * budget, a sweep from the oldest end unmaps files that no call is reading, giving the ones
  * read since the last sweep a second chance (back to the front). A call that finds its file
- * unmapped maps it again by its path: the same file (device and inode), at least as long as
- * when it was opened, or RILL_EIO naming it. While its file stays mapped a call takes no lock:
+ * unmapped maps it again from the descriptor it kept (csv_keep_fd), or else by its path: the
+ * same file (device and inode), at least as long as when it was opened, or RILL_EIO naming
+ * it. While its file stays mapped a call takes no lock:
  * it counts itself in `pins`, then checks `present`; a sweep clears `present`, then checks
  * `pins` (both sequentially consistent, so one of the two sees the other): a mapping is never
  * removed under a call. */
