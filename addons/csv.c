@@ -63,7 +63,7 @@ static _Atomic int64_t g_fds; /* descriptors the mapped files hold */
 static struct {
   pthread_mutex_t mu;
   rill__csv_t *newest, *oldest;
-  int64_t mapped; /* files listed (each mapped) */
+  _Atomic int64_t mapped; /* files listed (each mapped); changed under mu */
 } g_maps = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static int64_t map_budget(void) {
@@ -89,6 +89,14 @@ static void unlink_locked(rill__csv_t* c) {
   if (c->older) c->older->newer = c->newer;
   else g_maps.oldest = c->newer;
   c->newer = c->older = NULL;
+}
+
+static void push_oldest_locked(rill__csv_t* c) {
+  c->older = NULL;
+  c->newer = g_maps.oldest;
+  if (g_maps.oldest) g_maps.oldest->older = c;
+  else g_maps.newest = c;
+  g_maps.oldest = c;
 }
 
 static void push_locked(rill__csv_t* c) {
@@ -154,6 +162,22 @@ static void csv_drop_fd(rill__csv_t* c) {
   atomic_fetch_sub(&g_fds, 1);
 }
 
+_Atomic int64_t rill__csv_maps_again;
+
+/* A call has read file c's last row: a pass in row order is done with it. It goes to the
+ * oldest end without its second chance, so that a sweep unmaps it before the files a pass has
+ * still to read (else an in-order pass over more files than stay mapped would unmap, before
+ * their turn, the files left mapped at the end of the open, and map them again). */
+static void csv_finished(rill__csv_t* c) {
+  pthread_mutex_lock(&g_maps.mu);
+  if (c->listed && g_maps.oldest != c) {
+    unlink_locked(c);
+    push_oldest_locked(c);
+  }
+  atomic_store_explicit(&c->used, 0, memory_order_relaxed);
+  pthread_mutex_unlock(&g_maps.mu);
+}
+
 /* Maps file c again for a call (see above). */
 static int remap_locked(rill__csv_t* c, rill_error_t* err) {
   /* without its descriptor, by its path: the file it was is a regular one, any other there
@@ -174,6 +198,7 @@ static int remap_locked(rill__csv_t* c, rill_error_t* err) {
   c->map = m;
   c->data = m;
   atomic_store(&c->present, 1);
+  atomic_fetch_add_explicit(&rill__csv_maps_again, 1, memory_order_relaxed);
   list_locked(c);
   return RILL_OK;
 }
@@ -704,6 +729,8 @@ static int fill_pinned(const int64_t* rows, int64_t n, rill_array_t* const* outs
       int64_t mark = atomic_load(&c->drop_mark);
       if (mark < c->size && atomic_compare_exchange_strong(&c->drop_mark, &mark, c->size))
         rill__csv_drop(c, mark, c->size);
+      if (c->evictable && atomic_load_explicit(&g_maps.mapped, memory_order_relaxed) >= map_budget())
+        csv_finished(c);
     }
   }
   if (rc == RILL_OK) rc = fail_rc;

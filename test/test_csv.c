@@ -2509,6 +2509,7 @@ Test(csv, more_files_than_stay_mapped) {
     /* in order on the caller, in order on 2 workers, shuffled on 2 workers: every row */
     for (int pass = 0; pass < 3; pass++) {
       rill_df_t* sh = NULL;
+      int64_t again = atomic_load(&rill__csv_maps_again);
       if (pass == 2) RT_OK(rill_df_shuffle(df, 9, &sh, &err), err);
       table_t t = collected(sh ? sh : df, pass ? 2 : RILL_THREADS_NONE);
       cr_assert_eq(t.nrows, N * R);
@@ -2525,6 +2526,12 @@ Test(csv, more_files_than_stay_mapped) {
       table_free(&t);
       rill_df_free(sh);
       cr_assert_eq(mappings_of(needle), 4, "pass %d: %d files mapped after the read", pass, mappings_of(needle));
+      /* opened in order, files 20..23 were left mapped: the pass in order maps files 0..19
+       * again, and 20 (unmapped when 0 was mapped), not 21..23: each finished file is unmapped
+       * first */
+      if (threads == 1 && pass == 0)
+        cr_assert_eq(atomic_load(&rill__csv_maps_again) - again, N - 3, "%lld files mapped again",
+                     (long long)(atomic_load(&rill__csv_maps_again) - again));
     }
     /* one file mapped at once, two workers reading two of them, in order and shuffled: a file
      * a call reads is never unmapped under it (the other worker maps its own file again) */
