@@ -91,21 +91,17 @@ static void unlink_locked(rill__csv_t* c) {
   c->newer = c->older = NULL;
 }
 
-static void push_oldest_locked(rill__csv_t* c) {
-  c->older = NULL;
-  c->newer = g_maps.oldest;
-  if (g_maps.oldest) g_maps.oldest->older = c;
+/* Puts c between `newer` and `older` (NULL: that end of the list). */
+static void insert_locked(rill__csv_t* c, rill__csv_t* newer, rill__csv_t* older) {
+  c->newer = newer;
+  c->older = older;
+  if (newer) newer->older = c;
   else g_maps.newest = c;
-  g_maps.oldest = c;
+  if (older) older->newer = c;
+  else g_maps.oldest = c;
 }
 
-static void push_locked(rill__csv_t* c) {
-  c->newer = NULL;
-  c->older = g_maps.newest;
-  if (g_maps.newest) g_maps.newest->newer = c;
-  else g_maps.oldest = c;
-  g_maps.newest = c;
-}
+static void push_locked(rill__csv_t* c) { insert_locked(c, NULL, g_maps.newest); }
 
 /* Lists mapped file c and unmaps others while more than the budget are mapped. */
 static void list_locked(rill__csv_t* c) {
@@ -172,7 +168,7 @@ static void csv_finished(rill__csv_t* c) {
   pthread_mutex_lock(&g_maps.mu);
   if (c->listed && g_maps.oldest != c) {
     unlink_locked(c);
-    push_oldest_locked(c);
+    insert_locked(c, g_maps.oldest, NULL);
   }
   atomic_store_explicit(&c->used, 0, memory_order_relaxed);
   pthread_mutex_unlock(&g_maps.mu);
