@@ -103,11 +103,15 @@ static void reset_for_reuse(rill_array_t* a) {
   a->priv->next_free = NULL;
 }
 
+int64_t rill__array_capacity(const rill_array_t* a) {
+  const rill_array_priv_t* p = a->priv;
+  return p->data_cap + p->validity_cap + p->offsets_cap + p->shapes_cap;
+}
+
 int rill__array_recycle(rill_array_t* a, int64_t most) {
   rill_array_priv_t* p = a->priv;
   if (atomic_load(&p->refs) != 1 || p->pool || p->parent || p->release || a->event ||
-      (p->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT)) ||
-      p->data_cap + p->validity_cap + p->offsets_cap + p->shapes_cap > most)
+      (p->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT)) || rill__array_capacity(a) > most)
     return 0;
   reset_for_reuse(a);
   return 1;

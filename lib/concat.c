@@ -164,10 +164,6 @@ static int gather(rill_array_t* dst, rill_array_t* const* src, const int* sof, c
   return RILL_OK;
 }
 
-/* A call whose rows lie in several parts: one call per part that holds some of them, into
- * arrays of its own, then the cells copied into outs. A part that fails at one of its cells
- * stops there; the cells of the result before the first such cell (over every part) are kept
- * and that cell is reported. */
 /* A calling thread's arrays for the parts of its calls over several parts, emptied and kept
  * between calls (a shuffled read of a dataset in many files makes a call per file touched in
  * every batch: arrays of a shared pool cost more in its lock than the call's own work). A
@@ -176,9 +172,11 @@ static int gather(rill_array_t* dst, rill_array_t* const* src, const int* sof, c
 typedef struct spare {
   rill_array_t** a;
   int64_t n, cap;
+  int64_t bytes; /* the buffers of those arrays together */
 } spare_t;
 
-#define SPARE_KEEP_BYTES ((int64_t)256 << 10) /* an array holding more is freed, not kept */
+#define SPARE_KEEP_BYTES ((int64_t)256 << 10)  /* an array holding more is freed, not kept */
+#define SPARE_KEEP_TOTAL ((int64_t)16 << 20)   /* a thread keeps at most this much */
 
 static void spare_destroy(void* p) {
   spare_t* s = p;
@@ -192,6 +190,7 @@ static const rill__scratch_kind_t spare_kind = {sizeof(spare_t), spare_destroy};
 static int spare_take(spare_t* s, rill_array_t** out) {
   if (s && s->n > 0) {
     *out = s->a[--s->n];
+    s->bytes -= rill__array_capacity(*out);
     return RILL_OK;
   }
   return rill__array_create(NULL, (rill_device_t){RILL_DEVICE_CPU, 0}, out);
@@ -201,19 +200,25 @@ static int spare_take(spare_t* s, rill_array_t** out) {
 static void spare_give(spare_t* s, rill_array_t* a) {
   if (!a) return;
   if (s && rill__array_recycle(a, SPARE_KEEP_BYTES)) {
-    if (s->n == s->cap) {
+    int64_t b = rill__array_capacity(a);
+    if (s->n == s->cap && s->bytes + b <= SPARE_KEEP_TOTAL) {
       int64_t cap = s->cap;
       rill_array_t** v = rill__grow(s->a, &cap, s->n, s->n + 1, sizeof *v, 64);
       if (v) s->a = v, s->cap = cap;
     }
-    if (s->n < s->cap) {
+    if (s->n < s->cap && s->bytes + b <= SPARE_KEEP_TOTAL) {
       s->a[s->n++] = a;
+      s->bytes += b;
       return;
     }
   }
   rill_array_release(a);
 }
 
+/* A call whose rows lie in several parts: one call per part that holds some of them, into
+ * arrays of its own, then the cells copied into outs. A part that fails at one of its cells
+ * stops there; the cells of the result before the first such cell (over every part) are kept
+ * and that cell is reported. */
 static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_array_t* const* outs,
                       rill_exec_t* exec, rill_error_t* err) {
   int np = cc->nparts, nc = cc->ncols, nu = 0;

@@ -92,6 +92,8 @@ int rill__array_create(rill_pool_t* pool, rill_device_t device, rill_array_t** o
  * keeping its buffers as a pool would; 0 (a untouched) when it is not worth keeping: shared,
  * borrowed or a slice, or buffers of more than `most` bytes together. */
 int rill__array_recycle(rill_array_t* a, int64_t most);
+/* The bytes of the buffers `a` owns (their capacities). */
+int64_t rill__array_capacity(const rill_array_t* a);
 /* Sizes the array's buffers for `length` cells of `type` reusing capacity: fixed cells get
  * length*cell_bytes data (zeroed when `zero`), variable cells get offsets (zeroed) and shapes;
  * validity is dropped (all valid) and null_count set to 0. RILL_ENOMEM on failure (the array

@@ -255,6 +255,40 @@ Test(pool, reuses_buffers_after_release) {
   rill_array_release(b);
 }
 
+/* A standalone array emptied for its holder's next fill keeps its buffers; shared, sliced,
+ * pooled or large ones are refused and left as they are. */
+Test(pool, recycled_standalone_array_keeps_its_buffers) {
+  rill_array_t* a;
+  cr_assert_eq(rill__array_create(NULL, (rill_device_t){RILL_DEVICE_CPU, 0}, &a), RILL_OK);
+  cr_assert_eq(rill__array_prepare(a, rill_type_scalar(RILL_INT64), 100, false), RILL_OK);
+  cr_assert_eq(rill_array_set_null(a, 3), RILL_OK);
+  void* data = a->data;
+  int64_t cap = rill__array_capacity(a);
+  cr_assert_geq(cap, 100 * 8 + 13, "data and validity: %lld bytes", (long long)cap);
+  cr_assert_eq(rill__array_recycle(a, cap - 1), 0, "over `most`: refused");
+  cr_assert_eq(a->length, 100);
+  rill_array_t* extra = rill_array_retain(a);
+  cr_assert_eq(rill__array_recycle(a, cap), 0, "shared: refused");
+  rill_array_release(extra);
+  rill_array_t* s = NULL;
+  rill_error_t err = {0};
+  RT_OK(rill_array_slice(a, 10, 5, &s, &err), err);
+  cr_assert_eq(rill__array_recycle(s, 1 << 20), 0, "a slice: refused");
+  rill_array_release(s);
+  cr_assert_eq(rill__array_recycle(a, cap), 1);
+  cr_assert(a->length == 0 && a->null_count == 0 && a->validity == NULL);
+  cr_assert_eq(rill__array_capacity(a), cap, "buffers kept");
+  cr_assert_eq(rill__array_prepare(a, rill_type_scalar(RILL_INT64), 50, false), RILL_OK);
+  cr_assert_eq(a->data, data, "capacity reused");
+  cr_assert(rill_array_is_valid(a, 3), "no null left from the last fill");
+  rill_array_release(a);
+  rill_pool_t* pool = rill__pool_new((rill_device_t){RILL_DEVICE_CPU, 0});
+  cr_assert_eq(rill__pool_acquire(pool, &a), RILL_OK);
+  cr_assert_eq(rill__array_recycle(a, 1 << 20), 0, "a pool's: refused");
+  rill_array_release(a);
+  rill__pool_free(pool);
+}
+
 /* Pages of [p, p + n) that are not resident. */
 static size_t pages_absent(const void* p, size_t n) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
