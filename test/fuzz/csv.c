@@ -6,10 +6,12 @@
  * '\\' an escape character, "", "0", "NA" null values, ',' the decimal separator and the lines
  * skipped at the start (0, 1 or 2), and whether compressed input's text goes through a
  * temporary file. The two reads, concatenated and shuffled, give the same
- * rows. */
+ * rows, and so does the input written to a file and opened twice with one file mapped at once. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rill.h"
 #include "rill_addons.h"
@@ -132,6 +134,36 @@ static void same_split(const char* d, int64_t n, const rill__csv_dialect_t* x) {
     if (memcmp(nf[level], nf[0], (size_t)nr * sizeof **nf) != 0 || memcmp(sp[level], sp[0], sizeof sp[0]) != 0) abort();
 }
 
+/* The input as a file, opened twice with one CSV file mapped at once (each part a call reads
+ * is mapped again, from its descriptor or, without one, by its path): concatenated, shuffled
+ * and batched, the same rows as the buffer's. */
+static void same_from_files(const uint8_t* data, size_t size, const rill_csv_opts_t* o, uint64_t want, int64_t nwant) {
+  char path[512];
+  const char* tmp = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/rill-fuzz-csv-%d.csv", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+  FILE* f = fopen(path, "wb");
+  if (!f) return;
+  size_t wrote = fwrite(data, 1, size, f);
+  if (fclose(f) != 0 || wrote != size) {
+    remove(path);
+    return;
+  }
+  int64_t maps = rill__csv_map_budget, fds = rill__csv_fd_budget;
+  rill__csv_map_budget = 1;
+  rill__csv_fd_budget = size % 8 ? -1 : 0;
+  rill_csv_opts_t fo = *o;
+  fo.borrow = 0;
+  rill_error_t err = {0};
+  rill_df_t *a = NULL, *b = NULL;
+  if (rill_df_from_csv(path, &fo, &a, &err) != RILL_OK || rill_df_from_csv(path, &fo, &b, &err) != RILL_OK) abort();
+  same_concat(a, b, want, nwant);
+  rill_df_free(a);
+  rill_df_free(b);
+  rill__csv_map_budget = maps;
+  rill__csv_fd_budget = fds;
+  remove(path);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   for (size_t at = 0; at < 4 && at < size; at++) /* the vector UTF-8 check, at four alignments */
@@ -185,7 +217,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint64_t h1 = touch_all(par, &n1, &f1);
     uint64_t h2 = touch_all(seq, &n2, &f2); /* the cells of the borrowed buffer */
     if (h1 != h2 || n1 != n2 || f1 != f2) abort();
-    if (f1 == 0 && rill_df_ncolumns(seq) > 0) same_concat(seq, par, h1 + h2, n1 + n2);
+    if (f1 == 0 && rill_df_ncolumns(seq) > 0) {
+      same_concat(seq, par, h1 + h2, n1 + n2);
+      if (size % 4 == 0) same_from_files(data + 1, size - 1, &o, h1 + h2, n1 + n2);
+    }
   }
   rill_df_free(seq);
   rill_df_free(par);
