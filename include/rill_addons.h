@@ -135,7 +135,7 @@ typedef struct rill_csv_opts {
  * A process may hold only so many mappings (Linux's vm.max_map_count, 65,530 by default, for
  * everything in it): once more CSV files are mapped than half of that, the least recently
  * read file that no call is reading is unmapped, and mapped again when a call needs its rows
- * (a dataset of 100,000 files can be read): from its descriptor, or by its path, where it
+ * (70,000 files were read so): from its descriptor, or by its path, where it
  * must then still be: removed, replaced or shorter, the call fails with RILL_EIO naming the
  * file and why.
  * Columns may be computed concurrently (RILL_STAGE_CPU).
