@@ -640,8 +640,8 @@ static int64_t bad_row_nulls(const rill__csv_t* c, const csv_block_t* b, int64_t
 /* A mapped file that shrank would raise SIGBUS on the first access to a page past its new
  * end: its size is checked before each call touches the mapping, and a shrink is an error
  * naming the file (the file must not change while the dataframe lives). The file is found by
- * its path: a path that no longer names it (the file removed, or replaced by another) leaves
- * the mapping whole. */
+ * the descriptor it kept (csv_keep_fd), or else by its path: a path that no longer names it
+ * (the file removed, or replaced by another) leaves the mapping whole. */
 static int csv_check_size(const rill__csv_t* c, rill_error_t* err) {
   struct stat st;
   if (c->fd >= 0 ? fstat(c->fd, &st) != 0
