@@ -199,9 +199,17 @@ static int remap_locked(rill__csv_t* c, rill_error_t* err) {
   return RILL_OK;
 }
 
+/* fork(): the list's lock is held across it, so that the child's copy is whole and the lock
+ * free there (a child reading CSV files must not wait for a thread it does not have). */
+static void maps_prepare(void) { pthread_mutex_lock(&g_maps.mu); }
+static void maps_release(void) { pthread_mutex_unlock(&g_maps.mu); }
+static void maps_init(void) { pthread_atfork(maps_prepare, maps_release, maps_release); }
+
 /* Lists a file mapped by rill_df_from_csv once its dataframe is made. */
 static void csv_listed(rill__csv_t* c) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
   if (!c->map || !c->watch) return; /* a buffer, or a decompressed text */
+  pthread_once(&once, maps_init);
   c->evictable = 1;
   atomic_store(&c->present, 1);
   pthread_mutex_lock(&g_maps.mu);

@@ -1,6 +1,8 @@
 /* CSV source: RFC 4180 parsing, inference, overrides, error policies, parallel index. */
 #include <dirent.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <stdint.h>
 
 #include "common.h"
@@ -2617,6 +2619,80 @@ Test(csv, more_files_than_stay_mapped) {
     unlink(paths[f]);
     free(paths[f]);
   }
+}
+
+/* Reads its dataframe shuffled, over and over, on its own thread, until told to stop. */
+typedef struct rereader {
+  rill_df_t* df;
+  atomic_int stop;
+  atomic_long reads;
+} rereader_t;
+
+static void* reread(void* arg) {
+  rereader_t* r = arg;
+  for (uint64_t seed = 1; !atomic_load(&r->stop); seed++) {
+    rill_error_t err = {0};
+    rill_df_t* sh = NULL;
+    table_t t = {0};
+    if (rill_df_shuffle(r->df, seed, &sh, &err) == RILL_OK && collect(sh, RILL_THREADS_NONE, &t, &err) == RILL_OK)
+      atomic_fetch_add(&r->reads, 1);
+    table_free(&t);
+    rill_df_free(sh);
+  }
+  return NULL;
+}
+
+/* fork() while another thread maps files again (one file mapped at once: nearly every call
+ * takes the mapped files' lock): each child reads the dataframe's files too, which takes that
+ * lock, and must finish (none waits for a thread it does not have). */
+Test(csv, fork_while_files_are_mapped_again) {
+#if defined(__SANITIZE_ADDRESS__)
+  cr_skip_test("under AddressSanitizer its allocator's own lock may be held by the reading thread at fork()");
+#endif
+  enum { N = 6, R = 300 };
+  rill_error_t err = {0};
+  static char names[N][512]; /* not on the heap: a child leaves by _exit */
+  const char* paths[N];
+  for (int f = 0; f < N; f++) {
+    paths[f] = names[f];
+    snprintf(names[f], sizeof names[f], "%s/forked%02d.csv", rt_tmpdir(), f);
+    FILE* fp = fopen(paths[f], "wb");
+    cr_assert_not_null(fp);
+    fprintf(fp, "id,name\n");
+    for (int r = 0; r < R; r++) fprintf(fp, "%d,n%d\n", f * R + r, r);
+    fclose(fp);
+  }
+  rill__csv_map_budget = 1;
+  rill__csv_fd_budget = 0; /* by path: an open, a stat, a map and an unmap under the lock */
+  rill_df_t* df;
+  RT_OK(rill_df_from_csv_files(paths, N, NULL, &df, &err), err);
+  rereader_t rr = {.df = df};
+  pthread_t tid;
+  cr_assert_eq(pthread_create(&tid, NULL, reread, &rr), 0);
+  while (atomic_load(&rr.reads) < 2) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  for (int k = 0; k < 40; k++) {
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+      rill_error_t e = {0};
+      _exit(read_rows(df, 0, N * R, &e) == RILL_OK ? 0 : 1);
+    }
+    int status = 0, waited = 0;
+    pid_t got;
+    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && waited++ < 10000) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    if (got == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      cr_assert_fail("fork %d: the child did not finish its read in 10 s", k);
+    }
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "fork %d: the child's read failed (status %d)", k, status);
+  }
+  atomic_store(&rr.stop, 1);
+  pthread_join(tid, NULL);
+  rill_df_free(df);
+  rill__csv_map_budget = 0;
+  rill__csv_fd_budget = -1;
+  for (int f = 0; f < N; f++) unlink(paths[f]);
 }
 
 Test(csv, many_files_opened_side_by_side) {
