@@ -176,10 +176,11 @@ static void csv_finished(rill__csv_t* c) {
 
 /* Maps file c again for a call (see above). */
 static int remap_locked(rill__csv_t* c, rill_error_t* err) {
-  /* without its descriptor, by its path: the file it was is a regular one, any other there
-   * is refused unread (O_NONBLOCK: a FIFO there must not block the call) */
-  int fd = c->fd >= 0 ? c->fd : open(c->watch, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  const char* why = fd < 0 ? strerror(errno) : NULL;
+  /* without its descriptor, by its path (a FIFO or a device there is refused unread) */
+  int fd = c->fd;
+  int64_t size;
+  char eb[128];
+  const char* why = fd >= 0 ? NULL : rill__open_regular(c->watch, &fd, &size, eb, sizeof eb);
   struct stat st;
   if (!why && (fstat(fd, &st) != 0 || st.st_dev != c->dev || st.st_ino != c->ino)) why = "another file has its path now";
   else if (!why && (int64_t)st.st_size < c->size) why = "it is shorter than when it was opened";

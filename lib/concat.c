@@ -199,14 +199,11 @@ static int spare_take(spare_t* s, rill_array_t** out) {
 /* Gives array a back to this thread's spares, or frees it. */
 static void spare_give(spare_t* s, rill_array_t* a) {
   if (!a) return;
-  if (s && rill__array_recycle(a, SPARE_KEEP_BYTES)) {
-    int64_t b = rill__array_capacity(a);
-    if (s->n == s->cap && s->bytes + b <= SPARE_KEEP_TOTAL) {
-      int64_t cap = s->cap;
-      rill_array_t** v = rill__grow(s->a, &cap, s->n, s->n + 1, sizeof *v, 64);
-      if (v) s->a = v, s->cap = cap;
-    }
-    if (s->n < s->cap && s->bytes + b <= SPARE_KEEP_TOTAL) {
+  int64_t b;
+  if (s && rill__array_recycle(a, SPARE_KEEP_BYTES) && s->bytes + (b = rill__array_capacity(a)) <= SPARE_KEEP_TOTAL) {
+    rill_array_t** v = rill__grow(s->a, &s->cap, s->n, s->n + 1, sizeof *v, 64);
+    if (v) {
+      s->a = v;
       s->a[s->n++] = a;
       s->bytes += b;
       return;
@@ -544,10 +541,8 @@ static int add_piece(rill_df_t* df, rill_df_t* part, int p, int k, rill_error_t*
   int n = c->group ? c->group->n : 1, rc = column_is_source(who, SIDE_BY_SIDE, c, p, err);
   for (int j = 0; rc == RILL_OK && j < n; j++) { /* the names of the columns it fills are free */
     const char* name = part->cols[k + j]->field.name;
-    for (int q = 0; rc == RILL_OK && q < df->ncols; q++)
-      if (!strcmp(df->cols[q]->field.name, name))
-        rc = rill__fail(err, RILL_EINVAL, "%s: the column name '%s' of part %d is taken by an earlier part", who, name,
-                        p);
+    if (rill_df_column(df, name) >= 0)
+      rc = rill__fail(err, RILL_EINVAL, "%s: the column name '%s' of part %d is taken by an earlier part", who, name, p);
   }
   if (rc != RILL_OK) return rc;
   piece_t* pc = rill__calloc(1, sizeof *pc);
