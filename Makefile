@@ -243,7 +243,7 @@ FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=u
               -DRILL_HAVE_JPEG=$(USE_JPEG_R) -DRILL_HAVE_PNG=$(USE_PNG_R) \
               -DRILL_HAVE_WEBP=$(USE_WEBP_R) -DRILL_HAVE_SQLITE=$(USE_SQLITE_R) -DRILL_HAVE_CUDA=0 \
               -DRILL_HAVE_ZLIB=$(USE_ZLIB_R) -DRILL_HAVE_DEFLATE=$(USE_DEFLATE_R) -DRILL_HAVE_ZSTD=$(USE_ZSTD_R)
-build/fuzz/%: test/fuzz/%.c $(LIB_C) $(HEADERS) test/image_enc.h $(wildcard test/fuzz/*.h)
+build/fuzz/%: test/fuzz/%.c $(LIB_C) $(HEADERS) test/image_enc.h test/tar_write.h $(wildcard test/fuzz/*.h)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_FLAGS) -o $@ $< $(LIB_C) $(filter-out -L% -lcudart_static -lstdc++,$(LDLIBS))
 FUZZ_SECONDS ?= 20
@@ -274,10 +274,14 @@ bench-deps:
 # DuckDB (CSV reader and sqlite_scan, with its sqlite extension as a Python package) is a peer
 # of the CSV and SQLite benchmarks; without it they print why it was skipped.
 BENCH_PY_PACKAGES := 'duckdb==1.4.4' 'duckdb-ext-sqlite==1.4.4.*'
+# WebDataset is the peer of the tar shard benchmark (run_tar.sh).
+BENCH_WDS_PACKAGES := 'webdataset==1.0.2'
 bench-pyinstall: all venv
 	@$(VENV)/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps $(ROOT)
 	@$(VENV)/bin/pip install -q --disable-pip-version-check $(BENCH_PY_PACKAGES) || \
 	  echo "duckdb could not be installed: its benchmark peers will be skipped"
+	@$(VENV)/bin/pip install -q --disable-pip-version-check $(BENCH_WDS_PACKAGES) || \
+	  echo "webdataset could not be installed: the tar benchmark's peer will be skipped"
 
 bench: all data $(BENCH_BIN) venv bench-deps bench-pyinstall
 	@for s in test/bench/run_*.sh; do echo "== $$s"; \

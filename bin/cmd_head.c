@@ -1,4 +1,5 @@
-/* `rill head`: print the first rows of a CSV file or of a SQLite query. */
+/* `rill head`: print the first rows of a CSV file, of a SQLite query or of the samples of
+ * tar archives. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -15,8 +16,10 @@
 static const char* head_usage =
     "usage: rill head FILE.csv [FILE.csv ...] [options]\n"
     "       rill head DB.sqlite \"SELECT ...\" | TABLE [options]\n"
+    "       rill head SHARD.tar [SHARD.tar ...] [--dtype EXT=TYPE ...] [options]\n"
     "Prints the first rows as an aligned table (nulls shown as NULL). Several CSV files with\n"
-    "the same columns are read as one table, one file after another.\n"
+    "the same columns are read as one table, one file after another; tar archives give one\n"
+    "row per sample (members KEY.EXT: columns key, path and one per extension).\n"
     "options:\n"
     "  -n N               rows to print (default 10)\n"
     "  --all              print every row\n"
@@ -36,6 +39,10 @@ static const char* head_usage =
     "  --null TEXT        read CSV fields equal to TEXT as null (repeatable: --null NA --null ?;\n"
     "                     with --encoding latin-1, UTF-8 TEXT is matched as Latin-1)\n"
     "  --decimal C        decimal separator of CSV floats (e.g. ',' with --delimiter ';')\n"
+    "  --dtype EXT=TYPE   read the tar members of extension EXT as TYPE (string, int64,\n"
+    "                     float64, bool, ...; default binary, shown in hex); repeatable\n"
+    "  --dtype EXT=TYPE   read the tar members of extension EXT as TYPE (string, int64,\n"
+    "                     float64, bool, ...; default binary, shown in hex); repeatable\n"
     "  --encoding E       of the CSV text, or of SQLite TEXT values and column names:\n"
     "                     utf-8 (default), utf-8-lossy (ill-formed parts shown as U+FFFD)\n"
     "                     or latin-1\n"
@@ -172,6 +179,33 @@ static int is_sqlite_file(const char* path) {
   return n == (ssize_t)sizeof magic && memcmp(magic, "SQLite format 3", 16) == 0;
 }
 
+/* A tar archive: "ustar" at byte 257 (POSIX and GNU headers) or a name ending in .tar. */
+static int is_tar_file(const char* path) {
+  size_t n = strlen(path);
+  if (n > 4 && !strcmp(path + n - 4, ".tar")) return 1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return 0;
+  struct stat st;
+  char magic[5] = {0};
+  ssize_t got = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? pread(fd, magic, sizeof magic, 257) : -1;
+  close(fd);
+  return got == (ssize_t)sizeof magic && memcmp(magic, "ustar", 5) == 0;
+}
+
+/* "EXT=TYPE" of --dtype into *col (ext points into the argument): 0, or -1. */
+static int parse_tar_dtype(char* v, rill_tar_column_t* col) {
+  char* eq = strchr(v, '=');
+  if (!eq || eq == v) return -1;
+  *eq = 0;
+  col->ext = v;
+  for (int d = RILL_BOOL; d <= RILL_TIMESTAMP_US; d++)
+    if (!strcmp(eq + 1, rill_dtype_name((rill_dtype_t)d)) || (d == RILL_STRING && !strcmp(eq + 1, "str"))) {
+      col->dtype = (rill_dtype_t)d;
+      return 0;
+    }
+  return -1;
+}
+
 static int parse_char(const char* v, char* out) {
   if (!strcmp(v, "tab") || !strcmp(v, "\\t")) { *out = '\t'; return 0; }
   if (strlen(v) != 1) return -1;
@@ -274,6 +308,9 @@ int rill_cmd_head(int argc, char** argv) {
   enum { MAX_FILES = 256 };
   const char* pos[MAX_FILES] = {NULL};
   int npos = 0;
+  enum { MAX_DTYPES = 32 };
+  rill_tar_column_t tar_cols[MAX_DTYPES];
+  int ntar_cols = 0;
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* val = NULL;
@@ -337,6 +374,13 @@ int rill_cmd_head(int argc, char** argv) {
         fprintf(stderr, "rill head: --escape needs one character\n");
         return 2;
       }
+    } else if ((t = TAKE("--dtype"))) {
+      if (t < 0 || ntar_cols == MAX_DTYPES || parse_tar_dtype((char*)val, &tar_cols[ntar_cols]) < 0) {
+        fprintf(stderr, "rill head: --dtype needs EXT=TYPE (a type such as string, int64, float64, bool; at most %d)\n",
+                MAX_DTYPES);
+        return 2;
+      }
+      ntar_cols++;
     } else if ((t = TAKE("--encoding"))) {
       static const char* const encodings[] = {"utf-8", "utf-8-lossy", "latin-1"}; /* rill_csv_encoding_t's order */
       int e = 0;
@@ -386,6 +430,11 @@ int rill_cmd_head(int argc, char** argv) {
       return 2;
     }
     rc = rill_df_from_sqlite(pos[0], pos[1], NULL, 0, &(rill_sqlite_opts_t){.encoding = co.encoding}, &df, &err);
+  } else if (is_tar_file(pos[0])) {
+    rc = rill_df_from_tar(pos, npos, &(rill_tar_opts_t){.columns = tar_cols, .ncolumns = ntar_cols}, &df, &err);
+  } else if (ntar_cols) {
+    fprintf(stderr, "rill head: --dtype is for tar archives; %s is not one\n", pos[0]);
+    return 2;
   } else {
     rc = rill_df_from_csv_files(pos, npos, &co, &df, &err);
   }
@@ -394,7 +443,7 @@ int rill_cmd_head(int argc, char** argv) {
     return 1;
   }
   int ncols = rill_df_ncolumns(df);
-  if (co.on_bad_row == RILL_ON_ERROR_SKIP && !is_sqlite_file(pos[0])) {
+  if (co.on_bad_row == RILL_ON_ERROR_SKIP && !is_sqlite_file(pos[0]) && !is_tar_file(pos[0])) {
     rill_df_t* files[MAX_FILES] = {NULL};
     int nf = rill_df_concat_parts(df, files, MAX_FILES);
     for (int f = 0; f < (nf ? nf : 1); f++) report_bad_rows(pos[f], nf ? files[f] : df, ncols);

@@ -317,6 +317,54 @@ RILL_API int rill_df_from_image_folder(const char* root, const rill_files_opts_t
 RILL_API int rill_image_folder_classes(const rill_df_t* df, const char* const** names, int* count,
                                        rill_error_t* err);
 
+/* ---- tar archives (WebDataset-style shards)
+ * A dataframe of the samples stored in tar archives ("shards"), one row per sample. A member
+ * named DIR/KEY.EXT (EXT: everything after the first dot of the name's last part) belongs to
+ * sample DIR/KEY and to the column named EXT in lower case; the members of one sample must be
+ * consecutive in their archive, as WebDataset writes them (a key met again after other
+ * samples is RILL_EFORMAT: an archive written unsorted, `tar -cf x.tar *.jpg *.cls`, would
+ * otherwise give every sample twice, half empty; `tar --sort=name` writes them together).
+ * The same key in two archives is two samples. Columns: "key" (STRING, DIR/KEY), "path" (STRING, "ARCHIVE:KEY", which image
+ * decode errors name) and one column per extension found in any archive, in byte order of
+ * the names, BINARY (the member's bytes) unless opts->columns says otherwise; a sample
+ * without that member has a null cell there. Samples follow the archives' order, then their
+ * order in each archive.
+ * The archives are indexed when opened (each member's header read, its data skipped): POSIX
+ * ustar, pax (path and size records: long names, members over 8 GiB) and GNU tar (long
+ * names, base-256 sizes) headers, every header's checksum checked. Members are read when a
+ * row is pulled (one pread into the cell); an archive is opened again for each call and must
+ * still be the file indexed (same device, inode, size and modification time, else RILL_EIO
+ * "changed since it was indexed"). Skipped, as WebDataset skips them: directories, links,
+ * devices, FIFOs, and files whose name's last part has no dot or starts with one.
+ * Errors at open, each naming the archive and the byte offset of the header: RILL_EIO (cannot
+ * be read, not a regular file), RILL_EFORMAT (a header whose checksum fails, a member whose
+ * data runs past the end of the file, a pax record that cannot be read, a name that is not
+ * UTF-8, two members of one sample with the same extension, a sample's members apart, an
+ * extension named "key" or "path"), RILL_ENOTSUP (a gzip-, bzip2-, xz- or zstd-compressed archive: decompress it
+ * first, members must be read in place; GNU sparse and multi-volume members). The archive
+ * ends at its first all-zero block or at the end of the file after a whole member. */
+typedef struct rill_tar_column {
+  const char* ext;            /* an extension (compared without case) */
+  rill_dtype_t dtype;         /* BINARY (the default), STRING (UTF-8 text), or BOOL, INT8..UINT64,
+                                 FLOAT32, FLOAT64, TIMESTAMP_US parsed from the member's text
+                                 (ASCII spaces and line ends around it dropped: "3\n" is 3) */
+} rill_tar_column_t;
+
+typedef struct rill_tar_opts {
+  rill_on_error_t on_error;   /* a member that cannot be read or converted (RILL_EIO or
+                                 RILL_EFORMAT naming ARCHIVE:MEMBER) */
+  const rill_tar_column_t* columns; /* dtypes of extensions (borrowed for the call); an
+                                 extension no archive holds is RILL_EINVAL (a typo) */
+  int ncolumns;
+  int64_t grain;              /* rows per task of the member columns; 0 = the engine picks */
+  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
+} rill_tar_opts_t;
+
+/* The samples of the `npaths` archives (at least one; paths copied). opts may be NULL.
+ * RILL_EINVAL for bad arguments. Free with rill_df_free. */
+RILL_API int rill_df_from_tar(const char* const* paths, int npaths, const rill_tar_opts_t* opts,
+                              rill_df_t** out, rill_error_t* err);
+
 /* Options of rill_image_decode. Zero = defaults. */
 typedef struct rill_decode_opts {
   int channels;               /* 0 or 3: RGB; 1: gray; 4: RGBA (alpha 255 where the file has none) */

@@ -109,4 +109,13 @@ static inline const char* rt_tmpdir(void) {
   return rt_tmpdir_path_;
 }
 
+/* rel under rt_tmpdir(), in one of 8 rotating buffers (valid until 8 more calls). */
+static inline char* rt_tpath(const char* rel) {
+  static char bufs[8][1024];
+  static int k;
+  char* b = bufs[k++ % 8];
+  snprintf(b, sizeof bufs[0], "%s/%s", rt_tmpdir(), rel);
+  return b;
+}
+
 #endif

@@ -19,14 +19,6 @@ static int remove_entry(const char* path, const struct stat* st, int flag, struc
 /* Removes this test's temporary directory. */
 static void cleanup(void) { nftw(rt_tmpdir(), remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
-static char* tpath(const char* rel) {
-  static char bufs[8][1024];
-  static int k;
-  char* b = bufs[k++ % 8];
-  snprintf(b, sizeof bufs[0], "%s/%s", rt_tmpdir(), rel);
-  return b;
-}
-
 static void mkdirs(const char* rel) {
   char p[1024];
   snprintf(p, sizeof p, "%s/%s", rt_tmpdir(), rel);
@@ -85,10 +77,10 @@ static int iterate(rill_df_t* df, int col, step_t* steps, int max, rill_iter_sta
 /* ---------------------------------------------------------------- file lists */
 
 Test(files, from_files_reads_bytes_on_demand, .fini = cleanup) {
-  rt_write_file(tpath("a.bin"), "hello", 5);
-  rt_write_file(tpath("b.bin"), "", 0);
-  rt_write_file(tpath("c.bin"), "\0\1\2world", 8);
-  const char* paths[] = {tpath("a.bin"), tpath("b.bin"), tpath("c.bin")};
+  rt_write_file(rt_tpath("a.bin"), "hello", 5);
+  rt_write_file(rt_tpath("b.bin"), "", 0);
+  rt_write_file(rt_tpath("c.bin"), "\0\1\2world", 8);
+  const char* paths[] = {rt_tpath("a.bin"), rt_tpath("b.bin"), rt_tpath("c.bin")};
   rill_error_t err = {0};
   rill_df_t* df = NULL;
   RT_OK(rill_df_from_files(paths, 3, NULL, &df, &err), err);
@@ -98,7 +90,7 @@ Test(files, from_files_reads_bytes_on_demand, .fini = cleanup) {
   cr_assert_eq(rill_df_field(df, pc)->type.dtype, RILL_STRING);
   cr_assert_eq(rill_df_field(df, bc)->type.dtype, RILL_BINARY);
   /* the file changes after the dataframe was made: bytes are read when pulled */
-  rt_write_file(tpath("a.bin"), "HELLO!", 6);
+  rt_write_file(rt_tpath("a.bin"), "HELLO!", 6);
   rill_iter_t* it;
   RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, &err), err);
   const char* want[] = {"HELLO!", "", "\0\1\2world"};
@@ -168,7 +160,7 @@ static void write_sized(int i, int64_t size) {
   for (int64_t k = 0; k < size; k++) d[k] = (uint8_t)((i + k) & 0xff);
   char name[32];
   snprintf(name, sizeof name, "f%02d.bin", i);
-  rt_write_file(tpath(name), d, (size_t)size);
+  rt_write_file(rt_tpath(name), d, (size_t)size);
   free(d);
 }
 
@@ -229,10 +221,10 @@ Test(files, bytes_of_a_call_are_reserved_once, .fini = cleanup) {
 }
 
 Test(files, missing_file_under_each_policy, .fini = cleanup) {
-  rt_write_file(tpath("m0.bin"), "zero", 4);
-  rt_write_file(tpath("m2.bin"), "two", 3);
+  rt_write_file(rt_tpath("m0.bin"), "zero", 4);
+  rt_write_file(rt_tpath("m2.bin"), "two", 3);
   mkdirs("adir");
-  const char* paths[] = {tpath("m0.bin"), tpath("nope/missing.bin"), tpath("m2.bin"), tpath("adir")};
+  const char* paths[] = {rt_tpath("m0.bin"), rt_tpath("nope/missing.bin"), rt_tpath("m2.bin"), rt_tpath("adir")};
   rill_error_t err = {0};
   rill_df_t* df;
   step_t s[8];
@@ -275,9 +267,9 @@ Test(files, bad_arguments, .fini = cleanup) {
   const char* paths[] = {"a", NULL};
   RT_FAILS(rill_df_from_files(paths, 2, NULL, &df, &err), RILL_EINVAL, "path 1 is NULL", err);
   RT_FAILS(rill_df_from_files(NULL, 2, NULL, &df, &err), RILL_EINVAL, "required", err);
-  RT_FAILS(rill_df_from_file_list(tpath("no-such-list.txt"), NULL, &df, &err), RILL_EIO, "no-such-list.txt", err);
+  RT_FAILS(rill_df_from_file_list(rt_tpath("no-such-list.txt"), NULL, &df, &err), RILL_EIO, "no-such-list.txt", err);
   cr_assert(strstr(err.message, "No such file"), "%s", err.message);
-  RT_FAILS(rill_df_from_image_folder(tpath("no-such-root"), NULL, &df, &err), RILL_EIO, "no-such-root", err);
+  RT_FAILS(rill_df_from_image_folder(rt_tpath("no-such-root"), NULL, &df, &err), RILL_EIO, "no-such-root", err);
   RT_OK(rill_df_from_files(paths, 1, NULL, &df, &err), err);
   RT_FAILS(rill_file_read(df, "x", rill_df_column(df, "bytes"), NULL, &err), RILL_EINVAL, "is not STRING", err);
   RT_FAILS(rill_file_read(df, "x", 99, NULL, &err), RILL_EINVAL, "unknown column 99", err);
@@ -295,15 +287,15 @@ Test(files, bad_arguments, .fini = cleanup) {
 
 Test(files, list_file_resolves_relative_paths, .fini = cleanup) {
   mkdirs("lst/sub");
-  rt_write_file(tpath("lst/sub/one.txt"), "1", 1);
-  rt_write_file(tpath("lst/two.txt"), "22", 2);
-  rt_write_file(tpath("abs.txt"), "333", 3);
+  rt_write_file(rt_tpath("lst/sub/one.txt"), "1", 1);
+  rt_write_file(rt_tpath("lst/two.txt"), "22", 2);
+  rt_write_file(rt_tpath("abs.txt"), "333", 3);
   char list[2048];
-  snprintf(list, sizeof list, "sub/one.txt\r\n\n%s\ntwo.txt", tpath("abs.txt"));
-  rt_write_file(tpath("lst/files.txt"), list, strlen(list));
+  snprintf(list, sizeof list, "sub/one.txt\r\n\n%s\ntwo.txt", rt_tpath("abs.txt"));
+  rt_write_file(rt_tpath("lst/files.txt"), list, strlen(list));
   rill_error_t err = {0};
   rill_df_t* df;
-  RT_OK(rill_df_from_file_list(tpath("lst/files.txt"), NULL, &df, &err), err);
+  RT_OK(rill_df_from_file_list(rt_tpath("lst/files.txt"), NULL, &df, &err), err);
   cr_assert_eq(rill_df_rows(df), 3);
   step_t s[4];
   int n = iterate(df, rill_df_column(df, "bytes"), s, 4, NULL);
@@ -312,25 +304,25 @@ Test(files, list_file_resolves_relative_paths, .fini = cleanup) {
   cr_assert(s[1].rc == RILL_OK && s[1].nbytes == 3);
   cr_assert(s[2].rc == RILL_OK && s[2].nbytes == 2);
   n = iterate(df, rill_df_column(df, "path"), s, 4, NULL);
-  cr_assert(memcmp(s[0].first, tpath("lst/sub/one.txt"), 8) == 0);
+  cr_assert(memcmp(s[0].first, rt_tpath("lst/sub/one.txt"), 8) == 0);
   rill_df_free(df);
   /* an empty list is an empty dataframe */
-  rt_write_file(tpath("empty.txt"), "\n\n", 2);
-  RT_OK(rill_df_from_file_list(tpath("empty.txt"), NULL, &df, &err), err);
+  rt_write_file(rt_tpath("empty.txt"), "\n\n", 2);
+  RT_OK(rill_df_from_file_list(rt_tpath("empty.txt"), NULL, &df, &err), err);
   cr_assert_eq(rill_df_rows(df), 0);
   rill_df_free(df);
 }
 
 Test(files, file_read_map_over_a_string_column, .fini = cleanup) {
-  rt_write_file(tpath("r1.bin"), "abc", 3);
+  rt_write_file(rt_tpath("r1.bin"), "abc", 3);
   rill_error_t err = {0};
   rill_array_t* a;
   RT_OK(rill_array_new(rill_type_scalar(RILL_STRING), 3, &a, &err), err);
-  const char* p = tpath("r1.bin");
+  const char* p = rt_tpath("r1.bin");
   RT_OK(rill_array_set_var(a, 0, p, (int64_t)strlen(p), NULL), err);
   RT_OK(rill_array_set_var(a, 1, NULL, 0, NULL), err);
   RT_OK(rill_array_set_null(a, 1), err);
-  const char* q = tpath("r-missing.bin");
+  const char* q = rt_tpath("r-missing.bin");
   RT_OK(rill_array_set_var(a, 2, q, (int64_t)strlen(q), NULL), err);
   rill_df_t* df;
   const char* names[] = {"file"};
@@ -356,18 +348,18 @@ Test(folder, classes_labels_and_sorting, .fini = cleanup) {
   mkdirs("root/a_cats");
   mkdirs("root/.hidden");
   mkdirs("root/c_empty");
-  rt_write_file(tpath("root/b_dogs/z.JPG"), "1", 1);
-  rt_write_file(tpath("root/b_dogs/a.png"), "2", 1);
-  rt_write_file(tpath("root/b_dogs/nested/m.jpeg"), "3", 1);
-  rt_write_file(tpath("root/b_dogs/notes.txt"), "4", 1);
-  rt_write_file(tpath("root/a_cats/k.jpg"), "5", 1);
-  rt_write_file(tpath("root/a_cats/.x.jpg"), "6", 1);
-  rt_write_file(tpath("root/.hidden/h.jpg"), "7", 1);
-  rt_write_file(tpath("root/top.jpg"), "8", 1);
-  rt_write_file(tpath("root/b_dogs/w.WebP"), "9", 1);
+  rt_write_file(rt_tpath("root/b_dogs/z.JPG"), "1", 1);
+  rt_write_file(rt_tpath("root/b_dogs/a.png"), "2", 1);
+  rt_write_file(rt_tpath("root/b_dogs/nested/m.jpeg"), "3", 1);
+  rt_write_file(rt_tpath("root/b_dogs/notes.txt"), "4", 1);
+  rt_write_file(rt_tpath("root/a_cats/k.jpg"), "5", 1);
+  rt_write_file(rt_tpath("root/a_cats/.x.jpg"), "6", 1);
+  rt_write_file(rt_tpath("root/.hidden/h.jpg"), "7", 1);
+  rt_write_file(rt_tpath("root/top.jpg"), "8", 1);
+  rt_write_file(rt_tpath("root/b_dogs/w.WebP"), "9", 1);
   rill_error_t err = {0};
   rill_df_t* df;
-  RT_OK(rill_df_from_image_folder(tpath("root"), NULL, &df, &err), err);
+  RT_OK(rill_df_from_image_folder(rt_tpath("root"), NULL, &df, &err), err);
   cr_assert_eq(rill_df_rows(df), 5);
   cr_assert_eq(rill_df_ncolumns(df), 3);
   int lc = rill_df_column(df, "label");
@@ -389,20 +381,20 @@ Test(folder, classes_labels_and_sorting, .fini = cleanup) {
     RT_OK(rill_iter_next(it, &row, &err), err);
     int64_t n;
     const char* p = rill_array_cell(rill_row_get(&row, rill_df_column(df, "path")), 0, &n);
-    const char* w = tpath(want[i]);
+    const char* w = rt_tpath(want[i]);
     cr_assert(n == (int64_t)strlen(w) && memcmp(p, w, (size_t)n) == 0, "row %d: %.*s", i, (int)n, p);
     cr_assert_eq(((const int64_t*)rill_row_get(&row, lc)->data)[0], labels[i]);
   }
   rill_iter_free(it);
   rill_df_free(df);
   /* every file */
-  RT_OK(rill_df_from_image_folder(tpath("root"), &(rill_files_opts_t){.all_files = 1}, &df, &err), err);
+  RT_OK(rill_df_from_image_folder(rt_tpath("root"), &(rill_files_opts_t){.all_files = 1}, &df, &err), err);
   cr_assert_eq(rill_df_rows(df), 6);
   rill_df_free(df);
   /* a root without images */
   mkdirs("bare/x");
-  rt_write_file(tpath("bare/x/readme.txt"), "r", 1);
-  RT_FAILS(rill_df_from_image_folder(tpath("bare"), NULL, &df, &err), RILL_EFORMAT,
+  rt_write_file(rt_tpath("bare/x/readme.txt"), "r", 1);
+  RT_FAILS(rill_df_from_image_folder(rt_tpath("bare"), NULL, &df, &err), RILL_EFORMAT,
            "no image files in class sub-folders (.jpg .jpeg .png .webp)", err);
 }
 
@@ -418,19 +410,19 @@ static void guard(unsigned seconds) { alarm(seconds); }
  * error naming it when the dataframe is made, never a string cell of other bytes. */
 Test(folder, names_must_be_utf8, .fini = cleanup) {
   mkdirs("ok/cats");
-  rt_write_file(tpath("ok/cats/caf\xc3\xa9.jpg"), "1", 1);
+  rt_write_file(rt_tpath("ok/cats/caf\xc3\xa9.jpg"), "1", 1);
   rill_error_t err = {0};
   rill_df_t* df = NULL;
-  RT_OK(rill_df_from_image_folder(tpath("ok"), NULL, &df, &err), err);
+  RT_OK(rill_df_from_image_folder(rt_tpath("ok"), NULL, &df, &err), err);
   cr_assert_eq(rill_df_rows(df), 1);
   rill_df_free(df);
-  rt_write_file(tpath("ok/cats/caf\xe9.jpg"), "2", 1);
-  RT_FAILS(rill_df_from_image_folder(tpath("ok"), NULL, &df, &err), RILL_EFORMAT,
+  rt_write_file(rt_tpath("ok/cats/caf\xe9.jpg"), "2", 1);
+  RT_FAILS(rill_df_from_image_folder(rt_tpath("ok"), NULL, &df, &err), RILL_EFORMAT,
            "/ok/cats/caf\xe9.jpg: the path is not UTF-8 text (byte 0xE9 at byte", err);
   cr_assert_null(df);
   mkdirs("cls/gr\xf6n");
-  rt_write_file(tpath("cls/gr\xf6n/x.jpg"), "3", 1);
-  RT_FAILS(rill_df_from_image_folder(tpath("cls"), NULL, &df, &err), RILL_EFORMAT,
+  rt_write_file(rt_tpath("cls/gr\xf6n/x.jpg"), "3", 1);
+  RT_FAILS(rill_df_from_image_folder(rt_tpath("cls"), NULL, &df, &err), RILL_EFORMAT,
            "gr\xf6n: the class name is not UTF-8 text (byte 0xF6 at byte 2); paths and class names are text: rename it",
            err);
   const char* paths[] = {"a.jpg", "b\xff.jpg"};
@@ -441,10 +433,10 @@ Test(folder, names_must_be_utf8, .fini = cleanup) {
 Test(files, fifo_is_a_row_error_not_a_wait, .fini = cleanup, .timeout = 10) {
   guard(8);
   mkdirs("ff/cls");
-  cr_assert_eq(mkfifo(tpath("ff/cls/x.jpg"), 0600), 0);
+  cr_assert_eq(mkfifo(rt_tpath("ff/cls/x.jpg"), 0600), 0);
   rill_error_t err = {0};
   rill_df_t* df = NULL;
-  RT_OK(rill_df_from_image_folder(tpath("ff"), NULL, &df, &err), err);
+  RT_OK(rill_df_from_image_folder(rt_tpath("ff"), NULL, &df, &err), err);
   cr_assert_eq(rill_df_rows(df), 1);
   step_t steps[2];
   int n = iterate(df, rill_df_column(df, "bytes"), steps, 2, NULL);
@@ -453,14 +445,14 @@ Test(files, fifo_is_a_row_error_not_a_wait, .fini = cleanup, .timeout = 10) {
   cr_assert(strstr(steps[0].msg, "x.jpg") && strstr(steps[0].msg, "not a regular file"), "%s", steps[0].msg);
   rill_df_free(df);
   /* a list file that is a FIFO */
-  cr_assert_eq(mkfifo(tpath("list.txt"), 0600), 0);
-  RT_FAILS(rill_df_from_file_list(tpath("list.txt"), NULL, &df, &err), RILL_EIO, "not a regular file", err);
+  cr_assert_eq(mkfifo(rt_tpath("list.txt"), 0600), 0);
+  RT_FAILS(rill_df_from_file_list(rt_tpath("list.txt"), NULL, &df, &err), RILL_EIO, "not a regular file", err);
   cr_assert(strstr(err.message, "list.txt"), "%s", err.message);
   /* `rill head` on a FIFO fails at once */
   const char* bin = getenv("RILL_BIN");
   if (bin && *bin) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' head '%s' 2>&1", bin, tpath("list.txt"));
+    snprintf(cmd, sizeof cmd, "'%s' head '%s' 2>&1", bin, rt_tpath("list.txt"));
     FILE* f = popen(cmd, "r");
     cr_assert(f);
     char out[4096] = {0};
@@ -493,24 +485,24 @@ Test(folder, symlinks_are_walked_once, .fini = cleanup, .timeout = 10) {
   guard(8);
   mkdirs("lk/a/deep");
   mkdirs("lk/c");
-  rt_write_file(tpath("lk/a/x.png"), "x", 1);
-  rt_write_file(tpath("lk/a/deep/y.png"), "y", 1);
-  rt_write_file(tpath("lk/c/z.png"), "z", 1);
-  cr_assert_eq(symlink("..", tpath("lk/a/deep/up")), 0);      /* a loop through an ancestor */
-  cr_assert_eq(symlink(".", tpath("lk/a/self")), 0);          /* a loop on itself */
-  cr_assert_eq(symlink(tpath("lk"), tpath("lk/a/root")), 0);  /* the root */
-  cr_assert_eq(symlink(tpath("lk/c"), tpath("lk/a/toc")), 0); /* another class */
-  cr_assert_eq(symlink("a", tpath("lk/b")), 0);               /* a class that is another class */
-  cr_assert_eq(symlink("z.png", tpath("lk/c/w.png")), 0);     /* a link to a file: a row */
+  rt_write_file(rt_tpath("lk/a/x.png"), "x", 1);
+  rt_write_file(rt_tpath("lk/a/deep/y.png"), "y", 1);
+  rt_write_file(rt_tpath("lk/c/z.png"), "z", 1);
+  cr_assert_eq(symlink("..", rt_tpath("lk/a/deep/up")), 0);      /* a loop through an ancestor */
+  cr_assert_eq(symlink(".", rt_tpath("lk/a/self")), 0);          /* a loop on itself */
+  cr_assert_eq(symlink(rt_tpath("lk"), rt_tpath("lk/a/root")), 0);  /* the root */
+  cr_assert_eq(symlink(rt_tpath("lk/c"), rt_tpath("lk/a/toc")), 0); /* another class */
+  cr_assert_eq(symlink("a", rt_tpath("lk/b")), 0);               /* a class that is another class */
+  cr_assert_eq(symlink("z.png", rt_tpath("lk/c/w.png")), 0);     /* a link to a file: a row */
   mkdirs("out1/o");
   mkdirs("out2");
-  rt_write_file(tpath("out1/o/q.png"), "q", 1);
-  rt_write_file(tpath("out2/r.png"), "r", 1);
-  cr_assert_eq(symlink(tpath("out1"), tpath("lk/d")), 0);     /* a class kept elsewhere */
-  cr_assert_eq(symlink(tpath("out2"), tpath("lk/a/more")), 0); /* a class's folder kept elsewhere */
+  rt_write_file(rt_tpath("out1/o/q.png"), "q", 1);
+  rt_write_file(rt_tpath("out2/r.png"), "r", 1);
+  cr_assert_eq(symlink(rt_tpath("out1"), rt_tpath("lk/d")), 0);     /* a class kept elsewhere */
+  cr_assert_eq(symlink(rt_tpath("out2"), rt_tpath("lk/a/more")), 0); /* a class's folder kept elsewhere */
   rill_error_t err = {0};
   rill_df_t* df = NULL;
-  RT_OK(rill_df_from_image_folder(tpath("lk"), NULL, &df, &err), err);
+  RT_OK(rill_df_from_image_folder(rt_tpath("lk"), NULL, &df, &err), err);
   const char* const* names;
   int count;
   RT_OK(rill_image_folder_classes(df, &names, &count, &err), err);
@@ -578,15 +570,15 @@ static const char* const bad_names[] = {"good.jpg", "empty.jpg", "trunc.jpg", "p
 
 static rill_df_t* bad_set(const rill_decode_opts_t* dopts, int* col) {
   mkdirs("imgs");
-  write_jpeg(tpath("imgs/good.jpg"), 40, 30, 0, 0);
-  rt_write_file(tpath("imgs/empty.jpg"), "", 0);
-  write_jpeg(tpath("imgs/trunc.jpg"), 64, 64, 60, 0);
-  write_png(tpath("imgs/png-named.jpg"), 20, 10);
+  write_jpeg(rt_tpath("imgs/good.jpg"), 40, 30, 0, 0);
+  rt_write_file(rt_tpath("imgs/empty.jpg"), "", 0);
+  write_jpeg(rt_tpath("imgs/trunc.jpg"), 64, 64, 60, 0);
+  write_png(rt_tpath("imgs/png-named.jpg"), 20, 10);
   uint8_t junk[3000];
   for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(i * 2654435761u >> 13);
-  rt_write_file(tpath("imgs/random.jpg"), junk, sizeof junk);
-  write_jpeg(tpath("imgs/huge.jpg"), 16, 16, 0, 1);
-  rt_write_file(tpath("imgs/anim.jpg"), "GIF89a\x01\0\x01\0\0\0\0;", 14);
+  rt_write_file(rt_tpath("imgs/random.jpg"), junk, sizeof junk);
+  write_jpeg(rt_tpath("imgs/huge.jpg"), 16, 16, 0, 1);
+  rt_write_file(rt_tpath("imgs/anim.jpg"), "GIF89a\x01\0\x01\0\0\0\0;", 14);
   const char* paths[7];
   for (int i = 0; i < 7; i++) {
     static char b[7][1024];
@@ -681,12 +673,12 @@ static rill_df_t* crop_batches(rill_on_error_t on_error) {
   for (int i = 0; i < 20; i++) {
     char name[64];
     snprintf(name, sizeof name, "tree/%c/%02d.jpg", i % 2 ? 'b' : 'a', i);
-    write_jpeg(tpath(name), 24 + 7 * i, 20 + 5 * (i % 7), 0, 0);
+    write_jpeg(rt_tpath(name), 24 + 7 * i, 20 + 5 * (i % 7), 0, 0);
   }
-  write_jpeg(tpath("tree/b/trunc.jpg"), 64, 64, 60, 0);
+  write_jpeg(rt_tpath("tree/b/trunc.jpg"), 64, 64, 60, 0);
   rill_error_t err = {0};
   rill_df_t *files, *sh, *b;
-  RT_OK(rill_df_from_image_folder(tpath("tree"), NULL, &files, &err), err);
+  RT_OK(rill_df_from_image_folder(rt_tpath("tree"), NULL, &files, &err), err);
   RT_OK(rill_df_shuffle(files, 3, &sh, &err), err);
   rill_df_free(files);
   int img = rill_image_random_resized_crop(sh, "img", rill_df_column(sh, "bytes"),

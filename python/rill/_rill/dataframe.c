@@ -62,7 +62,7 @@ static void df_dealloc(RillDataFrame* self) {
 static PyObject* df_tp_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
   PyErr_SetString(PyExc_TypeError,
                   "rill.DataFrame cannot be created directly; use rill.from_numpy, rill.from_arrow, "
-                  "rill.from_csv, rill.from_sqlite, rill.from_files or rill.from_image_folder");
+                  "rill.from_csv, rill.from_sqlite, rill.from_files, rill.from_image_folder or rill.from_tar");
   return NULL;
 }
 

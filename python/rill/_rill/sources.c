@@ -1,6 +1,6 @@
 /* Module functions that make dataframes from data: numpy arrays and Python sequences, Arrow
- * objects (the Arrow PyCapsule interface), CSV files and buffers, SQLite queries, file lists
- * and image folders. */
+ * objects (the Arrow PyCapsule interface), CSV files and buffers, SQLite queries, file lists,
+ * image folders and tar archives. */
 #include "rillpy.h"
 
 #include <string.h>
@@ -544,6 +544,42 @@ static int encode_paths(PyObject* seq, PyObject** held, const char*** cps) {
   return 0;
 }
 
+/* Opens a source over several paths: rill_df_from_csv_files, rill_df_from_files, ... */
+typedef int (*open_many_fn)(const char* const* paths, Py_ssize_t n, const void* opts, rill_df_t** out,
+                            rill_error_t* err);
+
+/* *out = open(the paths of list or tuple seq, opts) called without the GIL. 0 / -1 (raised). */
+static int open_paths(PyObject* seq, open_many_fn open, const void* opts, rill_df_t** out) {
+  PyObject* held;
+  const char** cp;
+  int rc = encode_paths(seq, &held, &cp);
+  if (rc == 0) {
+    rill_error_t err;
+    rill_error_clear(&err);
+    int r;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_BEGIN_ALLOW_THREADS
+    r = open(cp, n, opts, out, &err);
+    Py_END_ALLOW_THREADS
+    rc = rillpy_check(r, &err) < 0 ? -1 : 0;
+  }
+  PyMem_Free(cp);
+  Py_XDECREF(held);
+  return rc;
+}
+
+static int open_csv_list(const char* const* paths, Py_ssize_t n, const void* o, rill_df_t** out, rill_error_t* err) {
+  return rill_df_from_csv_files(paths, (int)n, o, out, err);
+}
+
+static int open_files(const char* const* paths, Py_ssize_t n, const void* o, rill_df_t** out, rill_error_t* err) {
+  return rill_df_from_files(paths, (int64_t)n, o, out, err);
+}
+
+static int open_tar(const char* const* paths, Py_ssize_t n, const void* o, rill_df_t** out, rill_error_t* err) {
+  return rill_df_from_tar(paths, (int)n, o, out, err);
+}
+
 static int open_csv(const char* path, const void* o, rill_df_t** out, rill_error_t* err) {
   return rill_df_from_csv(path, o, out, err);
 }
@@ -742,21 +778,7 @@ static int open_csv_files(PyObject* paths, const rill_csv_opts_t* o, rill_df_t**
     PyErr_Format(PyExc_ValueError, "from_csv: %s", n ? "too many paths" : "an empty list of paths");
     return -1;
   }
-  PyObject* held;
-  const char** cp;
-  int rc = encode_paths(paths, &held, &cp);
-  if (rc == 0) {
-    rill_error_t err;
-    rill_error_clear(&err);
-    int r;
-    Py_BEGIN_ALLOW_THREADS
-    r = rill_df_from_csv_files(cp, (int)n, o, out, &err);
-    Py_END_ALLOW_THREADS
-    rc = rillpy_check(r, &err) < 0 ? -1 : 0;
-  }
-  PyMem_Free(cp);
-  Py_XDECREF(held);
-  return rc;
+  return open_paths(paths, open_csv_list, o, out);
 }
 
 static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
@@ -930,23 +952,10 @@ static PyObject* py_from_files(PyObject* m, PyObject* args, PyObject* kw) {
     return PyErr_Format(PyExc_TypeError, "from_files: paths must be a sequence of paths, not a single path");
   PyObject* seq = PySequence_Fast(paths, "from_files: paths must be a sequence of str or os.PathLike");
   if (!seq) return NULL;
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  PyObject *enc, *result = NULL;
-  const char** cps;
-  if (encode_paths(seq, &enc, &cps) < 0) goto done;
-  rill_error_t err;
-  rill_error_clear(&err);
   rill_df_t* df = NULL;
-  int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = rill_df_from_files(cps, (int64_t)n, &o, &df, &err);
-  Py_END_ALLOW_THREADS
-  result = rillpy_df_result(rc, &err, df);
-done:
-  PyMem_Free(cps);
-  Py_XDECREF(enc);
+  int rc = open_paths(seq, open_files, &o, &df);
   Py_DECREF(seq);
-  return result;
+  return rc < 0 ? NULL : rillpy_df_new(df, NULL);
 }
 
 static PyObject* py_from_file_list(PyObject* m, PyObject* args, PyObject* kw) {
@@ -994,6 +1003,83 @@ static PyObject* py_from_image_folder(PyObject* m, PyObject* args, PyObject* kw)
   }
   ((RillDataFrame*)r)->classes = classes;
   return r;
+}
+
+/* ================================================================ tar archives */
+
+/* dtypes {extension: dtype} -> columns (PyMem), whose ext strings point into the str keys that
+ * the new list *keep holds (so they outlive a change to the dict while the GIL is released).
+ * 0, or -1 with an exception (*out and *keep NULL). */
+static int parse_tar_columns(PyObject* dtypes, rill_tar_column_t** out, int* n, PyObject** keep) {
+  *out = NULL;
+  *n = 0;
+  *keep = NULL;
+  if (!dtypes || dtypes == Py_None) return 0;
+  if (!PyDict_Check(dtypes)) {
+    PyErr_Format(PyExc_TypeError, "from_tar: dtypes must be a dict of extension -> dtype, got %s",
+                 Py_TYPE(dtypes)->tp_name);
+    return -1;
+  }
+  Py_ssize_t cnt = PyDict_Size(dtypes);
+  if (cnt > INT32_MAX) {
+    rillpy_invalid("from_tar: too many dtypes");
+    return -1;
+  }
+  rill_tar_column_t* cols = PyMem_Calloc((size_t)(cnt ? cnt : 1), sizeof *cols);
+  *keep = PyList_New(0);
+  if (!cols || !*keep) {
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+    goto fail;
+  }
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(dtypes, &pos, &k, &v)) {
+    if (!PyUnicode_Check(k)) {
+      PyErr_Format(PyExc_TypeError, "from_tar: dtypes keys must be extensions (str, e.g. 'cls'), got %s",
+                   Py_TYPE(k)->tp_name);
+      goto fail;
+    }
+    cols[i].ext = PyUnicode_AsUTF8(k);
+    if (!cols[i].ext || PyList_Append(*keep, k) < 0 || rillpy_parse_dtype(v, &cols[i].dtype) < 0) goto fail;
+    i++;
+  }
+  *out = cols;
+  *n = (int)i;
+  return 0;
+fail:
+  PyMem_Free(cols);
+  Py_CLEAR(*keep);
+  return -1;
+}
+
+static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
+  static char* kwlist[] = {"paths", "dtypes", "on_error", "grain", NULL};
+  PyObject *paths, *dtypes = Py_None, *on_error = Py_None;
+  long long grain = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOL:from_tar", kwlist, &paths, &dtypes, &on_error, &grain))
+    return NULL;
+  rill_tar_opts_t o = {0};
+  if (rillpy_parse_on_error(on_error, &o.on_error) < 0 || rillpy_parse_grain(grain, &o.grain) < 0) return NULL;
+  /* one archive (str, bytes or os.PathLike) or a sequence of them */
+  int single = PyUnicode_Check(paths) || PyBytes_Check(paths) || PyObject_HasAttrString(paths, "__fspath__");
+  PyObject* seq = single ? PyTuple_Pack(1, paths)
+                         : PySequence_Fast(paths, "from_tar: paths must be a path or a sequence of str, bytes or "
+                                                  "os.PathLike");
+  if (!seq) return NULL;
+  PyObject* keep = NULL;
+  rill_tar_column_t* cols = NULL;
+  rill_df_t* df = NULL;
+  int rc = -1;
+  if (PySequence_Fast_GET_SIZE(seq) > INT32_MAX)
+    rillpy_invalid("from_tar: too many paths");
+  else if (parse_tar_columns(dtypes, &cols, &o.ncolumns, &keep) == 0) {
+    o.columns = cols;
+    rc = open_paths(seq, open_tar, &o, &df);
+  }
+  PyMem_Free(cols);
+  Py_XDECREF(keep);
+  Py_DECREF(seq);
+  return rc < 0 ? NULL : rillpy_df_new(df, NULL);
 }
 
 /* ================================================================ registration */
@@ -1056,6 +1142,16 @@ static PyMethodDef source_functions[] = {
      "from_image_folder(root, *, on_error='raise', all_files=False) -> DataFrame\n\n"
      "An ImageFolder tree root/<class>/...: columns 'path', 'bytes', 'label' (int64); the class names "
      "are DataFrame.classes."},
+    {"from_tar", (PyCFunction)(void (*)(void))py_from_tar, METH_VARARGS | METH_KEYWORDS,
+     "from_tar(paths: str | bytes | os.PathLike | Sequence[str | bytes | os.PathLike], *, dtypes=None, "
+     "on_error='raise', grain=0) -> DataFrame\n\n"
+     "A dataframe of the samples of WebDataset-style tar archives (shards; one path or a sequence), one "
+     "row per sample: the consecutive members DIR/KEY.EXT of one DIR/KEY. Columns 'key' (string), 'path' "
+     "(string, 'ARCHIVE:KEY') and one per extension found in any archive, in byte order (lower case; "
+     "binary, read when pulled; null where a sample lacks it). The archives (ustar, pax, GNU; not "
+     "compressed) are indexed when opened. dtypes: {extension: dtype} ('string' for text, numbers and "
+     "bool parsed from the member's text, e.g. {'cls': 'int64'}); an extension no archive holds is an "
+     "error. on_error: for a member that cannot be read or converted."},
     {NULL, NULL, 0, NULL}};
 
 int rillpy_init_sources(PyObject* m) { return PyModule_AddFunctions(m, source_functions); }

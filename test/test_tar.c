@@ -1,0 +1,599 @@
+/* Tar archives as datasets (rill_df_from_tar): samples grouped by key, one column per
+ * extension, typed members, the header formats (ustar, pax, GNU, V7), damaged and
+ * compressed archives, archives changed after the open, images decoded from members. */
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "image_common.h"
+#include "tar_write.h"
+
+static FILE* create(const char* rel) {
+  FILE* f = fopen(rt_tpath(rel), "wb");
+  cr_assert(f, "cannot create %s", rel);
+  return f;
+}
+
+#define MAXR 64
+#define MAXC 8
+
+/* Every row of df (all columns, in row order whatever the iteration order): each cell's
+ * validity and text (up to 63 bytes) or int64 value. */
+typedef struct table {
+  int64_t rows;
+  int ncols;
+  char names[MAXC][32];
+  int valid[MAXR][MAXC];
+  char text[MAXR][MAXC][64];
+  int64_t len[MAXR][MAXC];
+  int64_t num[MAXR][MAXC];
+} table_t;
+
+/* reversed: the rows taken in reverse order (reads out of order) */
+static void read_all(rill_df_t* df, int threads, int reversed, table_t* t) {
+  memset(t, 0, sizeof *t);
+  rill_error_t err = {0};
+  rill_df_t* view = df;
+  int64_t n = rill_df_rows(df), back[MAXR];
+  cr_assert(n <= MAXR);
+  for (int64_t r = 0; r < n; r++) back[r] = n - 1 - r;
+  if (reversed) RT_OK(rill_df_take(df, back, n, &view, &err), err);
+  t->ncols = rill_df_ncolumns(view);
+  cr_assert(t->ncols <= MAXC);
+  for (int c = 0; c < t->ncols; c++) snprintf(t->names[c], sizeof t->names[c], "%s", rill_df_field(view, c)->name);
+  rill_iter_t* it = NULL;
+  RT_OK(rill_iter_new(view, &(rill_iter_opts_t){.threads = threads}, &it, &err), err);
+  int seen[MAXR] = {0};
+  rill_row_t row;
+  int rc;
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+    int64_t r = row.index;
+    if (reversed) r = back[r];
+    cr_assert(r >= 0 && r < MAXR, "row %lld", (long long)r);
+    cr_assert_eq(seen[r], 0, "row %lld twice", (long long)r);
+    seen[r] = 1;
+    t->rows++;
+    for (int c = 0; c < t->ncols; c++) {
+      const rill_array_t* a = rill_row_get(&row, c);
+      t->valid[r][c] = rill_array_is_valid(a, 0);
+      int64_t nb = 0;
+      const void* cell = rill_array_cell(a, 0, &nb);
+      t->len[r][c] = nb;
+      if (a->type.dtype == RILL_STRING || a->type.dtype == RILL_BINARY)
+        memcpy(t->text[r][c], cell, nb < 63 ? (size_t)nb : 63);
+      else if (a->type.dtype == RILL_INT64)
+        memcpy(&t->num[r][c], cell, 8);
+    }
+  }
+  cr_assert_eq(rc, RILL_END, "%d: %s", rc, err.message);
+  rill_iter_free(it);
+  if (view != df) rill_df_free(view);
+}
+
+static int col(const table_t* t, const char* name) {
+  for (int c = 0; c < t->ncols; c++)
+    if (strcmp(t->names[c], name) == 0) return c;
+  cr_assert_fail("no column %s", name);
+  return -1;
+}
+
+/* The first error of iterating every column of df (one thread), its row in *row. */
+static int first_error(rill_df_t* df, rill_error_t* err) {
+  rill_iter_t* it = NULL;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE}, &it, err), *err);
+  rill_row_t row;
+  int rc;
+  while ((rc = rill_iter_next(it, &row, err)) == RILL_OK) {
+  }
+  rill_iter_free(it);
+  return rc;
+}
+
+/* Two archives: samples 000 (cls, jpg, json), 001 (cls, jpg: no json), sub/002 (jpg), and in
+ * the second 003 (cls, jpg); a folder, a README (no dot), a hidden file and a name ending in
+ * a dot are skipped. */
+static void write_two(void) {
+  FILE* f = create("a.tar");
+  tw_member(f, "sub", NULL, 0, '5', TW_USTAR);
+  tw_file(f, "000.jpg", "jpeg-0", 6);
+  tw_file(f, "000.CLS", "3\n", 2);
+  tw_file(f, "000.json", "{\"a\":1}", 7);
+  tw_file(f, "README", "text", 4);
+  tw_file(f, "001.jpg", "jpeg-1", 6);
+  tw_file(f, "001.cls", " 12 ", 4);
+  tw_file(f, ".hidden.txt", "h", 1);
+  tw_file(f, "dot.", "d", 1);
+  tw_file(f, "sub/002.jpg", "jpeg-2", 6);
+  tw_end(f);
+  fclose(f);
+  f = create("b.tar");
+  tw_file(f, "003.cls", "-7", 2);
+  tw_file(f, "003.jpg", "", 0);
+  tw_end(f);
+  fclose(f);
+}
+
+/* write_two's archives opened with o (may be NULL). */
+static rill_df_t* open_two(const rill_tar_opts_t* o) {
+  write_two();
+  const char* paths[] = {rt_tpath("a.tar"), rt_tpath("b.tar")};
+  rill_df_t* df = NULL;
+  rill_error_t err = {0};
+  RT_OK(rill_df_from_tar(paths, 2, o, &df, &err), err);
+  return df;
+}
+
+Test(tar, samples_grouped_by_key_one_column_per_extension) {
+  rill_df_t* df = open_two(NULL);
+  const char* a_tar = rt_tpath("a.tar");
+  const char* b_tar = rt_tpath("b.tar");
+  cr_assert_eq(rill_df_rows(df), 4);
+  const char* want_cols[] = {"key", "path", "cls", "jpg", "json"};
+  cr_assert_eq(rill_df_ncolumns(df), 5);
+  for (int c = 0; c < 5; c++) cr_assert_str_eq(rill_df_field(df, c)->name, want_cols[c]);
+  for (int threads = RILL_THREADS_NONE; threads <= 2; threads += 2 - RILL_THREADS_NONE) {
+    for (int reversed = 0; reversed < 2; reversed++) {
+      table_t t;
+      read_all(df, threads, reversed, &t);
+      cr_assert_eq(t.rows, 4);
+      const char* keys[] = {"000", "001", "sub/002", "003"};
+      const char* jpg[] = {"jpeg-0", "jpeg-1", "jpeg-2", ""};
+      for (int r = 0; r < 4; r++) {
+        cr_assert_str_eq(t.text[r][col(&t, "key")], keys[r]);
+        char p[1100];
+        snprintf(p, sizeof p, "%s:%s", r < 3 ? a_tar : b_tar, keys[r]);
+        cr_assert_eq(strncmp(t.text[r][col(&t, "path")], p, 63), 0, "%s", t.text[r][1]);
+        cr_assert(t.valid[r][col(&t, "jpg")]);
+        cr_assert_str_eq(t.text[r][col(&t, "jpg")], jpg[r]);
+      }
+      int cls = col(&t, "cls"), json = col(&t, "json");
+      cr_assert_str_eq(t.text[0][cls], "3\n"); /* binary: the bytes as stored */
+      cr_assert_str_eq(t.text[1][cls], " 12 ");
+      cr_assert_not(t.valid[2][cls]);
+      cr_assert_eq(t.len[2][cls], 0);
+      cr_assert_str_eq(t.text[3][cls], "-7");
+      cr_assert_str_eq(t.text[0][json], "{\"a\":1}");
+      for (int r = 1; r < 4; r++) cr_assert_not(t.valid[r][json], "row %d", r);
+    }
+  }
+  rill_df_free(df);
+}
+
+Test(tar, typed_members_parsed_from_their_text) {
+  rill_tar_column_t cols[] = {{"CLS", RILL_INT64}, {"json", RILL_STRING}};
+  rill_df_t* df = open_two(&(rill_tar_opts_t){.columns = cols, .ncolumns = 2});
+  cr_assert_eq(rill_df_field(df, 2)->type.dtype, RILL_INT64);
+  cr_assert_eq(rill_df_field(df, 4)->type.dtype, RILL_STRING);
+  cr_assert_eq(rill_df_field(df, 3)->type.dtype, RILL_BINARY);
+  table_t t;
+  read_all(df, 2, 0, &t);
+  int cls = col(&t, "cls");
+  int64_t want[] = {3, 12, 0, -7};
+  for (int r = 0; r < 4; r++) {
+    cr_assert_eq(t.valid[r][cls], r != 2);
+    cr_assert_eq(t.num[r][cls], want[r], "row %d: %lld", r, (long long)t.num[r][cls]);
+  }
+  cr_assert_str_eq(t.text[0][col(&t, "json")], "{\"a\":1}");
+  rill_df_free(df);
+}
+
+/* One archive whose member 001.cls holds `bad` (a typed column) */
+static rill_df_t* bad_cls(const char* bad, rill_on_error_t on_error, rill_dtype_t dt) {
+  FILE* f = create("bad.tar");
+  tw_file(f, "000.cls", "1", 1);
+  tw_file(f, "001.cls", bad, (int64_t)strlen(bad));
+  tw_file(f, "002.cls", "2", 1);
+  tw_end(f);
+  fclose(f);
+  const char* p = rt_tpath("bad.tar");
+  rill_df_t* df = NULL;
+  rill_error_t err = {0};
+  rill_tar_column_t cols[] = {{"cls", dt}};
+  RT_OK(rill_df_from_tar(&p, 1, &(rill_tar_opts_t){.columns = cols, .ncolumns = 1, .on_error = on_error}, &df, &err),
+        err);
+  return df;
+}
+
+/* Member 001.cls holding `text` read as dt fails with `code` and a message holding `needle`,
+ * at row 1. */
+static void bad_cls_fails(const char* text, rill_dtype_t dt, int code, const char* needle) {
+  rill_df_t* df = bad_cls(text, RILL_ON_ERROR_RAISE, dt);
+  rill_error_t err = {0};
+  cr_assert_eq(first_error(df, &err), code, "%s", err.message);
+  cr_assert(strstr(err.message, needle), "'%s' lacks '%s'", err.message, needle);
+  cr_assert_eq(err.row, 1);
+  rill_df_free(df);
+}
+
+Test(tar, a_member_that_is_not_its_type_fails_naming_archive_and_member) {
+  char want[1200];
+  snprintf(want, sizeof want, "%s:001.cls: \"x1\" is not a value of type int64", rt_tpath("bad.tar"));
+  bad_cls_fails("x1", RILL_INT64, RILL_EFORMAT, want);
+  bad_cls_fails("\xff" "1\\", RILL_INT64, RILL_EFORMAT, "001.cls: \"\\xFF1\\x5C\" is not a value of type int64");
+  bad_cls_fails("\n \n", RILL_INT64, RILL_EFORMAT, "001.cls: holds no int64 (an empty text)");
+  bad_cls_fails("300", RILL_INT8, RILL_ERANGE, "001.cls: \"300\" is not in the range of int8");
+  char long_text[400];
+  memset(long_text, '1', sizeof long_text - 1);
+  long_text[sizeof long_text - 1] = 0;
+  bad_cls_fails(long_text, RILL_INT64, RILL_EFORMAT, "001.cls: 399 bytes are not int64 text (at most 256)");
+  bad_cls_fails("caf\xC3", RILL_STRING, RILL_EFORMAT, "001.cls: not UTF-8 text (byte 0xC3 at byte 3)");
+
+  /* skip drops the row; null makes the cell null */
+  rill_df_t* df = bad_cls("x1", RILL_ON_ERROR_SKIP, RILL_INT64);
+  table_t t;
+  read_all(df, 2, 0, &t);
+  cr_assert_eq(t.rows, 2);
+  cr_assert_eq(t.num[0][2], 1);
+  cr_assert_eq(t.num[2][2], 2);
+  rill_df_free(df);
+  df = bad_cls("caf\xC3", RILL_ON_ERROR_NULL, RILL_STRING);
+  read_all(df, 2, 0, &t);
+  cr_assert_eq(t.rows, 3);
+  cr_assert(t.valid[0][2] && !t.valid[1][2] && t.valid[2][2]);
+  cr_assert_str_eq(t.text[2][2], "2");
+  rill_df_free(df);
+}
+
+Test(tar, long_names_from_pax_gnu_and_ustar_prefix_and_large_size_fields) {
+  char longdir[300];
+  memset(longdir, 'd', 150);
+  strcpy(longdir + 150, "/sample");
+  char name[400];
+  FILE* f = create("long.tar");
+  snprintf(name, sizeof name, "%s.jpg", longdir);
+  tw_gnu_long(f, name, "gnu", 3);
+  snprintf(name, sizeof name, "%s.txt", longdir);
+  tw_pax(f, "path", name);
+  tw_file(f, "ignored-short-name.bin", "pax", 3);
+  /* ustar prefix + name */
+  uint8_t h[512];
+  tw_header(h, "p.jpg", "pre/fix", 4, '0', TW_USTAR, 0);
+  fwrite(h, 1, 512, f);
+  fwrite("pfx!", 1, 4, f);
+  static const uint8_t zero[512];
+  fwrite(zero, 1, 508, f);
+  /* a base-256 size field, and a pax size overriding the header's */
+  tw_header(h, "q.jpg", NULL, 5, '0', TW_GNU, 1);
+  fwrite(h, 1, 512, f);
+  fwrite("b256!", 1, 5, f);
+  fwrite(zero, 1, 507, f);
+  tw_pax(f, "size", "6");
+  tw_header(h, "q.cls", NULL, 0, '0', TW_USTAR, 0);
+  fwrite(h, 1, 512, f);
+  fwrite("sixsix", 1, 6, f);
+  fwrite(zero, 1, 506, f);
+  /* a V7 header (no magic) */
+  tw_member(f, "v7.jpg", "old", 3, '0', TW_V7);
+  tw_end(f);
+  fclose(f);
+  const char* p = rt_tpath("long.tar");
+  rill_df_t* df = NULL;
+  rill_error_t err = {0};
+  RT_OK(rill_df_from_tar(&p, 1, NULL, &df, &err), err);
+  table_t t;
+  read_all(df, 2, 0, &t);
+  cr_assert_eq(t.rows, 4, "%lld rows", (long long)t.rows);
+  cr_assert_eq(strncmp(t.text[0][col(&t, "key")], longdir, 63), 0);
+  cr_assert_str_eq(t.text[0][col(&t, "jpg")], "gnu");
+  cr_assert_str_eq(t.text[0][col(&t, "txt")], "pax");
+  cr_assert_str_eq(t.text[1][col(&t, "key")], "pre/fix/p");
+  cr_assert_str_eq(t.text[1][col(&t, "jpg")], "pfx!");
+  cr_assert_str_eq(t.text[2][col(&t, "key")], "q");
+  cr_assert_str_eq(t.text[2][col(&t, "jpg")], "b256!");
+  cr_assert_str_eq(t.text[2][col(&t, "cls")], "sixsix");
+  cr_assert_str_eq(t.text[3][col(&t, "key")], "v7");
+  cr_assert_str_eq(t.text[3][col(&t, "jpg")], "old");
+  rill_df_free(df);
+}
+
+Test(tar, archive_ends_at_zero_block_or_end_of_file) {
+  FILE* f = create("end.tar");
+  tw_file(f, "a.jpg", "1", 1);
+  tw_file(f, "b.jpg", "2", 1);
+  tw_file(f, "b.cls", "3", 1);
+  fclose(f); /* no end blocks */
+  f = create("after.tar");
+  tw_file(f, "a.jpg", "4", 1); /* a key of another archive: a sample of its own */
+  tw_end(f);
+  fputs("anything after the end blocks is not read", f);
+  fclose(f);
+  f = create("empty.tar");
+  fclose(f);
+  const char* paths[] = {rt_tpath("end.tar"), rt_tpath("empty.tar"), rt_tpath("after.tar")};
+  rill_df_t* df = NULL;
+  rill_error_t err = {0};
+  RT_OK(rill_df_from_tar(paths, 3, NULL, &df, &err), err);
+  table_t t;
+  read_all(df, 2, 0, &t);
+  cr_assert_eq(t.rows, 3);
+  const char* keys[] = {"a", "b", "a"};
+  const char* jpg[] = {"1", "2", "4"};
+  for (int r = 0; r < 3; r++) {
+    cr_assert_str_eq(t.text[r][0], keys[r]);
+    cr_assert_str_eq(t.text[r][col(&t, "jpg")], jpg[r]);
+  }
+  cr_assert(!t.valid[0][col(&t, "cls")] && t.valid[1][col(&t, "cls")] && !t.valid[2][col(&t, "cls")]);
+  rill_df_free(df);
+  RT_OK(rill_df_from_tar(paths + 1, 1, NULL, &df, &err), err);
+  cr_assert_eq(rill_df_rows(df), 0);
+  cr_assert_eq(rill_df_ncolumns(df), 2);
+  rill_df_free(df);
+}
+
+/* Opening `rel` fails with code and a message holding the archive's path and `needle`. */
+static void open_fails(const char* rel, int code, const char* needle) {
+  const char* p = rt_tpath(rel);
+  rill_df_t* df = (rill_df_t*)1;
+  rill_error_t err = {0};
+  RT_FAILS(rill_df_from_tar(&p, 1, NULL, &df, &err), code, needle, err);
+  cr_assert(strstr(err.message, p), "%s", err.message);
+  cr_assert_null(df);
+}
+
+/* An archive `rel` of a pax record key=value and a member 000.jpg. */
+static void pax_then_member(const char* rel, const char* key, const char* value) {
+  FILE* f = create(rel);
+  tw_pax(f, key, value);
+  tw_file(f, "000.jpg", "x", 1);
+  fclose(f);
+}
+
+Test(tar, damaged_and_unsupported_archives_fail_at_open_with_their_place) {
+  FILE* f;
+  open_fails("missing.tar", RILL_EIO, "cannot open: No such file or directory");
+  mkdir(rt_tpath("dir.tar"), 0777);
+  open_fails("dir.tar", RILL_EIO, "not a regular file");
+  f = create("gz.tar.gz");
+  fwrite("\x1f\x8b\x08\x00\x00\x00\x00\x00", 1, 8, f);
+  for (int i = 0; i < 600; i++) fputc(i, f);
+  fclose(f);
+  open_fails("gz.tar.gz", RILL_ENOTSUP, "a gzip-compressed archive: members are read in place, so decompress it first");
+  f = create("small.tar.gz"); /* smaller than a block */
+  fwrite("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 1, 10, f);
+  fclose(f);
+  open_fails("small.tar.gz", RILL_ENOTSUP, "a gzip-compressed archive: members are read in place, so decompress it "
+             "first (gzip -d)");
+  f = create("zst.tar.zst");
+  fwrite("\x28\xb5\x2f\xfd", 1, 4, f);
+  for (int i = 0; i < 600; i++) fputc(i, f);
+  fclose(f);
+  open_fails("zst.tar.zst", RILL_ENOTSUP, "a zstd-compressed archive");
+  f = create("text.tar");
+  for (int i = 0; i < 1024; i++) fputc('a' + i % 26, f);
+  fclose(f);
+  open_fails("text.tar", RILL_EFORMAT, "byte 0: not a tar archive (its checksum does not match its bytes)");
+
+  /* a header damaged after the first member */
+  f = create("damaged.tar");
+  tw_file(f, "000.jpg", "x", 1);
+  long at = ftell(f);
+  tw_file(f, "001.jpg", "y", 1);
+  tw_end(f);
+  fseek(f, at + 10, SEEK_SET);
+  fputc('Z', f);
+  fclose(f);
+  open_fails("damaged.tar", RILL_EFORMAT, "byte 1024: not a tar header: the archive is damaged");
+
+  /* cut inside the second member's data, or inside its header */
+  uint8_t big[3000];
+  memset(big, 7, sizeof big);
+  f = create("cut.tar");
+  tw_file(f, "000.jpg", "x", 1);
+  tw_file(f, "001.jpg", big, sizeof big);
+  fclose(f);
+  cr_assert_eq(truncate(rt_tpath("cut.tar"), 1024 + 512 + 2000), 0);
+  open_fails("cut.tar", RILL_EFORMAT,
+             "byte 1024: member \"001.jpg\" holds 3000 bytes but the archive ends 2000 bytes after its header: the "
+             "archive is truncated");
+  cr_assert_eq(truncate(rt_tpath("cut.tar"), 1024 + 100), 0);
+  open_fails("cut.tar", RILL_EFORMAT, "byte 1024: a partial header of 100 bytes: the archive is truncated");
+
+  f = create("dup.tar");
+  tw_file(f, "000.jpg", "x", 1);
+  tw_file(f, "000.JPG", "y", 1);
+  fclose(f);
+  open_fails("dup.tar", RILL_EFORMAT, "byte 1024: member \"000.JPG\": sample \"000\" already has a member with "
+             "extension \"jpg\"");
+  f = create("unsorted.tar"); /* tar -cf x.tar *.jpg *.cls */
+  for (int k = 0; k < 300; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "%03d.jpg", k);
+    tw_file(f, name, "x", 1);
+  }
+  tw_file(f, "000.cls", "0", 1);
+  fclose(f);
+  open_fails("unsorted.tar", RILL_EFORMAT,
+             "byte 307200: member \"000.cls\": sample \"000\" has members earlier in the archive, not next to this "
+             "one (a sample's members must be consecutive: write the archive sorted by name, e.g. tar --sort=name)");
+  f = create("reserved.tar");
+  tw_file(f, "000.Path", "x", 1);
+  fclose(f);
+  open_fails("reserved.tar", RILL_EFORMAT, "member \"000.Path\": its extension names a column the source makes "
+             "itself (key, path)");
+  f = create("latin1.tar");
+  tw_file(f, "caf\xe9.jpg", "x", 1);
+  fclose(f);
+  open_fails("latin1.tar", RILL_EFORMAT, "byte 0: member name \"caf\" is not UTF-8 text (byte 0xE9 at byte 3)");
+  f = create("pax.tar");
+  tw_member(f, "PaxHeader/x", "9 pathx\n", 8, 'x', TW_USTAR);
+  tw_file(f, "000.jpg", "x", 1);
+  fclose(f);
+  open_fails("pax.tar", RILL_EFORMAT, "byte 0: pax record 0 bytes into the extended header cannot be read");
+  pax_then_member("paxsize.tar", "size", "12x");
+  open_fails("paxsize.tar", RILL_EFORMAT, "byte 0: pax size \"12x\" is not a size");
+  f = create("sparse.tar");
+  tw_member(f, "000.jpg", "x", 1, 'S', TW_GNU);
+  fclose(f);
+  open_fails("sparse.tar", RILL_ENOTSUP, "byte 0: a GNU sparse member (not supported)");
+  pax_then_member("paxsparse.tar", "GNU.sparse.major", "1");
+  open_fails("paxsparse.tar", RILL_ENOTSUP, "a GNU sparse member (not supported: archive it without --sparse)");
+  uint8_t h[512];
+  tw_header(h, "000.jpg", NULL, 1, '0', TW_USTAR, 0);
+  memcpy(h + 124, "12x4", 4); /* a size that is not octal, with a checksum that matches */
+  memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; i++) sum += h[i];
+  tw_octal(h + 148, 7, sum);
+  f = create("size.tar");
+  fwrite(h, 1, 512, f);
+  fclose(f);
+  open_fails("size.tar", RILL_EFORMAT, "byte 0: the header's size field cannot be read");
+}
+
+Test(tar, bad_arguments_and_dtypes) {
+  write_two();
+  const char* paths[] = {rt_tpath("a.tar"), NULL};
+  rill_df_t* df = NULL;
+  rill_error_t err = {0};
+  RT_FAILS(rill_df_from_tar(paths, 2, NULL, &df, &err), RILL_EINVAL, "rill_df_from_tar: path 1 is NULL", err);
+  RT_FAILS(rill_df_from_tar(paths, -1, NULL, &df, &err), RILL_EINVAL, "npaths >= 1", err);
+  RT_FAILS(rill_df_from_tar(paths, 0, NULL, &df, &err), RILL_EINVAL, "npaths >= 1", err);
+  RT_FAILS(rill_df_from_tar(paths, 1, NULL, NULL, &err), RILL_EINVAL, "out are required", err);
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.ncolumns = 1}, &df, &err), RILL_EINVAL,
+           "columns must hold ncolumns >= 0 entries", err);
+  rill_tar_column_t typo[] = {{"clss", RILL_INT64}};
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.columns = typo, .ncolumns = 1}, &df, &err), RILL_EINVAL,
+           "columns[0]: no member of the archives has extension \"clss\"", err);
+  rill_tar_column_t twice[] = {{"cls", RILL_INT64}, {"CLS", RILL_INT32}};
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.columns = twice, .ncolumns = 2}, &df, &err), RILL_EINVAL,
+           "columns[0] and columns[1] both name extension \"CLS\"", err);
+  rill_tar_column_t half[] = {{"cls", RILL_FLOAT16}};
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.columns = half, .ncolumns = 1}, &df, &err), RILL_EINVAL,
+           "columns[0] (\"cls\"): a member cannot be read as float16", err);
+  rill_tar_column_t noext[] = {{NULL, RILL_INT64}};
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.columns = noext, .ncolumns = 1}, &df, &err), RILL_EINVAL,
+           "columns[0].ext is NULL", err);
+}
+
+Test(tar, an_archive_changed_after_the_open_is_an_error_not_wrong_bytes) {
+  write_two();
+  const char* p = rt_tpath("a.tar");
+  rill_df_t* df = NULL;
+  rill_error_t err = {0};
+  RT_OK(rill_df_from_tar(&p, 1, NULL, &df, &err), err);
+  /* the same size, a later modification time */
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {time(NULL) + 100, 0}};
+  cr_assert_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
+  char want[1200];
+  snprintf(want, sizeof want, "%s: the archive changed since it was indexed", p);
+  cr_assert_eq(first_error(df, &err), RILL_EIO);
+  cr_assert(strstr(err.message, want), "%s", err.message);
+  /* the path and key columns still read: they hold no member */
+  rill_iter_t* it = NULL;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = (int[]){0, 1}, .ncolumns = 2}, &it, &err), err);
+  rill_row_t row;
+  int rows = 0, rc;
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) rows++;
+  cr_assert_eq(rc, RILL_END, "%s", err.message);
+  cr_assert_eq(rows, 3);
+  rill_iter_free(it);
+  /* removed */
+  cr_assert_eq(unlink(p), 0);
+  cr_assert_eq(first_error(df, &err), RILL_EIO);
+  cr_assert(strstr(err.message, "cannot open: No such file or directory"), "%s", err.message);
+  rill_df_free(df);
+}
+
+/* Archives written by GNU tar in each of its formats read the same samples. */
+Test(tar, archives_of_gnu_tar_in_each_format) {
+  char dir[1100], cmd[4000], longname[300];
+  snprintf(dir, sizeof dir, "%s/tree", rt_tmpdir());
+  mkdir(dir, 0777);
+  memset(longname, 'n', 120);
+  longname[120] = 0;
+  for (int k = 0; k < 3; k++) {
+    char path[1500];
+    snprintf(path, sizeof path, "%s/%s%d.jpg", dir, longname, k);
+    FILE* f = fopen(path, "wb");
+    cr_assert(f);
+    fprintf(f, "image %d", k);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s%d.cls", dir, longname, k);
+    f = fopen(path, "wb");
+    fprintf(f, "%d\n", 10 + k);
+    fclose(f);
+  }
+  const char* formats[] = {"gnu", "pax", "oldgnu"};
+  for (int i = 0; i < 3; i++) {
+    char out[1200];
+    snprintf(out, sizeof out, "%s/%s.tar", rt_tmpdir(), formats[i]);
+    /* sorted names, so that each sample's members are next to each other */
+    snprintf(cmd, sizeof cmd, "cd '%s' && tar --format=%s --sort=name -cf '%s' .", dir, formats[i], out);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    const char* p = out;
+    rill_df_t* df = NULL;
+    rill_error_t err = {0};
+    RT_OK(rill_df_from_tar(&p, 1, &(rill_tar_opts_t){.columns = (rill_tar_column_t[]){{"cls", RILL_INT64}}, .ncolumns = 1},
+                           &df, &err),
+          err);
+    table_t t;
+    read_all(df, 2, 1, &t);
+    cr_assert_eq(t.rows, 3, "%s: %lld rows", formats[i], (long long)t.rows);
+    for (int k = 0; k < 3; k++) {
+      char key[400], img[32];
+      snprintf(key, sizeof key, "./%s%d", longname, k);
+      cr_assert_eq(strncmp(t.text[k][col(&t, "key")], key, 63), 0, "%s: %s", formats[i], t.text[k][0]);
+      cr_assert_eq(t.len[k][col(&t, "key")], (int64_t)strlen(key));
+      snprintf(img, sizeof img, "image %d", k);
+      cr_assert_str_eq(t.text[k][col(&t, "jpg")], img);
+      cr_assert_eq(t.num[k][col(&t, "cls")], 10 + k);
+    }
+    rill_df_free(df);
+  }
+}
+
+#if RILL_HAVE_JPEG
+Test(tar, jpeg_members_decoded_and_a_damaged_one_named_by_its_sample) {
+  uint8_t px[16 * 16 * 3];
+  for (int i = 0; i < (int)sizeof px; i++) px[i] = (uint8_t)(i * 7);
+  buf_t j = enc_jpeg(px, 16, 16, (jpeg_spec_t){.in = JCS_RGB});
+  FILE* f = create("img.tar");
+  char name[32];
+  for (int k = 0; k < 6; k++) {
+    snprintf(name, sizeof name, "s%d.jpg", k);
+    tw_file(f, name, j.p, k == 4 ? (int64_t)j.n / 2 : (int64_t)j.n);
+    snprintf(name, sizeof name, "s%d.cls", k);
+    tw_file(f, name, k % 2 ? "1" : "0", 1);
+  }
+  tw_end(f);
+  fclose(f);
+  free(j.p);
+  const char* p = rt_tpath("img.tar");
+  rill_df_t* df = NULL;
+  rill_error_t err = {0};
+  RT_OK(rill_df_from_tar(&p, 1, &(rill_tar_opts_t){.columns = (rill_tar_column_t[]){{"cls", RILL_INT64}}, .ncolumns = 1},
+                         &df, &err),
+        err);
+  int img = rill_image_decode(df, "img", rill_df_column(df, "jpg"), NULL, &err);
+  cr_assert_geq(img, 0, "%s", err.message);
+  rill_iter_t* it = NULL;
+  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = (int[]){img, rill_df_column(df, "cls")}, .ncolumns = 2,
+                                              .threads = RILL_THREADS_NONE},
+                      &it, &err),
+        err);
+  rill_row_t row;
+  int rc, rows = 0;
+  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+    const rill_array_t* x = rill_row_get(&row, 0);
+    const rill_array_t* y = rill_row_get(&row, 1);
+    int64_t shape[3], nb;
+    rill_array_cell_shape(x, 0, shape);
+    cr_assert(shape[0] == 16 && shape[1] == 16 && shape[2] == 3);
+    const uint8_t* q = rill_array_cell(x, 0, &nb);
+    int far = 0;
+    for (int i = 0; i < (int)sizeof px; i++) far += abs((int)q[i] - (int)px[i]) > 60;
+    cr_assert_lt(far, (int)sizeof px / 10, "row %lld: %d pixels far from the encoded ones", (long long)row.index, far);
+    cr_assert_eq(*(const int64_t*)rill_array_cell(y, 0, NULL), row.index % 2);
+    rows++;
+  }
+  char want[1200];
+  snprintf(want, sizeof want, "%s:s4", p);
+  cr_assert_eq(rc, RILL_EFORMAT, "%d: %s", rc, err.message);
+  cr_assert(strstr(err.message, want), "%s", err.message);
+  cr_assert_eq(rows, 4);
+  rill_iter_free(it);
+  rill_df_free(df);
+}
+#endif
