@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "../tar_write.h"
 #include "tsan_common.h"
 
 enum { N = 3000, B = 32 };
@@ -290,6 +291,64 @@ static void test_csv_files(void) {
   for (int f = 0; f < F; f++) remove(paths[f]);
 }
 
+/* Tar shards read shuffled in batches on 4 threads: every call opens its archives and preads
+ * its members (the index is shared, read-only); the labels parsed from text sum right. */
+static void test_tar_shards(void) {
+  enum { S = 4, K = 150 };
+  rill_error_t err;
+  char paths[S][512];
+  const char* p[S];
+  const char* tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  for (int s = 0; s < S; s++) {
+    snprintf(paths[s], sizeof paths[s], "%s/rill-tsan-%d-%d.tar", tmp, (int)getpid(), s);
+    p[s] = paths[s];
+    FILE* f = fopen(paths[s], "wb");
+    CHECK(f != NULL, "cannot write %s", paths[s]);
+    if (!f) return;
+    for (int k = 0; k < K; k++) {
+      char name[64], text[32], data[300];
+      int n = snprintf(text, sizeof text, "%d\n", s * K + k);
+      snprintf(name, sizeof name, "%05d.cls", s * K + k);
+      tw_file(f, name, text, n);
+      memset(data, 'a' + k % 26, sizeof data);
+      snprintf(name, sizeof name, "%05d.bin", s * K + k);
+      tw_file(f, name, data, 1 + k % 300);
+    }
+    tw_end(f);
+    fclose(f);
+  }
+  rill_df_t *df = NULL, *sh = NULL, *b = NULL;
+  CHECK_OK(rill_df_from_tar(p, S, &(rill_tar_opts_t){.columns = (rill_tar_column_t[]){{"cls", RILL_INT64}},
+                                                     .ncolumns = 1},
+                            &df, &err),
+           err);
+  int cls = df ? rill_df_column(df, "cls") : -1, bin = df ? rill_df_column(df, "bin") : -1;
+  CHECK(cls >= 0 && bin >= 0, "columns %d %d", cls, bin);
+  for (uint64_t seed = 1; df && cls >= 0 && seed < 4; seed++) {
+    rill_iter_t* it = NULL;
+    CHECK_OK(rill_df_shuffle(df, seed, &sh, &err), err);
+    CHECK_OK(rill_df_batch(sh, (int[]){cls, bin}, 2, B, NULL, &b, &err), err);
+    CHECK_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = 4, .prefetch = 8}, &it, &err), err);
+    rill_row_t row;
+    int64_t sum = 0, n = 0, bytes = 0;
+    while (it && rill_iter_next(it, &row, &err) == RILL_OK) {
+      const rill_array_t* a = rill_row_get(&row, 0);
+      for (int64_t i = 0; i < a->length; i++) sum += i64_at(a, i);
+      n += a->length;
+      bytes += rill_row_get(&row, 1)->data_size;
+    }
+    int64_t want_bytes = 0;
+    for (int k = 0; k < K; k++) want_bytes += 1 + k % 300;
+    CHECK(n == S * K && sum == (int64_t)S * K * (S * K - 1) / 2 && bytes == S * want_bytes,
+          "tar: %lld rows, sum %lld, %lld bytes", (long long)n, (long long)sum, (long long)bytes);
+    rill_iter_free(it);
+    rill_df_free(b);
+    rill_df_free(sh);
+  }
+  rill_df_free(df);
+  for (int s = 0; s < S; s++) remove(paths[s]);
+}
+
 /* ---- iterators freed while their chunks are being computed */
 
 static void test_free_in_flight(void) {
@@ -382,6 +441,7 @@ int main(void) {
     test_serial();
     test_concat();
     test_csv_files();
+    test_tar_shards();
     test_free_in_flight();
     test_memory_lending();
   }
