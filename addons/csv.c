@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,8 +56,6 @@ void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b) {
  * `pins` (both sequentially consistent, so one of the two sees the other): a mapping is never
  * removed under a call. */
 int64_t rill__csv_map_budget = 0;
-int64_t rill__csv_fd_budget = -1;
-static _Atomic int64_t g_fds; /* descriptors the mapped files hold */
 
 static struct {
   pthread_mutex_t mu;
@@ -129,25 +126,16 @@ static void list_locked(rill__csv_t* c) {
   }
 }
 
-/* A mapped file keeps its descriptor while fewer than this many do (see csv_keep_fd). */
-static int64_t fd_budget(void) {
-  if (rill__csv_fd_budget >= 0) return rill__csv_fd_budget;
-  struct rlimit r;
-  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur / 8 > 1024) return 1024;
-  return (int64_t)r.rlim_cur / 8;
-}
-
 /* Keeps the descriptor of the file c has just mapped, or closes it. With it, the size check
  * before each call is an fstat (a stat of the path costs a walk of the path: 1.3 against
  * 0.45 µs here, for each part of a shuffled read over many files), it sees a shrink through
  * any name, and an unmapped file is mapped again wherever it moved. Only a bounded share of the
  * descriptors the process may hold are kept: a dataset may have more files than that. */
 static void csv_keep_fd(rill__csv_t* c, int fd) {
-  if (atomic_fetch_add(&g_fds, 1) < fd_budget()) {
+  if (rill__keep_fd()) {
     c->fd = fd;
     return;
   }
-  atomic_fetch_sub(&g_fds, 1);
   close(fd);
 }
 
@@ -155,7 +143,7 @@ static void csv_drop_fd(rill__csv_t* c) {
   if (c->fd < 0) return;
   close(c->fd);
   c->fd = -1;
-  atomic_fetch_sub(&g_fds, 1);
+  rill__unkeep_fd();
 }
 
 _Atomic int64_t rill__csv_maps_again;

@@ -247,10 +247,6 @@ extern int64_t rill__csv_spill_bytes;
  * the mappings a process may hold; lowered by tests). Past it, the least recently read file
  * that no call is reading is unmapped until a call needs it again. */
 extern int64_t rill__csv_map_budget;
-/* Mapped CSV files that keep their descriptor, for a cheaper size check (fstat rather than a
- * stat of the path) and to map a file again whatever its path names (-1, the default: an
- * eighth of the soft RLIMIT_NOFILE, at most 1,024; changed by tests). */
-extern int64_t rill__csv_fd_budget;
 /* Files mapped again after a sweep unmapped them, counted for tests. */
 extern _Atomic int64_t rill__csv_maps_again;
 /* Index passes made so far (rill__csv_build_index), counted for tests. */

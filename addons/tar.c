@@ -35,6 +35,7 @@
 
 typedef struct archive {
   char* path;
+  int fd;                             /* the descriptor the index was read from, kept (rill__keep_fd), or -1 */
   int64_t size, mtime_ns;
   uint64_t dev, ino;
 } archive_t;
@@ -64,7 +65,13 @@ typedef struct tar_ctx {
 static void ctx_unref(void* p) {
   tar_ctx_t* c = p;
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
-  for (int i = 0; i < c->narchives; i++) rill__free(c->archives[i].path);
+  for (int i = 0; i < c->narchives; i++) {
+    rill__free(c->archives[i].path);
+    if (c->archives[i].fd >= 0) {
+      close(c->archives[i].fd);
+      rill__unkeep_fd();
+    }
+  }
   rill__free(c->archives);
   rill__free(c->sample_archive);
   rill__free(c->key_off);
@@ -107,20 +114,27 @@ static int64_t pread_full(int fd, void* buf, int64_t n, int64_t off) {
 
 static int64_t mtime_ns(const struct stat* st) { return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec; }
 
-/* Opens archive a for reading: the descriptor, or < 0 with a message naming it. */
-static int open_archive(const archive_t* a, rill_error_t* err) {
-  char eb[128];
-  int fd;
-  int64_t size;
-  const char* why = rill__open_regular(a->path, &fd, &size, eb, sizeof eb);
-  if (why) return rill_error_set(err, RILL_EIO, "%s: cannot open: %s", a->path, why);
+/* A descriptor of archive a for a call's reads: its kept one, or one opened by its path
+ * (*opened = 1: the caller closes it); either must still be the file indexed, unchanged.
+ * < 0 with a message naming the archive. */
+static int open_archive(const archive_t* a, int* opened, rill_error_t* err) {
+  int fd = a->fd;
+  *opened = 0;
+  if (fd < 0) {
+    char eb[128];
+    int64_t size;
+    const char* why = rill__open_regular(a->path, &fd, &size, eb, sizeof eb);
+    if (why) return rill_error_set(err, RILL_EIO, "%s: cannot open: %s", a->path, why);
+    *opened = 1;
+  }
   struct stat st;
   if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != a->dev || (uint64_t)st.st_ino != a->ino ||
       (int64_t)st.st_size != a->size || mtime_ns(&st) != a->mtime_ns) {
-    close(fd);
+    if (*opened) close(fd);
+    *opened = 0;
     return rill_error_set(err, RILL_EIO,
-                          "%s: the archive changed since it was indexed (another file, size or modification "
-                          "time): open it again", a->path);
+                          "%s: the archive changed since it was indexed (%s): open it again", a->path,
+                          a->fd >= 0 ? "its size or modification time" : "another file, size or modification time");
   }
   return fd;
 }
@@ -204,7 +218,7 @@ static int member_source(const int64_t* rows, int64_t n, rill_array_t* out, rill
     }
     if (total > 0) (void)rill_array_reserve(out, total);
   }
-  int fd = -1, open_at = -1; /* the archive open, and which */
+  int fd = -1, open_at = -1, opened = 0; /* the archive open, which, and whether this call opened it */
   char msg[256];
   for (int64_t i = 0; rc == RILL_OK && i < n; i++) {
     int64_t s = rows[i];
@@ -216,9 +230,9 @@ static int member_source(const int64_t* rows, int64_t n, rill_array_t* out, rill
     }
     int a = c->sample_archive[s];
     if (a != open_at) {
-      if (fd >= 0) close(fd);
+      if (opened) close(fd);
       open_at = -1;
-      if ((fd = open_archive(&c->archives[a], err)) < 0) {
+      if ((fd = open_archive(&c->archives[a], &opened, err)) < 0) {
         if (err) err->row = i;
         return fd;
       }
@@ -281,7 +295,7 @@ static int member_source(const int64_t* rows, int64_t n, rill_array_t* out, rill
       rc = member_error(c, cc->col, s, i, r == RILL_ERANGE ? RILL_ERANGE : RILL_EFORMAT, msg, err);
     }
   }
-  if (fd >= 0) close(fd);
+  if (opened) close(fd);
   return rc;
 }
 
@@ -712,6 +726,7 @@ static int index_archives(const char* const* paths, int npaths, builder_t* b, ri
   int rc = RILL_OK;
   for (int a = 0; rc == RILL_OK && a < npaths; a++) {
     archive_t* ar = &c->archives[a];
+    ar->fd = -1;
     if (!(ar->path = rill__strdup(paths[a]))) {
       rc = rill__fail(err, RILL_ENOMEM, "out of memory");
       break;
@@ -739,7 +754,10 @@ static int index_archives(const char* const* paths, int npaths, builder_t* b, ri
     w.size = ar->size;
     rc = walk_archive(&w, err);
     set_name(&w, NULL, 0);
-    close(w.fd);
+    if (rc == RILL_OK && rill__keep_fd())
+      ar->fd = w.fd; /* read from it: a replaced archive is still the file indexed */
+    else
+      close(w.fd);
   }
   rill__free(win);
   return rc;

@@ -332,9 +332,12 @@ RILL_API int rill_image_folder_classes(const rill_df_t* df, const char* const** 
  * The archives are indexed when opened (each member's header read, its data skipped): POSIX
  * ustar, pax (path and size records: long names, members over 8 GiB) and GNU tar (long
  * names, base-256 sizes) headers, every header's checksum checked. Members are read when a
- * row is pulled (one pread into the cell); an archive is opened again for each call and must
- * still be the file indexed (same device, inode, size and modification time, else RILL_EIO
- * "changed since it was indexed"). Skipped, as WebDataset skips them: directories, links,
+ * row is pulled (one pread into the cell). An archive keeps the descriptor it was indexed
+ * from while the process keeps fewer than an eighth of its soft RLIMIT_NOFILE (at most 1,024,
+ * shared with the CSV files' kept descriptors), so it is read even once its path is removed
+ * or replaced; past that it is opened by its path for each call and must still be the file
+ * indexed (same device and inode). Either way a change in place (size or modification time)
+ * is RILL_EIO "the archive changed since it was indexed". Skipped, as WebDataset skips them: directories, links,
  * devices, FIFOs, and files whose name's last part has no dot or starts with one.
  * Errors at open, each naming the archive and the byte offset of the header: RILL_EIO (cannot
  * be read, not a regular file), RILL_EFORMAT (a header whose checksum fails, a member whose

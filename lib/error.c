@@ -4,6 +4,8 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,6 +77,24 @@ int rill__ncores(void) { /* the cores this process may run on (taskset, cgroup c
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
 }
+
+int64_t rill__kept_fd_budget = -1;
+static _Atomic int64_t g_kept_fds;
+
+int rill__keep_fd(void) {
+  int64_t budget = rill__kept_fd_budget;
+  if (budget < 0) {
+    struct rlimit r;
+    budget = getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur / 8 > 1024
+                 ? 1024
+                 : (int64_t)r.rlim_cur / 8;
+  }
+  if (atomic_fetch_add(&g_kept_fds, 1) < budget) return 1;
+  atomic_fetch_sub(&g_kept_fds, 1);
+  return 0;
+}
+
+void rill__unkeep_fd(void) { atomic_fetch_sub(&g_kept_fds, 1); }
 
 const char* rill__open_regular(const char* path, int* fd_out, int64_t* size, char* buf, size_t bufsize) {
   *fd_out = -1;

@@ -40,6 +40,14 @@ int rill__bad_column(rill_error_t* err, const char* who, const rill_df_t* df, in
  * Returns NULL with *fd (>= 0, close-on-exec, blocking reads) and *size (st_size: a hint,
  * 0 for files of /proc) set, or the reason it cannot be read (written into buf, or static). */
 const char* rill__open_regular(const char* path, int* fd, int64_t* size, char* buf, size_t bufsize);
+/* Input descriptors kept open across calls (mapped CSV files, tar archives) share one budget
+ * for the process: an eighth of the soft RLIMIT_NOFILE, at most 1,024 (rill__kept_fd_budget
+ * >= 0 sets it: tests), so that a dataset may have more files than the process may open.
+ * rill__keep_fd: 1 when one more may be kept (it is counted), else 0; rill__unkeep_fd when a
+ * kept one is closed. Thread-safe. */
+extern int64_t rill__kept_fd_budget;
+int rill__keep_fd(void);
+void rill__unkeep_fd(void);
 int rill__ncores(void);
 
 /* ---- memory on devices: host (aligned), pinned host and CUDA device memory.

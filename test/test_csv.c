@@ -2564,7 +2564,7 @@ Test(csv, more_files_than_stay_mapped) {
       for (int r = 0; r < R; r++) fprintf(fp, "%d,n%d\n", f * R + r, r);
       fclose(fp);
     }
-    rill__csv_fd_budget = keep ? -1 : 0;
+    rill__kept_fd_budget = keep ? -1 : 0;
     int fds = open_fds();
     rill_df_t* df;
     RT_OK(rill_df_from_csv_files(p, N, NULL, &df, &err), err);
@@ -2613,7 +2613,7 @@ Test(csv, more_files_than_stay_mapped) {
     rill_df_free(df);
     cr_assert_eq(open_fds(), fds, "descriptors left open");
   }
-  rill__csv_fd_budget = -1;
+  rill__kept_fd_budget = -1;
   rill__csv_map_budget = 0;
   for (int f = 0; f < N; f++) {
     unlink(paths[f]);
@@ -2663,7 +2663,7 @@ Test(csv, fork_while_files_are_mapped_again) {
     fclose(fp);
   }
   rill__csv_map_budget = 1;
-  rill__csv_fd_budget = 0; /* by path: an open, a stat, a map and an unmap under the lock */
+  rill__kept_fd_budget = 0; /* by path: an open, a stat, a map and an unmap under the lock */
   rill_df_t* df;
   RT_OK(rill_df_from_csv_files(paths, N, NULL, &df, &err), err);
   rereader_t rr = {.df = df};
@@ -2691,7 +2691,7 @@ Test(csv, fork_while_files_are_mapped_again) {
   pthread_join(tid, NULL);
   rill_df_free(df);
   rill__csv_map_budget = 0;
-  rill__csv_fd_budget = -1;
+  rill__kept_fd_budget = -1;
   for (int f = 0; f < N; f++) unlink(paths[f]);
 }
 

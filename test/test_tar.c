@@ -467,33 +467,82 @@ Test(tar, bad_arguments_and_dtypes) {
            "columns[0].ext is NULL", err);
 }
 
+extern int64_t rill__kept_fd_budget; /* the library's knob (lib/internal.h) */
+
 Test(tar, an_archive_changed_after_the_open_is_an_error_not_wrong_bytes) {
+  for (int kept = 1; kept >= 0; kept--) {
+    rill__kept_fd_budget = kept ? -1 : 0;
+    write_two();
+    const char* p = rt_tpath("a.tar");
+    rill_df_t* df = NULL;
+    rill_error_t err = {0};
+    RT_OK(rill_df_from_tar(&p, 1, NULL, &df, &err), err);
+    /* the same size, a later modification time: changed in place */
+    struct timespec ts[2] = {{0, UTIME_OMIT}, {time(NULL) + 100, 0}};
+    cr_assert_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
+    char want[1200];
+    snprintf(want, sizeof want, "%s: the archive changed since it was indexed (%s)", p,
+             kept ? "its size or modification time" : "another file, size or modification time");
+    cr_assert_eq(first_error(df, &err), RILL_EIO);
+    cr_assert(strstr(err.message, want), "%s", err.message);
+    /* the path and key columns still read: they hold no member */
+    rill_iter_t* it = NULL;
+    RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = (int[]){0, 1}, .ncolumns = 2}, &it, &err), err);
+    rill_row_t row;
+    int rows = 0, rc;
+    while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) rows++;
+    cr_assert_eq(rc, RILL_END, "%s", err.message);
+    cr_assert_eq(rows, 3);
+    rill_iter_free(it);
+    rill_df_free(df);
+    /* removed, or replaced by another file: with its descriptor kept the archive indexed is
+     * still read; by its path, an error */
+    RT_OK(rill_df_from_tar(&p, 1, NULL, &df, &err), err);
+    cr_assert_eq(unlink(p), 0);
+    if (kept) {
+      table_t t;
+      read_all(df, 2, 1, &t);
+      cr_assert_eq(t.rows, 3);
+      cr_assert_str_eq(t.text[1][col(&t, "jpg")], "jpeg-1");
+    } else {
+      cr_assert_eq(first_error(df, &err), RILL_EIO);
+      cr_assert(strstr(err.message, "cannot open: No such file or directory"), "%s", err.message);
+    }
+    FILE* f = create("a.tar");
+    tw_file(f, "001.jpg", "other", 5);
+    tw_end(f);
+    fclose(f);
+    if (kept) {
+      table_t t;
+      read_all(df, 2, 0, &t);
+      cr_assert_str_eq(t.text[0][col(&t, "jpg")], "jpeg-0");
+    } else {
+      cr_assert_eq(first_error(df, &err), RILL_EIO);
+      cr_assert(strstr(err.message, want), "%s", err.message);
+    }
+    rill_df_free(df);
+  }
+  /* a budget of one kept descriptor: the first archive keeps it, the second is read by path */
+  rill__kept_fd_budget = 1;
   write_two();
-  const char* p = rt_tpath("a.tar");
+  const char* paths[] = {rt_tpath("a.tar"), rt_tpath("b.tar")};
   rill_df_t* df = NULL;
   rill_error_t err = {0};
-  RT_OK(rill_df_from_tar(&p, 1, NULL, &df, &err), err);
-  /* the same size, a later modification time */
-  struct timespec ts[2] = {{0, UTIME_OMIT}, {time(NULL) + 100, 0}};
-  cr_assert_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
-  char want[1200];
-  snprintf(want, sizeof want, "%s: the archive changed since it was indexed", p);
+  RT_OK(rill_df_from_tar(paths, 2, NULL, &df, &err), err);
+  cr_assert_eq(unlink(paths[0]), 0);
+  cr_assert_eq(unlink(paths[1]), 0);
   cr_assert_eq(first_error(df, &err), RILL_EIO);
-  cr_assert(strstr(err.message, want), "%s", err.message);
-  /* the path and key columns still read: they hold no member */
-  rill_iter_t* it = NULL;
-  RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.columns = (int[]){0, 1}, .ncolumns = 2}, &it, &err), err);
-  rill_row_t row;
-  int rows = 0, rc;
-  while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) rows++;
-  cr_assert_eq(rc, RILL_END, "%s", err.message);
-  cr_assert_eq(rows, 3);
-  rill_iter_free(it);
-  /* removed */
-  cr_assert_eq(unlink(p), 0);
-  cr_assert_eq(first_error(df, &err), RILL_EIO);
-  cr_assert(strstr(err.message, "cannot open: No such file or directory"), "%s", err.message);
+  cr_assert_eq(err.row, 3, "%lld: %s", (long long)err.row, err.message); /* rows 0-2 from the kept a.tar */
+  cr_assert(strstr(err.message, "b.tar: cannot open: No such file or directory"), "%s", err.message);
+  rill_df_free(df); /* gives its descriptor back: the next dataframe keeps one again */
+  write_two();
+  RT_OK(rill_df_from_tar(paths, 1, NULL, &df, &err), err);
+  cr_assert_eq(unlink(paths[0]), 0);
+  table_t t;
+  read_all(df, 2, 0, &t);
+  cr_assert_eq(t.rows, 3);
   rill_df_free(df);
+  rill__kept_fd_budget = -1;
 }
 
 /* Archives written by GNU tar in each of its formats read the same samples. */

@@ -148,9 +148,9 @@ static void same_from_files(const uint8_t* data, size_t size, const rill_csv_opt
     remove(path);
     return;
   }
-  int64_t maps = rill__csv_map_budget, fds = rill__csv_fd_budget;
+  int64_t maps = rill__csv_map_budget, fds = rill__kept_fd_budget;
   rill__csv_map_budget = 1;
-  rill__csv_fd_budget = size % 8 ? -1 : 0;
+  rill__kept_fd_budget = size % 8 ? -1 : 0;
   rill_csv_opts_t fo = *o;
   fo.borrow = 0;
   rill_error_t err = {0};
@@ -160,7 +160,7 @@ static void same_from_files(const uint8_t* data, size_t size, const rill_csv_opt
   rill_df_free(a);
   rill_df_free(b);
   rill__csv_map_budget = maps;
-  rill__csv_fd_budget = fds;
+  rill__kept_fd_budget = fds;
   remove(path);
 }
 
