@@ -303,6 +303,8 @@ static int member_source(const int64_t* rows, int64_t n, rill_array_t* out, rill
 
 typedef struct builder {
   tar_ctx_t* c;
+  const rill_tar_opts_t* o;           /* the caller's columns (checked) */
+  int64_t* hits;                      /* members of each of o->columns' extensions */
   int64_t cap_archive, cap_first, cap_key_off, cap_members, cap_keys, key_bytes;
   int32_t* ext_slots;                 /* open addressing over column ids + 1 (0 = empty) */
   int64_t nslots;
@@ -551,10 +553,21 @@ static int add_member(walk_t* w, const char* name, int64_t len, int64_t off, int
     return rill__fail(err, RILL_EFORMAT, "%s: byte %lld: member \"%.*s\": an extension of %zu bytes (at most %zu)",
                       w->path, (long long)hpos, (int)(len > 200 ? 200 : len), name, elen, sizeof ext - 1);
   for (size_t k = 0; k < elen; k++) ext[k] = (char)(dot[1 + k] >= 'A' && dot[1 + k] <= 'Z' ? dot[1 + k] + 32 : dot[1 + k]);
-  if ((elen == 3 && memcmp(ext, "key", 3) == 0) || (elen == 4 && memcmp(ext, "path", 4) == 0))
+  ext[elen] = 0;
+  /* the column: the extension, or the name the caller gives it */
+  const char* cname = ext;
+  int renamed = 0;
+  for (int i = 0; i < b->o->ncolumns; i++)
+    if (strcasecmp(b->o->columns[i].ext, ext) == 0) {
+      b->hits[i]++;
+      if (b->o->columns[i].name) cname = b->o->columns[i].name, renamed = 1;
+      break;
+    }
+  if (!renamed && (strcmp(ext, "key") == 0 || strcmp(ext, "path") == 0))
     return rill__fail(err, RILL_EFORMAT, "%s: byte %lld: member \"%.*s\": its extension names a column the source "
-                      "makes itself (key, path): rename it", w->path, (long long)hpos, (int)len, name);
-  int col = ext_column(b, ext, elen);
+                      "makes itself (key, path): give its column another name (rill_tar_column_t.name)", w->path,
+                      (long long)hpos, (int)len, name);
+  int col = ext_column(b, cname, strlen(cname));
   if (col < 0) return rill__fail(err, RILL_ENOMEM, "out of memory");
   /* the same key as the archive's last sample joins it */
   int64_t s = w->last_sample;
@@ -587,8 +600,9 @@ static int add_member(walk_t* w, const char* name, int64_t len, int64_t off, int
     for (int64_t m = c->first[s]; m < c->nmembers; m++)
       if (c->members[m].col == col)
         return rill__fail(err, RILL_EFORMAT, "%s: byte %lld: member \"%.*s\": sample \"%.*s\" already has a member "
-                          "with extension \"%s\"", w->path, (long long)hpos, (int)len, name, (int)klen, name,
-                          c->col_names[col]);
+                          "%s \"%s\"%s", w->path, (long long)hpos, (int)len, name, (int)klen, name,
+                          renamed ? "for column" : "with extension", c->col_names[col],
+                          renamed ? " (the extensions given that name are alternatives: one a sample)" : "");
   }
   member_t* ms = rill__grow(c->members, &b->cap_members, c->nmembers, c->nmembers + 1, sizeof *ms, 1024);
   if (!ms) return rill__fail(err, RILL_ENOMEM, "out of memory");
@@ -765,7 +779,54 @@ static int index_archives(const char* const* paths, int npaths, builder_t* b, ri
 
 /* ---------------------------------------------------------------- the dataframe */
 
-static int apply_dtypes(tar_ctx_t* c, const rill_tar_opts_t* o, rill_error_t* err) {
+static rill_dtype_t entry_dtype(const rill_tar_column_t* tc) { return tc->dtype ? tc->dtype : RILL_BINARY; }
+
+/* Whether entry tc makes column `col`: named so, or (without a name) its extension in lower
+ * case is col. */
+static int makes_column(const rill_tar_column_t* tc, const char* col) {
+  if (tc->name) return strcmp(tc->name, col) == 0;
+  size_t n = strlen(col);
+  if (strlen(tc->ext) != n) return 0;
+  for (size_t k = 0; k < n; k++)
+    if (tc->ext[k] != col[k] && !(tc->ext[k] >= 'A' && tc->ext[k] <= 'Z' && tc->ext[k] + 32 == col[k])) return 0;
+  return 1;
+}
+
+/* The column an entry names: its name, or its extension (as given). */
+static const char* entry_column(const rill_tar_column_t* tc) { return tc->name ? tc->name : tc->ext; }
+
+/* RILL_EINVAL for columns the caller got wrong (before any archive is read). */
+static int check_columns(const rill_tar_opts_t* o, rill_error_t* err) {
+  for (int i = 0; i < o->ncolumns; i++) {
+    const rill_tar_column_t* tc = &o->columns[i];
+    if (!tc->ext || !tc->ext[0] || strchr(tc->ext, '/'))
+      return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns[%d].ext must be an extension (\"cls\", "
+                        "\"seg.png\"), not %s", i, tc->ext ? "empty or a path" : "NULL");
+    rill_dtype_t dt = entry_dtype(tc);
+    if (dt != RILL_BINARY && dt != RILL_STRING && !rill__text_dtype_supported(dt))
+      return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns[%d] (\"%s\"): a member cannot be read as %s "
+                        "(binary, string, bool, integers, floats or timestamp_us)", i, tc->ext, rill_dtype_name(dt));
+    if (tc->name && (!tc->name[0] || !strcmp(tc->name, "key") || !strcmp(tc->name, "path")))
+      return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns[%d].name \"%s\": %s", i, tc->name,
+                        tc->name[0] ? "the source makes that column itself (key, path)" : "an empty name");
+    for (int j = 0; j < i; j++) {
+      const rill_tar_column_t* tj = &o->columns[j];
+      if (strcasecmp(tj->ext, tc->ext) == 0)
+        return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns[%d] and columns[%d] both name extension \"%s\"",
+                          j, i, tc->ext);
+      if ((tc->name ? makes_column(tj, tc->name) : tj->name && makes_column(tc, tj->name)) && entry_dtype(tj) != dt)
+        return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns[%d] and columns[%d] make one column \"%s\" of "
+                          "two types (%s, %s)", j, i, entry_column(tc), rill_dtype_name(entry_dtype(tj)),
+                          rill_dtype_name(dt));
+    }
+  }
+  return RILL_OK;
+}
+
+/* The columns' types, and an entry whose extension no archive holds (a typo, most likely:
+ * RILL_EINVAL; an extension given a name may be missing while another one of that name is
+ * found). */
+static int apply_dtypes(tar_ctx_t* c, const rill_tar_opts_t* o, const int64_t* hits, rill_error_t* err) {
   c->col_dtypes = rill__alloc((size_t)(c->ncols ? c->ncols : 1) * sizeof *c->col_dtypes);
   c->col_count = rill__calloc((size_t)(c->ncols ? c->ncols : 1), sizeof *c->col_count);
   if (!c->col_dtypes || !c->col_count) return rill__fail(err, RILL_ENOMEM, "out of memory");
@@ -773,23 +834,13 @@ static int apply_dtypes(tar_ctx_t* c, const rill_tar_opts_t* o, rill_error_t* er
   for (int64_t m = 0; m < c->nmembers; m++) c->col_count[c->members[m].col]++;
   for (int i = 0; i < o->ncolumns; i++) {
     const rill_tar_column_t* tc = &o->columns[i];
-    if (!tc->ext)
-      return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns[%d].ext is NULL", i);
-    rill_dtype_t dt = tc->dtype;
-    if (dt != RILL_BINARY && dt != RILL_STRING && !rill__text_dtype_supported(dt))
-      return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns[%d] (\"%s\"): a member cannot be read as %s "
-                        "(binary, string, bool, integers, floats or timestamp_us)", i, tc->ext, rill_dtype_name(dt));
     int found = -1;
     for (int k = 0; k < c->ncols && found < 0; k++)
-      if (strcasecmp(c->col_names[k], tc->ext) == 0) found = k;
-    if (found < 0)
+      if (makes_column(tc, c->col_names[k])) found = k;
+    if (!hits[i] && (found < 0 || !tc->name))
       return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns[%d]: no member of the archives has extension "
-                        "\"%s\"", i, tc->ext);
-    for (int j = 0; j < i; j++)
-      if (strcasecmp(o->columns[j].ext, tc->ext) == 0)
-        return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns[%d] and columns[%d] both name extension \"%s\"",
-                          j, i, tc->ext);
-    c->col_dtypes[found] = dt;
+                        "\"%s\"%s", i, tc->ext, tc->name ? " (nor any other extension given its name)" : "");
+    if (found >= 0) c->col_dtypes[found] = entry_dtype(tc);
   }
   return RILL_OK;
 }
@@ -835,17 +886,19 @@ int rill_df_from_tar(const char* const* paths, int npaths, const rill_tar_opts_t
   rill_tar_opts_t o = opts ? *opts : (rill_tar_opts_t){0};
   if (o.ncolumns < 0 || (o.ncolumns > 0 && !o.columns))
     return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns must hold ncolumns >= 0 entries");
+  int rc = check_columns(&o, err);
+  if (rc < 0) return rc;
   for (int a = 0; a < npaths; a++)
     if (!paths[a]) return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: path %d is NULL", a);
   tar_ctx_t* c = rill__calloc(1, sizeof *c);
   if (!c) return rill__fail(err, RILL_ENOMEM, "out of memory");
   atomic_init(&c->refs, 1);
-  builder_t b = {.c = c};
-  int rc = RILL_OK;
+  builder_t b = {.c = c, .o = &o};
   c->archives = rill__calloc((size_t)npaths, sizeof *c->archives);
   c->key_off = rill__calloc(2, sizeof *c->key_off);
   c->first = rill__calloc(2, sizeof *c->first);
-  if (!c->archives || !c->key_off || !c->first) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+  b.hits = rill__calloc((size_t)(o.ncolumns ? o.ncolumns : 1), sizeof *b.hits);
+  if (!c->archives || !c->key_off || !c->first || !b.hits) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
   b.cap_first = b.cap_key_off = 2;
   if (rc == RILL_OK) rc = index_archives(paths, npaths, &b, err);
   rill__free(b.ext_slots);
@@ -854,7 +907,8 @@ int rill_df_from_tar(const char* const* paths, int npaths, const rill_tar_opts_t
     c->first[c->nsamples] = c->nmembers;
     if (sort_columns(c) < 0) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
   }
-  if (rc == RILL_OK) rc = apply_dtypes(c, &o, err);
+  if (rc == RILL_OK) rc = apply_dtypes(c, &o, b.hits, err);
+  rill__free(b.hits);
   if (rc == RILL_OK) rc = build_df(c, &o, out, err);
   ctx_unref(c);
   return rc;

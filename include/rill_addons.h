@@ -348,16 +348,24 @@ RILL_API int rill_image_folder_classes(const rill_df_t* df, const char* const** 
  * ends at its first all-zero block or at the end of the file after a whole member. */
 typedef struct rill_tar_column {
   const char* ext;            /* an extension (compared without case) */
-  rill_dtype_t dtype;         /* BINARY (the default), STRING (UTF-8 text), or BOOL, INT8..UINT64,
-                                 FLOAT32, FLOAT64, TIMESTAMP_US parsed from the member's text
-                                 (ASCII spaces and line ends around it dropped: "3\n" is 3) */
+  rill_dtype_t dtype;         /* 0 or BINARY (the member's bytes), STRING (UTF-8 text), or BOOL,
+                                 INT8..UINT64, FLOAT32, FLOAT64, TIMESTAMP_US parsed from the
+                                 member's text (ASCII spaces and line ends around it dropped:
+                                 "3\n" is 3) */
+  const char* name;           /* the column's name (NULL: the extension). Several extensions
+                                 given one name are alternatives of one column (of one dtype):
+                                 {"jpg", 0, "image"}, {"png", 0, "image"} reads a dataset whose
+                                 samples hold either; a sample holding two of them is
+                                 RILL_EFORMAT. Also a way to read an extension named "key" or
+                                 "path". */
 } rill_tar_column_t;
 
 typedef struct rill_tar_opts {
   rill_on_error_t on_error;   /* a member that cannot be read or converted (RILL_EIO or
                                  RILL_EFORMAT naming ARCHIVE:MEMBER) */
-  const rill_tar_column_t* columns; /* dtypes of extensions (borrowed for the call); an
-                                 extension no archive holds is RILL_EINVAL (a typo) */
+  const rill_tar_column_t* columns; /* dtypes and names of extensions (borrowed for the
+                                 call); an extension no archive holds is RILL_EINVAL (a typo),
+                                 unless another one given the same name is found */
   int ncolumns;
   int64_t grain;              /* rows per task of the member columns; 0 = the engine picks */
   int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */

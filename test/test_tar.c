@@ -411,7 +411,7 @@ Test(tar, damaged_and_unsupported_archives_fail_at_open_with_their_place) {
   tw_file(f, "000.Path", "x", 1);
   fclose(f);
   open_fails("reserved.tar", RILL_EFORMAT, "member \"000.Path\": its extension names a column the source makes "
-             "itself (key, path)");
+             "itself (key, path): give its column another name (rill_tar_column_t.name)");
   f = create("latin1.tar");
   tw_file(f, "caf\xe9.jpg", "x", 1);
   fclose(f);
@@ -464,7 +464,16 @@ Test(tar, bad_arguments_and_dtypes) {
            "columns[0] (\"cls\"): a member cannot be read as float16", err);
   rill_tar_column_t noext[] = {{NULL, RILL_INT64}};
   RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.columns = noext, .ncolumns = 1}, &df, &err), RILL_EINVAL,
-           "columns[0].ext is NULL", err);
+           "columns[0].ext must be an extension (\"cls\", \"seg.png\"), not NULL", err);
+  rill_tar_column_t badname[] = {{"cls", 0, "path"}};
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.columns = badname, .ncolumns = 1}, &df, &err), RILL_EINVAL,
+           "columns[0].name \"path\": the source makes that column itself (key, path)", err);
+  rill_tar_column_t twotypes[] = {{"jpg", 0, "image"}, {"png", RILL_STRING, "image"}};
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.columns = twotypes, .ncolumns = 2}, &df, &err), RILL_EINVAL,
+           "columns[0] and columns[1] make one column \"image\" of two types (binary, string)", err);
+  rill_tar_column_t onto[] = {{"cls", RILL_INT64}, {"txt", RILL_STRING, "cls"}};
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.columns = onto, .ncolumns = 2}, &df, &err), RILL_EINVAL,
+           "columns[0] and columns[1] make one column \"cls\" of two types (int64, string)", err);
 }
 
 extern int64_t rill__kept_fd_budget; /* the library's knob (lib/internal.h) */
@@ -543,6 +552,50 @@ Test(tar, an_archive_changed_after_the_open_is_an_error_not_wrong_bytes) {
   cr_assert_eq(t.rows, 3);
   rill_df_free(df);
   rill__kept_fd_budget = -1;
+}
+
+/* Extensions given one name are alternatives of one column (jpg or png); a name also reads an
+ * extension the source's own columns would clash with. */
+Test(tar, alternative_extensions_named_as_one_column) {
+  FILE* f = create("mixed.tar");
+  tw_file(f, "a.jpg", "J", 1);
+  tw_file(f, "a.key", "k-a", 3);
+  tw_file(f, "b.PNG", "P", 1);
+  tw_file(f, "c.cls", "1", 1); /* neither */
+  tw_end(f);
+  fclose(f);
+  const char* p = rt_tpath("mixed.tar");
+  rill_df_t* df = NULL;
+  rill_error_t err = {0};
+  rill_tar_column_t cols[] = {{"jpg", 0, "image"}, {"png", RILL_BINARY, "image"}, {"webp", 0, "image"},
+                              {"key", RILL_STRING, "key_text"}};
+  RT_OK(rill_df_from_tar(&p, 1, &(rill_tar_opts_t){.columns = cols, .ncolumns = 4}, &df, &err), err);
+  table_t t;
+  read_all(df, 2, 1, &t);
+  cr_assert_eq(t.ncols, 5);
+  const char* names[] = {"key", "path", "cls", "image", "key_text"};
+  for (int c = 0; c < 5; c++) cr_assert_str_eq(t.names[c], names[c]);
+  cr_assert_eq(rill_df_field(df, 4)->type.dtype, RILL_STRING);
+  cr_assert_str_eq(t.text[0][3], "J");
+  cr_assert_str_eq(t.text[1][3], "P");
+  cr_assert_not(t.valid[2][3]);
+  cr_assert_str_eq(t.text[0][4], "k-a");
+  cr_assert_not(t.valid[1][4]);
+  rill_df_free(df);
+  /* every alternative missing: a typo */
+  rill_tar_column_t none[] = {{"jpeg", 0, "image"}, {"gif", 0, "image"}, {"key", 0, "key_text"}};
+  RT_FAILS(rill_df_from_tar(&p, 1, &(rill_tar_opts_t){.columns = none, .ncolumns = 3}, &df, &err), RILL_EINVAL,
+           "columns[0]: no member of the archives has extension \"jpeg\" (nor any other extension given its name)",
+           err);
+  /* a sample holding two alternatives */
+  f = create("both.tar");
+  tw_file(f, "a.jpg", "J", 1);
+  tw_file(f, "a.png", "P", 1);
+  fclose(f);
+  p = rt_tpath("both.tar");
+  RT_FAILS(rill_df_from_tar(&p, 1, &(rill_tar_opts_t){.columns = cols, .ncolumns = 2}, &df, &err), RILL_EFORMAT,
+           "byte 1024: member \"a.png\": sample \"a\" already has a member for column \"image\" (the extensions given "
+           "that name are alternatives: one a sample)", err);
 }
 
 /* Archives written by GNU tar in each of its formats read the same samples. */

@@ -334,5 +334,6 @@ def from_file_list(list_path: _PathLike, *, on_error: _OnError = "raise",
 def from_image_folder(root: _PathLike, *, on_error: _OnError = "raise",
                       all_files: bool = False) -> DataFrame: ...
 def from_tar(paths: Union[_PathLike, bytes, Sequence[Union[_PathLike, bytes]]], *,
-             dtypes: Optional[Mapping[str, _DType]] = None, on_error: _OnError = "raise",
+             dtypes: Optional[Mapping[str, _DType]] = None,
+             rename: Optional[Mapping[str, str]] = None, on_error: _OnError = "raise",
              grain: int = 0) -> DataFrame: ...

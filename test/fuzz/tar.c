@@ -5,7 +5,8 @@
  * fuzzer gets past the checksum. The archive is read in order on the calling thread and in
  * reverse on two workers: every error has a message, string cells are UTF-8, and each row
  * reads the same (or fails alike) both ways. Typed columns ("cls" as int64, "txt" as
- * string) are asked for when the archive has them. Any crash, sanitizer report or abort()
+ * string) and renamed ones ("jpg" or "png" as "image") are asked for when the archive has
+ * them. Any crash, sanitizer report or abort()
  * is a bug. */
 #include <stdint.h>
 #include <stdio.h>
@@ -103,13 +104,17 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int typed = 0; typed < 2; typed++) {
     rill_df_t* df = NULL;
     rill_error_t err = {0};
-    rill_tar_column_t cols[2];
+    rill_tar_column_t cols[4];
     int nc = 0;
     if (typed) { /* the typed columns the plain open found */
       rill_df_t* plain = NULL;
       if (rill_df_from_tar(&p, 1, NULL, &plain, &err) != RILL_OK) break;
       if (rill_df_column(plain, "cls") >= 0) cols[nc++] = (rill_tar_column_t){"cls", RILL_INT64};
       if (rill_df_column(plain, "txt") >= 0) cols[nc++] = (rill_tar_column_t){"TXT", RILL_STRING};
+      if (rill_df_column(plain, "jpg") >= 0 || rill_df_column(plain, "png") >= 0) { /* alternatives of one column */
+        cols[nc++] = (rill_tar_column_t){"jpg", 0, "image"};
+        cols[nc++] = (rill_tar_column_t){"png", RILL_BINARY, "image"};
+      }
       rill_df_free(plain);
       if (!nc) break;
     }

@@ -516,6 +516,36 @@ def test_extension_named_like_a_fixed_column(tmp_path, ext):
                                                r"its extension names a column the source makes itself \(key, path\)"):
         rill.from_tar(shard)
 
+    renamed = rill.from_tar(shard, rename={ext.lower(): "other"}, dtypes={ext.lower(): "string"})
+    assert renamed.columns == ["key", "path", "other", "txt"]
+    assert table(renamed)["other"] == ["b"]
+
+
+def test_rename_makes_alternative_extensions_one_column(tmp_path):
+    shard = tmp_path / "mixed.tar"
+    write_tar(shard, [("a.jpg", b"J"), ("a.cls", b"0"), ("b.PNG", b"P"), ("b.cls", b"1"), ("c.cls", b"2")],
+              tarfile.PAX_FORMAT)
+    df = rill.from_tar(shard, rename={"jpg": "image", "png": "image", "webp": "image"}, dtypes={"cls": "int64"})
+    assert df.columns == ["key", "path", "cls", "image"]
+    t = table(df)
+    assert t["image"] == [b"J", b"P", None] and t["cls"] == [0, 1, 2]
+    with pytest.raises(rill.InvalidArgumentError, match=r"no member of the archives has extension \"gif\" \(nor any "
+                                                        r"other extension given its name\)$"):
+        rill.from_tar(shard, rename={"gif": "image"})
+    with pytest.raises(rill.InvalidArgumentError, match=r"make one column \"image\" of two types \(string, binary\)"):
+        rill.from_tar(shard, rename={"jpg": "image", "png": "image"}, dtypes={"png": "string"})
+    with pytest.raises(rill.InvalidArgumentError, match=r"columns\[0\]\.name \"key\": the source makes that column "
+                                                        r"itself \(key, path\)$"):
+        rill.from_tar(shard, rename={"jpg": "key"})
+    with pytest.raises(TypeError, match=r"^from_tar: rename values must be column names \(str\), got int$"):
+        rill.from_tar(shard, rename={"jpg": 3})
+    both = tmp_path / "both.tar"
+    infos = write_tar(both, [("a.jpg", b"J"), ("a.png", b"P")], tarfile.USTAR_FORMAT)
+    with pytest.raises(rill.FormatError, match=f"byte {infos[1].offset}: member \"a.png\": sample \"a\" already has "
+                                               r"a member for column \"image\" \(the extensions given that name are "
+                                               r"alternatives: one a sample\)$"):
+        rill.from_tar(both, rename={"jpg": "image", "png": "image"})
+
 
 # ---------------------------------------------------------------- an archive that changes
 

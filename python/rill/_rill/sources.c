@@ -1010,17 +1010,45 @@ static PyObject* py_from_image_folder(PyObject* m, PyObject* args, PyObject* kw)
 /* dtypes {extension: dtype} -> columns (PyMem), whose ext strings point into the str keys that
  * the new list *keep holds (so they outlive a change to the dict while the GIL is released).
  * 0, or -1 with an exception (*out and *keep NULL). */
-static int parse_tar_columns(PyObject* dtypes, rill_tar_column_t** out, int* n, PyObject** keep) {
-  *out = NULL;
-  *n = 0;
-  *keep = NULL;
-  if (!dtypes || dtypes == Py_None) return 0;
-  if (!PyDict_Check(dtypes)) {
-    PyErr_Format(PyExc_TypeError, "from_tar: dtypes must be a dict of extension -> dtype, got %s",
-                 Py_TYPE(dtypes)->tp_name);
+/* The str keys (and, for rename, str values) of dict d as UTF-8 kept alive by *keep; `what`
+ * names the argument. The entry of key k: found among cols[0..*n) by its text, or added. */
+static int tar_dict(PyObject* d, const char* what, int is_rename, rill_tar_column_t* cols, int* n, PyObject* keep) {
+  if (!d || d == Py_None) return 0;
+  if (!PyDict_Check(d)) {
+    PyErr_Format(PyExc_TypeError, "from_tar: %s must be a dict of extension -> %s, got %s", what,
+                 is_rename ? "column name" : "dtype", Py_TYPE(d)->tp_name);
     return -1;
   }
-  Py_ssize_t cnt = PyDict_Size(dtypes);
+  Py_ssize_t pos = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(d, &pos, &k, &v)) {
+    if (!PyUnicode_Check(k) || (is_rename && !PyUnicode_Check(v))) {
+      int key = !PyUnicode_Check(k);
+      PyErr_Format(PyExc_TypeError, "from_tar: %s %s must be %s, got %s", what, key ? "keys" : "values",
+                   key ? "extensions (str, e.g. 'cls')" : "column names (str)", Py_TYPE(key ? k : v)->tp_name);
+      return -1;
+    }
+    const char* ext = PyUnicode_AsUTF8(k);
+    if (!ext || PyList_Append(keep, k) < 0) return -1;
+    int i = 0;
+    while (i < *n && strcmp(cols[i].ext, ext) != 0) i++;
+    if (i == *n) cols[(*n)++] = (rill_tar_column_t){.ext = ext};
+    if (is_rename) {
+      if (!(cols[i].name = PyUnicode_AsUTF8(v)) || PyList_Append(keep, v) < 0) return -1;
+    } else if (rillpy_parse_dtype(v, &cols[i].dtype) < 0) {
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The columns of from_tar's dtypes and rename (dicts keyed by extension) -> *out (PyMem,
+ * *n entries) whose strings *keep holds. 0 / -1 (raised). */
+static int parse_tar_columns(PyObject* dtypes, PyObject* rename, rill_tar_column_t** out, int* n, PyObject** keep) {
+  *out = NULL;
+  *n = 0;
+  Py_ssize_t cnt = (dtypes && PyDict_Check(dtypes) ? PyDict_Size(dtypes) : 0) +
+                   (rename && PyDict_Check(rename) ? PyDict_Size(rename) : 0);
   if (cnt > INT32_MAX) {
     rillpy_invalid("from_tar: too many dtypes");
     return -1;
@@ -1029,34 +1057,21 @@ static int parse_tar_columns(PyObject* dtypes, rill_tar_column_t** out, int* n, 
   *keep = PyList_New(0);
   if (!cols || !*keep) {
     if (!PyErr_Occurred()) PyErr_NoMemory();
-    goto fail;
+  } else if (tar_dict(dtypes, "dtypes", 0, cols, n, *keep) == 0 && tar_dict(rename, "rename", 1, cols, n, *keep) == 0) {
+    *out = cols;
+    return 0;
   }
-  Py_ssize_t pos = 0, i = 0;
-  PyObject *k, *v;
-  while (PyDict_Next(dtypes, &pos, &k, &v)) {
-    if (!PyUnicode_Check(k)) {
-      PyErr_Format(PyExc_TypeError, "from_tar: dtypes keys must be extensions (str, e.g. 'cls'), got %s",
-                   Py_TYPE(k)->tp_name);
-      goto fail;
-    }
-    cols[i].ext = PyUnicode_AsUTF8(k);
-    if (!cols[i].ext || PyList_Append(*keep, k) < 0 || rillpy_parse_dtype(v, &cols[i].dtype) < 0) goto fail;
-    i++;
-  }
-  *out = cols;
-  *n = (int)i;
-  return 0;
-fail:
   PyMem_Free(cols);
   Py_CLEAR(*keep);
+  *n = 0;
   return -1;
 }
 
 static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
-  static char* kwlist[] = {"paths", "dtypes", "on_error", "grain", NULL};
-  PyObject *paths, *dtypes = Py_None, *on_error = Py_None;
+  static char* kwlist[] = {"paths", "dtypes", "rename", "on_error", "grain", NULL};
+  PyObject *paths, *dtypes = Py_None, *rename = Py_None, *on_error = Py_None;
   long long grain = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOL:from_tar", kwlist, &paths, &dtypes, &on_error, &grain))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOL:from_tar", kwlist, &paths, &dtypes, &rename, &on_error, &grain))
     return NULL;
   rill_tar_opts_t o = {0};
   if (rillpy_parse_on_error(on_error, &o.on_error) < 0 || rillpy_parse_grain(grain, &o.grain) < 0) return NULL;
@@ -1072,7 +1087,7 @@ static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
   int rc = -1;
   if (PySequence_Fast_GET_SIZE(seq) > INT32_MAX)
     rillpy_invalid("from_tar: too many paths");
-  else if (parse_tar_columns(dtypes, &cols, &o.ncolumns, &keep) == 0) {
+  else if (parse_tar_columns(dtypes, rename, &cols, &o.ncolumns, &keep) == 0) {
     o.columns = cols;
     rc = open_paths(seq, open_tar, &o, &df);
   }
@@ -1144,14 +1159,16 @@ static PyMethodDef source_functions[] = {
      "are DataFrame.classes."},
     {"from_tar", (PyCFunction)(void (*)(void))py_from_tar, METH_VARARGS | METH_KEYWORDS,
      "from_tar(paths: str | bytes | os.PathLike | Sequence[str | bytes | os.PathLike], *, dtypes=None, "
-     "on_error='raise', grain=0) -> DataFrame\n\n"
+     "rename=None, on_error='raise', grain=0) -> DataFrame\n\n"
      "A dataframe of the samples of WebDataset-style tar archives (shards; one path or a sequence), one "
      "row per sample: the consecutive members DIR/KEY.EXT of one DIR/KEY. Columns 'key' (string), 'path' "
      "(string, 'ARCHIVE:KEY') and one per extension found in any archive, in byte order (lower case; "
      "binary, read when pulled; null where a sample lacks it). The archives (ustar, pax, GNU; not "
      "compressed) are indexed when opened. dtypes: {extension: dtype} ('string' for text, numbers and "
      "bool parsed from the member's text, e.g. {'cls': 'int64'}); an extension no archive holds is an "
-     "error. on_error: for a member that cannot be read or converted."},
+     "error. rename: {extension: column name}; extensions given one name are alternatives of one column "
+     "({'jpg': 'image', 'png': 'image'}: a sample holds one of them), and an extension named 'key' or 'path' "
+     "can be read under another name. on_error: for a member that cannot be read or converted."},
     {NULL, NULL, 0, NULL}};
 
 int rillpy_init_sources(PyObject* m) { return PyModule_AddFunctions(m, source_functions); }
