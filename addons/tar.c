@@ -42,6 +42,7 @@ typedef struct archive {
 
 typedef struct member {
   int32_t col;
+  int32_t ext;                        /* its extension as written, in ext_names (error messages) */
   int64_t off, size;
 } member_t;
 
@@ -58,6 +59,8 @@ typedef struct tar_ctx {
   int64_t nmembers;
   int ncols;
   char** col_names;                   /* in byte order */
+  char** ext_names;                   /* the members' extensions as written */
+  int next_names;
   rill_dtype_t* col_dtypes;
   int64_t* col_count;                 /* samples holding the column */
 } tar_ctx_t;
@@ -79,6 +82,7 @@ static void ctx_unref(void* p) {
   rill__free(c->first);
   rill__free(c->members);
   rill__free_vec((void**)c->col_names, c->ncols);
+  rill__free_vec((void**)c->ext_names, c->next_names);
   rill__free(c->col_dtypes);
   rill__free(c->col_count);
   rill__free(c);
@@ -185,12 +189,12 @@ static const member_t* find_member(const tar_ctx_t* c, int64_t s, int col) {
   return NULL;
 }
 
-/* Fails cell i (a row error: err->row = i) with "ARCHIVE:KEY.EXT: ..." */
-static int member_error(const tar_ctx_t* c, int col, int64_t s, int64_t i, int code, const char* what,
+/* Fails cell i (a row error: err->row = i) with "ARCHIVE:KEY.EXT: ..." (m: sample s's member) */
+static int member_error(const tar_ctx_t* c, const member_t* m, int64_t s, int64_t i, int code, const char* what,
                         rill_error_t* err) {
   if (err) err->row = i;
   return rill_error_set(err, code, "%s:%.*s.%s: %s", c->archives[c->sample_archive[s]].path,
-                        (int)(c->key_off[s + 1] - c->key_off[s]), c->keys + c->key_off[s], c->col_names[col], what);
+                        (int)(c->key_off[s + 1] - c->key_off[s]), c->keys + c->key_off[s], c->ext_names[m->ext], what);
 }
 
 /* Takes back variable cell i, set by rill_array_set_var but not filled. */
@@ -243,14 +247,14 @@ static int member_source(const int64_t* rows, int64_t n, rill_array_t* out, rill
     if (var) {
       if ((rc = rill_array_set_var(out, i, NULL, m->size, NULL)) < 0) {
         snprintf(msg, sizeof msg, "cannot allocate %lld bytes", (long long)m->size);
-        rc = member_error(c, cc->col, s, i, rc, msg, err);
+        rc = member_error(c, m, s, i, rc, msg, err);
         break;
       }
       dst = (char*)out->data + out->offsets[i];
     } else if (m->size > MAX_TEXT) {
       snprintf(msg, sizeof msg, "%lld bytes are not %s text (at most %d)", (long long)m->size,
                rill_dtype_name(dt), MAX_TEXT);
-      rc = member_error(c, cc->col, s, i, RILL_EFORMAT, msg, err);
+      rc = member_error(c, m, s, i, RILL_EFORMAT, msg, err);
       break;
     }
     int64_t got = pread_full(fd, dst, m->size, m->off);
@@ -261,7 +265,7 @@ static int member_source(const int64_t* rows, int64_t n, rill_array_t* out, rill
         snprintf(msg, sizeof msg, "the archive ends %lld bytes into the member's %lld", (long long)got,
                  (long long)m->size);
       if (var) take_back(out, i);
-      rc = member_error(c, cc->col, s, i, RILL_EIO, msg, err);
+      rc = member_error(c, m, s, i, RILL_EIO, msg, err);
       break;
     }
     if (dt == RILL_BINARY) continue;
@@ -270,7 +274,7 @@ static int member_source(const int64_t* rows, int64_t n, rill_array_t* out, rill
       if (bad >= 0) {
         snprintf(msg, sizeof msg, "not UTF-8 text (byte 0x%02X at byte %lld)", (unsigned char)dst[bad], (long long)bad);
         take_back(out, i);
-        rc = member_error(c, cc->col, s, i, RILL_EFORMAT, msg, err);
+        rc = member_error(c, m, s, i, RILL_EFORMAT, msg, err);
       }
       continue;
     }
@@ -292,7 +296,7 @@ static int member_source(const int64_t* rows, int64_t n, rill_array_t* out, rill
       else
         snprintf(msg, sizeof msg, "\"%s%s\" is not %s %s", shown, hi - lo > 40 ? "..." : "",
                  r == RILL_ERANGE ? "in the range of" : "a value of type", rill_dtype_name(dt));
-      rc = member_error(c, cc->col, s, i, r == RILL_ERANGE ? RILL_ERANGE : RILL_EFORMAT, msg, err);
+      rc = member_error(c, m, s, i, r == RILL_ERANGE ? RILL_ERANGE : RILL_EFORMAT, msg, err);
     }
   }
   if (opened) close(fd);
@@ -301,16 +305,24 @@ static int member_source(const int64_t* rows, int64_t n, rill_array_t* out, rill
 
 /* ---------------------------------------------------------------- indexing */
 
+/* A set of names (column names, extensions), ids in order of arrival; the names array and its
+ * count are the context's (*names, *n). */
+typedef struct strset {
+  char*** names;
+  int* n;
+  int64_t cap;
+  int32_t* slots;                     /* open addressing over ids + 1 (0 = empty) */
+  int64_t nslots;
+} strset_t;
+
 typedef struct builder {
   tar_ctx_t* c;
   const rill_tar_opts_t* o;           /* the caller's columns (checked) */
   int64_t* hits;                      /* members of each of o->columns' extensions */
   int64_t cap_archive, cap_first, cap_key_off, cap_members, cap_keys, key_bytes;
-  int32_t* ext_slots;                 /* open addressing over column ids + 1 (0 = empty) */
-  int64_t nslots;
+  strset_t cols, exts;                /* into c->col_names, c->ext_names */
   int64_t* key_slots;                 /* the archive's samples + 1 by key (0 = empty) */
   int64_t nkey_slots, nkeys;
-  int64_t cap_cols;
 } builder_t;
 
 static uint64_t hash_bytes(const char* s, size_t n) {
@@ -319,37 +331,37 @@ static uint64_t hash_bytes(const char* s, size_t n) {
   return h;
 }
 
-/* The column id of extension ext[0..n) (lower case), added when new: >= 0, or RILL_ENOMEM. */
-static int ext_column(builder_t* b, const char* ext, size_t n) {
-  tar_ctx_t* c = b->c;
-  if ((int64_t)(c->ncols + 1) * 2 > b->nslots) { /* grow and rehash */
-    int64_t ns = b->nslots ? b->nslots * 2 : 64;
+/* The id of name str[0..n) in set t, added when new: >= 0, or RILL_ENOMEM. */
+static int strset_id(strset_t* t, const char* str, size_t n) {
+  int count = *t->n;
+  if ((int64_t)(count + 1) * 2 > t->nslots) { /* grow and rehash */
+    int64_t ns = t->nslots ? t->nslots * 2 : 64;
     int32_t* slots = rill__calloc((size_t)ns, sizeof *slots);
     if (!slots) return RILL_ENOMEM;
-    for (int k = 0; k < c->ncols; k++) {
-      uint64_t h = hash_bytes(c->col_names[k], strlen(c->col_names[k])) & (uint64_t)(ns - 1);
+    for (int k = 0; k < count; k++) {
+      uint64_t h = hash_bytes((*t->names)[k], strlen((*t->names)[k])) & (uint64_t)(ns - 1);
       while (slots[h]) h = (h + 1) & (uint64_t)(ns - 1);
       slots[h] = k + 1;
     }
-    rill__free(b->ext_slots);
-    b->ext_slots = slots;
-    b->nslots = ns;
+    rill__free(t->slots);
+    t->slots = slots;
+    t->nslots = ns;
   }
-  uint64_t h = hash_bytes(ext, n) & (uint64_t)(b->nslots - 1);
-  for (; b->ext_slots[h]; h = (h + 1) & (uint64_t)(b->nslots - 1)) {
-    const char* name = c->col_names[b->ext_slots[h] - 1];
-    if (strlen(name) == n && memcmp(name, ext, n) == 0) return b->ext_slots[h] - 1;
+  uint64_t h = hash_bytes(str, n) & (uint64_t)(t->nslots - 1);
+  for (; t->slots[h]; h = (h + 1) & (uint64_t)(t->nslots - 1)) {
+    const char* name = (*t->names)[t->slots[h] - 1];
+    if (strlen(name) == n && memcmp(name, str, n) == 0) return t->slots[h] - 1;
   }
-  char** names = rill__grow(c->col_names, &b->cap_cols, c->ncols, c->ncols + 1, sizeof *names, 8);
+  char** names = rill__grow(*t->names, &t->cap, count, count + 1, sizeof *names, 8);
   if (!names) return RILL_ENOMEM;
-  c->col_names = names;
+  *t->names = names;
   char* name = rill__alloc(n + 1);
   if (!name) return RILL_ENOMEM;
-  memcpy(name, ext, n);
+  memcpy(name, str, n);
   name[n] = 0;
-  c->col_names[c->ncols] = name;
-  b->ext_slots[h] = c->ncols + 1;
-  return c->ncols++;
+  names[count] = name;
+  t->slots[h] = count + 1;
+  return (*t->n)++;
 }
 
 /* Whether key k[0..n) names a sample of the archive walked (its samples are in key_slots),
@@ -567,8 +579,8 @@ static int add_member(walk_t* w, const char* name, int64_t len, int64_t off, int
     return rill__fail(err, RILL_EFORMAT, "%s: byte %lld: member \"%.*s\": its extension names a column the source "
                       "makes itself (key, path): give its column another name (rill_tar_column_t.name)", w->path,
                       (long long)hpos, (int)len, name);
-  int col = ext_column(b, cname, strlen(cname));
-  if (col < 0) return rill__fail(err, RILL_ENOMEM, "out of memory");
+  int col = strset_id(&b->cols, cname, strlen(cname)), ext_id = strset_id(&b->exts, dot + 1, elen);
+  if (col < 0 || ext_id < 0) return rill__fail(err, RILL_ENOMEM, "out of memory");
   /* the same key as the archive's last sample joins it */
   int64_t s = w->last_sample;
   if (s < 0 || c->key_off[s + 1] - c->key_off[s] != klen || memcmp(c->keys + c->key_off[s], name, (size_t)klen) != 0) {
@@ -607,7 +619,7 @@ static int add_member(walk_t* w, const char* name, int64_t len, int64_t off, int
   member_t* ms = rill__grow(c->members, &b->cap_members, c->nmembers, c->nmembers + 1, sizeof *ms, 1024);
   if (!ms) return rill__fail(err, RILL_ENOMEM, "out of memory");
   c->members = ms;
-  c->members[c->nmembers++] = (member_t){.col = col, .off = off, .size = size};
+  c->members[c->nmembers++] = (member_t){.col = col, .ext = ext_id, .off = off, .size = size};
   return RILL_OK;
 }
 
@@ -893,7 +905,8 @@ int rill_df_from_tar(const char* const* paths, int npaths, const rill_tar_opts_t
   tar_ctx_t* c = rill__calloc(1, sizeof *c);
   if (!c) return rill__fail(err, RILL_ENOMEM, "out of memory");
   atomic_init(&c->refs, 1);
-  builder_t b = {.c = c, .o = &o};
+  builder_t b = {.c = c, .o = &o, .cols = {.names = &c->col_names, .n = &c->ncols},
+                 .exts = {.names = &c->ext_names, .n = &c->next_names}};
   c->archives = rill__calloc((size_t)npaths, sizeof *c->archives);
   c->key_off = rill__calloc(2, sizeof *c->key_off);
   c->first = rill__calloc(2, sizeof *c->first);
@@ -901,7 +914,8 @@ int rill_df_from_tar(const char* const* paths, int npaths, const rill_tar_opts_t
   if (!c->archives || !c->key_off || !c->first || !b.hits) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
   b.cap_first = b.cap_key_off = 2;
   if (rc == RILL_OK) rc = index_archives(paths, npaths, &b, err);
-  rill__free(b.ext_slots);
+  rill__free(b.cols.slots);
+  rill__free(b.exts.slots);
   rill__free(b.key_slots);
   if (rc == RILL_OK) {
     c->first[c->nsamples] = c->nmembers;

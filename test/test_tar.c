@@ -587,6 +587,19 @@ Test(tar, alternative_extensions_named_as_one_column) {
   RT_FAILS(rill_df_from_tar(&p, 1, &(rill_tar_opts_t){.columns = none, .ncolumns = 3}, &df, &err), RILL_EINVAL,
            "columns[0]: no member of the archives has extension \"jpeg\" (nor any other extension given its name)",
            err);
+  /* a member of a named column fails under its own name, as written */
+  f = create("num.tar");
+  tw_file(f, "a.int", "5", 1);
+  tw_file(f, "b.INT", "x", 1);
+  fclose(f);
+  p = rt_tpath("num.tar");
+  RT_OK(rill_df_from_tar(&p, 1, &(rill_tar_opts_t){.columns = (rill_tar_column_t[]){{"int", RILL_INT64, "num"}},
+                                                   .ncolumns = 1},
+                         &df, &err),
+        err);
+  cr_assert_eq(first_error(df, &err), RILL_EFORMAT);
+  cr_assert(strstr(err.message, "num.tar:b.INT: \"x\" is not a value of type int64"), "%s", err.message);
+  rill_df_free(df);
   /* a sample holding two alternatives */
   f = create("both.tar");
   tw_file(f, "a.jpg", "J", 1);
