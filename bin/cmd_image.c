@@ -1,6 +1,6 @@
 /* rill demo, rill preview and rill bench images: the training-input pipeline over an
- * ImageFolder tree (decode fused with random resized crop, flip, normalize, batch), with a
- * progress bar, a throughput report and a PNG grid of one augmented batch. */
+ * ImageFolder tree or tar shards (decode fused with random resized crop, flip, normalize,
+ * batch), with a progress bar, a throughput report and a PNG grid of one augmented batch. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,8 +23,12 @@
 
 static const double MEAN[3] = {0.485, 0.456, 0.406}, STD[3] = {0.229, 0.224, 0.225};
 
+enum { MAX_SHARDS = 4096 };
+
 typedef struct opts {
-  const char* dir;
+  const char* dir;   /* an ImageFolder tree, or the first of the tar shards */
+  const char** shards;
+  int nshards;       /* > 0: dir and the rest are tar shards (a file, not a folder) */
   const char* out;   /* PNG grid */
   int size, batch, threads, epochs, prefetch;
   int cold;          /* bench: each epoch from a stopped pipeline (no prefetch across epochs) */
@@ -65,7 +69,7 @@ static int parse_int(const char* cmd, const char* name, const char* v, int lo, i
   return 0;
 }
 
-/* Parses argv[1..]: options and at most one positional folder; `allow_runs` 1 takes --threads,
+/* Parses argv[1..]: options and one positional folder or tar shards; `allow_runs` 1 takes --threads,
  * 2 also the options of repeated runs (--epochs, --prefetch, --cold-epochs). Returns 0, 2
  * (usage error) or -1 (--help printed). */
 static int parse(const char* cmd, int argc, char** argv, opts_t* o, int allow_out, int allow_runs, const char* usage) {
@@ -102,10 +106,13 @@ static int parse(const char* cmd, int argc, char** argv, opts_t* o, int allow_ou
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "rill %s: unknown option '%s'\n%s", cmd, a, usage);
       return 2;
-    } else if (!o->dir) {
-      o->dir = a;
+    } else if (o->nshards < MAX_SHARDS) {
+      static const char* list[MAX_SHARDS]; /* one command a process */
+      o->shards = list;
+      o->shards[o->nshards++] = a;
+      o->dir = o->shards[0];
     } else {
-      fprintf(stderr, "rill %s: unexpected argument '%s'\n%s", cmd, a, usage);
+      fprintf(stderr, "rill %s: more than %d shards\n%s", cmd, MAX_SHARDS, usage);
       return 2;
     }
     if (rc) return rc;
@@ -123,9 +130,19 @@ static void pipeline_free(pipeline_t* p) {
   memset(p, 0, sizeof *p);
 }
 
-static int check_dir(const char* cmd, const char* dir, int is_default) {
+/* The positional arguments: one folder, or tar shards (files; o->nshards stays > 0). */
+static int check_dir(const char* cmd, opts_t* o, int is_default) {
   struct stat st;
-  if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+  const char* dir = o->dir;
+  if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (o->nshards <= 1) {
+      o->nshards = 0;
+      return 0;
+    }
+    fprintf(stderr, "rill %s: '%s' is a folder: give one ImageFolder tree, or tar shards\n", cmd, dir);
+    return 2;
+  }
+  if (o->nshards > 0 && stat(dir, &st) == 0 && S_ISREG(st.st_mode)) return 0; /* tar shards: checked when opened */
   if (is_default)
     fprintf(stderr,
             "rill %s: the image corpus '%s' does not exist; build it with `make data` (from the source tree), "
@@ -146,17 +163,26 @@ static int parse_dir_command(const char* cmd, int argc, char** argv, opts_t* o, 
     fprintf(stderr, "rill %s: %s\n%s", cmd, !o->dir ? "missing DIR" : "missing -o FILE", usage);
     return 2;
   }
-  return check_dir(cmd, o->dir, 0);
+  return check_dir(cmd, o, 0);
 }
 
-/* ImageFolder -> shuffle -> random resized crop (fused decode) -> normalize + flip -> batch. */
+/* The images of tar shards: members .jpg, .jpeg, .png or .webp, one a sample, as "bytes". */
+static const rill_tar_column_t SHARD_IMAGES[] = {
+    {"jpg", RILL_BINARY, "bytes"}, {"jpeg", RILL_BINARY, "bytes"}, {"png", RILL_BINARY, "bytes"},
+    {"webp", RILL_BINARY, "bytes"}};
+
+/* ImageFolder or tar shards -> shuffle -> random resized crop (fused decode) -> normalize +
+ * flip -> batch. */
 static int pipeline_new(const char* cmd, const opts_t* o, pipeline_t* p) {
   rill_error_t err = {0};
   memset(p, 0, sizeof *p);
-  if (rill_df_from_image_folder(o->dir, NULL, &p->files, &err) < 0) goto fail;
+  if (o->nshards ? rill_df_from_tar(o->shards, o->nshards, &(rill_tar_opts_t){.columns = SHARD_IMAGES, .ncolumns = 4},
+                                    &p->files, &err) < 0
+                 : rill_df_from_image_folder(o->dir, NULL, &p->files, &err) < 0)
+    goto fail;
   p->images = rill_df_rows(p->files);
   if (rill_df_shuffle(p->files, o->seed, &p->shuffled, &err) < 0) goto fail;
-  int bytes = rill_df_column(p->shuffled, "bytes"), label = rill_df_column(p->shuffled, "label");
+  int bytes = rill_df_column(p->shuffled, "bytes"), label = o->nshards ? 0 : rill_df_column(p->shuffled, "label");
   int img = rill_image_random_resized_crop(
       p->shuffled, "img", bytes,
       &(rill_rrc_opts_t){.size = {o->size, o->size}, .on_error = RILL_ON_ERROR_SKIP}, &err);
@@ -171,9 +197,11 @@ static int pipeline_new(const char* cmd, const opts_t* o, pipeline_t* p) {
   if (x < 0) goto fail;
   int path = rill_df_column(p->shuffled, "path");
   if (path < 0 || label < 0 || bytes < 0) goto fail;
-  /* the paths ride along so that a run can tell which images were skipped */
-  if (rill_df_batch(p->shuffled, (int[]){x, label, path}, 3, o->batch, NULL, &p->batches, &err) < 0) goto fail;
-  p->paths = 2;
+  /* the paths ride along so that a run can tell which images were skipped (shards: no labels) */
+  int cols[3] = {x, label, path}, nc = 3;
+  if (o->nshards) cols[1] = path, nc = 2;
+  if (rill_df_batch(p->shuffled, cols, nc, o->batch, NULL, &p->batches, &err) < 0) goto fail;
+  p->paths = nc - 1;
   /* several epochs: the prefetch runs on into the next one, as in a training loop */
   rill_iter_opts_t io = {.prefetch = o->prefetch ? o->prefetch : 4, .threads = o->threads, .seed = o->seed,
                          .next_epoch = o->epochs > 1 && !o->cold};
@@ -406,10 +434,11 @@ static void print_skipped(const char* cmd, pipeline_t* p, run_result_t* r) {
 }
 
 static const char* DEMO_USAGE =
-    "usage: rill demo [DIR] [--size N] [--batch B] [--threads T] [--seed S] [-o preview.png]\n"
+    "usage: rill demo [DIR | SHARD.tar ...] [--size N] [--batch B] [--threads T] [--seed S] [-o preview.png]\n"
     "\n"
     "Runs the training-input pipeline over an ImageFolder tree (DIR/<class>/<image>; default\n"
-    "" DEFAULT_CORPUS ", made by `make data`): decode fused with a random resized crop to NxN\n"
+    "" DEFAULT_CORPUS ", made by `make data`) or over tar shards in WebDataset's layout (each\n"
+    "sample's image a KEY.jpg, .jpeg, .png or .webp member): decode fused with a random resized crop to NxN\n"
     "(default 224), random horizontal flip, normalize to float32 CHW, batches of B (default 64).\n"
     "Shows progress, prints the throughput and writes a grid of the first augmented batch to\n"
     "preview.png (or -o FILE). The rate printed is the pipeline's (the preview is written\n"
@@ -422,7 +451,7 @@ int rill_cmd_demo(int argc, char** argv) {
   if (rc) return rc < 0 ? 0 : rc;
   int is_default = !o.dir;
   if (!o.dir) o.dir = DEFAULT_CORPUS;
-  if (check_dir("demo", o.dir, is_default)) return 1;
+  if ((rc = check_dir("demo", &o, is_default))) return rc;
   pipeline_t p;
   double t0 = now_s();
   if (pipeline_new("demo", &o, &p)) return 1;
@@ -437,9 +466,10 @@ int rill_cmd_demo(int argc, char** argv) {
     progress_show(&pr, r.images, 1);
     print_skipped("demo", &p, &r);
     printf("%lld images in %lld batches of %d x 3 x %d x %d float32: %.2f s, %.0f images/s "
-           "(first batch after %.0f ms; folder scan %.0f ms; %lld skipped)\n",
+           "(first batch after %.0f ms; %s %.0f ms; %lld skipped)\n",
            (long long)r.images, (long long)r.batches, o.batch, o.size, o.size, r.seconds,
-           r.seconds > 0 ? r.images / r.seconds : 0, r.first_batch_s * 1e3, setup * 1e3, (long long)r.skipped);
+           r.seconds > 0 ? r.images / r.seconds : 0, r.first_batch_s * 1e3, o.nshards ? "shard index" : "folder scan",
+           setup * 1e3, (long long)r.skipped);
     if (r.first) {
       double tp = now_s();
       rc = save_grid("demo", o.out, r.first);
@@ -452,10 +482,11 @@ int rill_cmd_demo(int argc, char** argv) {
 }
 
 static const char* PREVIEW_USAGE =
-    "usage: rill preview DIR -o grid.png [--size N] [--batch B] [--seed S]\n"
+    "usage: rill preview DIR | SHARD.tar ... -o grid.png [--size N] [--batch B] [--seed S]\n"
     "\n"
     "Writes a PNG grid of one augmented batch (random resized crop NxN, default 224; random\n"
-    "flip; normalized then denormalized for display) of the ImageFolder tree DIR. B images\n"
+    "flip; normalized then denormalized for display) of the ImageFolder tree DIR or of tar\n"
+    "shards (images as KEY.jpg, .jpeg, .png or .webp members). B images\n"
     "(default 16); the same seed gives the same grid.\n"
     "Exit status: 0 ok, 1 runtime error, 2 usage error.\n";
 
@@ -479,11 +510,12 @@ int rill_cmd_preview(int argc, char** argv) {
 }
 
 static const char* BENCH_USAGE =
-    "usage: rill bench images DIR [--threads N] [--batch B] [--epochs E] [--size S] [--prefetch P]\n"
+    "usage: rill bench images DIR | SHARD.tar ... [--threads N] [--batch B] [--epochs E] [--size S] [--prefetch P]\n"
     "                             [--cold-epochs]\n"
     "\n"
     "Measures the training-input pipeline (decode + random resized crop S (224) + flip +\n"
-    "normalize float32 CHW + batch B (256)) over the ImageFolder tree DIR for E epochs (3):\n"
+    "normalize float32 CHW + batch B (256)) over the ImageFolder tree DIR, or over tar shards\n"
+    "(images as KEY.jpg, .jpeg, .png or .webp members), for E epochs (3):\n"
     "images/s per epoch, time to the first batch, images skipped and resident memory after\n"
     "each epoch. The epochs run back to back and the prefetch goes on across their ends, as in\n"
     "a training loop (rill.torch.Loader); --cold-epochs starts each epoch from a stopped pipeline.\n"
@@ -518,7 +550,7 @@ int rill_cmd_bench_images(int argc, char** argv) {
     printf("epoch %d: %lld images in %.3f s = %.1f images/s; first batch %.1f ms%s; RSS %.1f MiB; skipped %lld\n", e,
            (long long)r.images, r.seconds, ips, r.first_batch_s * 1e3, e == 0 ? " (+ setup)" : "", rss_mib(),
            (long long)r.skipped);
-    if (e == 0) printf("setup (folder scan + plan): %.1f ms\n", setup * 1e3);
+    if (e == 0) printf("setup (%s + plan): %.1f ms\n", o.nshards ? "shard index" : "folder scan", setup * 1e3);
     run_result_free(&r);
   }
   if (!rc) printf("best: %.1f images/s\n", best);
