@@ -197,7 +197,7 @@ static int parse_tar_dtype(char* v, rill_tar_column_t* col) {
   char* eq = strchr(v, '=');
   if (!eq || eq == v) return -1;
   *eq = 0;
-  col->ext = v;
+  *col = (rill_tar_column_t){.ext = v};
   for (int d = RILL_BOOL; d <= RILL_TIMESTAMP_US; d++)
     if (!strcmp(eq + 1, rill_dtype_name((rill_dtype_t)d)) || (d == RILL_STRING && !strcmp(eq + 1, "str"))) {
       col->dtype = (rill_dtype_t)d;
@@ -309,7 +309,7 @@ int rill_cmd_head(int argc, char** argv) {
   const char* pos[MAX_FILES] = {NULL};
   int npos = 0;
   enum { MAX_DTYPES = 32 };
-  rill_tar_column_t tar_cols[MAX_DTYPES];
+  rill_tar_column_t tar_cols[MAX_DTYPES] = {{0}};
   int ntar_cols = 0;
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];

@@ -318,7 +318,7 @@ static void test_tar_shards(void) {
     fclose(f);
   }
   rill_df_t *df = NULL, *sh = NULL, *b = NULL;
-  CHECK_OK(rill_df_from_tar(p, S, &(rill_tar_opts_t){.columns = (rill_tar_column_t[]){{"cls", RILL_INT64}},
+  CHECK_OK(rill_df_from_tar(p, S, &(rill_tar_opts_t){.columns = (rill_tar_column_t[]){{"cls", RILL_INT64, NULL}},
                                                      .ncolumns = 1},
                             &df, &err),
            err);
