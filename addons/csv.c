@@ -1470,13 +1470,13 @@ static void* open_worker(void* arg) {
 static int open_files(const char* const* paths, int n, const rill_csv_opts_t* o, rill_df_t** parts,
                       rill_error_t* err) {
   int threads = o->threads > 0 ? o->threads : rill__ncores(), side = threads < n ? threads : n;
-  if (side > 64) side = 64; /* rill__csv_run_threads' most */
+  if (side > 64) side = 64; /* rill__run_threads' most */
   rill_csv_opts_t each = *o;
   each.threads = threads / side;
   open_job_t job = {.paths = paths, .n = n, .o = &each, .parts = parts, .failed = n};
   atomic_init(&job.next, 0);
   pthread_mutex_init(&job.mu, NULL);
-  rill__csv_run_threads(side, open_worker, &job);
+  rill__run_threads(side, open_worker, &job);
   pthread_mutex_destroy(&job.mu);
   if (job.failed == n) return RILL_OK;
   if (err) *err = job.err;

@@ -51,14 +51,6 @@ int64_t rill__csv_line(rill__csv_t* c, int64_t off) {
 
 /* ------------------------------------------------------------------ the parallel pass */
 
-void rill__csv_run_threads(int nthreads, void* (*fn)(void*), void* arg) {
-  pthread_t tids[64];
-  int started = 0;
-  for (int t = 1; t < nthreads && t < 64 && pthread_create(&tids[started], NULL, fn, arg) == 0; t++) started++;
-  fn(arg);
-  for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
-}
-
 typedef struct index_job {
   const rill__csv_t* csv;
   const char* d;
@@ -279,7 +271,7 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
     job.sample_lines++;
   atomic_init(&job.next, 0);
   int nthreads = o->threads > 0 ? o->threads : rill__ncores();
-  rill__csv_run_threads(nthreads < nch ? nthreads : (int)nch, index_worker, &job);
+  rill__run_threads(nthreads < nch ? nthreads : (int)nch, index_worker, &job);
 
   /* stitch: pick each chunk's scan from the state the previous one ended in */
   int64_t nbad = 0;

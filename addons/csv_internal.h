@@ -230,10 +230,6 @@ int rill__csv_scan_simd_level(void);
  * records without `expected` fields. Errors name the file and line. */
 int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const rill_csv_opts_t* o,
                           rill_error_t* err);
-/* Runs fn(arg) on the calling thread and on nthreads - 1 more (at most 64 in all; fewer when
- * threads cannot be made), and returns when all have returned: the workers of a job take its
- * pieces from a shared counter. */
-void rill__csv_run_threads(int nthreads, void* (*fn)(void*), void* arg);
 /* The 1-based physical line holding byte `off` (checkpoints built on first use). */
 int64_t rill__csv_line(rill__csv_t* c, int64_t off);
 

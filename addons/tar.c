@@ -3,7 +3,9 @@
  *
  * Opening indexes every archive: each header is read (from a small window, so the headers of
  * a sample's small members cost one read), checked and its data skipped; a member gets its
- * sample, its column and the place and size of its data. Nothing else is kept: pulling a row
+ * sample, its column and the place and size of its data. The archives are indexed side by side
+ * on threads (a cold disk answers several reads at once), each into an index of its own, and
+ * merged in order. Nothing else is kept: pulling a row
  * opens the archive again (once per run of rows from one archive in a call), checks that it is
  * the file indexed, and reads each member with one pread straight into its cell.
  *
@@ -745,47 +747,170 @@ static int sort_columns(tar_ctx_t* c) {
   return RILL_OK;
 }
 
-static int index_archives(const char* const* paths, int npaths, builder_t* b, rill_error_t* err) {
-  tar_ctx_t* c = b->c;
-  uint8_t* win = rill__alloc(WINDOW);
-  if (!win) return rill__fail(err, RILL_ENOMEM, "out of memory");
+/* One archive's index, made on any thread: its own samples, members, keys and names (in a
+ * context of its own), merged into the dataframe's in archive order. */
+typedef struct part {
+  tar_ctx_t c;
+  int64_t* hits;                      /* members of each of the caller's extensions */
+  int rc;
+  rill_error_t err;
+} part_t;
+
+typedef struct index_job {
+  tar_ctx_t* c;                       /* archives[] filled by the workers (one each) */
+  const rill_tar_opts_t* o;
+  part_t* parts;
+  int npaths;
+  _Atomic int next, first_failed;     /* the next archive; the lowest that failed (npaths: none) */
+} index_job_t;
+
+static void part_free(part_t* p) {
+  tar_ctx_t* c = &p->c;
+  rill__free(c->sample_archive);
+  rill__free(c->key_off);
+  rill__free(c->keys);
+  rill__free(c->first);
+  rill__free(c->members);
+  rill__free_vec((void**)c->col_names, c->ncols);
+  rill__free_vec((void**)c->ext_names, c->next_names);
+  rill__free(p->hits);
+}
+
+/* Indexes archive a (its path already in c->archives[a]) into part p: RILL_OK, or < 0 with
+ * p->err set. */
+static int index_one(index_job_t* job, int a, part_t* p, uint8_t* win) {
+  archive_t* ar = &job->c->archives[a];
+  tar_ctx_t* pc = &p->c;
+  rill_error_t* err = &p->err;
+  builder_t b = {.c = pc, .o = job->o, .cols = {.names = &pc->col_names, .n = &pc->ncols},
+                 .exts = {.names = &pc->ext_names, .n = &pc->next_names}, .cap_first = 2, .cap_key_off = 2};
+  b.hits = p->hits = rill__calloc((size_t)(job->o->ncolumns ? job->o->ncolumns : 1), sizeof *p->hits);
+  pc->key_off = rill__calloc(2, sizeof *pc->key_off);
+  pc->first = rill__calloc(2, sizeof *pc->first);
+  if (!p->hits || !pc->key_off || !pc->first) return rill__fail(err, RILL_ENOMEM, "out of memory");
+  char eb[128];
+  walk_t w = {.b = &b, .a = a, .path = ar->path, .win = win, .win_at = -1, .pax_size = -1, .last_sample = -1};
+  const char* why = rill__open_regular(ar->path, &w.fd, &w.size, eb, sizeof eb);
+  if (why) return rill__fail(err, RILL_EIO, "%s: cannot open: %s", ar->path, why);
+  struct stat st;
   int rc = RILL_OK;
-  for (int a = 0; rc == RILL_OK && a < npaths; a++) {
-    archive_t* ar = &c->archives[a];
-    ar->fd = -1;
-    if (!(ar->path = rill__strdup(paths[a]))) {
-      rc = rill__fail(err, RILL_ENOMEM, "out of memory");
-      break;
-    }
-    c->narchives = a + 1;
-    char eb[128];
-    if (b->key_slots) memset(b->key_slots, 0, (size_t)b->nkey_slots * sizeof *b->key_slots); /* the archive's own keys */
-    b->nkeys = 0;
-    walk_t w = {.b = b, .a = a, .path = ar->path, .win = win, .win_at = -1, .pax_size = -1, .last_sample = -1};
-    const char* why = rill__open_regular(ar->path, &w.fd, &w.size, eb, sizeof eb);
-    if (why) {
-      rc = rill__fail(err, RILL_EIO, "%s: cannot open: %s", ar->path, why);
-      break;
-    }
-    struct stat st;
-    if (fstat(w.fd, &st) != 0) {
-      rc = rill__fail(err, RILL_EIO, "%s: cannot stat: %s", ar->path, strerror_r(errno, eb, sizeof eb));
-      close(w.fd);
-      break;
-    }
-    ar->size = (int64_t)st.st_size;
+  if (fstat(w.fd, &st) != 0) {
+    rc = rill__fail(err, RILL_EIO, "%s: cannot stat: %s", ar->path, strerror_r(errno, eb, sizeof eb));
+  } else {
+    ar->size = w.size = (int64_t)st.st_size;
     ar->dev = (uint64_t)st.st_dev;
     ar->ino = (uint64_t)st.st_ino;
     ar->mtime_ns = mtime_ns(&st);
-    w.size = ar->size;
     rc = walk_archive(&w, err);
-    set_name(&w, NULL, 0);
-    if (rc == RILL_OK && rill__keep_fd())
-      ar->fd = w.fd; /* read from it: a replaced archive is still the file indexed */
-    else
-      close(w.fd);
+  }
+  set_name(&w, NULL, 0);
+  rill__free(b.cols.slots);
+  rill__free(b.exts.slots);
+  rill__free(b.key_slots);
+  if (rc == RILL_OK && rill__keep_fd())
+    ar->fd = w.fd; /* read from it: a replaced archive is still the file indexed */
+  else
+    close(w.fd);
+  if (rc == RILL_OK) pc->first[pc->nsamples] = pc->nmembers;
+  return rc;
+}
+
+static void* index_worker(void* arg) {
+  index_job_t* job = arg;
+  uint8_t* win = rill__alloc(WINDOW);
+  for (;;) {
+    int a = atomic_fetch_add(&job->next, 1);
+    if (a >= job->npaths) break;
+    part_t* p = &job->parts[a];
+    if (a > atomic_load(&job->first_failed)) continue; /* an earlier archive failed: its error is the one told */
+    p->rc = win ? index_one(job, a, p, win) : rill__fail(&p->err, RILL_ENOMEM, "out of memory");
+    int f = atomic_load(&job->first_failed);
+    while (p->rc < 0 && a < f && !atomic_compare_exchange_weak(&job->first_failed, &f, a)) {
+    }
   }
   rill__free(win);
+  return NULL;
+}
+
+/* Appends part p (archive a) to c: its samples, keys and members, its names mapped to c's. */
+static int merge_part(tar_ctx_t* c, builder_t* b, const part_t* p) {
+  const tar_ctx_t* pc = &p->c;
+  int32_t* cols = rill__alloc((size_t)(pc->ncols ? pc->ncols : 1) * sizeof *cols);
+  int32_t* exts = rill__alloc((size_t)(pc->next_names ? pc->next_names : 1) * sizeof *exts);
+  int rc = cols && exts ? RILL_OK : RILL_ENOMEM;
+  for (int k = 0; rc == RILL_OK && k < pc->ncols; k++)
+    if ((cols[k] = strset_id(&b->cols, pc->col_names[k], strlen(pc->col_names[k]))) < 0) rc = RILL_ENOMEM;
+  for (int k = 0; rc == RILL_OK && k < pc->next_names; k++)
+    if ((exts[k] = strset_id(&b->exts, pc->ext_names[k], strlen(pc->ext_names[k]))) < 0) rc = RILL_ENOMEM;
+  int64_t s0 = c->nsamples, m0 = c->nmembers, k0 = b->key_bytes, kb = pc->key_off[pc->nsamples];
+  for (int64_t s = 0; rc == RILL_OK && s < pc->nsamples; s++) {
+    c->sample_archive[s0 + s] = pc->sample_archive[s];
+    c->first[s0 + s] = m0 + pc->first[s];
+    c->key_off[s0 + s + 1] = k0 + pc->key_off[s + 1];
+  }
+  for (int64_t m = 0; rc == RILL_OK && m < pc->nmembers; m++) {
+    member_t x = pc->members[m];
+    x.col = cols[x.col];
+    x.ext = exts[x.ext];
+    c->members[m0 + m] = x;
+  }
+  if (rc == RILL_OK) {
+    if (kb) memcpy(c->keys + k0, pc->keys, (size_t)kb);
+    b->key_bytes += kb;
+    c->nsamples += pc->nsamples;
+    c->nmembers += pc->nmembers;
+  }
+  rill__free(cols);
+  rill__free(exts);
+  return rc;
+}
+
+/* Indexes the archives on up to `threads` threads (0: up to 16), then merges them in order
+ * into c; hits[i]: the members of the caller's extension i. The error of the first archive
+ * (in order) that failed. */
+static int index_archives(const char* const* paths, int npaths, int threads, builder_t* b, rill_error_t* err) {
+  tar_ctx_t* c = b->c;
+  for (int a = 0; a < npaths; a++) {
+    c->archives[a].fd = -1;
+    if (!(c->archives[a].path = rill__strdup(paths[a]))) return rill__fail(err, RILL_ENOMEM, "out of memory");
+    c->narchives = a + 1;
+  }
+  index_job_t job = {.c = c, .o = b->o, .npaths = npaths};
+  atomic_init(&job.next, 0);
+  atomic_init(&job.first_failed, npaths);
+  if (!(job.parts = rill__calloc((size_t)npaths, sizeof *job.parts))) return rill__fail(err, RILL_ENOMEM, "out of memory");
+  int nt = threads > 0 ? threads : 16; /* reading headers waits on the disk more than it computes */
+  rill__run_threads(nt < npaths ? nt : npaths, index_worker, &job);
+  int rc = RILL_OK, f = atomic_load(&job.first_failed);
+  if (f < npaths) {
+    rc = job.parts[f].rc;
+    if (err) *err = job.parts[f].err;
+  }
+  /* the merged arrays, allocated once */
+  int64_t ns = 0, nm = 0, nk = 0;
+  for (int a = 0; rc == RILL_OK && a < npaths; a++) {
+    ns += job.parts[a].c.nsamples;
+    nm += job.parts[a].c.nmembers;
+    nk += job.parts[a].c.key_off[job.parts[a].c.nsamples];
+  }
+  if (rc == RILL_OK) {
+    c->sample_archive = rill__alloc((size_t)(ns ? ns : 1) * sizeof *c->sample_archive);
+    c->first = rill__alloc((size_t)(ns + 1) * sizeof *c->first);
+    c->key_off = rill__alloc((size_t)(ns + 1) * sizeof *c->key_off);
+    c->keys = rill__alloc((size_t)(nk ? nk : 1));
+    c->members = rill__alloc((size_t)(nm ? nm : 1) * sizeof *c->members);
+    if (!c->sample_archive || !c->first || !c->key_off || !c->keys || !c->members)
+      rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+    else
+      c->key_off[0] = 0;
+  }
+  for (int a = 0; rc == RILL_OK && a < npaths; a++) {
+    if (merge_part(c, b, &job.parts[a]) < 0) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+    for (int i = 0; rc == RILL_OK && i < b->o->ncolumns; i++) b->hits[i] += job.parts[a].hits[i];
+  }
+  if (rc == RILL_OK) c->first[c->nsamples] = c->nmembers;
+  for (int a = 0; a < npaths; a++) part_free(&job.parts[a]);
+  rill__free(job.parts);
   return rc;
 }
 
@@ -898,6 +1023,7 @@ int rill_df_from_tar(const char* const* paths, int npaths, const rill_tar_opts_t
   rill_tar_opts_t o = opts ? *opts : (rill_tar_opts_t){0};
   if (o.ncolumns < 0 || (o.ncolumns > 0 && !o.columns))
     return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns must hold ncolumns >= 0 entries");
+  if (o.threads < 0) return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: threads must be >= 0 (0: up to 16)");
   int rc = check_columns(&o, err);
   if (rc < 0) return rc;
   for (int a = 0; a < npaths; a++)
@@ -908,19 +1034,12 @@ int rill_df_from_tar(const char* const* paths, int npaths, const rill_tar_opts_t
   builder_t b = {.c = c, .o = &o, .cols = {.names = &c->col_names, .n = &c->ncols},
                  .exts = {.names = &c->ext_names, .n = &c->next_names}};
   c->archives = rill__calloc((size_t)npaths, sizeof *c->archives);
-  c->key_off = rill__calloc(2, sizeof *c->key_off);
-  c->first = rill__calloc(2, sizeof *c->first);
   b.hits = rill__calloc((size_t)(o.ncolumns ? o.ncolumns : 1), sizeof *b.hits);
-  if (!c->archives || !c->key_off || !c->first || !b.hits) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
-  b.cap_first = b.cap_key_off = 2;
-  if (rc == RILL_OK) rc = index_archives(paths, npaths, &b, err);
+  if (!c->archives || !b.hits) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+  if (rc == RILL_OK) rc = index_archives(paths, npaths, o.threads, &b, err);
   rill__free(b.cols.slots);
   rill__free(b.exts.slots);
-  rill__free(b.key_slots);
-  if (rc == RILL_OK) {
-    c->first[c->nsamples] = c->nmembers;
-    if (sort_columns(c) < 0) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
-  }
+  if (rc == RILL_OK && sort_columns(c) < 0) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
   if (rc == RILL_OK) rc = apply_dtypes(c, &o, b.hits, err);
   rill__free(b.hits);
   if (rc == RILL_OK) rc = build_df(c, &o, out, err);

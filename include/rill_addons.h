@@ -329,7 +329,8 @@ RILL_API int rill_image_folder_classes(const rill_df_t* df, const char* const** 
  * the names, BINARY (the member's bytes) unless opts->columns says otherwise; a sample
  * without that member has a null cell there. Samples follow the archives' order, then their
  * order in each archive.
- * The archives are indexed when opened (each member's header read, its data skipped): POSIX
+ * The archives are indexed when opened, side by side on threads (each member's header read,
+ * its data skipped; the errors of the first archive in order that fails are told): POSIX
  * ustar, pax (path and size records: long names, members over 8 GiB) and GNU tar (long
  * names, base-256 sizes) headers, every header's checksum checked. Members are read when a
  * row is pulled (one pread into the cell). An archive keeps the descriptor it was indexed
@@ -368,6 +369,9 @@ typedef struct rill_tar_opts {
                                  unless another one given the same name is found */
   int ncolumns;
   int64_t grain;              /* rows per task of the member columns; 0 = the engine picks */
+  int threads;                /* archives indexed side by side at open: 0 = up to 16 (reading
+                                 headers waits on the disk: more threads than cores help a
+                                 cold one), 1 = the calling thread only */
   int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_tar_opts_t;
 

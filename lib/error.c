@@ -1,6 +1,7 @@
 /* Status codes, error reporting and small platform helpers. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +77,14 @@ int rill__ncores(void) { /* the cores this process may run on (taskset, cgroup c
   if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
+}
+
+void rill__run_threads(int nthreads, void* (*fn)(void*), void* arg) {
+  pthread_t tids[64];
+  int started = 0;
+  for (int t = 1; t < nthreads && t < 64 && pthread_create(&tids[started], NULL, fn, arg) == 0; t++) started++;
+  fn(arg);
+  for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
 }
 
 int64_t rill__kept_fd_budget = -1;

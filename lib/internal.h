@@ -49,6 +49,10 @@ extern int64_t rill__kept_fd_budget;
 int rill__keep_fd(void);
 void rill__unkeep_fd(void);
 int rill__ncores(void);
+/* Runs fn(arg) on the calling thread and on nthreads - 1 more (at most 64 in all; fewer when
+ * threads cannot be made), and returns when all have returned: the workers of a job take its
+ * pieces from a shared counter (a source's parallel open or index pass). */
+void rill__run_threads(int nthreads, void* (*fn)(void*), void* arg);
 
 /* ---- memory on devices: host (aligned), pinned host and CUDA device memory.
  * Pinned and device memory come from stream_cuda.c; without CUDA they fail (NULL). */

@@ -442,6 +442,83 @@ Test(tar, damaged_and_unsupported_archives_fail_at_open_with_their_place) {
   open_fails("size.tar", RILL_EFORMAT, "byte 0: the header's size field cannot be read");
 }
 
+/* Archives indexed side by side: the same dataframe on one thread or many, and the error of
+ * the first damaged archive in order whichever thread finds one first. */
+Test(tar, archives_indexed_side_by_side_merge_in_order) {
+  enum { A = 12 };
+  char rel[32], name[32], text[32];
+  const char* paths[A];
+  for (int a = 0; a < A; a++) {
+    snprintf(rel, sizeof rel, "side%02d.tar", a);
+    FILE* f = create(rel);
+    for (int k = 0; k < 40 + a; k++) { /* the same keys in every archive: samples of their own */
+      snprintf(name, sizeof name, "%03d.%s", k, a % 3 ? "cls" : "CLS");
+      int n = snprintf(text, sizeof text, "%d", a * 1000 + k);
+      tw_file(f, name, text, n);
+      if (k % 2) {
+        snprintf(name, sizeof name, "%03d.ext%d", k, a % 4);
+        tw_file(f, name, "x", 1);
+      }
+    }
+    tw_end(f);
+    fclose(f);
+    paths[a] = strdup(rt_tpath(rel));
+  }
+  rill_df_t* one = NULL;
+  rill_error_t err = {0};
+  RT_OK(rill_df_from_tar(paths, A, &(rill_tar_opts_t){.threads = 1}, &one, &err), err);
+  for (int threads = 0; threads <= 12; threads += 4) {
+    rill_df_t* df = NULL;
+    RT_OK(rill_df_from_tar(paths, A, &(rill_tar_opts_t){.threads = threads, .columns = (rill_tar_column_t[]){{"cls", RILL_INT64, NULL}},
+                                                        .ncolumns = 1},
+                           &df, &err),
+          err);
+    cr_assert_eq(rill_df_rows(df), rill_df_rows(one));
+    cr_assert_eq(rill_df_ncolumns(df), 7); /* key, path, cls, ext0..ext3 */
+    rill_iter_t* it = NULL;
+    RT_OK(rill_iter_new(df, &(rill_iter_opts_t){.threads = 2}, &it, &err), err);
+    rill_row_t row;
+    int64_t r = 0;
+    while (rill_iter_next(it, &row, &err) == RILL_OK) {
+      int64_t a = 0, k = r;
+      while (k >= 40 + a) k -= 40 + a, a++;
+      cr_assert_eq(*(const int64_t*)rill_array_cell(rill_row_get(&row, 2), 0, NULL), a * 1000 + k, "row %lld",
+                   (long long)r);
+      cr_assert_eq(rill_array_is_valid(rill_row_get(&row, 3 + a % 4), 0), k % 2 == 1, "row %lld", (long long)r);
+      r++;
+    }
+    cr_assert_eq(r, rill_df_rows(one));
+    rill_iter_free(it);
+    rill_df_free(df);
+  }
+  rill_df_free(one);
+  /* archives 5 and 9 damaged, 5 after 20,000 members (found later than 9's): archive 5's
+   * error, every time */
+  FILE* f = fopen(paths[5], "wb");
+  for (int k = 0; k < 20000; k++) {
+    snprintf(name, sizeof name, "%05d.cls", k);
+    tw_file(f, name, "1", 1);
+  }
+  uint8_t h[512];
+  tw_header(h, "x.cls", NULL, 1, '0', TW_USTAR, 0);
+  h[3] = '#';
+  fwrite(h, 1, 512, f);
+  fclose(f);
+  f = fopen(paths[9], "r+b");
+  fseek(f, 512 * 6 + 3, SEEK_SET);
+  fputc('#', f);
+  fclose(f);
+  for (int round = 0; round < 10; round++) {
+    rill_df_t* df = NULL;
+    RT_FAILS(rill_df_from_tar(paths, A, &(rill_tar_opts_t){.threads = 4}, &df, &err), RILL_EFORMAT,
+             "side05.tar: byte 20480000: not a tar header: the archive is damaged", err);
+    cr_assert_null(df);
+  }
+  RT_FAILS(rill_df_from_tar(paths, A, &(rill_tar_opts_t){.threads = -1}, &one, &err), RILL_EINVAL,
+           "threads must be >= 0", err);
+  for (int a = 0; a < A; a++) free((void*)paths[a]);
+}
+
 Test(tar, bad_arguments_and_dtypes) {
   write_two();
   const char* paths[] = {rt_tpath("a.tar"), NULL};

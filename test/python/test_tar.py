@@ -388,6 +388,8 @@ def test_dtypes_errors(tmp_path, bad_cls):
         rill.from_tar([bad_cls, 3])
     with pytest.raises(rill.InvalidArgumentError, match=r"^rill_df_from_tar: paths, npaths >= 1 and out are required$"):
         rill.from_tar([])  # an empty glob, most likely
+    with pytest.raises(rill.InvalidArgumentError, match=r"^rill_df_from_tar: threads must be >= 0 \(0: up to 16\)$"):
+        rill.from_tar(bad_cls, threads=-1)
 
 
 # ---------------------------------------------------------------- errors at open
@@ -660,6 +662,16 @@ def test_bad_jpeg_member_names_archive_and_key(tmp_path):
     assert np.asarray(next(it)["img"].to_pylist()[0]).shape == (8, 8, 3)
     with pytest.raises(rill.FormatError, match=f"^row 1, column 'img': .*{re.escape(str(shard))}:a/cut\\b"):
         next(it)
+
+
+@pytest.mark.skipif(not rill.has_feature("jpeg"), reason="rill built without libjpeg")
+def test_shards_indexed_on_one_thread_or_many_give_the_same_rows(tmp_path):
+    paths, samples = write_image_shards(tmp_path, 6, 5)
+    one = table(rill.from_tar(paths, dtypes={"cls": "int64"}, threads=1))
+    many = table(rill.from_tar(paths, dtypes={"cls": "int64"}, threads=6))
+    assert one == many
+    assert one["key"] == sorted(samples)  # shards in order, samples in order within each
+    assert one["cls"] == [samples[k][1] for k in one["key"]]
 
 
 @pytest.mark.skipif(not rill.has_feature("jpeg"), reason="rill built without libjpeg")

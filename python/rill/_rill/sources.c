@@ -1068,12 +1068,14 @@ static int parse_tar_columns(PyObject* dtypes, PyObject* rename, rill_tar_column
 }
 
 static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
-  static char* kwlist[] = {"paths", "dtypes", "rename", "on_error", "grain", NULL};
+  static char* kwlist[] = {"paths", "dtypes", "rename", "on_error", "grain", "threads", NULL};
   PyObject *paths, *dtypes = Py_None, *rename = Py_None, *on_error = Py_None;
   long long grain = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOL:from_tar", kwlist, &paths, &dtypes, &rename, &on_error, &grain))
+  int threads = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOLi:from_tar", kwlist, &paths, &dtypes, &rename, &on_error, &grain,
+                                   &threads))
     return NULL;
-  rill_tar_opts_t o = {0};
+  rill_tar_opts_t o = {.threads = threads};
   if (rillpy_parse_on_error(on_error, &o.on_error) < 0 || rillpy_parse_grain(grain, &o.grain) < 0) return NULL;
   /* one archive (str, bytes or os.PathLike) or a sequence of them */
   int single = PyUnicode_Check(paths) || PyBytes_Check(paths) || PyObject_HasAttrString(paths, "__fspath__");
@@ -1159,7 +1161,7 @@ static PyMethodDef source_functions[] = {
      "are DataFrame.classes."},
     {"from_tar", (PyCFunction)(void (*)(void))py_from_tar, METH_VARARGS | METH_KEYWORDS,
      "from_tar(paths: str | bytes | os.PathLike | Sequence[str | bytes | os.PathLike], *, dtypes=None, "
-     "rename=None, on_error='raise', grain=0) -> DataFrame\n\n"
+     "rename=None, on_error='raise', grain=0, threads=0) -> DataFrame\n\n"
      "A dataframe of the samples of WebDataset-style tar archives (shards; one path or a sequence), one "
      "row per sample: the consecutive members DIR/KEY.EXT of one DIR/KEY. Columns 'key' (string), 'path' "
      "(string, 'ARCHIVE:KEY') and one per extension found in any archive, in byte order (lower case; "
@@ -1168,7 +1170,8 @@ static PyMethodDef source_functions[] = {
      "bool parsed from the member's text, e.g. {'cls': 'int64'}); an extension no archive holds is an "
      "error. rename: {extension: column name}; extensions given one name are alternatives of one column "
      "({'jpg': 'image', 'png': 'image'}: a sample holds one of them), and an extension named 'key' or 'path' "
-     "can be read under another name. on_error: for a member that cannot be read or converted."},
+     "can be read under another name. on_error: for a member that cannot be read or converted. threads: "
+     "archives indexed side by side at open (0: up to 16; 1: the calling thread)."},
     {NULL, NULL, 0, NULL}};
 
 int rillpy_init_sources(PyObject* m) { return PyModule_AddFunctions(m, source_functions); }
