@@ -67,6 +67,17 @@ typedef struct tar_ctx {
   int64_t* col_count;                 /* samples holding the column */
 } tar_ctx_t;
 
+/* Frees the index of c (samples, keys, members, names): the dataframe's, or an archive's part. */
+static void index_free(tar_ctx_t* c) {
+  rill__free(c->sample_archive);
+  rill__free(c->key_off);
+  rill__free(c->keys);
+  rill__free(c->first);
+  rill__free(c->members);
+  rill__free_vec((void**)c->col_names, c->ncols);
+  rill__free_vec((void**)c->ext_names, c->next_names);
+}
+
 static void ctx_unref(void* p) {
   tar_ctx_t* c = p;
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
@@ -78,13 +89,7 @@ static void ctx_unref(void* p) {
     }
   }
   rill__free(c->archives);
-  rill__free(c->sample_archive);
-  rill__free(c->key_off);
-  rill__free(c->keys);
-  rill__free(c->first);
-  rill__free(c->members);
-  rill__free_vec((void**)c->col_names, c->ncols);
-  rill__free_vec((void**)c->ext_names, c->next_names);
+  index_free(c);
   rill__free(c->col_dtypes);
   rill__free(c->col_count);
   rill__free(c);
@@ -765,14 +770,7 @@ typedef struct index_job {
 } index_job_t;
 
 static void part_free(part_t* p) {
-  tar_ctx_t* c = &p->c;
-  rill__free(c->sample_archive);
-  rill__free(c->key_off);
-  rill__free(c->keys);
-  rill__free(c->first);
-  rill__free(c->members);
-  rill__free_vec((void**)c->col_names, c->ncols);
-  rill__free_vec((void**)c->ext_names, c->next_names);
+  index_free(&p->c);
   rill__free(p->hits);
 }
 

@@ -109,6 +109,16 @@ static inline const char* rt_tmpdir(void) {
   return rt_tmpdir_path_;
 }
 
+/* Runs a shell command, its output (up to size - 1 bytes) into out: its exit status, or -1. */
+static inline int rt_run_cmd(const char* cmd, char* out, size_t size) {
+  FILE* p = popen(cmd, "r");
+  cr_assert(p, "popen %s", cmd);
+  size_t n = fread(out, 1, size - 1, p);
+  out[n] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 /* rel under rt_tmpdir(), in one of 8 rotating buffers (valid until 8 more calls). */
 static inline char* rt_tpath(const char* rel) {
   static char bufs[8][1024];

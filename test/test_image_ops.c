@@ -1416,15 +1416,6 @@ Test(image_ops, variable_shape_cells) {
 
 /* ---------------------------------------------------------------- command-line tool */
 
-__attribute__((unused)) static int run_cmd(const char* cmd, char* out, size_t size) {
-  FILE* p = popen(cmd, "r");
-  cr_assert(p, "popen %s", cmd);
-  size_t n = fread(out, 1, size - 1, p);
-  out[n] = 0;
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 Test(image_ops, cli_demo_preview_bench) {
 #if !RILL_HAVE_JPEG || !RILL_HAVE_PNG
   cr_skip_test("built without libjpeg or libpng");
@@ -1455,7 +1446,7 @@ Test(image_ops, cli_demo_preview_bench) {
 
   /* preview: a PNG grid of one batch (the broken file is skipped) */
   snprintf(cmd, sizeof cmd, "'%s' preview '%s' -o '%s/grid.png' --size 32 --batch 7 --seed 3 2>&1", bin, dir, rt_tmpdir());
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "6 images of 32x32"), "%s", out);
   snprintf(path, sizeof path, "%s/grid.png", rt_tmpdir());
   png_image img;
@@ -1468,7 +1459,7 @@ Test(image_ops, cli_demo_preview_bench) {
 
   /* demo on the folder, bench images */
   snprintf(cmd, sizeof cmd, "cd '%s' && '%s' demo '%s' --size 32 --batch 4 --threads 1 2>&1", rt_tmpdir(), bin, dir);
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "6 images in 2 batches") && strstr(out, "1 skipped") && strstr(out, "images/s"), "%s", out);
   cr_assert(strstr(out, "bee/broken.jpg") && strstr(out, "written in"), "skipped images are named: %s", out);
   snprintf(path, sizeof path, "%s/preview.png", rt_tmpdir());
@@ -1480,7 +1471,7 @@ Test(image_ops, cli_demo_preview_bench) {
   for (int m = 0; m < 2; m++) {
     snprintf(cmd, sizeof cmd, "'%s' bench images '%s' --epochs 3 --batch 4 --size 32 --threads 2%s 2>&1", bin, dir,
              modes[m]);
-    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, said[m]) && strstr(out, "RSS"), "%s", out);
     for (int e = 0; e < 3; e++) {
       char line[64];
@@ -1494,33 +1485,33 @@ Test(image_ops, cli_demo_preview_bench) {
 
   /* usage errors: exit 2; runtime errors: exit 1 naming the file; --help: exit 0 */
   snprintf(cmd, sizeof cmd, "'%s' preview '%s' 2>&1", bin, dir);
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 2, "%s", out);
   cr_assert(strstr(out, "missing -o FILE"), "%s", out);
   snprintf(cmd, sizeof cmd, "'%s' bench images '%s' --threads many 2>&1", bin, dir);
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 2, "%s", out);
   cr_assert(strstr(out, "--threads needs an integer"), "%s", out);
   for (int k = 0; k < 3; k++) { /* digits only, as rill head's counts: no sign, no blanks */
     static const char* bad[3] = {"' 8'", "+8", "8x"};
     snprintf(cmd, sizeof cmd, "'%s' preview '%s' -o '%s/g.png' --batch %s 2>&1", bin, dir, rt_tmpdir(), bad[k]);
-    cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 2, "%s", out);
     cr_assert(strstr(out, "--batch needs an integer in [1, 65536], got '"), "%s", out);
   }
   snprintf(cmd, sizeof cmd, "'%s' demo '%s' --bogus 2>&1", bin, dir);
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 2, "%s", out);
   snprintf(cmd, sizeof cmd, "'%s' demo '%s' --epochs 2 2>&1", bin, dir); /* one pass: bench's options only */
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 2, "%s", out);
   cr_assert(strstr(out, "unknown option '--epochs'"), "%s", out);
   snprintf(cmd, sizeof cmd, "'%s' demo '%s/missing' 2>&1", bin, dir);
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 1, "%s", out);
   cr_assert(strstr(out, "/missing") && strstr(out, "No such file"), "%s", out);
   snprintf(cmd, sizeof cmd, "'%s' preview '%s' -o '%s/no/such/dir/g.png' --size 16 2>&1", bin, dir, rt_tmpdir());
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 1, "%s", out);
   cr_assert(strstr(out, "cannot write") && strstr(out, "no/such/dir/g.png"), "%s", out);
   snprintf(cmd, sizeof cmd, "'%s' demo --help 2>&1", bin);
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "usage: rill demo"), "%s", out);
   snprintf(cmd, sizeof cmd, "'%s' bench images --help 2>&1", bin);
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "usage: rill bench images"), "%s", out);
 #endif
 }

@@ -792,15 +792,6 @@ Test(tar, jpeg_members_decoded_and_a_damaged_one_named_by_its_sample) {
 
 /* ---------------------------------------------------------------- command-line tool */
 
-static int run_cmd(const char* cmd, char* out, size_t size) {
-  FILE* p = popen(cmd, "r");
-  cr_assert(p, "popen %s", cmd);
-  size_t n = fread(out, 1, size - 1, p);
-  out[n] = 0;
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* rill head over shards (typed with --dtype), and rill bench images / demo / preview over
  * shards whose samples hold .jpg or .png images, a damaged one skipped and named. */
 Test(tar, cli_head_and_image_commands_over_shards) {
@@ -810,15 +801,15 @@ Test(tar, cli_head_and_image_commands_over_shards) {
   write_two();
   snprintf(cmd, sizeof cmd, "'%s' head '%s' '%s' --dtype cls=int64 --dtype json=string --format tsv 2>&1", bin,
            rt_tpath("a.tar"), rt_tpath("b.tar"));
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "key\tpath\tcls\tjpg\tjson\n"), "%s", out);
   cr_assert(strstr(out, "\t12\t0x6a7065672d31\tNULL\n"), "%s", out); /* 001: cls " 12 ", jpg "jpeg-1" */
   cr_assert(strstr(out, "\t3\t0x6a7065672d30\t{\"a\":1}\n"), "%s", out);
   snprintf(cmd, sizeof cmd, "'%s' head '%s' --dtype cls=int65 2>&1", bin, rt_tpath("a.tar"));
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 2, "%s", out);
   cr_assert(strstr(out, "--dtype needs EXT=TYPE"), "%s", out);
   snprintf(cmd, sizeof cmd, "'%s' head '%s' --dtype clss=int64 2>&1", bin, rt_tpath("a.tar"));
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 1, "%s", out);
   cr_assert(strstr(out, "no member of the archives has extension \"clss\""), "%s", out);
 #if RILL_HAVE_JPEG && RILL_HAVE_PNG
   uint8_t px[40 * 48 * 3];
@@ -845,26 +836,26 @@ Test(tar, cli_head_and_image_commands_over_shards) {
   free(png.p);
   snprintf(cmd, sizeof cmd, "'%s' bench images '%s' '%s' --size 32 --batch 4 --epochs 2 --threads 2 2>&1", bin,
            rt_tpath("img0.tar"), rt_tpath("img1.tar"));
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "10 images, batch 4"), "%s", out);
   cr_assert(strstr(out, "setup (shard index + plan)"), "%s", out);
   cr_assert(strstr(out, "epoch 1: 9 images"), "%s", out);
   cr_assert(strstr(out, "skipped 1"), "%s", out);
   snprintf(cmd, sizeof cmd, "cd '%s' && '%s' demo '%s' '%s' --size 32 --batch 4 2>&1", rt_tmpdir(), bin,
            rt_tpath("img0.tar"), rt_tpath("img1.tar"));
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "9 images in 3 batches"), "%s", out);
   cr_assert(strstr(out, "img1.tar:102"), "the skipped sample named: %s", out);
   snprintf(cmd, sizeof cmd, "'%s' preview '%s' -o '%s' --size 32 --batch 5 2>&1", bin, rt_tpath("img0.tar"),
            rt_tpath("grid.png"));
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
   cr_assert(strstr(out, "5 images of 32x32"), "%s", out);
   /* a folder among shards; a shard that is not a tar archive */
   snprintf(cmd, sizeof cmd, "'%s' demo '%s' '%s' 2>&1", bin, rt_tmpdir(), rt_tpath("img0.tar"));
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 2, "%s", out);
   cr_assert(strstr(out, "is a folder: give one ImageFolder tree, or tar shards"), "%s", out);
   snprintf(cmd, sizeof cmd, "'%s' bench images '%s' '%s' 2>&1", bin, rt_tpath("img0.tar"), rt_tpath("grid.png"));
-  cr_assert_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 1, "%s", out);
   cr_assert(strstr(out, "grid.png: byte 0: not a tar archive"), "%s", out);
 #endif
 }
