@@ -5,9 +5,11 @@
  * a sample's small members cost one read), checked and its data skipped; a member gets its
  * sample, its column and the place and size of its data. The archives are indexed side by side
  * on threads (a cold disk answers several reads at once), each into an index of its own, and
- * merged in order. Nothing else is kept: pulling a row
- * opens the archive again (once per run of rows from one archive in a call), checks that it is
- * the file indexed, and reads each member with one pread straight into its cell.
+ * merged in order. Pulling a row reads each member with one pread straight into its cell, from
+ * the descriptor the archive was indexed from (kept while the process's budget of kept
+ * descriptors allows) or else from the archive opened again by its path (once per run of rows
+ * from one archive in a call); either way an fstat first checks that it is the file indexed,
+ * unchanged.
  *
  * Formats (POSIX.1-2001 ustar and pax, GNU tar): a header is a 512-byte block; name (100
  * bytes) and, for "ustar\0" headers, a prefix (155 bytes) joined by '/'; size as octal text or,
