@@ -39,6 +39,7 @@
 
 typedef struct archive {
   char* path;
+  int64_t path_len;
   int fd;                             /* the descriptor the index was read from, kept (rill__keep_fd), or -1 */
   int64_t size, mtime_ns;
   uint64_t dev, ino;
@@ -178,8 +179,9 @@ static int path_source(const int64_t* rows, int64_t n, rill_array_t* out, rill_e
   int rc = alloc_cells(exec, out, RILL_STRING, n, err);
   for (int64_t i = 0; rc == RILL_OK && i < n; i++) {
     int64_t s = rows[i], kn = c->key_off[s + 1] - c->key_off[s];
-    const char* ap = c->archives[c->sample_archive[s]].path;
-    int64_t an = (int64_t)strlen(ap);
+    const archive_t* ar = &c->archives[c->sample_archive[s]];
+    const char* ap = ar->path;
+    int64_t an = ar->path_len;
     if ((rc = rill_array_set_var(out, i, NULL, an + 1 + kn, NULL)) < 0) {
       rc = rill_error_set(err, rc, "cannot allocate path cells");
       break;
@@ -873,6 +875,7 @@ static int index_archives(const char* const* paths, int npaths, int threads, bui
   for (int a = 0; a < npaths; a++) {
     c->archives[a].fd = -1;
     if (!(c->archives[a].path = rill__strdup(paths[a]))) return rill__fail(err, RILL_ENOMEM, "out of memory");
+    c->archives[a].path_len = (int64_t)strlen(paths[a]);
     c->narchives = a + 1;
   }
   index_job_t job = {.c = c, .o = b->o, .npaths = npaths};
