@@ -56,7 +56,7 @@ typedef struct tar_ctx {
   archive_t* archives;
   int narchives;
   int64_t nsamples;
-  int32_t* sample_archive;            /* nsamples */
+  int32_t* sample_archive;            /* nsamples: each sample's archive (an archive's own part has none) */
   int64_t* key_off;                   /* nsamples + 1 offsets into keys */
   char* keys;
   int64_t* first;                     /* nsamples + 1: the sample's members are members[first[s]..first[s+1]) */
@@ -330,17 +330,11 @@ typedef struct builder {
   tar_ctx_t* c;
   const rill_tar_opts_t* o;           /* the caller's columns (checked) */
   int64_t* hits;                      /* members of each of o->columns' extensions */
-  int64_t cap_archive, cap_first, cap_key_off, cap_members, cap_keys, key_bytes;
+  int64_t cap_first, cap_key_off, cap_members, cap_keys, key_bytes;
   strset_t cols, exts;                /* into c->col_names, c->ext_names */
   int64_t* key_slots;                 /* the archive's samples + 1 by key (0 = empty) */
   int64_t nkey_slots, nkeys;
 } builder_t;
-
-static uint64_t hash_bytes(const char* s, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-  return h;
-}
 
 /* The id of name str[0..n) in set t, added when new: >= 0, or RILL_ENOMEM. */
 static int strset_id(strset_t* t, const char* str, size_t n) {
@@ -350,7 +344,7 @@ static int strset_id(strset_t* t, const char* str, size_t n) {
     int32_t* slots = rill__calloc((size_t)ns, sizeof *slots);
     if (!slots) return RILL_ENOMEM;
     for (int k = 0; k < count; k++) {
-      uint64_t h = hash_bytes((*t->names)[k], strlen((*t->names)[k])) & (uint64_t)(ns - 1);
+      uint64_t h = rill__fnv(RILL__FNV_START, (*t->names)[k], strlen((*t->names)[k])) & (uint64_t)(ns - 1);
       while (slots[h]) h = (h + 1) & (uint64_t)(ns - 1);
       slots[h] = k + 1;
     }
@@ -358,7 +352,7 @@ static int strset_id(strset_t* t, const char* str, size_t n) {
     t->slots = slots;
     t->nslots = ns;
   }
-  uint64_t h = hash_bytes(str, n) & (uint64_t)(t->nslots - 1);
+  uint64_t h = rill__fnv(RILL__FNV_START, str, n) & (uint64_t)(t->nslots - 1);
   for (; t->slots[h]; h = (h + 1) & (uint64_t)(t->nslots - 1)) {
     const char* name = (*t->names)[t->slots[h] - 1];
     if (strlen(name) == n && memcmp(name, str, n) == 0) return t->slots[h] - 1;
@@ -386,7 +380,8 @@ static int key_seen(builder_t* b, const char* k, int64_t n, int64_t s) {
     for (int64_t i = 0; i < b->nkey_slots; i++) {
       int64_t t = b->key_slots[i] - 1;
       if (t < 0) continue;
-      uint64_t h = hash_bytes(c->keys + c->key_off[t], (size_t)(c->key_off[t + 1] - c->key_off[t])) & (uint64_t)(ns - 1);
+      size_t kn = (size_t)(c->key_off[t + 1] - c->key_off[t]);
+      uint64_t h = rill__fnv(RILL__FNV_START, c->keys + c->key_off[t], kn) & (uint64_t)(ns - 1);
       while (slots[h]) h = (h + 1) & (uint64_t)(ns - 1);
       slots[h] = t + 1;
     }
@@ -394,7 +389,7 @@ static int key_seen(builder_t* b, const char* k, int64_t n, int64_t s) {
     b->key_slots = slots;
     b->nkey_slots = ns;
   }
-  uint64_t h = hash_bytes(k, (size_t)n) & (uint64_t)(b->nkey_slots - 1);
+  uint64_t h = rill__fnv(RILL__FNV_START, k, (size_t)n) & (uint64_t)(b->nkey_slots - 1);
   for (; b->key_slots[h]; h = (h + 1) & (uint64_t)(b->nkey_slots - 1)) {
     int64_t t = b->key_slots[h] - 1;
     if (c->key_off[t + 1] - c->key_off[t] == n && memcmp(c->keys + c->key_off[t], k, (size_t)n) == 0) return 1;
@@ -460,7 +455,6 @@ static int compressed(const char* path, const char* how, rill_error_t* err) {
 /* One archive being walked. */
 typedef struct walk {
   builder_t* b;
-  int a;                              /* its index */
   const char* path;
   int fd;
   int64_t size;
@@ -596,9 +590,7 @@ static int add_member(walk_t* w, const char* name, int64_t len, int64_t off, int
   int64_t s = w->last_sample;
   if (s < 0 || c->key_off[s + 1] - c->key_off[s] != klen || memcmp(c->keys + c->key_off[s], name, (size_t)klen) != 0) {
     s = c->nsamples;
-    int32_t* sa = rill__grow(c->sample_archive, &b->cap_archive, s, s + 1, sizeof *sa, 1024);
-    if (sa) c->sample_archive = sa;
-    int64_t* first = sa ? rill__grow(c->first, &b->cap_first, s + 1, s + 2, sizeof *first, 1024) : NULL;
+    int64_t* first = rill__grow(c->first, &b->cap_first, s + 1, s + 2, sizeof *first, 1024);
     if (first) c->first = first;
     int64_t* ko = first ? rill__grow(c->key_off, &b->cap_key_off, s + 1, s + 2, sizeof *ko, 1024) : NULL;
     if (ko) c->key_off = ko;
@@ -607,7 +599,6 @@ static int add_member(walk_t* w, const char* name, int64_t len, int64_t off, int
     c->keys = keys;
     memcpy(c->keys + b->key_bytes, name, (size_t)klen);
     b->key_bytes += klen;
-    c->sample_archive[s] = w->a;
     c->first[s] = c->nmembers;
     c->key_off[s + 1] = b->key_bytes;
     int seen = key_seen(b, name, klen, s);
@@ -791,7 +782,7 @@ static int index_one(index_job_t* job, int a, part_t* p, uint8_t* win) {
   pc->first = rill__calloc(2, sizeof *pc->first);
   if (!p->hits || !pc->key_off || !pc->first) return rill__fail(err, RILL_ENOMEM, "out of memory");
   char eb[128];
-  walk_t w = {.b = &b, .a = a, .path = ar->path, .win = win, .win_at = -1, .pax_size = -1, .last_sample = -1};
+  walk_t w = {.b = &b, .path = ar->path, .win = win, .win_at = -1, .pax_size = -1, .last_sample = -1};
   const char* why = rill__open_regular(ar->path, &w.fd, &w.size, eb, sizeof eb);
   if (why) return rill__fail(err, RILL_EIO, "%s: cannot open: %s", ar->path, why);
   struct stat st;
@@ -835,7 +826,7 @@ static void* index_worker(void* arg) {
 }
 
 /* Appends part p (archive a) to c: its samples, keys and members, its names mapped to c's. */
-static int merge_part(tar_ctx_t* c, builder_t* b, const part_t* p) {
+static int merge_part(tar_ctx_t* c, builder_t* b, const part_t* p, int a) {
   const tar_ctx_t* pc = &p->c;
   int32_t* cols = rill__alloc((size_t)(pc->ncols ? pc->ncols : 1) * sizeof *cols);
   int32_t* exts = rill__alloc((size_t)(pc->next_names ? pc->next_names : 1) * sizeof *exts);
@@ -846,7 +837,7 @@ static int merge_part(tar_ctx_t* c, builder_t* b, const part_t* p) {
     if ((exts[k] = strset_id(&b->exts, pc->ext_names[k], strlen(pc->ext_names[k]))) < 0) rc = RILL_ENOMEM;
   int64_t s0 = c->nsamples, m0 = c->nmembers, k0 = b->key_bytes, kb = pc->key_off[pc->nsamples];
   for (int64_t s = 0; rc == RILL_OK && s < pc->nsamples; s++) {
-    c->sample_archive[s0 + s] = pc->sample_archive[s];
+    c->sample_archive[s0 + s] = a;
     c->first[s0 + s] = m0 + pc->first[s];
     c->key_off[s0 + s + 1] = k0 + pc->key_off[s + 1];
   }
@@ -908,7 +899,7 @@ static int index_archives(const char* const* paths, int npaths, int threads, bui
       c->key_off[0] = 0;
   }
   for (int a = 0; rc == RILL_OK && a < npaths; a++) {
-    if (merge_part(c, b, &job.parts[a]) < 0) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
+    if (merge_part(c, b, &job.parts[a], a) < 0) rc = rill__fail(err, RILL_ENOMEM, "out of memory");
     for (int i = 0; rc == RILL_OK && i < b->o->ncolumns; i++) b->hits[i] += job.parts[a].hits[i];
   }
   if (rc == RILL_OK) c->first[c->nsamples] = c->nmembers;

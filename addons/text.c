@@ -525,19 +525,13 @@ int rill__store_text(rill_array_t* out, int64_t i, rill_dtype_t dt, const char* 
 
 /* ------------------------------------------------------------------ column names */
 
-static uint64_t hash_str(const char* s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-  return h;
-}
-
 typedef struct name_slot {
   const char* s;
   int next_dup;
 } name_slot_t;
 
 static name_slot_t* name_find(name_slot_t* t, size_t mask, const char* s) {
-  for (size_t i = hash_str(s) & mask;; i = (i + 1) & mask)
+  for (size_t i = rill__fnv(RILL__FNV_START, s, strlen(s)) & mask;; i = (i + 1) & mask)
     if (!t[i].s || strcmp(t[i].s, s) == 0) return &t[i];
 }
 

@@ -128,6 +128,15 @@ void rill__array_window_release(rill_array_t* win);
 /* Ensures a validity bitmap exists for `a` (all valid). */
 int rill__array_ensure_validity(rill_array_t* a);
 int64_t rill__count_nulls(const uint8_t* validity, int64_t length);
+/* FNV-1a over p[0..n), continuing from h (RILL__FNV_START to begin): the keys of hash tables
+ * (column names, tar keys) and the fingerprint of saved iterator states. */
+#define RILL__FNV_START 0xCBF29CE484222325ULL
+static inline uint64_t rill__fnv(uint64_t h, const void* p, size_t n) {
+  const uint8_t* b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ULL;
+  return h;
+}
+
 static inline int rill__bit_get(const uint8_t* bits, int64_t i) { return (bits[i >> 3] >> (i & 7)) & 1; }
 static inline void rill__bit_set(uint8_t* bits, int64_t i) { bits[i >> 3] |= (uint8_t)(1u << (i & 7)); }
 static inline void rill__bit_clear(uint8_t* bits, int64_t i) { bits[i >> 3] &= (uint8_t)~(1u << (i & 7)); }

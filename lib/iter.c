@@ -82,31 +82,25 @@ static int need(rill_iter_t* it, int d, int c, int pinned, int64_t* min_grain, r
   return RILL_OK;
 }
 
-static uint64_t fnv(uint64_t h, const void* p, size_t n) {
-  const uint8_t* b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ULL;
-  return h;
-}
-
 static uint64_t fingerprint(const rill_iter_t* it) {
-  uint64_t h = 0xCBF29CE484222325ULL;
+  uint64_t h = RILL__FNV_START;
   for (int d = 0; d < it->nchain; d++) {
     const rill_df_t* df = it->chain[d];
     int64_t v[8] = {df->kind, df->rows, df->ncols, (int64_t)df->seed, df->rank, df->world, df->batch, df->k};
-    h = fnv(h, v, sizeof v);
+    h = rill__fnv(h, v, sizeof v);
     int64_t b[2] = {df->bopts.drop_last, df->bopts.layout};
-    h = fnv(h, b, sizeof b);
-    if (df->kind == RILL__DF_SLICE) h = fnv(h, &df->offset, sizeof df->offset);
-    if (df->kind == RILL__DF_TAKE || df->kind == RILL__DF_CONCAT) h = fnv(h, &df->kept_hash, sizeof df->kept_hash);
+    h = rill__fnv(h, b, sizeof b);
+    if (df->kind == RILL__DF_SLICE) h = rill__fnv(h, &df->offset, sizeof df->offset);
+    if (df->kind == RILL__DF_TAKE || df->kind == RILL__DF_CONCAT) h = rill__fnv(h, &df->kept_hash, sizeof df->kept_hash);
     for (int c = 0; c < df->ncols; c++) {
       const rill_field_t* f = &df->cols[c]->field;
-      h = fnv(h, f->name, strlen(f->name) + 1);
+      h = rill__fnv(h, f->name, strlen(f->name) + 1);
       int64_t t[2] = {f->type.dtype, f->type.ndim};
-      h = fnv(h, t, sizeof t);
-      h = fnv(h, f->type.shape, sizeof(int64_t) * (size_t)f->type.ndim);
+      h = rill__fnv(h, t, sizeof t);
+      h = rill__fnv(h, f->type.shape, sizeof(int64_t) * (size_t)f->type.ndim);
     }
   }
-  for (int q = 0; q < it->nreq; q++) h = fnv(h, &it->req[q], sizeof it->req[q]);
+  for (int q = 0; q < it->nreq; q++) h = rill__fnv(h, &it->req[q], sizeof it->req[q]);
   return h;
 }
 
