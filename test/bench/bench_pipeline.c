@@ -189,7 +189,7 @@ static double sys_s(void) { /* CPU time spent in the kernel (page faults, reads)
  * of an iterator touches its fresh buffers), and the batches pulled. */
 typedef struct epoch_stats {
   int64_t images, batches;
-  double secs, cpu, first, first_cpu, first_sys;
+  double secs, cpu, sys, first, first_cpu, first_sys;
   long first_faults;
 } epoch_stats_t;
 
@@ -212,6 +212,7 @@ static int epoch(pipe_t* p, epoch_stats_t* st, rill_error_t* err) {
   }
   st->secs = now_s() - t0;
   st->cpu = cpu_s() - c0;
+  st->sys = sys_s() - s0;
   return rc == RILL_END ? 0 : rc;
 }
 
@@ -291,7 +292,7 @@ int main(int argc, char** argv) {
    * computed again after epoch 1 (the same images and crops; warm buffers, files verified):
    * batches differ in their images, so this is the first batch's own work */
   double first_ms[2] = {0}, first_cpu_ms[2] = {0}, first_sys_ms[2] = {0}, setup_ms[2] = {0}, e0_batch_ms[2] = {0},
-         e1_batch_ms[2] = {0}, again_ms[2] = {0}, again_cpu_ms[2] = {0};
+         e1_batch_ms[2] = {0}, again_ms[2] = {0}, again_cpu_ms[2] = {0}, e0_user_ms[2] = {0}, e0_sys_ms[2] = {0};
   long first_faults[2] = {0};
   int64_t images[2] = {0};
   for (int r = 0; r < rounds; r++) {
@@ -322,6 +323,9 @@ int main(int argc, char** argv) {
             first_sys_ms[t] = es.first_sys * 1e3;
             setup_ms[t] = setup * 1e3;
             e0_batch_ms[t] = es.batches > 1 ? (es.secs - es.first) / (double)(es.batches - 1) * 1e3 : 0;
+            /* the same split of the CPU time of epoch 0's other batches: user space and kernel */
+            e0_user_ms[t] = es.batches > 1 ? ((es.cpu - es.sys) - (es.first_cpu - es.first_sys)) / (double)(es.batches - 1) * 1e3 : 0;
+            e0_sys_ms[t] = es.batches > 1 ? (es.sys - es.first_sys) / (double)(es.batches - 1) * 1e3 : 0;
           }
           if (e == 1 && batches[k] == 256 && r == 0) e1_batch_ms[t] = es.batches > 0 ? es.secs / (double)es.batches * 1e3 : 0;
           if (e == 1) rate = n / es.secs, rate_cpu = es.cpu > 0 ? n / es.cpu : 0;
@@ -371,6 +375,12 @@ int main(int argc, char** argv) {
            again_cpu_ms[t]);
     printf("epoch0_batch_work_ms_%dt %.1f\nepoch1_batch_work_ms_%dt %.1f\n", threads, e0_batch_ms[t], threads,
            e1_batch_ms[t]);
+    /* The first batch's CPU time in user space against an epoch-0 batch's: what the first
+     * batch costs beyond the kernel's first touch of its fresh buffers (sys) */
+    double first_user = first_cpu_ms[t] - first_sys_ms[t];
+    printf("first_batch_user_ms_%dt %.1f\nepoch0_batch_user_ms_%dt %.1f\nepoch0_batch_sys_ms_%dt %.1f\n", threads,
+           first_user, threads, e0_user_ms[t], threads, e0_sys_ms[t]);
+    printf("first_batch_user_over_epoch0_ms_%dt %.1f\n", threads, first_user - e0_user_ms[t]);
     printf("pipeline_images_%dt %lld\n", threads, (long long)images[threads - 1]);
     for (int k = 0; k < nb; k++) {
       const char* sfx = "";
