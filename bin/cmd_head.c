@@ -19,7 +19,9 @@ static const char* head_usage =
     "       rill head SHARD.tar [SHARD.tar ...] [--dtype EXT=TYPE ...] [options]\n"
     "Prints the first rows as an aligned table (nulls shown as NULL). Several CSV files with\n"
     "the same columns are read as one table, one file after another; tar archives give one\n"
-    "row per sample (members KEY.EXT: columns key, path and one per extension).\n"
+    "row per sample (members KEY.EXT: columns key, path and one per extension). A CSV or tar\n"
+    "path that names no file is expanded as a brace pattern ('shards/train-{000..009}.tar',\n"
+    "'part-{a,b}.csv'), as WebDataset's shard lists are.\n"
     "options:\n"
     "  -n N               rows to print (default 10)\n"
     "  --all              print every row\n"
@@ -420,9 +422,10 @@ int rill_cmd_head(int argc, char** argv) {
     fprintf(stderr, "rill head: missing FILE\n%s", head_usage);
     return 2;
   }
+  int rc;
+  if (!is_sqlite_file(pos[0]) && (rc = rill_cli_expand_paths("head", pos, &npos, MAX_FILES))) return rc;
   rill_error_t err = {0};
   rill_df_t* df = NULL;
-  int rc;
   if (is_sqlite_file(pos[0])) {
     if (npos != 2) {
       fprintf(stderr, "rill head: %s is a SQLite database: give %s\n%s", pos[0],

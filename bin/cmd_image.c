@@ -133,6 +133,9 @@ static void pipeline_free(pipeline_t* p) {
 /* The positional arguments: one folder, or tar shards (files; o->nshards stays > 0). */
 static int check_dir(const char* cmd, opts_t* o, int is_default) {
   struct stat st;
+  int rc = o->nshards > 0 ? rill_cli_expand_paths(cmd, o->shards, &o->nshards, MAX_SHARDS) : 0;
+  if (rc) return rc;
+  if (o->nshards > 0) o->dir = o->shards[0];
   const char* dir = o->dir;
   if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
     if (o->nshards <= 1) {
@@ -443,6 +446,7 @@ static const char* DEMO_USAGE =
     "Shows progress, prints the throughput and writes a grid of the first augmented batch to\n"
     "preview.png (or -o FILE). The rate printed is the pipeline's (the preview is written\n"
     "afterwards and timed apart). Unreadable images are skipped and listed by name.\n"
+    "A shard path that names no file is expanded as a brace pattern ('shards/train-{000..009}.tar').\n"
     "Exit status: 0 ok, 1 runtime error, 2 usage error.\n";
 
 int rill_cmd_demo(int argc, char** argv) {
@@ -487,7 +491,8 @@ static const char* PREVIEW_USAGE =
     "Writes a PNG grid of one augmented batch (random resized crop NxN, default 224; random\n"
     "flip; normalized then denormalized for display) of the ImageFolder tree DIR or of tar\n"
     "shards (images as KEY.jpg, .jpeg, .png or .webp members). B images\n"
-    "(default 16); the same seed gives the same grid.\n"
+    "(default 16); the same seed gives the same grid. A shard path that names no file is\n"
+    "expanded as a brace pattern ('shards/train-{000..009}.tar').\n"
     "Exit status: 0 ok, 1 runtime error, 2 usage error.\n";
 
 int rill_cmd_preview(int argc, char** argv) {
@@ -515,7 +520,8 @@ static const char* BENCH_USAGE =
     "\n"
     "Measures the training-input pipeline (decode + random resized crop S (224) + flip +\n"
     "normalize float32 CHW + batch B (256)) over the ImageFolder tree DIR, or over tar shards\n"
-    "(images as KEY.jpg, .jpeg, .png or .webp members), for E epochs (3):\n"
+    "(images as KEY.jpg, .jpeg, .png or .webp members; a path that names no file is expanded\n"
+    "as a brace pattern, 'shards/train-{000..009}.tar'), for E epochs (3):\n"
     "images/s per epoch, time to the first batch, images skipped and resident memory after\n"
     "each epoch. The epochs run back to back and the prefetch goes on across their ends, as in\n"
     "a training loop (rill.torch.Loader); --cold-epochs starts each epoch from a stopped pipeline.\n"

@@ -12,4 +12,11 @@ int rill_cmd_bench_images(int argc, char** argv); /* bin/cmd_image.c */
  * nothing at all and a value outside [lo, hi] are refused). 0, or -1. */
 int rill_cli_count(const char* v, long long lo, long long hi, long long* out);
 
+/* The positional paths list[0..*n) with each one that names no file and holds a brace
+ * replaced by the paths of its brace pattern (rill_expand_braces: "shards/train-{000..009}.tar"
+ * quoted, or from a shell without brace expansion), at most `max` in all (list has room for
+ * them). 0, or 2 with the reason printed (a bad pattern, too many paths). The paths stay
+ * valid until the process exits. */
+int rill_cli_expand_paths(const char* cmd, const char** list, int* n, int max);
+
 #endif

@@ -3,9 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "commands.h"
 #include "rill.h"
+#include "rill_addons.h"
 
 int rill_cli_count(const char* v, long long lo, long long hi, long long* out) {
   if (!v || *v < '0' || *v > '9') return -1;
@@ -14,6 +16,51 @@ int rill_cli_count(const char* v, long long lo, long long hi, long long* out) {
   long long n = strtoll(v, &end, 10);
   if (*end || errno == ERANGE || n < lo || n > hi) return -1;
   *out = n;
+  return 0;
+}
+
+/* What rill_cli_expand_paths expanded, freed at exit. */
+static struct {
+  char** paths;
+  int64_t n;
+} *expanded;
+static int nexpanded;
+
+static void free_expanded(void) {
+  for (int i = 0; i < nexpanded; i++) rill_expand_braces_free(expanded[i].paths, expanded[i].n);
+  free(expanded);
+  expanded = NULL, nexpanded = 0;
+}
+
+int rill_cli_expand_paths(const char* cmd, const char** list, int* n, int max) {
+  for (int i = 0; i < *n; i++) {
+    struct stat st;
+    if (!strchr(list[i], '{') || stat(list[i], &st) == 0) continue;
+    char** p;
+    int64_t k;
+    rill_error_t err = {0};
+    if (rill_expand_braces(list[i], &p, &k, &err) < 0) {
+      fprintf(stderr, "rill %s: %s\n", cmd, err.message);
+      return 2;
+    }
+    void* grown = *n - 1 + k <= max ? realloc(expanded, (size_t)(nexpanded + 1) * sizeof *expanded) : NULL;
+    if (!grown) {
+      if (*n - 1 + k > max)
+        fprintf(stderr, "rill %s: '%s' gives %lld paths, more than the %d files a command takes\n", cmd, list[i],
+                (long long)k, max);
+      else
+        fprintf(stderr, "rill %s: out of memory\n", cmd);
+      rill_expand_braces_free(p, k);
+      return 2;
+    }
+    if (!nexpanded) atexit(free_expanded);
+    expanded = grown;
+    expanded[nexpanded].paths = p, expanded[nexpanded++].n = k;
+    memmove(list + i + k, list + i + 1, (size_t)(*n - i - 1) * sizeof *list);
+    for (int64_t j = 0; j < k; j++) list[i + j] = p[j];
+    *n += (int)k - 1;
+    i += (int)k - 1;
+  }
   return 0;
 }
 

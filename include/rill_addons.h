@@ -380,6 +380,26 @@ typedef struct rill_tar_opts {
 RILL_API int rill_df_from_tar(const char* const* paths, int npaths, const rill_tar_opts_t* opts,
                               rill_df_t** out, rill_error_t* err);
 
+/* ---- brace patterns of shard lists
+ * The paths a brace pattern stands for, as shells and WebDataset's shard lists expand
+ * "train-{000000..000146}.tar": a group {A,B,...} gives each alternative in turn (each one
+ * expanded in its turn: groups nest, an alternative may be empty); {N..M} and {N..M..STEP}
+ * give the integers from N to M, up or down, every STEP (its sign ignored), zero-padded to the
+ * wider bound's width when either bound is written with a leading zero ({8..10} is 8 9 10,
+ * {08..10} is 08 09 10); {a..e} gives the ASCII characters from one letter to the other. The
+ * groups of a pattern multiply, the leftmost varying slowest. A group with no comma at its
+ * top level that is no range ({}, {x}) is text, braces and all; a backslash makes the next
+ * character text (\{, \, and \\) and is dropped. No glob (*, ?) is expanded, and no file is
+ * looked at. *paths: *count (>= 1) strings (owned: free with rill_expand_braces_free);
+ * NULL and 0 on error. RILL_EINVAL: a NULL argument, an empty pattern, a brace without its
+ * match (naming the character: "unmatched '{' at character 7"), a range step of 0 or a bound
+ * outside int64, groups nested more than 32 deep, more than RILL_EXPAND_MAX_PATHS paths or
+ * 256 MiB of them; RILL_ENOMEM. Thread-safe. */
+#define RILL_EXPAND_MAX_PATHS 1000000
+RILL_API int rill_expand_braces(const char* pattern, char*** paths, int64_t* count, rill_error_t* err);
+/* Frees what rill_expand_braces gave (NULL is a no-op). */
+RILL_API void rill_expand_braces_free(char** paths, int64_t count);
+
 /* Options of rill_image_decode. Zero = defaults. */
 typedef struct rill_decode_opts {
   int channels;               /* 0 or 3: RGB; 1: gray; 4: RGBA (alpha 255 where the file has none) */

@@ -16,7 +16,7 @@ __all__ = ['Array', 'ArrowStream', 'Batch', 'ColumnNullType', 'CudaError', 'DEVI
            'STAGE_CPU_SERIAL', 'STAGE_CUDA', 'StageError', 'THREADS_NONE', 'concat', 'cuda_device_count',
            'cuda_pool_stats', 'from_arrays', 'from_arrow', 'from_csv', 'from_csv_buffer',
            'from_file_list', 'from_files', 'from_image_folder', 'from_numpy', 'from_sqlite',
-           'from_tar', 'has_feature', 'strerror', 'version']
+           'expand_braces', 'from_tar', 'has_feature', 'strerror', 'version']
 
 __version__: str
 
@@ -333,6 +333,10 @@ def from_file_list(list_path: _PathLike, *, on_error: _OnError = "raise",
                    grain: int = 0) -> DataFrame: ...
 def from_image_folder(root: _PathLike, *, on_error: _OnError = "raise",
                       all_files: bool = False) -> DataFrame: ...
+@overload
+def expand_braces(pattern: bytes) -> List[bytes]: ...
+@overload
+def expand_braces(pattern: _PathLike) -> List[str]: ...
 def from_tar(paths: Union[_PathLike, bytes, Sequence[Union[_PathLike, bytes]]], *,
              dtypes: Optional[Mapping[str, _DType]] = None,
              rename: Optional[Mapping[str, str]] = None, on_error: _OnError = "raise",

@@ -693,3 +693,81 @@ def test_shuffled_shards_every_sample_once_per_epoch(tmp_path):
     assert orders[0] != orders[1] != orders[2]
     again = [r["key"].to_pylist()[0] for r in df.iter(columns=["key"], epoch=1)]
     assert again == orders[1]  # an epoch's order depends on (seed, epoch) only
+
+
+# ---------------------------------------------------------------- brace patterns of shard lists
+
+BASH_PATTERNS = ["train-{000..012}.tar", "{8..11}", "{08..11}", "{9..0010}", "{5..1}", "{0..10..4}",
+                 "{10..0..-4}", "{-2..2}", "{a..e}", "{e..a..2}", "{a,b}{1,2}", "s/{train,val}-{0..1}.tar",
+                 "x{,y}z", "{a,b{1,2}}", "{{1,2},{3..4}}", "{a,{0..2}x}", "{1..3}{a..b}{x,y}", "{a,a}",
+                 "p{}q", "p{x}q", "a{1..}b", "{a..5}", "{a{1,2}}x{3,4}", "plain.tar",
+                 "{0..3}/{0..3}/{a,b,c}.{tar,tgz}"]
+
+
+@pytest.mark.parametrize("pattern", BASH_PATTERNS)
+def test_expand_braces_as_bash_expands(pattern):
+    import subprocess
+    want = subprocess.run(["bash", "-c", "printf '%s\\n' " + pattern], check=True, capture_output=True,
+                          text=True).stdout.splitlines()
+    assert rill.expand_braces(pattern) == want
+
+
+def test_expand_braces_types_and_escapes(tmp_path):
+    import pathlib
+    assert rill.expand_braces(b"a{0..1}") == [b"a0", b"a1"]
+    assert rill.expand_braces(pathlib.Path("d/{x,y}.tar")) == ["d/x.tar", "d/y.tar"]
+    assert rill.expand_braces("caf\u00e9-{1,2}") == ["caf\u00e9-1", "caf\u00e9-2"]
+    assert rill.expand_braces(r"\{a,b\}") == ["{a,b}"]
+    assert rill.expand_braces(r"{a\,b,c}") == ["a,b", "c"]
+    assert len(rill.expand_braces("s{0..999}-{000..999}")) == 1_000_000
+    with pytest.raises(TypeError):
+        rill.expand_braces(3)
+
+
+@pytest.mark.parametrize("pattern,message", [
+    ("{1,2", "expand_braces: '{1,2': unmatched '{' at character 1"),
+    ("a}b", "expand_braces: 'a}b': unmatched '}' at character 2"),
+    ("{1..10..0}", "the range {1..10..0} has a step of 0"),
+    ("{1..99999999999999999999}", "a number of the range {1..99999999999999999999} is out of range"),
+    ("{0..1000000}", "'{0..1000000}' expands to more than 1000000 paths"),
+    ("", "expand_braces: empty pattern"),
+    ("a\0{1,2}", "expand_braces: the pattern holds a NUL character"),
+])
+def test_expand_braces_errors(pattern, message):
+    with pytest.raises(rill.InvalidArgumentError) as e:
+        rill.expand_braces(pattern)
+    assert message in str(e.value)
+    assert e.value.code == rill.EINVAL
+
+
+def write_shards(tmp_path, names):
+    for k, name in enumerate(names):
+        write_tar(tmp_path / name, [(f"s{k}/x.cls", str(k).encode()), (f"s{k}/x.txt", name.encode())])
+
+
+def test_from_tar_expands_a_pattern(tmp_path):
+    names = [f"train-{k:03d}.tar" for k in range(12)]
+    write_shards(tmp_path, names)
+    got = rill.from_tar(str(tmp_path / "train-{000..011}.tar"), dtypes={"cls": "int64", "txt": "string"})
+    want = rill.from_tar([str(tmp_path / n) for n in names], dtypes={"cls": "int64", "txt": "string"})
+    assert table(got) == table(want)
+    assert table(got)["cls"] == list(range(12))
+    assert table(got)["path"][11] == str(tmp_path / "train-011.tar") + ":s11/x"
+    # bytes and os.PathLike patterns, alternatives in any order
+    got = rill.from_tar(os.fsencode(tmp_path) + b"/train-{002,000}.tar", dtypes={"cls": "int64"})
+    assert table(got)["cls"] == [2, 0]
+    got = rill.from_tar(tmp_path / "train-00{1..3..2}.tar", dtypes={"cls": "int64"})
+    assert table(got)["cls"] == [1, 3]
+
+
+def test_from_tar_patterns_name_files_first(tmp_path):
+    # a file whose name holds braces is read as it is; a list's items are never expanded
+    write_shards(tmp_path, ["odd-{1,2}.tar", "odd-1.tar"])
+    assert table(rill.from_tar(str(tmp_path / "odd-{1,2}.tar"), dtypes={"cls": "int64"}))["cls"] == [0]
+    with pytest.raises(rill.RillIOError, match=r"odd-\{0,1\}\.tar: cannot open"):
+        rill.from_tar([str(tmp_path / "odd-{0,1}.tar")])
+    # a pattern naming a shard that is not there: the error names the expanded path
+    with pytest.raises(rill.RillIOError, match=r"odd-2\.tar: cannot open: No such file"):
+        rill.from_tar(str(tmp_path / "odd-{1..2}.tar"))
+    with pytest.raises(rill.InvalidArgumentError, match=r"unmatched '\{' at character"):
+        rill.from_tar(str(tmp_path / "odd-{1..2.tar"))

@@ -5,6 +5,7 @@
 
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 /* ================================================================ arrays from Python values */
 
@@ -1067,6 +1068,49 @@ static int parse_tar_columns(PyObject* dtypes, PyObject* rename, rill_tar_column
   return -1;
 }
 
+/* The paths of brace pattern `b` (bytes) as a new list of bytes (or of str decoded with the
+ * file system's encoding, when `as_str`); NULL (raised). */
+static PyObject* expand_pattern(PyObject* b, int as_str) {
+  char** paths = NULL;
+  int64_t n = 0;
+  rill_error_t err;
+  rill_error_clear(&err);
+  if (rillpy_check(rill_expand_braces(PyBytes_AS_STRING(b), &paths, &n, &err), &err) < 0) return NULL;
+  PyObject* list = PyList_New((Py_ssize_t)n);
+  for (int64_t i = 0; list && i < n; i++) {
+    PyObject* item = as_str ? PyUnicode_DecodeFSDefault(paths[i]) : PyBytes_FromString(paths[i]);
+    if (!item) Py_CLEAR(list);
+    else PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+  }
+  rill_expand_braces_free(paths, n);
+  return list;
+}
+
+static PyObject* py_expand_braces(PyObject* m, PyObject* pattern) {
+  PyObject* b = rillpy_fspath(pattern);
+  if (!b) return NULL;
+  if (memchr(PyBytes_AS_STRING(b), 0, (size_t)PyBytes_GET_SIZE(b))) {
+    Py_DECREF(b);
+    return rillpy_invalid("expand_braces: the pattern holds a NUL character");
+  }
+  PyObject* list = expand_pattern(b, !PyBytes_Check(pattern));
+  Py_DECREF(b);
+  return list;
+}
+
+/* from_tar's one path: itself when it names a file (or has no brace), else the paths its
+ * braces give ("train-{000..146}.tar", as WebDataset takes them). A new sequence, or NULL. */
+static PyObject* tar_single(PyObject* path) {
+  PyObject* b = rillpy_fspath(path);
+  if (!b) return NULL;
+  struct stat st;
+  PyObject* seq;
+  if (!strchr(PyBytes_AS_STRING(b), '{') || stat(PyBytes_AS_STRING(b), &st) == 0) seq = PyTuple_Pack(1, path);
+  else seq = expand_pattern(b, 0);
+  Py_DECREF(b);
+  return seq;
+}
+
 static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"paths", "dtypes", "rename", "on_error", "grain", "threads", NULL};
   PyObject *paths, *dtypes = Py_None, *rename = Py_None, *on_error = Py_None;
@@ -1079,7 +1123,7 @@ static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
   if (rillpy_parse_on_error(on_error, &o.on_error) < 0 || rillpy_parse_grain(grain, &o.grain) < 0) return NULL;
   /* one archive (str, bytes or os.PathLike) or a sequence of them */
   int single = PyUnicode_Check(paths) || PyBytes_Check(paths) || PyObject_HasAttrString(paths, "__fspath__");
-  PyObject* seq = single ? PyTuple_Pack(1, paths)
+  PyObject* seq = single ? tar_single(paths)
                          : PySequence_Fast(paths, "from_tar: paths must be a path or a sequence of str, bytes or "
                                                   "os.PathLike");
   if (!seq) return NULL;
@@ -1159,10 +1203,20 @@ static PyMethodDef source_functions[] = {
      "from_image_folder(root, *, on_error='raise', all_files=False) -> DataFrame\n\n"
      "An ImageFolder tree root/<class>/...: columns 'path', 'bytes', 'label' (int64); the class names "
      "are DataFrame.classes."},
+    {"expand_braces", (PyCFunction)py_expand_braces, METH_O,
+     "expand_braces(pattern: str | bytes | os.PathLike) -> list[str] | list[bytes]\n\n"
+     "The paths a brace pattern stands for, as shells and WebDataset's shard lists expand them: "
+     "'{a,b}' alternatives (nested, may be empty), '{N..M}' and '{N..M..STEP}' integer ranges up or down "
+     "(zero-padded to the wider bound when either is written with a leading zero: '{000..146}'), "
+     "'{a..e}' letter ranges; several groups multiply, the leftmost varying slowest. '{}' and '{x}' are "
+     "text; a backslash makes the next character text. No glob and no file is looked at. bytes in, bytes "
+     "out. InvalidArgumentError for an unmatched brace (naming its character), a step of 0, more than "
+     "1,000,000 paths."},
     {"from_tar", (PyCFunction)(void (*)(void))py_from_tar, METH_VARARGS | METH_KEYWORDS,
      "from_tar(paths: str | bytes | os.PathLike | Sequence[str | bytes | os.PathLike], *, dtypes=None, "
      "rename=None, on_error='raise', grain=0, threads=0) -> DataFrame\n\n"
-     "A dataframe of the samples of WebDataset-style tar archives (shards; one path or a sequence), one "
+     "A dataframe of the samples of WebDataset-style tar archives (shards; one path or a sequence; one path "
+     "that names no file is expanded as a brace pattern, 'train-{000..146}.tar', see expand_braces), one "
      "row per sample: the consecutive members DIR/KEY.EXT of one DIR/KEY. Columns 'key' (string), 'path' "
      "(string, 'ARCHIVE:KEY') and one per extension found in any archive, in byte order (lower case; "
      "binary, read when pulled; null where a sample lacks it). The archives (ustar, pax, GNU; not "
