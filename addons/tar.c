@@ -3,7 +3,9 @@
  *
  * Opening indexes every archive: each header is read (from a small window, so the headers of
  * a sample's small members cost one read), checked and its data skipped; a member gets its
- * sample, its column and the place and size of its data. The archives are indexed side by side
+ * sample, its column and the place and size of its data. Under index_dir the members a walk
+ * met are saved (tar_index.c) and a later open replays them through the same add_member
+ * instead of walking, while the archive is unchanged. The archives are indexed side by side
  * on threads (a cold disk answers several reads at once), each into an index of its own, and
  * merged in order. Pulling a row reads each member with one pread straight into its cell, from
  * the descriptor the archive was indexed from (kept while the process's budget of kept
@@ -20,6 +22,7 @@
  * FIFO headers have none, whatever their size field says. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +33,7 @@
 
 #include "addon.h"
 #include "rill_addons.h"
+#include "tar_index.h"
 #include "text.h"
 
 #define BLOCK 512
@@ -463,6 +467,7 @@ typedef struct walk {
   char* name;                         /* the next member's name from a pax or GNU header, or NULL */
   int64_t name_len, pax_size;         /* pax_size: the next member's size from a pax header, or -1 */
   int64_t last_sample;                /* the archive's last sample (a member of the same key joins it), or -1 */
+  rill__tar_log_t* log;               /* the members met, for a saved index (index_dir), or NULL */
 } walk_t;
 
 /* The header block at pos (pos + BLOCK <= size), from the window: RILL_OK and *h, or < 0. */
@@ -707,6 +712,8 @@ static int walk_archive(walk_t* w, rill_error_t* err) {
         len = (int64_t)(pn + n);
       }
       rc = add_member(w, name, len, data, size, pos, err);
+      if (rc == RILL_OK && w->log && rill__tar_log_add(w->log, name, len, data, size) < 0)
+        rc = rill__fail(err, RILL_ENOMEM, "out of memory");
     }
     set_name(w, NULL, 0); /* a long name or pax record is the next header's only */
     w->pax_size = -1;
@@ -769,6 +776,36 @@ static void part_free(part_t* p) {
   rill__free(p->hits);
 }
 
+/* Walks the archive of w (fstat'ed into ar), or replays the members of its saved index when
+ * job->o->index_dir holds one made for this archive as it is now; a walk under index_dir saves
+ * what it found (a failure to save is not an error: the next open walks again). */
+static int index_or_walk(index_job_t* job, walk_t* w, const archive_t* ar, rill_error_t* err) {
+  const char* dir = job->o->index_dir;
+  char real[PATH_MAX], file[PATH_MAX + 128];
+  if (!dir || !realpath(ar->path, real) || rill__tar_index_path(dir, real, file, sizeof file) < 0) {
+    atomic_fetch_add(&rill__tar_walks, 1);
+    return walk_archive(w, err);
+  }
+  rill__tar_stamp_t stamp = {.size = ar->size, .mtime_ns = ar->mtime_ns, .dev = ar->dev, .ino = ar->ino};
+  rill__tar_log_t log;
+  int got = rill__tar_index_load(file, real, &stamp, &log);
+  if (got < 0) return rill__fail(err, RILL_ENOMEM, "out of memory");
+  int rc = RILL_OK;
+  if (got) { /* the members as the walk met them: the same checks, samples and errors */
+    for (int64_t i = 0, name = 0; rc == RILL_OK && i < log.n; name += log.recs[i++].name_len)
+      rc = add_member(w, log.names + name, log.recs[i].name_len, log.recs[i].off, log.recs[i].size,
+                      log.recs[i].off - BLOCK, err);
+  } else {
+    atomic_fetch_add(&rill__tar_walks, 1);
+    w->log = &log;
+    rc = walk_archive(w, err);
+    w->log = NULL;
+    if (rc == RILL_OK) (void)rill__tar_index_save(file, real, &stamp, &log);
+  }
+  rill__tar_log_free(&log);
+  return rc;
+}
+
 /* Indexes archive a (its path already in c->archives[a]) into part p: RILL_OK, or < 0 with
  * p->err set. */
 static int index_one(index_job_t* job, int a, part_t* p, uint8_t* win) {
@@ -794,7 +831,7 @@ static int index_one(index_job_t* job, int a, part_t* p, uint8_t* win) {
     ar->dev = (uint64_t)st.st_dev;
     ar->ino = (uint64_t)st.st_ino;
     ar->mtime_ns = mtime_ns(&st);
-    rc = walk_archive(&w, err);
+    rc = index_or_walk(job, &w, ar, err);
   }
   set_name(&w, NULL, 0);
   rill__free(b.cols.slots);
@@ -1018,6 +1055,13 @@ int rill_df_from_tar(const char* const* paths, int npaths, const rill_tar_opts_t
   if (o.ncolumns < 0 || (o.ncolumns > 0 && !o.columns))
     return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns must hold ncolumns >= 0 entries");
   if (o.threads < 0) return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: threads must be >= 0 (0: up to 16)");
+  struct stat ds;
+  if (o.index_dir && (!o.index_dir[0] || stat(o.index_dir, &ds) != 0 || !S_ISDIR(ds.st_mode))) {
+    char eb[96];
+    return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: index_dir '%s' is not a folder%s%s", o.index_dir,
+                      o.index_dir[0] && stat(o.index_dir, &ds) != 0 ? ": " : "",
+                      o.index_dir[0] && stat(o.index_dir, &ds) != 0 ? strerror_r(errno, eb, sizeof eb) : "");
+  }
   int rc = check_columns(&o, err);
   if (rc < 0) return rc;
   for (int a = 0; a < npaths; a++)

@@ -32,6 +32,7 @@ typedef struct opts {
   const char* out;   /* PNG grid */
   int size, batch, threads, epochs, prefetch;
   int cold;          /* bench: each epoch from a stopped pipeline (no prefetch across epochs) */
+  const char* index_dir; /* shards: saved indexes (rill_tar_opts_t.index_dir), or NULL */
   uint64_t seed;
 } opts_t;
 
@@ -103,6 +104,13 @@ static int parse(const char* cmd, int argc, char** argv, opts_t* o, int allow_ou
       rc = parse_int(cmd, a, v, 1, 1024, &o->prefetch), i++;
     } else if (allow_runs > 1 && !strcmp(a, "--cold-epochs")) {
       o->cold = 1;
+    } else if (!strcmp(a, "--index-dir")) {
+      if (!v) {
+        fprintf(stderr, "rill %s: --index-dir needs a folder\n", cmd);
+        return 2;
+      }
+      o->index_dir = v;
+      i++;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "rill %s: unknown option '%s'\n%s", cmd, a, usage);
       return 2;
@@ -138,6 +146,10 @@ static int check_dir(const char* cmd, opts_t* o, int is_default) {
   if (o->nshards > 0) o->dir = o->shards[0];
   const char* dir = o->dir;
   if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (o->nshards <= 1 && o->index_dir) {
+      fprintf(stderr, "rill %s: --index-dir is for tar shards, not an ImageFolder tree\n", cmd);
+      return 2;
+    }
     if (o->nshards <= 1) {
       o->nshards = 0;
       return 0;
@@ -179,7 +191,8 @@ static const rill_tar_column_t SHARD_IMAGES[] = {
 static int pipeline_new(const char* cmd, const opts_t* o, pipeline_t* p) {
   rill_error_t err = {0};
   memset(p, 0, sizeof *p);
-  if (o->nshards ? rill_df_from_tar(o->shards, o->nshards, &(rill_tar_opts_t){.columns = SHARD_IMAGES, .ncolumns = 4},
+  if (o->nshards ? rill_df_from_tar(o->shards, o->nshards,
+                                    &(rill_tar_opts_t){.columns = SHARD_IMAGES, .ncolumns = 4, .index_dir = o->index_dir},
                                     &p->files, &err) < 0
                  : rill_df_from_image_folder(o->dir, NULL, &p->files, &err) < 0)
     goto fail;
@@ -438,6 +451,7 @@ static void print_skipped(const char* cmd, pipeline_t* p, run_result_t* r) {
 
 static const char* DEMO_USAGE =
     "usage: rill demo [DIR | SHARD.tar ...] [--size N] [--batch B] [--threads T] [--seed S] [-o preview.png]\n"
+    "                 [--index-dir DIR]\n"
     "\n"
     "Runs the training-input pipeline over an ImageFolder tree (DIR/<class>/<image>; default\n"
     "" DEFAULT_CORPUS ", made by `make data`) or over tar shards in WebDataset's layout (each\n"
@@ -486,7 +500,7 @@ int rill_cmd_demo(int argc, char** argv) {
 }
 
 static const char* PREVIEW_USAGE =
-    "usage: rill preview DIR | SHARD.tar ... -o grid.png [--size N] [--batch B] [--seed S]\n"
+    "usage: rill preview DIR | SHARD.tar ... -o grid.png [--size N] [--batch B] [--seed S] [--index-dir DIR]\n"
     "\n"
     "Writes a PNG grid of one augmented batch (random resized crop NxN, default 224; random\n"
     "flip; normalized then denormalized for display) of the ImageFolder tree DIR or of tar\n"
@@ -516,7 +530,7 @@ int rill_cmd_preview(int argc, char** argv) {
 
 static const char* BENCH_USAGE =
     "usage: rill bench images DIR | SHARD.tar ... [--threads N] [--batch B] [--epochs E] [--size S] [--prefetch P]\n"
-    "                             [--cold-epochs]\n"
+    "                             [--cold-epochs] [--index-dir DIR]\n"
     "\n"
     "Measures the training-input pipeline (decode + random resized crop S (224) + flip +\n"
     "normalize float32 CHW + batch B (256)) over the ImageFolder tree DIR, or over tar shards\n"
@@ -525,6 +539,8 @@ static const char* BENCH_USAGE =
     "images/s per epoch, time to the first batch, images skipped and resident memory after\n"
     "each epoch. The epochs run back to back and the prefetch goes on across their ends, as in\n"
     "a training loop (rill.torch.Loader); --cold-epochs starts each epoch from a stopped pipeline.\n"
+    "--index-dir DIR keeps the shards' indexes in folder DIR: made at the first open, read back at\n"
+    "later ones instead of every header (the setup line shows the difference).\n"
     "Threads 0 (default) = one per core.\n"
     "Exit status: 0 ok, 1 runtime error, 2 usage error.\n";
 

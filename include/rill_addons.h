@@ -329,7 +329,8 @@ RILL_API int rill_image_folder_classes(const rill_df_t* df, const char* const** 
  * the names, BINARY (the member's bytes) unless opts->columns says otherwise; a sample
  * without that member has a null cell there. Samples follow the archives' order, then their
  * order in each archive.
- * The archives are indexed when opened, side by side on threads (each member's header read,
+ * The archives are indexed when opened (or read from the indexes saved in opts->index_dir),
+ * side by side on threads (each member's header read,
  * its data skipped; the errors of the first archive in order that fails are told): POSIX
  * ustar, pax (path and size records: long names, members over 8 GiB) and GNU tar (long
  * names, base-256 sizes) headers, every header's checksum checked. Members are read when a
@@ -372,7 +373,19 @@ typedef struct rill_tar_opts {
   int threads;                /* archives indexed side by side at open: 0 = up to 16 (reading
                                  headers waits on the disk: more threads than cores help a
                                  cold one), 1 = the calling thread only */
-  int64_t reserved[RILL_OPTS_RESERVED]; /* zero (room to grow, see "Option structs" in rill.h) */
+  const char* index_dir;      /* NULL: every archive is indexed from its headers at each open.
+                                 A folder (existing; RILL_EINVAL otherwise): each archive's
+                                 index is saved there once made (a file of ~24 bytes a member
+                                 plus its name, named after the archive's real path, written
+                                 whole through a rename: processes opening the same shards
+                                 at once are safe), and read back at later opens instead of
+                                 the archive's headers while the archive keeps its size,
+                                 modification time, device and inode; a saved index that does
+                                 not match, or is damaged, is not used (the archive is indexed
+                                 again and the file rewritten). The same checks and errors
+                                 either way; a folder that cannot be written to only loses
+                                 the saving. */
+  int64_t reserved[RILL_OPTS_RESERVED - 1]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_tar_opts_t;
 
 /* The samples of the `npaths` archives (at least one; paths copied). opts may be NULL.

@@ -4,6 +4,7 @@
 
 #include <criterion/criterion.h>
 #include <ftw.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,23 @@ static inline int rt_run_cmd(const char* cmd, char* out, size_t size) {
   out[n] = 0;
   int st = pclose(p);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Runs the shell command printf'd from fmt with its standard error joined to its output,
+ * asserts its exit status and that the output holds `needle` (NULL: anything); returns the
+ * output (a static buffer, valid until the next call). */
+static inline const char* rt_cmd_expect(int status, const char* needle, const char* fmt, ...) {
+  static char cmd[8192], out[65536];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(cmd, sizeof cmd - 8, fmt, ap);
+  va_end(ap);
+  cr_assert(n > 0 && (size_t)n < sizeof cmd - 8, "command too long");
+  strcat(cmd, " 2>&1");
+  int got = rt_run_cmd(cmd, out, sizeof out);
+  cr_assert_eq(got, status, "%s: exit status %d, expected %d: %s", cmd, got, status, out);
+  cr_assert(!needle || strstr(out, needle), "%s: output lacks '%s': %s", cmd, needle, out);
+  return out;
 }
 
 /* rel under rt_tmpdir(), in one of 8 rotating buffers (valid until 8 more calls). */

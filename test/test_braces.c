@@ -183,29 +183,25 @@ static void write_shard(const char* rel, int k) {
 Test(braces, cli_expands_paths_that_name_no_file) {
   const char* bin = getenv("RILL_BIN");
   if (!bin || !*bin) cr_skip_test("RILL_BIN not set (run through make test)");
-  char cmd[4096], out[16384];
   for (int k = 0; k < 3; k++) {
     char rel[32];
     snprintf(rel, sizeof rel, "train-%03d.tar", k);
     write_shard(rel, k);
   }
-  snprintf(cmd, sizeof cmd, "'%s' head '%s' --dtype cls=int64 --format tsv 2>&1", bin, rt_tpath("train-{000..002}.tar"));
-  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
-  cr_assert(strstr(out, "key\tpath\tcls\n"), "%s", out);
+  const char* out = rt_cmd_expect(0, "key\tpath\tcls\n", "'%s' head '%s' --dtype cls=int64 --format tsv", bin,
+                                  rt_tpath("train-{000..002}.tar"));
   cr_assert(strstr(out, "k0\t"), "%s", out);
   cr_assert(strstr(out, "train-001.tar:k1\t10\n"), "%s", out);
   cr_assert(strstr(out, "train-002.tar:k2\t20\n"), "%s", out);
   /* a pattern among plain paths, in place */
-  snprintf(cmd, sizeof cmd, "'%s' head '%s' '%s' --dtype cls=int64 --format tsv 2>&1", bin, rt_tpath("train-002.tar"),
-           rt_tpath("train-{000,001}.tar"));
-  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
-  char* a = strstr(out, "train-002.tar:k2"), *b = strstr(out, "train-000.tar:k0"), *c = strstr(out, "train-001.tar:k1");
+  out = rt_cmd_expect(0, NULL, "'%s' head '%s' '%s' --dtype cls=int64 --format tsv", bin, rt_tpath("train-002.tar"),
+                      rt_tpath("train-{000,001}.tar"));
+  const char *a = strstr(out, "train-002.tar:k2"), *b = strstr(out, "train-000.tar:k0"), *c = strstr(out, "train-001.tar:k1");
   cr_assert(a && b && c && a < b && b < c, "order: %s", out);
   /* a file whose name holds braces is read as it is */
   write_shard("odd-{1,2}.tar", 7);
-  snprintf(cmd, sizeof cmd, "'%s' head '%s' --dtype cls=int64 --format tsv 2>&1", bin, rt_tpath("odd-{1,2}.tar"));
-  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
-  cr_assert(strstr(out, "odd-{1,2}.tar:k7\t70\n"), "%s", out);
+  rt_cmd_expect(0, "odd-{1,2}.tar:k7\t70\n", "'%s' head '%s' --dtype cls=int64 --format tsv", bin,
+                rt_tpath("odd-{1,2}.tar"));
   /* CSV files */
   for (int k = 0; k < 2; k++) {
     FILE* f = fopen(rt_tpath(k ? "part-b.csv" : "part-a.csv"), "w");
@@ -213,24 +209,16 @@ Test(braces, cli_expands_paths_that_name_no_file) {
     fprintf(f, "x,y\n%d,v%d\n", k + 1, k);
     fclose(f);
   }
-  snprintf(cmd, sizeof cmd, "'%s' head '%s' --format tsv 2>&1", bin, rt_tpath("part-{a,b}.csv"));
-  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
-  cr_assert(strstr(out, "x\ty\n1\tv0\n2\tv1\n"), "%s", out);
+  rt_cmd_expect(0, "x\ty\n1\tv0\n2\tv1\n", "'%s' head '%s' --format tsv", bin, rt_tpath("part-{a,b}.csv"));
   /* errors */
-  snprintf(cmd, sizeof cmd, "'%s' head '%s' 2>&1", bin, rt_tpath("train-{000..002.tar"));
-  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 2, "%s", out);
-  cr_assert(strstr(out, "rill head: expand_braces: '"), "%s", out);
+  out = rt_cmd_expect(2, "rill head: expand_braces: '", "'%s' head '%s'", bin, rt_tpath("train-{000..002.tar"));
   cr_assert(strstr(out, "train-{000..002.tar': unmatched '{' at character"), "%s", out);
-  snprintf(cmd, sizeof cmd, "'%s' head '%s' 2>&1", bin, rt_tpath("train-{000..003}.tar"));
-  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 1, "%s", out);
-  cr_assert(strstr(out, "train-003.tar: cannot open: No such file or directory"), "%s", out);
-  snprintf(cmd, sizeof cmd, "'%s' head '%s' 2>&1", bin, rt_tpath("x{0..300}.csv"));
-  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 2, "%s", out);
-  cr_assert(strstr(out, "x{0..300}.csv' gives 301 paths, more than the 256 files a command takes"), "%s", out);
-  snprintf(cmd, sizeof cmd, "'%s' bench images '%s' 2>&1", bin, rt_tpath("train-{0..1"));
-  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 2, "%s", out);
-  cr_assert(strstr(out, "rill bench images: expand_braces: '"), "%s", out);
-  snprintf(cmd, sizeof cmd, "'%s' bench images '%s' --epochs 1 2>&1", bin, rt_tpath("train-{000..001}.tar"));
-  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 1, "%s", out);
-  cr_assert(strstr(out, "no member of the archives has extension \"jpg\""), "the shards were opened: %s", out);
+  rt_cmd_expect(1, "train-003.tar: cannot open: No such file or directory", "'%s' head '%s'", bin,
+                rt_tpath("train-{000..003}.tar"));
+  rt_cmd_expect(2, "x{0..300}.csv' gives 301 paths, more than the 256 files a command takes", "'%s' head '%s'", bin,
+                rt_tpath("x{0..300}.csv"));
+  rt_cmd_expect(2, "rill bench images: expand_braces: '", "'%s' bench images '%s'", bin, rt_tpath("train-{0..1"));
+  /* the shards were opened: they hold no image */
+  rt_cmd_expect(1, "no member of the archives has extension \"jpg\"", "'%s' bench images '%s' --epochs 1", bin,
+                rt_tpath("train-{000..001}.tar"));
 }

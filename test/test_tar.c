@@ -1,13 +1,17 @@
 /* Tar archives as datasets (rill_df_from_tar): samples grouped by key, one column per
  * extension, typed members, the header formats (ustar, pax, GNU, V7), damaged and
  * compressed archives, archives changed after the open, images decoded from members. */
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "image_common.h"
+#include "tar_index.h"
 #include "tar_write.h"
 
 static FILE* create(const char* rel) {
@@ -790,6 +794,161 @@ Test(tar, jpeg_members_decoded_and_a_damaged_one_named_by_its_sample) {
 }
 #endif
 
+/* ---------------------------------------------------------------- saved indexes */
+
+/* The .rillidx files in folder dir. */
+static int count_index_files(const char* dir) {
+  DIR* d = opendir(dir);
+  cr_assert(d, "cannot list %s", dir);
+  int n = 0;
+  for (struct dirent* e; (e = readdir(d));) n += strstr(e->d_name, ".rillidx") != NULL;
+  closedir(d);
+  return n;
+}
+
+/* The saved index file of archive rel (under the test folder) in folder dir. */
+static const char* index_file(const char* dir, const char* rel) {
+  static char file[PATH_MAX + 128];
+  char real[PATH_MAX];
+  cr_assert(realpath(rt_tpath(rel), real), "realpath %s", rel);
+  cr_assert_eq(rill__tar_index_path(dir, real, file, sizeof file), RILL_OK);
+  return file;
+}
+
+static rill_df_t* open_ab(const rill_tar_opts_t* o) {
+  const char* paths[] = {rt_tpath("a.tar"), rt_tpath("b.tar")};
+  rill_df_t* df = NULL;
+  rill_error_t err = {0};
+  RT_OK(rill_df_from_tar(paths, 2, o, &df, &err), err);
+  return df;
+}
+
+/* The rows of write_two's archives opened with o, and the walks it took. */
+static int64_t rows_of_ab(const rill_tar_opts_t* o, table_t* t) {
+  int64_t w0 = atomic_load(&rill__tar_walks);
+  rill_df_t* df = open_ab(o);
+  int64_t walks = atomic_load(&rill__tar_walks) - w0;
+  read_all(df, 2, 0, t);
+  rill_df_free(df);
+  return walks;
+}
+
+Test(tar, saved_indexes_are_read_back_instead_of_the_headers) {
+  write_two();
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", rt_tpath("idx")); /* rt_tpath's buffers rotate */
+  cr_assert_eq(mkdir(dir, 0755), 0);
+  static table_t plain, saved, again;
+  rill_tar_column_t cols[] = {{"cls", RILL_INT64, NULL}, {"json", RILL_STRING, NULL}};
+  rill_tar_opts_t o = {.columns = cols, .ncolumns = 2}, oi = {.columns = cols, .ncolumns = 2, .index_dir = dir};
+  cr_assert_eq(rows_of_ab(&o, &plain), 2);
+  cr_assert_eq(rows_of_ab(&oi, &saved), 2, "the first open with index_dir walks and saves");
+  cr_assert_eq(count_index_files(dir), 2);
+  cr_assert_eq(rows_of_ab(&oi, &again), 0, "the second one reads the saved indexes");
+  cr_assert(memcmp(&plain, &saved, sizeof plain) == 0 && memcmp(&plain, &again, sizeof plain) == 0);
+  cr_assert_eq(plain.rows, 4);
+  /* other columns' options over the same saved indexes: typed, renamed */
+  rill_tar_column_t ren[] = {{"jpg", 0, "image"}, {"cls", RILL_INT64, "label"}};
+  rill_tar_opts_t r = {.columns = ren, .ncolumns = 2}, ri = {.columns = ren, .ncolumns = 2, .index_dir = dir};
+  cr_assert_eq(rows_of_ab(&r, &plain), 2);
+  cr_assert_eq(rows_of_ab(&ri, &again), 0);
+  cr_assert(memcmp(&plain, &again, sizeof plain) == 0);
+  cr_assert_str_eq(again.names[2], "image");
+  /* an archive changed after its index was saved is walked again, and its index rewritten */
+  FILE* f = create("b.tar");
+  tw_file(f, "003.cls", "-7", 2);
+  tw_file(f, "003.jpg", "", 0);
+  tw_file(f, "004.cls", "5", 1);
+  tw_end(f);
+  fclose(f);
+  cr_assert_eq(rows_of_ab(&o, &plain), 2);
+  cr_assert_eq(plain.rows, 5);
+  cr_assert_eq(rows_of_ab(&oi, &saved), 1, "b.tar changed: walked again");
+  cr_assert_eq(rows_of_ab(&oi, &again), 0, "and saved again");
+  cr_assert(memcmp(&plain, &saved, sizeof plain) == 0 && memcmp(&plain, &again, sizeof plain) == 0);
+  cr_assert_eq(count_index_files(dir), 2);
+}
+
+/* A saved index that is damaged, cut short, of another archive or of another version of the
+ * archive is not used: the archive is walked again, the rows are the same, the file rewritten. */
+Test(tar, damaged_or_foreign_saved_indexes_are_not_used) {
+  write_two();
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", rt_tpath("idx")); /* rt_tpath's buffers rotate */
+  cr_assert_eq(mkdir(dir, 0755), 0);
+  static table_t plain, got;
+  rill_tar_opts_t o = {0}, oi = {.index_dir = dir};
+  rows_of_ab(&o, &plain);
+  cr_assert_eq(rows_of_ab(&oi, &got), 2);
+  char fa[PATH_MAX + 128], fb[PATH_MAX + 128];
+  snprintf(fa, sizeof fa, "%s", index_file(dir, "a.tar"));
+  snprintf(fb, sizeof fb, "%s", index_file(dir, "b.tar"));
+  struct stat st;
+  cr_assert_eq(stat(fa, &st), 0, "a.tar's index saved as %s", fa);
+  for (int64_t at = 0; at < st.st_size; at += st.st_size / 7 + 1) { /* one byte changed, anywhere */
+    int fd = open(fa, O_RDWR);
+    uint8_t byte;
+    cr_assert_eq(pread(fd, &byte, 1, at), 1);
+    byte ^= 0x20;
+    cr_assert_eq(pwrite(fd, &byte, 1, at), 1);
+    close(fd);
+    cr_assert_eq(rows_of_ab(&oi, &got), 1, "byte %lld changed: a.tar walked again", (long long)at);
+    cr_assert(memcmp(&plain, &got, sizeof plain) == 0);
+  }
+  cr_assert_eq(truncate(fa, st.st_size - 9), 0);
+  cr_assert_eq(rows_of_ab(&oi, &got), 1, "a saved index cut short");
+  cr_assert(memcmp(&plain, &got, sizeof plain) == 0);
+  cr_assert_eq(truncate(fa, 0), 0);
+  cr_assert_eq(rows_of_ab(&oi, &got), 1, "an empty file");
+  /* b.tar's index under a.tar's name: not the same archive */
+  char cmd[2 * PATH_MAX + 300], out[256];
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", fb, fa);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0);
+  cr_assert_eq(rows_of_ab(&oi, &got), 1, "another archive's index");
+  cr_assert(memcmp(&plain, &got, sizeof plain) == 0);
+  cr_assert_eq(rows_of_ab(&oi, &got), 0);
+  /* a folder where the index file would go: it cannot be saved, and the open still works */
+  cr_assert_eq(unlink(fb), 0);
+  cr_assert_eq(mkdir(fb, 0755), 0);
+  cr_assert_eq(rows_of_ab(&oi, &got), 1);
+  cr_assert_eq(rows_of_ab(&oi, &got), 1, "walked each time");
+  cr_assert(memcmp(&plain, &got, sizeof plain) == 0);
+  cr_assert_eq(count_index_files(dir), 2, "no temporary file left");
+}
+
+/* A saved index gives the errors a walk gives: its members go through the same checks. */
+Test(tar, saved_indexes_give_the_errors_of_a_walk) {
+  FILE* f = create("alt.tar");
+  tw_file(f, "000.jpg", "j", 1);
+  tw_file(f, "000.png", "p", 1);
+  tw_end(f);
+  fclose(f);
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", rt_tpath("idx")); /* rt_tpath's buffers rotate */
+  cr_assert_eq(mkdir(dir, 0755), 0);
+  const char* paths[] = {rt_tpath("alt.tar")};
+  rill_df_t* df = NULL;
+  rill_error_t err = {0}, err2 = {0};
+  RT_OK(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.index_dir = dir}, &df, &err), err); /* saved */
+  rill_df_free(df);
+  rill_tar_column_t alt[] = {{"jpg", 0, "image"}, {"png", 0, "image"}};
+  int64_t w0 = atomic_load(&rill__tar_walks);
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.columns = alt, .ncolumns = 2, .index_dir = dir}, &df, &err),
+           RILL_EFORMAT, "sample \"000\" already has a member for column \"image\"", err);
+  cr_assert_eq(atomic_load(&rill__tar_walks), w0, "from the saved index");
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.columns = alt, .ncolumns = 2}, &df, &err2), RILL_EFORMAT,
+           "already has a member", err2);
+  cr_assert_str_eq(err.message, err2.message);
+  /* index_dir must be a folder */
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.index_dir = rt_tpath("none")}, &df, &err), RILL_EINVAL,
+           "index_dir '", err);
+  cr_assert(strstr(err.message, "none' is not a folder: No such file or directory"), "%s", err.message);
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.index_dir = paths[0]}, &df, &err), RILL_EINVAL,
+           "alt.tar' is not a folder", err);
+  RT_FAILS(rill_df_from_tar(paths, 1, &(rill_tar_opts_t){.index_dir = ""}, &df, &err), RILL_EINVAL,
+           "index_dir '' is not a folder", err);
+}
+
 /* ---------------------------------------------------------------- command-line tool */
 
 /* rill head over shards (typed with --dtype), and rill bench images / demo / preview over
@@ -841,6 +1000,21 @@ Test(tar, cli_head_and_image_commands_over_shards) {
   cr_assert(strstr(out, "setup (shard index + plan)"), "%s", out);
   cr_assert(strstr(out, "epoch 1: 9 images"), "%s", out);
   cr_assert(strstr(out, "skipped 1"), "%s", out);
+  /* saved indexes: made by the first run, read by the second */
+  char idx[PATH_MAX];
+  snprintf(idx, sizeof idx, "%s", rt_tpath("cli-idx"));
+  cr_assert_eq(mkdir(idx, 0755), 0);
+  for (int run = 0; run < 2; run++) {
+    rt_cmd_expect(0, "epoch 0: 9 images", "'%s' bench images '%s' '%s' --size 32 --batch 4 --epochs 1 --index-dir '%s'",
+                  bin, rt_tpath("img0.tar"), rt_tpath("img1.tar"), idx);
+    cr_assert_eq(count_index_files(idx), 2);
+  }
+  rt_cmd_expect(1, "index_dir '", "'%s' preview '%s' -o '%s' --index-dir '%s'", bin, rt_tpath("img0.tar"),
+                rt_tpath("grid.png"), rt_tpath("no-such-folder"));
+  rt_cmd_expect(2, "--index-dir is for tar shards, not an ImageFolder tree", "'%s' demo '%s' --index-dir '%s'", bin,
+                idx, idx);
+  rt_cmd_expect(2, "rill bench images: --index-dir needs a folder", "'%s' bench images '%s' --index-dir", bin,
+                rt_tpath("img0.tar"));
   snprintf(cmd, sizeof cmd, "cd '%s' && '%s' demo '%s' '%s' --size 32 --batch 4 2>&1", rt_tmpdir(), bin,
            rt_tpath("img0.tar"), rt_tpath("img1.tar"));
   cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);

@@ -4,8 +4,10 @@ The ImageFolder corpus is written once into shards under $TMPDIR (samples in a f
 order, each sample KEY.cls (its label as text) and KEY.jpg, members sorted by name), then:
 
 1. Opening: rill.from_tar indexing every shard against Python's tarfile listing their
-   members (tarfile.open + getmembers: headers read, data skipped). WebDataset keeps no
-   index: it reads the shards in sequence.
+   members (tarfile.open + getmembers: headers read, data skipped), and rill.from_tar with
+   saved indexes (index_dir); with TAR_COLD=1 (root: the page cache is dropped before each
+   open) also both rill opens from a cold page cache. WebDataset keeps no index: it reads
+   the shards in sequence.
 2. Reading the bytes of every sample: rill shuffled over all shards on 2 worker threads
    (rows of the "jpg" and "cls" columns) against WebDataset's sequential pass (samples of raw
    bytes, one process), MB/s.
@@ -77,9 +79,9 @@ def best_of(epochs, run):
     return best
 
 
-def bench_open(paths, epochs):
+def bench_open(paths, epochs, index_dir=None):
     def rill_open(e):
-        df = rill.from_tar(paths, dtypes={"cls": "int64"})
+        df = rill.from_tar(paths, dtypes={"cls": "int64"}, index_dir=index_dir)
         assert len(df) > 0
 
     def tarfile_open(e):
@@ -89,7 +91,30 @@ def bench_open(paths, epochs):
                 n += len(t.getmembers())
         assert n > 0
 
+    if index_dir is not None:
+        rill_open(0)  # saves the indexes
+        return best_of(epochs + 1, rill_open), None
     return best_of(epochs + 1, rill_open), best_of(epochs + 1, tarfile_open)
+
+
+def bench_open_cold(paths, index_dir, runs=2):
+    """rill.from_tar from a cold page cache (caches dropped before each open; root only), without
+    and with saved indexes: the best of `runs` each, or None where caches cannot be dropped."""
+    if not os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        return None
+
+    def cold(d):
+        best = float("inf")
+        for _ in range(runs):
+            os.sync()
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
+            t0 = time.perf_counter()
+            assert len(rill.from_tar(paths, dtypes={"cls": "int64"}, index_dir=d)) > 0
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    return cold(None), cold(index_dir)
 
 
 def bench_read(paths, samples, epochs):
@@ -186,6 +211,14 @@ def main():
         ro, to = bench_open(paths, a.epochs)
         report("tar_open_ms_rill", ro * 1e3)
         report("tar_open_ms_tarfile", to * 1e3)
+        idx = os.path.join(tmp, "index")
+        os.mkdir(idx)
+        rs, _ = bench_open(paths, a.epochs, idx)
+        report("tar_open_ms_rill_saved_index", rs * 1e3)
+        cold = bench_open_cold(paths, idx) if os.environ.get("TAR_COLD") == "1" else None
+        if cold:
+            report("tar_open_cold_ms_rill", cold[0] * 1e3)
+            report("tar_open_cold_ms_rill_saved_index", cold[1] * 1e3)
         rr, wr = bench_read(paths, samples, a.epochs)
         report("tar_read_mb_s_rill_2t_shuffled", total / rr / 1e6)
         if wr:
@@ -194,7 +227,13 @@ def main():
         for k, v in p.items():
             report(f"tar_pipeline_img_s_{k}", v)
         print("ratios:")
-        print(f"  open: rill {to / ro:.2f}x tarfile's listing")
+        print(f"  open: rill {to / ro:.2f}x tarfile's listing; with saved indexes {ro / rs:.2f}x rill without them")
+        if cold:
+            print(f"  open from a cold page cache: with saved indexes {cold[0] / cold[1]:.2f}x without them")
+        elif os.environ.get("TAR_COLD") != "1":
+            print("  open from a cold page cache: not measured (TAR_COLD=1 drops the page cache, as root)")
+        else:
+            print("  open from a cold page cache: skipped (the page cache cannot be dropped: not root)")
         if wr:
             print(f"  read: rill (shuffled, 2 threads) {wr / rr:.2f}x WebDataset (sequential, 1 process)")
         print(f"  pipeline: rill from shards {p['tar'] / p['folder']:.2f}x rill from the folder")

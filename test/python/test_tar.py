@@ -771,3 +771,46 @@ def test_from_tar_patterns_name_files_first(tmp_path):
         rill.from_tar(str(tmp_path / "odd-{1..2}.tar"))
     with pytest.raises(rill.InvalidArgumentError, match=r"unmatched '\{' at character"):
         rill.from_tar(str(tmp_path / "odd-{1..2.tar"))
+
+
+# ---------------------------------------------------------------- saved indexes (index_dir)
+
+def test_from_tar_saves_and_reads_back_indexes(tmp_path):
+    names = [f"train-{k}.tar" for k in range(3)]
+    write_shards(tmp_path, names)
+    idx = tmp_path / "idx"
+    idx.mkdir()
+    pattern = str(tmp_path / "train-{0..2}.tar")
+    plain = table(rill.from_tar(pattern, dtypes={"cls": "int64"}))
+    first = table(rill.from_tar(pattern, dtypes={"cls": "int64"}, index_dir=idx))
+    saved = sorted(p.name for p in idx.iterdir())
+    assert len(saved) == 3 and all(p.endswith(".rillidx") for p in saved)
+    assert all(any(f"-{n}.rillidx" in p for p in saved) for n in names)
+    mtimes = {p.name: p.stat().st_mtime_ns for p in idx.iterdir()}
+    again = table(rill.from_tar(pattern, dtypes={"cls": "int64"}, index_dir=str(idx).encode()))
+    assert plain == first == again
+    assert {p.name: p.stat().st_mtime_ns for p in idx.iterdir()} == mtimes  # read, not rewritten
+    # an archive rewritten with another sample: its index is made again, the others kept
+    write_tar(tmp_path / "train-1.tar", [("s1/x.cls", b"1"), ("s1/x.txt", b"t"), ("s9/x.cls", b"9")])
+    changed = table(rill.from_tar(pattern, dtypes={"cls": "int64"}, index_dir=idx))
+    assert changed["cls"] == [0, 1, 9, 2]
+    assert changed == table(rill.from_tar(pattern, dtypes={"cls": "int64"}))
+    now = {p.name: p.stat().st_mtime_ns for p in idx.iterdir()}
+    assert sum(now[k] != mtimes[k] for k in now) == 1
+
+
+def test_from_tar_index_dir_errors(tmp_path):
+    write_shards(tmp_path, ["a.tar"])
+    with pytest.raises(rill.InvalidArgumentError, match=r"index_dir '.*nowhere' is not a folder: No such file"):
+        rill.from_tar(str(tmp_path / "a.tar"), index_dir=tmp_path / "nowhere")
+    with pytest.raises(rill.InvalidArgumentError, match=r"a\.tar' is not a folder"):
+        rill.from_tar(str(tmp_path / "a.tar"), index_dir=tmp_path / "a.tar")
+    with pytest.raises(TypeError):
+        rill.from_tar(str(tmp_path / "a.tar"), index_dir=3)
+    # a damaged saved index is not used
+    idx = tmp_path / "idx"
+    idx.mkdir()
+    want = table(rill.from_tar(str(tmp_path / "a.tar"), index_dir=idx))
+    (f,) = idx.iterdir()
+    f.write_bytes(b"garbage" + f.read_bytes()[7:])
+    assert table(rill.from_tar(str(tmp_path / "a.tar"), index_dir=idx)) == want

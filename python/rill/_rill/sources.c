@@ -1112,21 +1112,27 @@ static PyObject* tar_single(PyObject* path) {
 }
 
 static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
-  static char* kwlist[] = {"paths", "dtypes", "rename", "on_error", "grain", "threads", NULL};
-  PyObject *paths, *dtypes = Py_None, *rename = Py_None, *on_error = Py_None;
+  static char* kwlist[] = {"paths", "dtypes", "rename", "on_error", "grain", "threads", "index_dir", NULL};
+  PyObject *paths, *dtypes = Py_None, *rename = Py_None, *on_error = Py_None, *index_dir = Py_None;
   long long grain = 0;
   int threads = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOLi:from_tar", kwlist, &paths, &dtypes, &rename, &on_error, &grain,
-                                   &threads))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOLiO:from_tar", kwlist, &paths, &dtypes, &rename, &on_error,
+                                   &grain, &threads, &index_dir))
     return NULL;
   rill_tar_opts_t o = {.threads = threads};
   if (rillpy_parse_on_error(on_error, &o.on_error) < 0 || rillpy_parse_grain(grain, &o.grain) < 0) return NULL;
+  PyObject* dir = index_dir == Py_None ? NULL : rillpy_fspath(index_dir); /* kept until the open returns */
+  if (index_dir != Py_None && !dir) return NULL;
+  o.index_dir = dir ? PyBytes_AS_STRING(dir) : NULL;
   /* one archive (str, bytes or os.PathLike) or a sequence of them */
   int single = PyUnicode_Check(paths) || PyBytes_Check(paths) || PyObject_HasAttrString(paths, "__fspath__");
   PyObject* seq = single ? tar_single(paths)
                          : PySequence_Fast(paths, "from_tar: paths must be a path or a sequence of str, bytes or "
                                                   "os.PathLike");
-  if (!seq) return NULL;
+  if (!seq) {
+    Py_XDECREF(dir);
+    return NULL;
+  }
   PyObject* keep = NULL;
   rill_tar_column_t* cols = NULL;
   rill_df_t* df = NULL;
@@ -1140,6 +1146,7 @@ static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
   PyMem_Free(cols);
   Py_XDECREF(keep);
   Py_DECREF(seq);
+  Py_XDECREF(dir);
   return rc < 0 ? NULL : rillpy_df_new(df, NULL);
 }
 
@@ -1214,7 +1221,7 @@ static PyMethodDef source_functions[] = {
      "1,000,000 paths."},
     {"from_tar", (PyCFunction)(void (*)(void))py_from_tar, METH_VARARGS | METH_KEYWORDS,
      "from_tar(paths: str | bytes | os.PathLike | Sequence[str | bytes | os.PathLike], *, dtypes=None, "
-     "rename=None, on_error='raise', grain=0, threads=0) -> DataFrame\n\n"
+     "rename=None, on_error='raise', grain=0, threads=0, index_dir=None) -> DataFrame\n\n"
      "A dataframe of the samples of WebDataset-style tar archives (shards; one path or a sequence; one path "
      "that names no file is expanded as a brace pattern, 'train-{000..146}.tar', see expand_braces), one "
      "row per sample: the consecutive members DIR/KEY.EXT of one DIR/KEY. Columns 'key' (string), 'path' "
@@ -1225,7 +1232,10 @@ static PyMethodDef source_functions[] = {
      "error. rename: {extension: column name}; extensions given one name are alternatives of one column "
      "({'jpg': 'image', 'png': 'image'}: a sample holds one of them), and an extension named 'key' or 'path' "
      "can be read under another name. on_error: for a member that cannot be read or converted. threads: "
-     "archives indexed side by side at open (0: up to 16; 1: the calling thread)."},
+     "archives indexed side by side at open (0: up to 16; 1: the calling thread). index_dir: an existing "
+     "folder where each archive's index is saved once made and read back at later opens instead of the "
+     "archive's headers, while the archive is unchanged (size, modification time, device, inode); a damaged or "
+     "stale saved index is not used."},
     {NULL, NULL, 0, NULL}};
 
 int rillpy_init_sources(PyObject* m) { return PyModule_AddFunctions(m, source_functions); }
