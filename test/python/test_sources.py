@@ -359,6 +359,22 @@ def test_from_csv_null_values_match_pandas(tmp_path):
         rill.from_csv(p, null_values=[str(k) for k in range(65)])
 
 
+def test_from_csv_expands_a_brace_pattern_that_names_no_file(tmp_path):
+    for k in range(3):
+        (tmp_path / f"part-{k:02d}.csv").write_text(f"id,name\n{k},n{k}\n{k + 10},m{k}\n")
+    df = rill.from_csv(str(tmp_path / "part-{00..02}.csv"))
+    assert pa.table(df).column("id").to_pylist() == [0, 10, 1, 11, 2, 12]
+    assert len(df.parts) == 3
+    assert pa.table(rill.from_csv(tmp_path / "part-{02,00}.csv")).column("name").to_pylist() == ["n2", "m2", "n0", "m0"]
+    # a file whose name holds braces is that file; a missing expanded file is named
+    (tmp_path / "odd-{1,2}.csv").write_text("id\n7\n")
+    assert pa.table(rill.from_csv(str(tmp_path / "odd-{1,2}.csv"))).column("id").to_pylist() == [7]
+    with pytest.raises(rill.RillIOError, match=r"part-03\.csv"):
+        rill.from_csv(str(tmp_path / "part-{00..03}.csv"))
+    with pytest.raises(rill.InvalidArgumentError, match=r"unmatched '\{' at character"):
+        rill.from_csv(str(tmp_path / "part-{00..03.csv"))
+
+
 def test_from_csv_more_files_than_the_process_may_map(tmp_path):
     # a file mapped each would exceed vm.max_map_count: the least recently read are unmapped
     try:

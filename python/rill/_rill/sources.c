@@ -782,6 +782,8 @@ static int open_csv_files(PyObject* paths, const rill_csv_opts_t* o, rill_df_t**
   return open_paths(paths, open_csv_list, o, out);
 }
 
+static PyObject* brace_paths(PyObject* path);
+
 static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
   static char* kwlist[] = {"path",     "delimiter",  "quote",       "header",   "infer", "dtypes",
                            "on_error", "on_bad_row", "threads",     "infer_rows", "chunk_bytes", "encoding",
@@ -802,7 +804,13 @@ static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
                encoding, trim, comment, escape, null_values, decimal, skip_lines, &o, &cols, &keep) < 0)
     return NULL;
   rill_df_t* df = NULL;
-  int rc = PyList_Check(path) || PyTuple_Check(path) ? open_csv_files(path, &o, &df) : open_path(path, open_csv, &o, &df);
+  int many = PyList_Check(path) || PyTuple_Check(path);
+  PyObject* expanded = many ? NULL : brace_paths(path); /* a pattern that names no file: its files */
+  int rc = !many && !expanded ? -1
+           : many                ? open_csv_files(path, &o, &df)
+           : expanded != Py_None ? open_csv_files(expanded, &o, &df)
+                                 : open_path(path, open_csv, &o, &df);
+  Py_XDECREF(expanded);
   csv_opts_free(&o, cols, keep);
   return rc < 0 ? NULL : rillpy_df_new(df, NULL);
 }
@@ -1098,17 +1106,26 @@ static PyObject* py_expand_braces(PyObject* m, PyObject* pattern) {
   return list;
 }
 
-/* from_tar's one path: itself when it names a file (or has no brace), else the paths its
- * braces give ("train-{000..146}.tar", as WebDataset takes them). A new sequence, or NULL. */
-static PyObject* tar_single(PyObject* path) {
+/* A source's one path: None when it names a file or holds no brace (it is read as it is),
+ * else a new list of the paths its braces give ("train-{000..146}.tar", as WebDataset takes
+ * shard lists). A new reference, or NULL (raised). */
+static PyObject* brace_paths(PyObject* path) {
   PyObject* b = rillpy_fspath(path);
   if (!b) return NULL;
   struct stat st;
-  PyObject* seq;
-  if (!strchr(PyBytes_AS_STRING(b), '{') || stat(PyBytes_AS_STRING(b), &st) == 0) seq = PyTuple_Pack(1, path);
-  else seq = expand_pattern(b, 0);
+  PyObject* r;
+  if (!strchr(PyBytes_AS_STRING(b), '{') || stat(PyBytes_AS_STRING(b), &st) == 0) r = Py_NewRef(Py_None);
+  else r = expand_pattern(b, 0);
   Py_DECREF(b);
-  return seq;
+  return r;
+}
+
+/* from_tar's one path as a sequence: itself, or the paths of its brace pattern. */
+static PyObject* tar_single(PyObject* path) {
+  PyObject* r = brace_paths(path);
+  if (r != Py_None) return r;
+  Py_DECREF(r);
+  return PyTuple_Pack(1, path);
 }
 
 static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
@@ -1173,7 +1190,8 @@ static PyMethodDef source_functions[] = {
      "escape=None, null_values=None, decimal='.', skip_lines=0) -> DataFrame\n\n"
      "A dataframe over a CSV file (str or os.PathLike), parsed when rows are pulled; a list or tuple of "
      "paths reads their rows one file after another (the same columns in any order; int64 in one file "
-     "and float64 in another is float64). A gzip- or "
+     "and float64 in another is float64), and so does a path that names no file and holds braces "
+     "('part-{000..009}.csv': the paths of expand_braces). A gzip- or "
      "zstd-compressed file (known by its bytes, not its name) is decompressed first (into memory, or past 1 GiB "
      "of text into a temporary file in $TMPDIR). dtypes: "
      "{column name or index: dtype} overrides of the inferred types ('binary': bytes as they are). "
