@@ -253,6 +253,13 @@ int rill__csv_build_index(rill__csv_t* c, int64_t begin, int64_t expected, const
       }
     }
     bounds[++nch] = b;
+    /* finding the boundary mapped the pages around it; where the page cache holds large
+     * folios (a file another program read with read()) a touch maps a whole folio, up to
+     * 2 MB, so the boundaries of a 1 GB file kept 260 MB resident until their chunks were
+     * scanned. Handed back at once (the chunk's scan maps them again): nothing else is
+     * being read while the boundaries are found. */
+    const int64_t around = 4 << 20;
+    rill__csv_drop(c, nominal - around > begin ? nominal - around : begin, b + around < c->size ? b + around : c->size);
     pos = b;
   }
   rill__csv_spec_t* out = rill__calloc((size_t)(nch ? nch : 1), sizeof *out);
