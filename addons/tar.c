@@ -36,9 +36,9 @@
 #include "tar_index.h"
 #include "text.h"
 
-#define BLOCK 512
+#define BLOCK RILL__TAR_BLOCK
 #define WINDOW 16384                  /* bytes read at once while walking headers */
-#define MAX_META ((int64_t)1 << 20)   /* a pax record set or GNU long name larger than this is damage */
+#define MAX_META RILL__TAR_MAX_META
 #define MAX_TEXT 256                  /* a typed member's text (a number, a time) */
 
 typedef struct archive {
@@ -1055,12 +1055,13 @@ int rill_df_from_tar(const char* const* paths, int npaths, const rill_tar_opts_t
   if (o.ncolumns < 0 || (o.ncolumns > 0 && !o.columns))
     return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: columns must hold ncolumns >= 0 entries");
   if (o.threads < 0) return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: threads must be >= 0 (0: up to 16)");
-  struct stat ds;
-  if (o.index_dir && (!o.index_dir[0] || stat(o.index_dir, &ds) != 0 || !S_ISDIR(ds.st_mode))) {
+  if (o.index_dir) {
+    struct stat ds;
+    int missing = o.index_dir[0] && stat(o.index_dir, &ds) != 0;
     char eb[96];
-    return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: index_dir '%s' is not a folder%s%s", o.index_dir,
-                      o.index_dir[0] && stat(o.index_dir, &ds) != 0 ? ": " : "",
-                      o.index_dir[0] && stat(o.index_dir, &ds) != 0 ? strerror_r(errno, eb, sizeof eb) : "");
+    if (!o.index_dir[0] || missing || !S_ISDIR(ds.st_mode))
+      return rill__fail(err, RILL_EINVAL, "rill_df_from_tar: index_dir '%s' is not a folder%s%s", o.index_dir,
+                        missing ? ": " : "", missing ? strerror_r(errno, eb, sizeof eb) : "");
   }
   int rc = check_columns(&o, err);
   if (rc < 0) return rc;

@@ -22,11 +22,11 @@
 #include "addon.h"
 #include "tar_index.h"
 
-#define BLOCK 512
+#define BLOCK RILL__TAR_BLOCK
 #define MAGIC "RILLTIX\x01"
 #define VERSION 1u
 #define HEAD_BYTES (8 + 4 + 4 + 8 * 7)
-#define MAX_NAME ((int64_t)1 << 20) /* as the walk's longest name */
+#define MAX_NAME RILL__TAR_MAX_META /* as the walk's longest name */
 
 _Atomic int64_t rill__tar_walks;
 
@@ -125,6 +125,14 @@ int rill__tar_index_load(const char* path, const char* real, const rill__tar_sta
     goto done;
   p += plen;
   const uint8_t* names = p + nrec * 24;
+  log->recs = rill__alloc((size_t)(nrec ? nrec : 1) * sizeof *log->recs);
+  log->names = rill__alloc((size_t)(nlen ? nlen : 1));
+  if (!log->recs || !log->names) {
+    rill__tar_log_free(log);
+    rc = RILL_ENOMEM;
+    goto done;
+  }
+  log->cap = nrec, log->names_cap = nlen; /* rill__tar_log_add below fills them without growing */
   int64_t sum_len = 0, last = 0;
   for (int64_t i = 0; i < nrec; i++) {
     int64_t off = (int64_t)get64(&p), sz = (int64_t)get64(&p), len = (int64_t)get64(&p);

@@ -7,6 +7,9 @@
 
 #include <stdint.h>
 
+#define RILL__TAR_BLOCK 512                      /* a header, and the unit of member data */
+#define RILL__TAR_MAX_META ((int64_t)1 << 20)    /* a pax record set or GNU long name larger than this is damage */
+
 /* The regular-file members of an archive in the order of their headers: each one's full name
  * (names[name_off .. name_off + name_len), name_off the sum of the earlier lengths) and its
  * data (off: a multiple of 512 past its header; size bytes). */

@@ -119,14 +119,19 @@ static void write_two(void) {
   fclose(f);
 }
 
-/* write_two's archives opened with o (may be NULL). */
-static rill_df_t* open_two(const rill_tar_opts_t* o) {
-  write_two();
+/* a.tar and b.tar as they are, opened with o (may be NULL). */
+static rill_df_t* open_ab(const rill_tar_opts_t* o) {
   const char* paths[] = {rt_tpath("a.tar"), rt_tpath("b.tar")};
   rill_df_t* df = NULL;
   rill_error_t err = {0};
   RT_OK(rill_df_from_tar(paths, 2, o, &df, &err), err);
   return df;
+}
+
+/* write_two's archives opened with o (may be NULL). */
+static rill_df_t* open_two(const rill_tar_opts_t* o) {
+  write_two();
+  return open_ab(o);
 }
 
 Test(tar, samples_grouped_by_key_one_column_per_extension) {
@@ -813,14 +818,6 @@ static const char* index_file(const char* dir, const char* rel) {
   cr_assert(realpath(rt_tpath(rel), real), "realpath %s", rel);
   cr_assert_eq(rill__tar_index_path(dir, real, file, sizeof file), RILL_OK);
   return file;
-}
-
-static rill_df_t* open_ab(const rill_tar_opts_t* o) {
-  const char* paths[] = {rt_tpath("a.tar"), rt_tpath("b.tar")};
-  rill_df_t* df = NULL;
-  rill_error_t err = {0};
-  RT_OK(rill_df_from_tar(paths, 2, o, &df, &err), err);
-  return df;
 }
 
 /* The rows of write_two's archives opened with o, and the walks it took. */

@@ -804,13 +804,10 @@ static PyObject* py_from_csv(PyObject* m, PyObject* args, PyObject* kw) {
                encoding, trim, comment, escape, null_values, decimal, skip_lines, &o, &cols, &keep) < 0)
     return NULL;
   rill_df_t* df = NULL;
-  int many = PyList_Check(path) || PyTuple_Check(path);
-  PyObject* expanded = many ? NULL : brace_paths(path); /* a pattern that names no file: its files */
-  int rc = !many && !expanded ? -1
-           : many                ? open_csv_files(path, &o, &df)
-           : expanded != Py_None ? open_csv_files(expanded, &o, &df)
-                                 : open_path(path, open_csv, &o, &df);
-  Py_XDECREF(expanded);
+  /* a list or tuple of paths, a pattern that names no file (its files), or one file (None) */
+  PyObject* files = PyList_Check(path) || PyTuple_Check(path) ? Py_NewRef(path) : brace_paths(path);
+  int rc = !files ? -1 : files != Py_None ? open_csv_files(files, &o, &df) : open_path(path, open_csv, &o, &df);
+  Py_XDECREF(files);
   csv_opts_free(&o, cols, keep);
   return rc < 0 ? NULL : rillpy_df_new(df, NULL);
 }
