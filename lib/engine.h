@@ -23,9 +23,18 @@
 
 /* The least work worth handing to another thread, in nanoseconds: a hand-off costs a queue
  * round trip and usually a wake-up on each side (microseconds, more on a busy machine). A
- * chunk whose last evaluation took less is computed by the consumer when it is needed
- * (iter.c), and a stage split across threads is cut into tasks of about this much (tasks.c). */
+ * stage split across threads is cut into tasks of about this much (tasks.c); for whole
+ * chunks see RILL__CHUNK_HANDOFF_NS. */
 #define RILL__HANDOFF_NS 20000
+/* Chunks cheaper than this are computed by the consumer too while it waits, on a worker's
+ * core (iter.c, cheap_chunks): a sleep and a wake-up per chunk cost them too much. */
+#define RILL__HELP_LATER_NS (50 * RILL__HANDOFF_NS)
+/* A chunk that takes longer than this goes to the workers (iter.c, worth_a_thread). Its
+ * consumer computes queued chunks itself while it waits (cheap_chunks), so the hand-off is a
+ * queue round trip (a microsecond or two a side), without the sleep and wake-up that
+ * RILL__HANDOFF_NS prices: CSV batches of 256 rows (15-20 us each) gain 1.4x on 2 cores;
+ * chunks of about 5 us (a batch of 1,024 int64 rows through 8 trivial maps) lose. */
+#define RILL__CHUNK_HANDOFF_NS (RILL__HANDOFF_NS / 2)
 
 typedef struct rill__group {
   int64_t pending; /* tasks submitted and not finished; guarded by the pool's mutex */
@@ -49,6 +58,10 @@ int rill__workers_new(int nthreads, rill__workers_t** out);
  * the next queue; NULL is a no-op. Not for a queue rill__workers_forked reports. */
 void rill__workers_free(rill__workers_t* w);
 int rill__workers_count(const rill__workers_t* w);
+/* Lets at most `lean` (>= 1) of the queue's threads be awake while a RILL__WAIT_ANY waiter
+ * computes tasks or has just done so (workers.c, "Awake threads"); the others sleep (after
+ * the task they run). Starts at the thread count: no limit. */
+void rill__workers_lean(rill__workers_t* w, int lean);
 /* 1 in the child of a fork() for a queue made before it with threads: they were the
  * parent's. Such a queue must not be used, waited for or freed there (one of its threads
  * may have held its mutex at the fork); 0 otherwise, and for NULL. */
@@ -56,10 +69,15 @@ int rill__workers_forked(const rill__workers_t* w);
 /* Queues `task` (memory owned by the caller until it has run or been cancelled) behind the
  * queued tasks whose group priority is lower or equal. */
 void rill__workers_submit(rill__workers_t* w, rill__task_t* task);
-/* Returns once every task of `group` has finished; meanwhile the caller runs queued tasks
- * whose priority is <= the group's (its own and older work) when `help` is set (always on a
- * queue without threads), else only the group's own tasks that no thread has started, and
- * otherwise sleeps. */
+/* How much of the queue a thread waiting for a group runs meanwhile (rill__workers_wait). */
+enum {
+  RILL__WAIT_OWN = 0,   /* the group's own tasks that no thread has started */
+  RILL__WAIT_OLDER = 1, /* queued tasks whose priority is <= the group's: its own and older work */
+  RILL__WAIT_ANY = 2    /* any queued task, later work too (the consumer of cheap chunks: see iter.c) */
+};
+/* Returns once every task of `group` has finished; meanwhile the caller runs the queued tasks
+ * that `help` (RILL__WAIT_*) allows (RILL__WAIT_OLDER at least on a queue without threads),
+ * and otherwise sleeps. */
 void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help);
 /* Removes the queued (not started) tasks of `group`; returns how many. */
 int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group);
@@ -249,6 +267,8 @@ struct rill_iter {
   int ahead;
   int nthreads;
   int consumer_helps; /* the caller runs queued tasks while it waits: a core is left to it */
+  int cores;          /* the cores the process may use (at creation) */
+  int lean;           /* workers awake while the consumer computes (rill__workers_lean; iter.c) */
   rill__workers_t* workers;
   rill__slot_t* slots;
   int nslots;

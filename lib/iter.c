@@ -122,13 +122,38 @@ static void slot_eval(rill__slot_t* s) {
 static void slot_main(void* arg) { slot_eval(arg); }
 
 /* Whether the next chunk goes to a worker thread: there are threads, and the last two chunks
- * each took longer than a hand-off (or none has been measured yet, or the caller asked for it
- * with rill_iter_prefetch). */
+ * each took longer than a hand-off (RILL__CHUNK_HANDOFF_NS; or none has been measured yet, or
+ * the caller asked for it with rill_iter_prefetch). */
 static int worth_a_thread(const rill_iter_t* it, int asked) {
   if (it->ahead == 0 || it->nthreads == 0) return 0;
   if (asked) return 1;
   int64_t ns = atomic_load_explicit(&((rill_iter_t*)it)->chunk_ns, memory_order_relaxed);
-  return ns <= 0 || ns >= RILL__HANDOFF_NS;
+  return ns <= 0 || ns >= RILL__CHUNK_HANDOFF_NS;
+}
+
+/* Whether the last two chunks each took less than RILL__HELP_LATER_NS (and more than a
+ * hand-off: cheaper ones are not sent to the workers at all). For such chunks a sleep of the
+ * consumer waiting for one, and its wake-up, cost a large share of the work (CSV batches of
+ * 1,024 rows, about 120 us each: some 20 us of CPU a hand-off on the workers' cores, more on a
+ * virtual machine), so the consumer computes queued chunks itself while it waits (at most one
+ * cheap chunk's delay to the one it waits for), and takes a worker's core for it: where the
+ * workers fill the cores, one of them sleeps while the consumer computes (rill__workers_lean)
+ * rather than be time-sliced with it (which left a core idle whenever a worker found the
+ * queue empty). Once the consumer has been away longer than RILL__HELP_LATER_NS (a training
+ * step), every worker works again. */
+static int cheap_chunks(const rill_iter_t* it) {
+  int64_t ns = atomic_load_explicit(&((rill_iter_t*)it)->chunk_ns, memory_order_relaxed);
+  return ns > 0 && ns < RILL__HELP_LATER_NS;
+}
+
+/* The workers allowed awake while the consumer computes, for the chunks' cost (cheap_chunks). */
+static void set_lean(rill_iter_t* it) {
+  if (it->nthreads == 0) return;
+  int lean = cheap_chunks(it) && it->nthreads >= it->cores ? it->cores - 1 : it->nthreads;
+  if (lean < 1) lean = 1;
+  if (lean == it->lean) return;
+  it->lean = lean;
+  rill__workers_lean(it->workers, lean);
 }
 
 static void schedule_upto(rill_iter_t* it, int64_t max, int asked);
@@ -145,6 +170,7 @@ static void release_held(rill_iter_t* it) {
 /* Starts up to `max` more chunks, as many as free slots and remaining rows allow; `asked`:
  * the caller wants them computed now (rill_iter_prefetch), on the workers even when cheap. */
 static void schedule_upto(rill_iter_t* it, int64_t max, int asked) {
+  set_lean(it);
   for (int64_t started = 0; started < max && it->inflight < it->nslots; started++) {
     if (it->next_start >= it->df->rows) {
       /* the epoch's chunks are all started: go on into the next epoch's first ones, once */
@@ -196,7 +222,7 @@ static void consumer_fence(rill_iter_t* it, rill__chunk_t* ch) {
 static void slot_finish(rill__slot_t* s, rill_iter_t* it) {
   if (s->queued) {
     rill__workers_cancel(it->workers, &s->group);
-    rill__workers_wait(it->workers, &s->group, 1);
+    rill__workers_wait(it->workers, &s->group, RILL__WAIT_OLDER);
     s->queued = 0;
   }
   consumer_fence(it, &s->chunk);
@@ -224,9 +250,17 @@ static void drop_all(rill_iter_t* it, int64_t epoch, int64_t row) {
   it->next_start = it->cursor = row;
 }
 
+/* How the consumer waits for a chunk on the workers: it helps with queued work of that chunk
+ * and older ones when the workers leave it a core (consumer_helps); and where chunks are cheap
+ * it runs the next queued chunk rather than sleep (see cheap_chunks). */
+static int wait_mode(const rill_iter_t* it) {
+  if (cheap_chunks(it)) return RILL__WAIT_ANY;
+  return it->consumer_helps ? RILL__WAIT_OLDER : RILL__WAIT_OWN;
+}
+
 static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
   if (s->queued) {
-    rill__workers_wait(it->workers, &s->group, it->consumer_helps);
+    rill__workers_wait(it->workers, &s->group, wait_mode(it));
     s->queued = 0;
   } else if (!s->done) {
     slot_eval(s);
@@ -344,7 +378,7 @@ int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_iter_t** out
   if (ahead > nchunks) ahead = nchunks;
   it->ahead = (int)ahead;
   it->nslots = 1 + it->ahead;
-  int cores = rill__ncores();
+  int cores = it->cores = rill__ncores();
   it->nthreads = o.threads == 0 ? cores : o.threads == RILL_THREADS_NONE ? 0 : o.threads;
   if (it->nthreads > RILL_MAX_THREADS) it->nthreads = RILL_MAX_THREADS;
   /* Waiting for a chunk, the caller helps with the queued tasks only when the workers leave
@@ -353,6 +387,7 @@ int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_iter_t** out
    * chunk that no worker has started yet it still runs itself (no wake-up to wait for). */
   it->consumer_helps = it->nthreads < cores;
   if (rill__workers_new(it->nthreads, &it->workers) != RILL_OK) goto nomem;
+  it->lean = it->nthreads;
   it->slots = rill__calloc((size_t)it->nslots, sizeof *it->slots);
   if (!it->slots) goto nomem;
   for (int i = 0; i < it->nslots; i++)

@@ -83,7 +83,7 @@ static void run_var_split(run_t* R, int64_t grain, int64_t ntasks) {
       rill__workers_submit(it->workers, &vs[t].task);
     }
     vsplit_main(&vs[0]);
-    rill__workers_wait(it->workers, &g, 1);
+    rill__workers_wait(it->workers, &g, RILL__WAIT_OLDER);
     R->out_direct = 0;
     for (int j = 0; j < nm && !rill__chunk_failed(R->ch); j++) {
       member_t* mb = &R->m[j];
@@ -211,7 +211,7 @@ void rill__run_cells(run_t* R) {
         if (t > 0) rill__workers_submit(it->workers, &sp[t].task);
       }
       rill__call_range(R, sp[0].a, sp[0].b);
-      rill__workers_wait(it->workers, &g, 1);
+      rill__workers_wait(it->workers, &g, RILL__WAIT_OLDER);
       rill__free(sp);
     }
   }

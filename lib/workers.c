@@ -21,9 +21,21 @@
  * many as its iterator asked for, whatever other iterators run at the same time.
  *
  * A thread that waits for a group runs only queued tasks that are at least as urgent as the
- * group (priority <= the group's): the group's own tasks and those of older chunks, never
- * the work of later chunks; otherwise it sleeps. A waiter asked not to help (rill__workers_wait
- * with help 0) runs only the group's own tasks that no thread has started. Nested splitting (a chunk task that splits
+ * group (priority <= the group's): the group's own tasks and those of older chunks, not the
+ * work of later chunks; otherwise it sleeps. A waiter asked not to help (RILL__WAIT_OWN) runs
+ * only the group's own tasks that no thread has started; one allowed any task
+ * (RILL__WAIT_ANY: an iterating thread waiting for a cheap chunk) runs the oldest queued task
+ * whatever its priority, and sleeps only when the queue is empty.
+ *
+ * Awake threads: while a RILL__WAIT_ANY waiter (the consumer of cheap chunks) computes tasks,
+ * or has left its last wait less than RILL__HELP_LATER_NS ago, at most `lean` of the queue's
+ * threads are awake (rill__workers_lean; all of them by default): the consumer takes a
+ * worker's core rather than be time-sliced with the workers, which leaves a core idle whenever
+ * a worker finds the queue empty while a thread queued behind the consumer on the other core
+ * waits. A thread that finds more awake than the limit after a task goes back to sleep, and a
+ * submit wakes one only while fewer are awake. Once the consumer has been away longer (a
+ * training step that blocks), every thread may work again: the next thread to finish a task,
+ * or the next submit, wakes one for the queued tasks. Nested splitting (a chunk task that splits
  * a stage into row tasks and waits for them) cannot deadlock: the waiter runs its own queued
  * tasks itself, and a queue without threads runs everything on the waiting thread.
  *
@@ -45,6 +57,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "engine.h"
@@ -76,6 +89,9 @@ struct rill__workers {
   pthread_cond_t done_cv;  /* group waiters (and rill__workers_free) sleep here */
   pool_thread_t* sleeping; /* its threads asleep on their semaphore, a stack */
   int nsleeping;
+  int lean;                /* threads awake at most while the consumer waits (rill__workers_lean) */
+  _Atomic int64_t away;    /* when the RILL__WAIT_ANY waiter left its last wait, or the queue was
+                            * made (CLOCK_MONOTONIC ns); 0 while it waits */
   int waiting;             /* waiters asleep on done_cv */
   int64_t waiting_prio;    /* >= the priority of every waiter asleep on done_cv */
   rill__task_t* head;
@@ -148,6 +164,24 @@ static void run_locked(rill__workers_t* w, rill__task_t* t) {
   }
 }
 
+/* How many of the queue's threads may be awake now (see "Awake threads" above). Called with
+ * the lock held. */
+static int limit_locked(rill__workers_t* w) {
+  if (w->lean >= w->nthreads) return w->nthreads;
+  int64_t away = atomic_load_explicit(&w->away, memory_order_relaxed);
+  return away > 0 && rill__now_ns() - away > RILL__HELP_LATER_NS ? w->nthreads : w->lean;
+}
+
+/* A sleeping thread taken off the stack for a queued task, when the limit lets one more be
+ * awake; NULL otherwise. The caller posts its semaphore. Called with the lock held. */
+static pool_thread_t* wake_locked(rill__workers_t* w) {
+  pool_thread_t* t = w->sleeping;
+  if (!t || !w->head || w->nthreads - w->nsleeping >= limit_locked(w)) return NULL;
+  w->sleeping = t->next;
+  w->nsleeping--;
+  return t;
+}
+
 static void sem_wait_intr(sem_t* s) {
   while (sem_wait(s) != 0 && errno == EINTR) {
   }
@@ -161,7 +195,12 @@ static void* thread_main(void* arg) {
     if (!w) break;
     worker_index = t->index;
     pthread_mutex_lock(&w->mu);
-    for (rill__task_t* task; (task = pop_locked(w));) run_locked(w, task);
+    /* awake: the threads not asleep on the stack, this one among them */
+    for (rill__task_t* task; w->nthreads - w->nsleeping <= limit_locked(w) && (task = pop_locked(w));) {
+      run_locked(w, task);
+      pool_thread_t* more = wake_locked(w);
+      if (more) sem_post(&more->wake);
+    }
     t->next = w->sleeping; /* asleep from here on: the queue may hand it back to the pool */
     w->sleeping = t;
     if (++w->nsleeping == w->nthreads && w->stop) pthread_cond_broadcast(&w->done_cv);
@@ -295,8 +334,30 @@ int rill__workers_new(int nthreads, rill__workers_t** out) {
     w->nsleeping++;
     w->nthreads++;
   }
+  w->lean = w->nthreads;
+  atomic_store_explicit(&w->away, rill__now_ns(), memory_order_relaxed);
   *out = w;
   return RILL_OK;
+}
+
+void rill__workers_lean(rill__workers_t* w, int lean) {
+  if (lean < 1) lean = 1;
+  pthread_mutex_lock(&w->mu);
+  w->lean = lean;
+  /* raised: threads for the queued tasks, as many as the limit allows */
+  pool_thread_t* wake = NULL;
+  int queued = 0;
+  for (const rill__task_t* t = w->head; t && queued < w->nthreads; t = t->next) queued++;
+  for (pool_thread_t* t; queued-- > 0 && (t = wake_locked(w));) {
+    t->next = wake;
+    wake = t;
+  }
+  pthread_mutex_unlock(&w->mu);
+  while (wake) {
+    pool_thread_t* next = wake->next;
+    sem_post(&wake->wake);
+    wake = next;
+  }
 }
 
 int rill__workers_count(const rill__workers_t* w) { return w ? w->nthreads : 0; }
@@ -333,13 +394,8 @@ void rill__workers_submit(rill__workers_t* w, rill__task_t* task) {
   }
   w->last = task;
   event_locked(w);
-  pool_thread_t* wake = w->sleeping;
-  if (wake) {
-    w->sleeping = wake->next;
-    w->nsleeping--;
-  } else if (w->waiting > 0 && p <= w->waiting_prio) {
-    pthread_cond_broadcast(&w->done_cv);
-  }
+  pool_thread_t* wake = wake_locked(w);
+  if (!wake && w->waiting > 0 && p <= w->waiting_prio) pthread_cond_broadcast(&w->done_cv);
   pthread_mutex_unlock(&w->mu);
   if (wake) sem_post(&wake->wake); /* a pool thread outlives every queue: safe unlocked */
 }
@@ -357,10 +413,13 @@ static void spin_while(rill__workers_t* w, uint64_t seen) {
 void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help) {
   pthread_mutex_lock(&w->mu);
   int spun = 0;
-  if (w->nthreads == 0) help = 1; /* nobody else would run the tasks */
+  if (w->nthreads == 0 && help == RILL__WAIT_OWN) help = RILL__WAIT_OLDER; /* nobody else would run the tasks */
+  /* RILL__WAIT_ANY takes any task, and any submit wakes it: its priority reads as the largest */
+  int64_t reach = help == RILL__WAIT_ANY ? INT64_MAX : group->prio;
+  if (help == RILL__WAIT_ANY) atomic_store_explicit(&w->away, 0, memory_order_relaxed);
   while (group->pending > 0) {
     /* not helping: still runs the group's own task when no thread has taken it yet */
-    rill__task_t* t = help || (w->head && w->head->group == group) ? take_locked(w, group->prio) : NULL;
+    rill__task_t* t = help || (w->head && w->head->group == group) ? take_locked(w, reach) : NULL;
     if (t) {
       run_locked(w, t);
       spun = 0; /* the group's other tasks may be about to finish elsewhere */
@@ -371,7 +430,7 @@ void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help) {
       spin_while(w, seen);
       pthread_mutex_lock(&w->mu);
     } else if (help) {
-      if (w->waiting++ == 0 || group->prio > w->waiting_prio) w->waiting_prio = group->prio;
+      if (w->waiting++ == 0 || reach > w->waiting_prio) w->waiting_prio = reach;
       group->waiters++;
       pthread_cond_wait(&w->done_cv, &w->mu);
       group->waiters--;
@@ -382,6 +441,7 @@ void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help) {
       group->waiters--;
     }
   }
+  if (help == RILL__WAIT_ANY) atomic_store_explicit(&w->away, rill__now_ns(), memory_order_relaxed);
   pthread_mutex_unlock(&w->mu);
 }
 

@@ -849,3 +849,111 @@ Test(threads, waiting_consumer_helps_when_a_core_is_free) {
   for (int i = 0; i < 3 && helped == 0; i++) helped = helped_batches(2);
   cr_assert_gt(helped, 0, "on 2 cores with 1 worker, the consumer never helped with a batch a worker ran");
 }
+
+/* ---------------------------------------------------------------- cheap chunks */
+
+enum { CHEAP_B = 64, CHEAP_BATCHES = 160, CHEAP_US = 150 };
+
+/* Source: int64 cell = row id, one call per batch that spins CHEAP_US microseconds (a cheap
+ * chunk: more than a hand-off, well under RILL__HELP_LATER_NS); records which thread computed
+ * each batch (1 + the worker index, or -1 for the iterating thread). */
+typedef struct cheap_src {
+  _Atomic int by[CHEAP_BATCHES];
+} cheap_src_t;
+
+static int src_cheap(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                     rill_error_t* err) {
+  cheap_src_t* s = ctx;
+  int w = rill_exec_worker(ex);
+  atomic_store(&s->by[rows[0] / CHEAP_B], w < 0 ? -1 : 1 + w);
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < CHEAP_US * 1000LL);
+  return out_row_ids(rows, n, out, ex, err);
+}
+
+/* Pins the process to its first two CPUs (restored by unpin); 0 when it may use fewer. */
+static int pin_two(cpu_set_t* all) {
+  cr_assert_eq(sched_getaffinity(0, sizeof *all, all), 0);
+  if (CPU_COUNT(all) < 2) return 0;
+  cpu_set_t two;
+  CPU_ZERO(&two);
+  for (int c = 0, n = 0; c < CPU_SETSIZE && n < 2; c++)
+    if (CPU_ISSET(c, all)) CPU_SET(c, &two), n++;
+  cr_assert_eq(sched_setaffinity(0, sizeof two, &two), 0);
+  return 1;
+}
+
+static void unpin(const cpu_set_t* all) { cr_assert_eq(sched_setaffinity(0, sizeof *all, all), 0); }
+
+/* Cheap chunks with as many workers as cores: the waiting consumer computes queued chunks
+ * itself (no sleep and wake-up per chunk), and takes a worker's core for it: after the first
+ * batches (whose cost is being measured) one worker computes the rest with it. Timing-dependent
+ * (a consumer preempted for a millisecond lets the other worker work): up to five tries. */
+Test(threads, cheap_chunks_are_shared_with_the_waiting_consumer) {
+  cpu_set_t all;
+  if (!pin_two(&all)) cr_skip_test("needs 2 cores");
+  int consumer = 0, workers = 0;
+  for (int attempt = 0; attempt < 5 && !(consumer > 0 && workers == 1); attempt++) {
+    cheap_src_t s = {0};
+    row_id_batches(src_cheap, &s, &(rill_stage_opts_t){.grain = CHEAP_B}, CHEAP_B, CHEAP_BATCHES,
+                   &(rill_iter_opts_t){.threads = 2, .prefetch = 4});
+    int seen[3] = {0};
+    consumer = 0;
+    for (int b = 16; b < CHEAP_BATCHES; b++) {
+      int by = atomic_load(&s.by[b]);
+      if (by < 0) consumer++;
+      else if (by >= 1 && by <= 2) seen[by] = 1;
+    }
+    workers = seen[1] + seen[2];
+  }
+  unpin(&all);
+  cr_assert_gt(consumer, 0, "the waiting consumer computed no cheap chunk");
+  cr_assert_eq(workers, 1, "%d workers computed cheap chunks beside the consumer on 2 cores", workers);
+}
+
+/* A consumer away from the iterator (a training step) for longer than a cheap chunk's limit
+ * leaves every worker free to work: chunks queued when it left are computed by both workers,
+ * the second one woken once the consumer has been away a millisecond. */
+Test(threads, cheap_chunks_use_every_worker_while_the_consumer_is_away) {
+  cpu_set_t all;
+  if (!pin_two(&all)) cr_skip_test("needs 2 cores");
+  int workers = 0, consumer = 0;
+  for (int attempt = 0; attempt < 5 && !(workers == 2 && consumer == 0); attempt++) {
+    cheap_src_t s = {0};
+    rill_error_t err;
+    rill_df_t *df, *b;
+    RT_OK(rill_df_new(CHEAP_BATCHES * CHEAP_B, &df, &err), err);
+    int col = rill_df_add_source(df, "s", rill_type_scalar(RILL_INT64), src_cheap, &s, NULL,
+                                 &(rill_stage_opts_t){.grain = CHEAP_B}, &err);
+    cr_assert_eq(col, 0, "%s", err.message);
+    RT_OK(rill_df_batch(df, &col, 1, CHEAP_B, NULL, &b, &err), err);
+    rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = 2, .prefetch = 32});
+    rill_row_t row;
+    for (int i = 0; i < 24; i++) RT_OK(rill_iter_next(it, &row, &err), err); /* the cost is known: cheap */
+    RT_OK(rill_iter_seek(it, 64), err);
+    for (int i = 0; i < CHEAP_BATCHES; i++) atomic_store(&s.by[i], 0);
+    cr_assert_eq(rill_iter_prefetch(it, 32), RILL_OK);
+    nanosleep(&(struct timespec){0, 8000000}, NULL); /* away: 32 chunks of 150 us queued */
+    for (int i = 0; i < 32; i++) {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      const rill_array_t* a = rill_row_get(&row, 0);
+      cr_assert_eq(((const int64_t*)a->data)[0], (64 + i) * CHEAP_B);
+    }
+    int seen[3] = {0};
+    consumer = 0;
+    for (int i = 64; i < 96; i++) {
+      int by = atomic_load(&s.by[i]);
+      if (by >= 1 && by <= 2) seen[by] = 1;
+      consumer += by < 0;
+    }
+    workers = seen[1] + seen[2];
+    rill_iter_free(it);
+    rill_df_free(b);
+    rill_df_free(df);
+  }
+  unpin(&all);
+  cr_assert_eq(consumer, 0, "the consumer computed %d chunks while it was away", consumer);
+  cr_assert_eq(workers, 2, "only %d worker computed the chunks queued while the consumer was away", workers);
+}

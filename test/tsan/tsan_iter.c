@@ -1,8 +1,9 @@
 /* ThreadSanitizer stress of the worker pool and iterators: filtered + shuffled + batched
  * pipelines with prefetch 8 on 2-4 threads (and the same output as without threads), two
  * iterators over one dataframe on two threads, a CPU_SERIAL stage, iterators freed while
- * work is in flight. Prints "N passed, N failed" last; exits non-zero on a failure. */
+ * work is in flight, cheap chunks shared with the waiting consumer. Prints "N passed, N failed" last; exits non-zero on a failure. */
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../tar_write.h"
@@ -372,6 +373,55 @@ static void test_free_in_flight(void) {
   pipeline_free(&p);
 }
 
+/* ---- cheap chunks: batches of about 150 us each, so the consumer computes queued chunks
+ * while it waits and one worker sleeps meanwhile; a consumer away for 2 ms now and then (every
+ * worker works again), a seek, and an iterator freed with chunks queued */
+
+enum { CHEAP_B = 64, CHEAP_N = 96 };
+
+static int src_cheap(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                     rill_error_t* err) {
+  (void)ctx;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < 150000);
+  int rc = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (rc != RILL_OK) return rill_error_set(err, rc, "alloc");
+  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
+  return RILL_OK;
+}
+
+static void test_cheap_chunks(void) {
+  rill_error_t err;
+  rill_df_t *df, *b;
+  CHECK_OK(rill_df_new(CHEAP_N * CHEAP_B, &df, &err), err);
+  int col = rill_df_add_source(df, "s", rill_type_scalar(RILL_INT64), src_cheap, NULL, NULL,
+                               &(rill_stage_opts_t){.grain = CHEAP_B}, &err);
+  CHECK(col == 0, "add_source: %s", err.message);
+  CHECK_OK(rill_df_batch(df, &col, 1, CHEAP_B, NULL, &b, &err), err);
+  for (int threads = 2; threads <= 4; threads += 2) {
+    rill_iter_t* it;
+    CHECK_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = threads, .prefetch = 8}, &it, &err), err);
+    rill_row_t row;
+    for (int64_t i = 0; i < CHEAP_N; i++) {
+      if (i == CHEAP_N / 2) CHECK(rill_iter_seek(it, i) == RILL_OK, "seek");
+      if (i % 16 == 15) nanosleep(&(struct timespec){0, 2000000}, NULL);
+      CHECK_OK(rill_iter_next(it, &row, &err), err);
+      const rill_array_t* a = rill_row_get(&row, 0);
+      CHECK(a->length == CHEAP_B && ((const int64_t*)a->data)[0] == i * CHEAP_B &&
+                ((const int64_t*)a->data)[CHEAP_B - 1] == i * CHEAP_B + CHEAP_B - 1,
+            "batch %lld", (long long)i);
+    }
+    CHECK(rill_iter_next(it, &row, &err) == RILL_END, "end");
+    CHECK(rill_iter_seek(it, 8) == RILL_OK, "seek");
+    CHECK_OK(rill_iter_next(it, &row, &err), err);
+    rill_iter_free(it); /* chunks queued and running */
+  }
+  rill_df_free(b);
+  rill_df_free(df);
+}
+
 /* ---- memory source lending its cells to batches while a map drops rows (SKIP) */
 
 static int tsum4(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
@@ -444,6 +494,7 @@ int main(void) {
     test_tar_shards();
     test_free_in_flight();
     test_memory_lending();
+    test_cheap_chunks();
   }
   return tsan_report();
 }
