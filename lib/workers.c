@@ -90,7 +90,7 @@ struct rill__workers {
   pool_thread_t* sleeping; /* its threads asleep on their semaphore, a stack */
   int nsleeping;
   int lean;                /* threads awake at most while the consumer waits (rill__workers_lean) */
-  _Atomic int64_t away;    /* when the RILL__WAIT_ANY waiter left its last wait, or the queue was
+  int64_t away;            /* when the RILL__WAIT_ANY waiter left its last wait, or the queue was
                             * made (CLOCK_MONOTONIC ns); 0 while it waits */
   int waiting;             /* waiters asleep on done_cv */
   int64_t waiting_prio;    /* >= the priority of every waiter asleep on done_cv */
@@ -168,8 +168,7 @@ static void run_locked(rill__workers_t* w, rill__task_t* t) {
  * the lock held. */
 static int limit_locked(rill__workers_t* w) {
   if (w->lean >= w->nthreads) return w->nthreads;
-  int64_t away = atomic_load_explicit(&w->away, memory_order_relaxed);
-  return away > 0 && rill__now_ns() - away > RILL__HELP_LATER_NS ? w->nthreads : w->lean;
+  return w->away > 0 && rill__now_ns() - w->away > RILL__HELP_LATER_NS ? w->nthreads : w->lean;
 }
 
 /* A sleeping thread taken off the stack for a queued task, when the limit lets one more be
@@ -335,7 +334,7 @@ int rill__workers_new(int nthreads, rill__workers_t** out) {
     w->nthreads++;
   }
   w->lean = w->nthreads;
-  atomic_store_explicit(&w->away, rill__now_ns(), memory_order_relaxed);
+  w->away = rill__now_ns();
   *out = w;
   return RILL_OK;
 }
@@ -416,7 +415,7 @@ void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help) {
   if (w->nthreads == 0 && help == RILL__WAIT_OWN) help = RILL__WAIT_OLDER; /* nobody else would run the tasks */
   /* RILL__WAIT_ANY takes any task, and any submit wakes it: its priority reads as the largest */
   int64_t reach = help == RILL__WAIT_ANY ? INT64_MAX : group->prio;
-  if (help == RILL__WAIT_ANY) atomic_store_explicit(&w->away, 0, memory_order_relaxed);
+  if (help == RILL__WAIT_ANY) w->away = 0;
   while (group->pending > 0) {
     /* not helping: still runs the group's own task when no thread has taken it yet */
     rill__task_t* t = help || (w->head && w->head->group == group) ? take_locked(w, reach) : NULL;
@@ -441,7 +440,7 @@ void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help) {
       group->waiters--;
     }
   }
-  if (help == RILL__WAIT_ANY) atomic_store_explicit(&w->away, rill__now_ns(), memory_order_relaxed);
+  if (help == RILL__WAIT_ANY) w->away = rill__now_ns();
   pthread_mutex_unlock(&w->mu);
 }
 

@@ -812,20 +812,31 @@ static int src_owner(const int64_t* rows, int64_t n, rill_array_t* out, rill_exe
   return out_row_ids(rows, n, out, ex, err);
 }
 
+/* Pins the process to the first `cores` CPUs it may use (*all: its set before, for unpin); 0,
+ * and no change, when it may use fewer. */
+static int pin_cpus(int cores, cpu_set_t* all) {
+  cr_assert_eq(sched_getaffinity(0, sizeof *all, all), 0);
+  if (CPU_COUNT(all) < cores) return 0;
+  cpu_set_t some;
+  CPU_ZERO(&some);
+  for (int c = 0, n = 0; c < CPU_SETSIZE && n < cores; c++)
+    if (CPU_ISSET(c, all)) CPU_SET(c, &some), n++;
+  cr_assert_eq(sched_setaffinity(0, sizeof some, &some), 0);
+  return 1;
+}
+
+static void unpin(const cpu_set_t* all) { cr_assert_eq(sched_setaffinity(0, sizeof *all, all), 0); }
+
 /* Runs the owner source on the first `cores` CPUs this process may use with one worker
  * thread; returns the batches whose rows the iterating thread helped with although a worker
  * ran the batch (computed its first row). */
 static int helped_batches(int cores) {
-  cpu_set_t all, some;
-  cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
-  CPU_ZERO(&some);
-  for (int c = 0, n = 0; c < CPU_SETSIZE && n < cores; c++)
-    if (CPU_ISSET(c, &all)) CPU_SET(c, &some), n++;
-  cr_assert_eq(sched_setaffinity(0, sizeof some, &some), 0);
+  cpu_set_t all;
+  cr_assert(pin_cpus(cores, &all), "fewer than %d cores", cores);
   owner_src_t s = {.consumer = pthread_self()};
   row_id_batches(src_owner, &s, &(rill_stage_opts_t){.grain = 1}, OWN_B, OWN_BATCHES,
                  &(rill_iter_opts_t){.threads = 1, .prefetch = 4});
-  cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
+  unpin(&all);
   int helped = 0;
   for (int i = 0; i < OWN_BATCHES; i++) helped += atomic_load(&s.any[i]) && !atomic_load(&s.first[i]);
   return helped;
@@ -866,26 +877,9 @@ static int src_cheap(const int64_t* rows, int64_t n, rill_array_t* out, rill_exe
   cheap_src_t* s = ctx;
   int w = rill_exec_worker(ex);
   atomic_store(&s->by[rows[0] / CHEAP_B], w < 0 ? -1 : 1 + w);
-  struct timespec t0, t;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  do clock_gettime(CLOCK_MONOTONIC, &t);
-  while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < CHEAP_US * 1000LL);
+  rt_spin_ns(CHEAP_US * 1000LL);
   return out_row_ids(rows, n, out, ex, err);
 }
-
-/* Pins the process to its first two CPUs (restored by unpin); 0 when it may use fewer. */
-static int pin_two(cpu_set_t* all) {
-  cr_assert_eq(sched_getaffinity(0, sizeof *all, all), 0);
-  if (CPU_COUNT(all) < 2) return 0;
-  cpu_set_t two;
-  CPU_ZERO(&two);
-  for (int c = 0, n = 0; c < CPU_SETSIZE && n < 2; c++)
-    if (CPU_ISSET(c, all)) CPU_SET(c, &two), n++;
-  cr_assert_eq(sched_setaffinity(0, sizeof two, &two), 0);
-  return 1;
-}
-
-static void unpin(const cpu_set_t* all) { cr_assert_eq(sched_setaffinity(0, sizeof *all, all), 0); }
 
 /* Cheap chunks with as many workers as cores: the waiting consumer computes queued chunks
  * itself (no sleep and wake-up per chunk), and takes a worker's core for it: after the first
@@ -893,7 +887,7 @@ static void unpin(const cpu_set_t* all) { cr_assert_eq(sched_setaffinity(0, size
  * (a consumer preempted for a millisecond lets the other worker work): up to five tries. */
 Test(threads, cheap_chunks_are_shared_with_the_waiting_consumer) {
   cpu_set_t all;
-  if (!pin_two(&all)) cr_skip_test("needs 2 cores");
+  if (!pin_cpus(2, &all)) cr_skip_test("needs 2 cores");
   int consumer = 0, workers = 0;
   for (int attempt = 0; attempt < 5 && !(consumer > 0 && workers == 1); attempt++) {
     cheap_src_t s = {0};
@@ -918,7 +912,7 @@ Test(threads, cheap_chunks_are_shared_with_the_waiting_consumer) {
  * the second one woken once the consumer has been away a millisecond. */
 Test(threads, cheap_chunks_use_every_worker_while_the_consumer_is_away) {
   cpu_set_t all;
-  if (!pin_two(&all)) cr_skip_test("needs 2 cores");
+  if (!pin_cpus(2, &all)) cr_skip_test("needs 2 cores");
   int workers = 0;
   for (int attempt = 0; attempt < 5 && workers < 2; attempt++) {
     cheap_src_t s = {0};

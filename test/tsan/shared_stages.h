@@ -22,6 +22,14 @@ static inline int map_rand(const rill_array_t* const* in, int nin, rill_array_t*
   return RILL_OK;
 }
 
+/* Keeps the calling thread busy on its CPU for `ns` nanoseconds (a stage of a known cost). */
+static inline void rt_spin_ns(int64_t ns) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < ns);
+}
+
 /* Threads of this process (entries of /proc/self/task), or -1 where it cannot be read. */
 static inline int rt_thread_count(void) {
   DIR* d = opendir("/proc/self/task");

@@ -1,9 +1,9 @@
 /* ThreadSanitizer stress of the worker pool and iterators: filtered + shuffled + batched
  * pipelines with prefetch 8 on 2-4 threads (and the same output as without threads), two
  * iterators over one dataframe on two threads, a CPU_SERIAL stage, iterators freed while
- * work is in flight, cheap chunks shared with the waiting consumer. Prints "N passed, N failed" last; exits non-zero on a failure. */
+ * work is in flight, cheap chunks shared with the waiting consumer. Prints "N passed, N
+ * failed" last; exits non-zero on a failure. */
 #include <pthread.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../tar_write.h"
@@ -382,10 +382,7 @@ enum { CHEAP_B = 64, CHEAP_N = 96 };
 static int src_cheap(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
                      rill_error_t* err) {
   (void)ctx;
-  struct timespec t0, t;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  do clock_gettime(CLOCK_MONOTONIC, &t);
-  while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < 150000);
+  rt_spin_ns(150000);
   int rc = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
   if (rc != RILL_OK) return rill_error_set(err, rc, "alloc");
   for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
