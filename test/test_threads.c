@@ -2,8 +2,10 @@
  * across threads, serial stages, several iterators at once, the process-wide pool (threads
  * reused, grown, shared by iterators on several threads, after fork). Also run under
  * ThreadSanitizer (make tsan). */
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -603,29 +605,93 @@ static int64_t sum_to_end(rill_iter_t* it, int64_t* rows) {
   return r == RILL_END ? sum : -1;
 }
 
+/* A source whose calls past its first `open_rows` rows wait at a gate while it is closed
+ * (then sleep 200 us and write the row ids): a fork() can happen while the workers are in the
+ * middle of chunks, parked inside the source. */
+typedef struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int closed, held; /* held: calls waiting at the gate now */
+  int64_t open_rows;
+} gate_t;
+
+static int src_gated(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                     rill_error_t* err) {
+  gate_t* g = ctx;
+  pthread_mutex_lock(&g->mu);
+  if (rows[0] >= g->open_rows) {
+    g->held++;
+    while (g->closed) pthread_cond_wait(&g->cv, &g->mu);
+    g->held--;
+  }
+  pthread_mutex_unlock(&g->mu);
+  nanosleep(&(struct timespec){0, 200000}, NULL);
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
+  return RILL_OK;
+}
+
+/* 1 when no thread of this process but the caller is running or waiting for a CPU (state R in
+ * /proc/self/task/N/stat), 0 when one is, -1 where that cannot be read. */
+static int others_off_cpu(void) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int quiet = 1;
+  long self = (long)syscall(SYS_gettid);
+  for (struct dirent* e; quiet && (e = readdir(d));) {
+    if (e->d_name[0] == '.' || atol(e->d_name) == self) continue;
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+    FILE* f = fopen(path, "r");
+    if (!f) continue; /* a thread that just ended */
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    const char* close = strrchr(buf, ')'); /* "tid (name) S ..." */
+    if (close && close[1] == ' ' && close[2] == 'R') quiet = 0;
+  }
+  closedir(d);
+  return quiet;
+}
+
 /* fork() while the parent's threads compute an iterator's chunks: in the child that iterator
  * refuses to go on, with a clear error (its threads, and the chunks they were computing, do
  * not exist there), and is freed without waiting for them; an iterator without threads made
- * before the fork goes on there; the parent's iterator ends with every row. */
+ * before the fork goes on there; the parent's iterator ends with every row. The fork comes
+ * while the parent's workers wait inside the source (at its gate) and none is on a CPU: a
+ * worker inside the allocator at the fork would leave the child an allocator lock nobody
+ * releases (glibc's malloc guards against it, AddressSanitizer's allocator does not). */
 Test(pool, a_forked_child_refuses_the_parents_iterator_and_frees_it_at_once) {
   enum { ROWS = 400 };
   const int64_t all = ROWS * (ROWS - 1) / 2;
-  worker_seen_t seen = {.sleep_ns = 200000, .max_worker = -1}, quick = {.max_worker = -1};
+  gate_t gate = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .closed = 1, .open_rows = 4};
+  worker_seen_t quick = {.max_worker = -1};
   rill_error_t err;
   rill_df_t *df, *df2;
   RT_OK(rill_df_new(ROWS, &df, &err), err);
   RT_OK(rill_df_new(ROWS, &df2, &err), err);
   rill_stage_opts_t g = {.grain = 4};
-  cr_assert_eq(rill_df_add_source(df, "w", rill_type_scalar(RILL_INT64), src_worker, &seen, NULL, &g, &err), 0);
+  cr_assert_eq(rill_df_add_source(df, "w", rill_type_scalar(RILL_INT64), src_gated, &gate, NULL, &g, &err), 0);
   cr_assert_eq(rill_df_add_source(df2, "w", rill_type_scalar(RILL_INT64), src_worker, &quick, NULL, NULL, &err), 0);
   rill_iter_t* busy = open_iter(df, &(rill_iter_opts_t){.threads = 2, .prefetch = 200});
   rill_iter_t* solo = open_iter(df2, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE});
   rill_row_t row;
-  RT_OK(rill_iter_next(busy, &row, &err), err); /* later chunks are being computed now */
+  RT_OK(rill_iter_next(busy, &row, &err), err); /* rows 0-3: the gate lets them through */
   int64_t parent_rows = 1, parent_sum = cell0(&row);
   RT_OK(rill_iter_next(solo, &row, &err), err);
   cr_assert_eq(cell0(&row), 0);
-  pid_t pid = rt_fork();
+  int held = 0, quiet = 0;
+  for (int tries = 0; tries < 10000 && !(held > 0 && quiet == 1); tries++) {
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+    pthread_mutex_lock(&gate.mu);
+    held = gate.held;
+    pthread_mutex_unlock(&gate.mu);
+    quiet = others_off_cpu();
+    if (quiet < 0) cr_skip_test("/proc/self/task cannot be read");
+  }
+  cr_assert(held > 0 && quiet, "in 10 s no worker came to the gate with the others off the CPU (held %d)", held);
+  pid_t pid = rt_fork(); /* later chunks are being computed now, parked at the gate */
   if (pid == 0) {
     int code = 0;
     rill_error_t e = {0};
@@ -652,6 +718,10 @@ Test(pool, a_forked_child_refuses_the_parents_iterator_and_frees_it_at_once) {
     _exit(code);
   }
   rt_child_passed(pid);
+  pthread_mutex_lock(&gate.mu);
+  gate.closed = 0;
+  pthread_cond_broadcast(&gate.cv);
+  pthread_mutex_unlock(&gate.mu);
   int64_t s = sum_to_end(busy, &parent_rows);
   cr_assert_eq(parent_rows, ROWS);
   cr_assert_eq(parent_sum + s, all);
