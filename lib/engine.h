@@ -73,7 +73,9 @@ void rill__workers_submit(rill__workers_t* w, rill__task_t* task);
 enum {
   RILL__WAIT_OWN = 0,   /* the group's own tasks that no thread has started */
   RILL__WAIT_OLDER = 1, /* queued tasks whose priority is <= the group's: its own and older work */
-  RILL__WAIT_ANY = 2    /* any queued task, later work too (the consumer of cheap chunks: see iter.c) */
+  RILL__WAIT_ANY = 2,   /* any queued task, later work too (the consumer of cheap chunks: see iter.c) */
+  RILL__WAIT_ANY_OFF = 3 /* RILL__WAIT_ANY, and every thread may work from its return until the
+                          * caller's next wait (it spends its time away off the CPU: iter.c) */
 };
 /* Returns once every task of `group` has finished; meanwhile the caller runs the queued tasks
  * that `help` (RILL__WAIT_*) allows (RILL__WAIT_OLDER at least on a queue without threads),
@@ -269,6 +271,9 @@ struct rill_iter {
   int consumer_helps; /* the caller runs queued tasks while it waits: a core is left to it */
   int cores;          /* the cores the process may use (at creation) */
   int lean;           /* workers awake while the consumer computes (rill__workers_lean; iter.c) */
+  int off_runs;       /* the consumer's last timed absences in a row spent mostly off the CPU (iter.c) */
+  int64_t absences;   /* its waits for a chunk that ended (one absence in a few is timed) */
+  int64_t left_ns, left_cpu_ns; /* when its last timed absence began, and its CPU time then; 0: none */
   rill__workers_t* workers;
   rill__slot_t* slots;
   int nslots;

@@ -252,13 +252,53 @@ static void drop_all(rill_iter_t* it, int64_t epoch, int64_t row) {
 
 /* How the consumer waits for a chunk on the workers: it helps with queued work of that chunk
  * and older ones when the workers leave it a core (consumer_helps); and where chunks are cheap
- * it runs the next queued chunk rather than sleep (see cheap_chunks). */
+ * it runs the next queued chunk rather than sleep (see cheap_chunks), and, when it spent its
+ * last two absences off the CPU, frees the sleeping workers for the next one (see
+ * note_absence). */
 static int wait_mode(const rill_iter_t* it) {
-  if (cheap_chunks(it)) return RILL__WAIT_ANY;
+  if (cheap_chunks(it)) return it->off_runs >= 2 ? RILL__WAIT_ANY_OFF : RILL__WAIT_ANY;
   return it->consumer_helps ? RILL__WAIT_OLDER : RILL__WAIT_OWN;
 }
 
+static int64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Where cheap chunks keep a worker asleep while the consumer computes (lean below the thread
+ * count), the consumer's absences are timed: from the end of one wait for a chunk to the
+ * start of the next, by the clock and by its thread's CPU time. One of at least a hand-off
+ * with under half of it on the CPU was spent sleeping or blocked (a short training step that
+ * waits for the GPU): its core was free, and one worker slept through it. After two timed
+ * absences in a row spent so, the consumer's waits end by waking the sleeping workers
+ * (RILL__WAIT_ANY_OFF), so that every worker computes while it is away; one timed absence on
+ * the CPU ends that. A thread's CPU clock costs a system call (about 0.3 us here) and a cheap
+ * chunk can take only 10 us, so one absence in ABSENCE_EVERY is timed. `start`: 1 as a wait
+ * begins, 0 as it ends. */
+enum { ABSENCE_EVERY = 4 };
+
+static void note_absence(rill_iter_t* it, int start) {
+  if (it->lean >= it->nthreads) {
+    it->left_ns = 0;
+    it->off_runs = 0;
+    return;
+  }
+  if (!start) {
+    int timed = ++it->absences % ABSENCE_EVERY == 0;
+    it->left_ns = timed ? rill__now_ns() : 0;
+    it->left_cpu_ns = timed ? thread_cpu_ns() : 0;
+    return;
+  }
+  if (it->left_ns <= 0) return;
+  int64_t cpu = thread_cpu_ns(), wall = rill__now_ns() - it->left_ns;
+  int64_t on = cpu - it->left_cpu_ns; /* another thread's clock: < 0 or large */
+  int off = cpu >= 0 && on >= 0 && wall >= RILL__CHUNK_HANDOFF_NS && on * 2 < wall;
+  it->off_runs = off ? it->off_runs + 1 : 0;
+}
+
 static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
+  note_absence(it, 1);
   if (s->queued) {
     rill__workers_wait(it->workers, &s->group, wait_mode(it));
     s->queued = 0;
@@ -266,6 +306,7 @@ static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
     slot_eval(s);
   }
   s->done = 1;
+  note_absence(it, 0);
 }
 
 /* ---------------------------------------------------------------- lifetime */

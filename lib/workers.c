@@ -35,7 +35,10 @@
  * waits. A thread that finds more awake than the limit after a task goes back to sleep, and a
  * submit wakes one only while fewer are awake. Once the consumer has been away longer (a
  * training step that blocks), every thread may work again: the next thread to finish a task,
- * or the next submit, wakes one for the queued tasks. Nested splitting (a chunk task that splits
+ * or the next submit, wakes one for the queued tasks. A consumer that spends its time away
+ * off the CPU (RILL__WAIT_ANY_OFF: it sleeps or blocks between batches, for less than that)
+ * leaves its core free: as it returns, the sleeping threads are woken for the queued tasks,
+ * and every thread may work until its next wait. Nested splitting (a chunk task that splits
  * a stage into row tasks and waits for them) cannot deadlock: the waiter runs its own queued
  * tasks itself, and a queue without threads runs everything on the waiting thread.
  *
@@ -92,6 +95,7 @@ struct rill__workers {
   int lean;                /* threads awake at most while the consumer waits (rill__workers_lean) */
   int64_t away;            /* when the RILL__WAIT_ANY waiter left its last wait, or the queue was
                             * made (CLOCK_MONOTONIC ns); 0 while it waits */
+  int away_off;            /* its last wait was RILL__WAIT_ANY_OFF: no limit while it is away */
   int waiting;             /* waiters asleep on done_cv */
   int64_t waiting_prio;    /* >= the priority of every waiter asleep on done_cv */
   rill__task_t* head;
@@ -167,7 +171,7 @@ static void run_locked(rill__workers_t* w, rill__task_t* t) {
 /* How many of the queue's threads may be awake now (see "Awake threads" above). Called with
  * the lock held. */
 static int limit_locked(rill__workers_t* w) {
-  if (w->lean >= w->nthreads) return w->nthreads;
+  if (w->lean >= w->nthreads || (w->away > 0 && w->away_off)) return w->nthreads;
   return w->away > 0 && rill__now_ns() - w->away > RILL__HELP_LATER_NS ? w->nthreads : w->lean;
 }
 
@@ -411,11 +415,11 @@ static void spin_while(rill__workers_t* w, uint64_t seen) {
 
 void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help) {
   pthread_mutex_lock(&w->mu);
-  int spun = 0;
+  int spun = 0, any = help >= RILL__WAIT_ANY;
   if (w->nthreads == 0 && help == RILL__WAIT_OWN) help = RILL__WAIT_OLDER; /* nobody else would run the tasks */
   /* RILL__WAIT_ANY takes any task, and any submit wakes it: its priority reads as the largest */
-  int64_t reach = help == RILL__WAIT_ANY ? INT64_MAX : group->prio;
-  if (help == RILL__WAIT_ANY) w->away = 0;
+  int64_t reach = any ? INT64_MAX : group->prio;
+  if (any) w->away = 0;
   while (group->pending > 0) {
     /* not helping: still runs the group's own task when no thread has taken it yet */
     rill__task_t* t = help || (w->head && w->head->group == group) ? take_locked(w, reach) : NULL;
@@ -440,8 +444,21 @@ void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help) {
       group->waiters--;
     }
   }
-  if (help == RILL__WAIT_ANY) w->away = rill__now_ns();
+  pool_thread_t* woken = NULL; /* taken off the sleeping stack, posted after the unlock */
+  if (any) {
+    w->away = rill__now_ns();
+    w->away_off = help == RILL__WAIT_ANY_OFF;
+    for (pool_thread_t* t; w->away_off && (t = wake_locked(w));) {
+      t->next = woken; /* still asleep: nobody else reads its link until the post */
+      woken = t;
+    }
+  }
   pthread_mutex_unlock(&w->mu);
+  while (woken) {
+    pool_thread_t* next = woken->next;
+    sem_post(&woken->wake);
+    woken = next;
+  }
 }
 
 int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group) {

@@ -791,9 +791,10 @@ static int src_spike(const int64_t* rows, int64_t n, rill_array_t* out, rill_exe
 }
 
 /* Iterates `nbatches` batches of `rows` rows of a source whose cells are their row ids
- * (out_row_ids), with stage options `o` and iterator options `io`, and checks every row. */
+ * (out_row_ids), with stage options `o` and iterator options `io`, and checks every row;
+ * sleeps `away_ns` after each batch (a training step off the CPU) when > 0. */
 static void row_id_batches(rill_source_fn src, void* ctx, const rill_stage_opts_t* o, int64_t rows, int64_t nbatches,
-                           const rill_iter_opts_t* io) {
+                           const rill_iter_opts_t* io, int64_t away_ns) {
   rill_error_t err;
   rill_df_t *df, *b;
   RT_OK(rill_df_new(nbatches * rows, &df, &err), err);
@@ -808,6 +809,7 @@ static void row_id_batches(rill_source_fn src, void* ctx, const rill_stage_opts_
     const rill_array_t* a = rill_row_get(&row, 0);
     for (int64_t i = 0; i < a->length; i++) cr_assert_eq(((const int64_t*)a->data)[i], n + i);
     n += a->length;
+    if (away_ns > 0) nanosleep(&(struct timespec){0, (long)away_ns}, NULL);
   }
   cr_assert_eq(rc, RILL_END, "%s", err.message);
   cr_assert_eq(n, nbatches * rows);
@@ -819,7 +821,7 @@ static void row_id_batches(rill_source_fn src, void* ctx, const rill_stage_opts_
 /* Iterates `nbatches` batches of the spike source on 2 threads and checks every row. */
 static void spike_run(spike_t* s, int64_t nbatches, int prefetch) {
   s->consumer = pthread_self();
-  row_id_batches(src_spike, s, NULL, s->rows, nbatches, &(rill_iter_opts_t){.threads = 2, .prefetch = prefetch});
+  row_id_batches(src_spike, s, NULL, s->rows, nbatches, &(rill_iter_opts_t){.threads = 2, .prefetch = prefetch}, 0);
 }
 
 /* One slow batch (a preempted thread looks the same) does not make the next batches of a
@@ -905,7 +907,7 @@ static int helped_batches(int cores) {
   cr_assert(pin_cpus(cores, &all), "fewer than %d cores", cores);
   owner_src_t s = {.consumer = pthread_self()};
   row_id_batches(src_owner, &s, &(rill_stage_opts_t){.grain = 1}, OWN_B, OWN_BATCHES,
-                 &(rill_iter_opts_t){.threads = 1, .prefetch = 4});
+                 &(rill_iter_opts_t){.threads = 1, .prefetch = 4}, 0);
   unpin(&all);
   int helped = 0;
   for (int i = 0; i < OWN_BATCHES; i++) helped += atomic_load(&s.any[i]) && !atomic_load(&s.first[i]);
@@ -935,10 +937,11 @@ Test(threads, waiting_consumer_helps_when_a_core_is_free) {
 
 enum { CHEAP_B = 64, CHEAP_BATCHES = 160, CHEAP_US = 150 };
 
-/* Source: int64 cell = row id, one call per batch that spins CHEAP_US microseconds (a cheap
- * chunk: more than a hand-off, well under RILL__HELP_LATER_NS); records which thread computed
- * each batch (1 + the worker index, or -1 for the iterating thread). */
+/* Source: int64 cell = row id, one call per batch that spins `us` microseconds (CHEAP_US
+ * when 0; a cheap chunk: more than a hand-off, well under RILL__HELP_LATER_NS); records which
+ * thread computed each batch (1 + the worker index, or -1 for the iterating thread). */
 typedef struct cheap_src {
+  int us;
   _Atomic int by[CHEAP_BATCHES];
 } cheap_src_t;
 
@@ -947,7 +950,7 @@ static int src_cheap(const int64_t* rows, int64_t n, rill_array_t* out, rill_exe
   cheap_src_t* s = ctx;
   int w = rill_exec_worker(ex);
   atomic_store(&s->by[rows[0] / CHEAP_B], w < 0 ? -1 : 1 + w);
-  rt_spin_ns(CHEAP_US * 1000LL);
+  rt_spin_ns((s->us ? s->us : CHEAP_US) * 1000LL);
   return out_row_ids(rows, n, out, ex, err);
 }
 
@@ -962,7 +965,7 @@ Test(threads, cheap_chunks_are_shared_with_the_waiting_consumer) {
   for (int attempt = 0; attempt < 5 && !(consumer > 0 && workers == 1); attempt++) {
     cheap_src_t s = {0};
     row_id_batches(src_cheap, &s, &(rill_stage_opts_t){.grain = CHEAP_B}, CHEAP_B, CHEAP_BATCHES,
-                   &(rill_iter_opts_t){.threads = 2, .prefetch = 4});
+                   &(rill_iter_opts_t){.threads = 2, .prefetch = 4}, 0);
     int seen[3] = {0};
     consumer = 0;
     for (int b = 16; b < CHEAP_BATCHES; b++) {
@@ -1017,4 +1020,32 @@ Test(threads, cheap_chunks_use_every_worker_while_the_consumer_is_away) {
   }
   unpin(&all);
   cr_assert_eq(workers, 2, "only %d worker computed the chunks queued while the consumer was away", workers);
+}
+
+/* A consumer off the CPU between batches for less than a cheap chunk's limit (a short
+ * training step that waits for the GPU), slower chunks than its absences: its core is free
+ * while it is away, and after two such absences its waits end by waking the sleeping worker,
+ * so both workers compute (one alone, with the consumer computing when it returns, would
+ * leave a core idle during every absence). Timing-dependent (a consumer preempted for a
+ * millisecond also wakes the other worker, for a few chunks): up to five tries for a share of
+ * an eighth for each worker. */
+Test(threads, cheap_chunks_use_every_worker_while_the_consumer_sleeps_between_batches) {
+  cpu_set_t all;
+  if (!pin_cpus(2, &all)) cr_skip_test("needs 2 cores");
+  int fewer = 0; /* chunks of the worker that computed fewer */
+  const int steady = CHEAP_BATCHES - 16;
+  for (int attempt = 0; attempt < 5 && fewer * 8 < steady; attempt++) {
+    cheap_src_t s = {.us = 300};
+    row_id_batches(src_cheap, &s, &(rill_stage_opts_t){.grain = CHEAP_B}, CHEAP_B, CHEAP_BATCHES,
+                   &(rill_iter_opts_t){.threads = 2, .prefetch = 4}, 200000);
+    int n[3] = {0};
+    for (int b = 16; b < CHEAP_BATCHES; b++) {
+      int by = atomic_load(&s.by[b]);
+      if (by >= 1 && by <= 2) n[by]++;
+    }
+    fewer = n[1] < n[2] ? n[1] : n[2];
+  }
+  unpin(&all);
+  cr_assert_geq(fewer * 8, steady, "one worker computed %d of %d chunks while the consumer slept between them", fewer,
+                steady);
 }

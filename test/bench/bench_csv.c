@@ -4,13 +4,15 @@
  * whose text passes N bytes goes to a temporary file; default 1 GiB), CSV_GZIP_ZLIB=1 (gzip by
  * zlib's stream alone, as in a build without libdeflate), CSV_TRIM=1 (the trim option), CSV_COMMENT=C (the comment character),
  * CSV_ESCAPE=C (the escape character), CSV_NULL=TEXT (one null value), CSV_DELIMITER=C,
- * CSV_DECIMAL=C
+ * CSV_DECIMAL=C, CSV_SLEEP_US=N / CSV_SPIN_US=N (the consumer sleeps / stays busy on its CPU N
+ * microseconds after each batch: a training step that blocks on the GPU / computes)
  * prints: rill_csv seconds=S cpu_s=C rows=N rss_mb=M index_s=I nulls=K (cpu_s: user + system CPU
  * seconds of the process, all threads) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "bench_common.h"
 #include "rill.h"
@@ -67,10 +69,16 @@ int main(int argc, char** argv) {
   rill_row_t row;
   int rc;
   int64_t rows = 0, nulls = 0;
+  const char *sleep_us = getenv("CSV_SLEEP_US"), *spin_us = getenv("CSV_SPIN_US");
+  long sleep_ns = sleep_us ? atol(sleep_us) * 1000 : 0;
+  double spin_s = spin_us ? atof(spin_us) * 1e-6 : 0;
   while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
     const rill_array_t* a = rill_row_get(&row, 0);
     rows += a->length;
     for (int c = 0; c < ncols; c++) nulls += rill_row_get(&row, c)->null_count;
+    if (sleep_ns > 0) nanosleep(&(struct timespec){sleep_ns / 1000000000, sleep_ns % 1000000000}, NULL);
+    for (double until = bench_now() + spin_s; spin_s > 0 && bench_now() < until;) {
+    }
   }
   if (rc != RILL_END) {
     fprintf(stderr, "bench_csv: %s\n", err.message);

@@ -375,7 +375,8 @@ static void test_free_in_flight(void) {
 
 /* ---- cheap chunks: batches of about 150 us each, so the consumer computes queued chunks
  * while it waits and one worker sleeps meanwhile; a consumer away for 2 ms now and then (every
- * worker works again), a seek, and an iterator freed with chunks queued */
+ * worker works again), then asleep 100 us after every batch (its waits end by waking the
+ * sleeping worker), a seek, and an iterator freed with chunks queued */
 
 enum { CHEAP_B = 64, CHEAP_N = 96 };
 
@@ -404,6 +405,7 @@ static void test_cheap_chunks(void) {
     for (int64_t i = 0; i < CHEAP_N; i++) {
       if (i == CHEAP_N / 2) CHECK(rill_iter_seek(it, i) == RILL_OK, "seek");
       if (i % 16 == 15) nanosleep(&(struct timespec){0, 2000000}, NULL);
+      else if (i >= CHEAP_N / 2) nanosleep(&(struct timespec){0, 100000}, NULL);
       CHECK_OK(rill_iter_next(it, &row, &err), err);
       const rill_array_t* a = rill_row_get(&row, 0);
       CHECK(a->length == CHEAP_B && ((const int64_t*)a->data)[0] == i * CHEAP_B &&
