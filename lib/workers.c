@@ -343,24 +343,35 @@ int rill__workers_new(int nthreads, rill__workers_t** out) {
   return RILL_OK;
 }
 
+/* Sleeping threads taken off the stack for the queued tasks, one a task, as many as the limit
+ * lets be awake; linked by `next` (they still sleep: nobody else reads it until the post).
+ * The caller posts them with post_taken after unlocking. Called with the lock held. */
+static pool_thread_t* take_for_queued_locked(rill__workers_t* w) {
+  pool_thread_t* taken = NULL;
+  int queued = 0;
+  for (const rill__task_t* t = w->head; t && queued < w->nthreads; t = t->next) queued++;
+  for (pool_thread_t* t; queued-- > 0 && (t = wake_locked(w));) {
+    t->next = taken;
+    taken = t;
+  }
+  return taken;
+}
+
+static void post_taken(pool_thread_t* taken) {
+  while (taken) {
+    pool_thread_t* next = taken->next;
+    sem_post(&taken->wake);
+    taken = next;
+  }
+}
+
 void rill__workers_lean(rill__workers_t* w, int lean) {
   if (lean < 1) lean = 1;
   pthread_mutex_lock(&w->mu);
   w->lean = lean;
-  /* raised: threads for the queued tasks, as many as the limit allows */
-  pool_thread_t* wake = NULL;
-  int queued = 0;
-  for (const rill__task_t* t = w->head; t && queued < w->nthreads; t = t->next) queued++;
-  for (pool_thread_t* t; queued-- > 0 && (t = wake_locked(w));) {
-    t->next = wake;
-    wake = t;
-  }
+  pool_thread_t* taken = take_for_queued_locked(w); /* raised: threads for the queued tasks */
   pthread_mutex_unlock(&w->mu);
-  while (wake) {
-    pool_thread_t* next = wake->next;
-    sem_post(&wake->wake);
-    wake = next;
-  }
+  post_taken(taken);
 }
 
 int rill__workers_count(const rill__workers_t* w) { return w ? w->nthreads : 0; }
@@ -444,21 +455,14 @@ void rill__workers_wait(rill__workers_t* w, rill__group_t* group, int help) {
       group->waiters--;
     }
   }
-  pool_thread_t* woken = NULL; /* taken off the sleeping stack, posted after the unlock */
+  pool_thread_t* taken = NULL;
   if (any) {
     w->away = rill__now_ns();
     w->away_off = help == RILL__WAIT_ANY_OFF;
-    for (pool_thread_t* t; w->away_off && (t = wake_locked(w));) {
-      t->next = woken; /* still asleep: nobody else reads its link until the post */
-      woken = t;
-    }
+    if (w->away_off) taken = take_for_queued_locked(w);
   }
   pthread_mutex_unlock(&w->mu);
-  while (woken) {
-    pool_thread_t* next = woken->next;
-    sem_post(&woken->wake);
-    woken = next;
-  }
+  post_taken(taken);
 }
 
 int64_t rill__workers_cancel(rill__workers_t* w, rill__group_t* group) {
