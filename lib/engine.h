@@ -273,7 +273,8 @@ struct rill_iter {
   int lean;           /* workers awake while the consumer computes (rill__workers_lean; iter.c) */
   int off_runs;       /* the consumer's last timed absences in a row spent mostly off the CPU (iter.c) */
   int64_t absences;   /* its waits for a chunk that ended (one absence in a few is timed) */
-  int64_t left_ns, left_cpu_ns; /* when its last timed absence began, and its CPU time then; 0: none */
+  int64_t left_ns, left_cpu_ns, left_sleeps; /* when its last timed absence began, its CPU time and
+                                               * voluntary context switches then; left_ns 0: none */
   rill__workers_t* workers;
   rill__slot_t* slots;
   int nslots;

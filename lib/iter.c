@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "engine.h"
 
@@ -260,22 +261,28 @@ static int wait_mode(const rill_iter_t* it) {
   return it->consumer_helps ? RILL__WAIT_OLDER : RILL__WAIT_OWN;
 }
 
-static int64_t thread_cpu_ns(void) {
-  struct timespec ts;
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+/* The calling thread's CPU time (ns) and its voluntary context switches (it slept or blocked);
+ * 0 on success. */
+static int thread_usage(int64_t* cpu_ns, int64_t* sleeps) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_THREAD, &ru) != 0) return -1;
+  *cpu_ns = ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+            ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+  *sleeps = ru.ru_nvcsw;
+  return 0;
 }
 
 /* Where cheap chunks keep a worker asleep while the consumer computes (lean below the thread
  * count), the consumer's absences are timed: from the end of one wait for a chunk to the
- * start of the next, by the clock and by its thread's CPU time. One of at least a hand-off
- * with under half of it on the CPU was spent sleeping or blocked (a short training step that
- * waits for the GPU): its core was free, and one worker slept through it. After two timed
- * absences in a row spent so, the consumer's waits end by waking the sleeping workers
- * (RILL__WAIT_ANY_OFF), so that every worker computes while it is away; one timed absence on
- * the CPU ends that. A thread's CPU clock costs a system call (about 0.3 us here) and a cheap
- * chunk can take only 10 us, so one absence in ABSENCE_EVERY is timed. `start`: 1 as a wait
- * begins, 0 as it ends. */
+ * start of the next, by the clock and by its thread's CPU time and voluntary context
+ * switches. One of at least a hand-off, with under half of it on the CPU and a sleep in it,
+ * was spent sleeping or blocked (a short training step that waits for the GPU): its core was
+ * free, and one worker slept through it (a consumer preempted by other work is not counted:
+ * the machine has no core to spare then). After two timed absences in a row spent so, the
+ * consumer's waits end by waking the sleeping workers (RILL__WAIT_ANY_OFF), so that every
+ * worker computes while it is away; one timed absence on the CPU ends that. The thread's
+ * usage costs a system call (about 0.2 us here) and a cheap chunk can take only 10 us, so one
+ * absence in ABSENCE_EVERY is timed. `start`: 1 as a wait begins, 0 as it ends. */
 enum { ABSENCE_EVERY = 4 };
 
 static void note_absence(rill_iter_t* it, int start) {
@@ -285,15 +292,17 @@ static void note_absence(rill_iter_t* it, int start) {
     return;
   }
   if (!start) {
-    int timed = ++it->absences % ABSENCE_EVERY == 0;
-    it->left_ns = timed ? rill__now_ns() : 0;
-    it->left_cpu_ns = timed ? thread_cpu_ns() : 0;
+    it->left_ns = 0;
+    if (++it->absences % ABSENCE_EVERY == 0 && thread_usage(&it->left_cpu_ns, &it->left_sleeps) == 0)
+      it->left_ns = rill__now_ns();
     return;
   }
   if (it->left_ns <= 0) return;
-  int64_t cpu = thread_cpu_ns(), wall = rill__now_ns() - it->left_ns;
-  int64_t on = cpu - it->left_cpu_ns; /* another thread's clock: < 0 or large */
-  int off = cpu >= 0 && on >= 0 && wall >= RILL__CHUNK_HANDOFF_NS && on * 2 < wall;
+  int64_t wall = rill__now_ns() - it->left_ns, cpu, sleeps;
+  int off = thread_usage(&cpu, &sleeps) == 0;
+  /* another thread's usage (an iterator passed between threads): the counts go back, or far */
+  int64_t on = cpu - it->left_cpu_ns;
+  off = off && on >= 0 && sleeps > it->left_sleeps && wall >= RILL__CHUNK_HANDOFF_NS && on * 2 < wall;
   it->off_runs = off ? it->off_runs + 1 : 0;
 }
 
