@@ -89,12 +89,16 @@ void* rill__grow(void* p, int64_t* cap, int64_t used, int64_t need, size_t size,
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-void rill__prefault(void* p, size_t size) {
-  if (!p || size < ((size_t)4 << 20)) return;
+void rill__populate(void* p, size_t size) {
+  if (!p || size == 0) return;
   uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   if (page == 0 || (page & (page - 1))) return;
-  uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + size) & ~(page - 1);
-  if (hi > lo) (void)madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE); /* EINVAL on older kernels: faults as usual */
+  uintptr_t lo = (uintptr_t)p & ~(page - 1), hi = ((uintptr_t)p + size + page - 1) & ~(page - 1);
+  (void)madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE); /* EINVAL on older kernels: faults as usual */
+}
+
+void rill__prefault(void* p, size_t size) {
+  if (size >= RILL__PREFAULT_MIN) rill__populate(p, size);
 }
 
 char* rill__strdup(const char* s) {

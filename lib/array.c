@@ -287,8 +287,9 @@ static void prepared(rill_array_t* a, const rill_type_t* type, int64_t length, i
   if (p->pool) atomic_fetch_add_explicit(allocated ? &p->pool->allocs : &p->pool->reuses, 1, memory_order_relaxed);
 }
 
-/* Fixed cells of `cell` bytes (>= 0; the type is valid and fixed): data for `length` cells. */
-static int prepare_fixed(rill_array_t* a, int64_t cell, int64_t length, bool zero, int* allocated) {
+/* Fixed cells of `cell` bytes (>= 0; the type is valid and fixed): data for `length` cells.
+ * `fresh`: as in rill__array_prepare_fixed. */
+static int prepare_fixed(rill_array_t* a, int64_t cell, int64_t length, bool zero, int* allocated, int* fresh) {
   rill_array_priv_t* p = a->priv;
   int64_t bytes;
   if (cell < 0 || mul_overflow(cell, length, &bytes)) return RILL_ERANGE;
@@ -298,7 +299,11 @@ static int prepare_fixed(rill_array_t* a, int64_t cell, int64_t length, bool zer
   p->data_buf = b;
   *allocated = r;
   /* a fresh buffer of fixed cells is written whole (a batch of images: 150 MB) */
-  if (r == 1 && (a->device.type == 0 || a->device.type == RILL_DEVICE_CPU)) rill__prefault(b, (size_t)bytes);
+  int big = r == 1 && (a->device.type == 0 || a->device.type == RILL_DEVICE_CPU) && (size_t)bytes >= RILL__PREFAULT_MIN;
+  if (big && fresh)
+    *fresh = 1;
+  else if (big)
+    rill__prefault(b, (size_t)bytes);
   if (zero && bytes && rill__device_is_host(a->device)) memset(p->data_buf, 0, (size_t)bytes);
   a->offsets = NULL;
   a->shapes = NULL;
@@ -307,9 +312,10 @@ static int prepare_fixed(rill_array_t* a, int64_t cell, int64_t length, bool zer
   return RILL_OK;
 }
 
-int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length) {
+int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length, int* fresh) {
+  if (fresh) *fresh = 0;
   if (length < 0 || (a->priv->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT))) return RILL_EINVAL;
-  int allocated = 0, r = prepare_fixed(a, cell, length, false, &allocated);
+  int allocated = 0, r = prepare_fixed(a, cell, length, false, &allocated, fresh);
   if (r != RILL_OK) return r;
   prepared(a, type, length, allocated);
   return RILL_OK;
@@ -323,7 +329,7 @@ int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool 
   int allocated = 0, r;
   void* b;
   if (rill_type_is_fixed(&type)) {
-    if ((r = prepare_fixed(a, rill_type_cell_bytes(&type), length, zero, &allocated)) != RILL_OK) return r;
+    if ((r = prepare_fixed(a, rill_type_cell_bytes(&type), length, zero, &allocated, NULL)) != RILL_OK) return r;
   } else {
     if (!host) return RILL_ENOTSUP; /* variable cells live in host memory */
     int64_t obytes, sbytes = 0;

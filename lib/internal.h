@@ -23,9 +23,14 @@ void* rill__grow(void* p, int64_t* cap, int64_t used, int64_t need, size_t size,
 void rill__free(void* p);
 char* rill__strdup(const char* s);
 /* Maps the pages of a fresh host block that is about to be written whole, in one call
- * (Linux's MADV_POPULATE_WRITE), instead of a page fault per page; blocks under a few MB,
- * and kernels without it, are left to fault page by page. */
+ * (Linux's MADV_POPULATE_WRITE), instead of a page fault per page; blocks under
+ * RILL__PREFAULT_MIN, and kernels without it, are left to fault page by page. */
+#define RILL__PREFAULT_MIN ((size_t)4 << 20)
 void rill__prefault(void* p, size_t size);
+/* rill__prefault for any size: every page that [p, p + size) touches (a part of a block that
+ * is mapped whole; other threads may be writing to its edge pages meanwhile: nothing is
+ * written). */
+void rill__populate(void* p, size_t size);
 /* Frees v[0..n) and then v itself (v may be NULL). */
 void rill__free_vec(void** v, int64_t n);
 
@@ -122,7 +127,10 @@ void rill__array_window(rill_array_t* win, rill_array_priv_t* wpriv, const rill_
  * computes once per stage run rather than once per call). */
 void rill__array_window_cells(rill_array_t* win, rill_array_priv_t* wpriv, const rill_array_t* parent, int64_t cell,
                               int64_t start, int64_t n);
-int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length);
+/* `fresh`: NULL, or where to leave a fresh host buffer of RILL__PREFAULT_MIN or more unmapped
+ * and say so (1; else 0): the caller then populates the parts it writes (rill__populate), on
+ * the threads that write them. */
+int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length, int* fresh);
 /* Frees what a window owns (its validity bitmap); the parent's buffers are untouched. */
 void rill__array_window_release(rill_array_t* win);
 /* Ensures a validity bitmap exists for `a` (all valid). */

@@ -386,6 +386,8 @@ static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e, i
   return rc;
 }
 
+enum { POPULATE_PART_MIN = 64 << 10 };
+
 void rill__call_range(run_t* R, int64_t a, int64_t b) {
   int nm = R->nm;
   piece_t one;
@@ -407,6 +409,9 @@ void rill__call_range(run_t* R, int64_t a, int64_t b) {
       if (mb->fixed) {
         rill__array_window_cells(&p[made].win, &p[made].wpriv, mb->out, mb->cell, R->base + a, k);
         p[made].a = &p[made].win;
+        /* a fresh buffer is mapped by the calls that write it, in parallel where the stage is
+         * split (a 154 MB batch takes tens of ms); small parts fault page by page */
+        if (mb->fresh && k * mb->cell >= POPULATE_PART_MIN) rill__populate(p[made].win.data, (size_t)(k * mb->cell));
       } else if (direct) {
         p[made].a = mb->out;
       } else {
@@ -628,7 +633,7 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
       break;
     }
     if (mb->fixed || R.n == 0) {
-      int r = mb->fixed ? rill__array_prepare_fixed(mb->out, &mb->c->field.type, mb->cell, R.n)
+      int r = mb->fixed ? rill__array_prepare_fixed(mb->out, &mb->c->field.type, mb->cell, R.n, &mb->fresh)
                         : rill__array_prepare(mb->out, mb->c->field.type, R.n, false);
       if (r != RILL_OK) {
         rill_array_release(mb->out);

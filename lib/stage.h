@@ -29,6 +29,8 @@ typedef struct member {
   rill__node_t* node;
   int fixed;
   int64_t cell;       /* fixed: bytes per cell (rill_type_cell_bytes), computed once per run */
+  int fresh;          /* fixed: the output's buffer is fresh and not mapped yet (a first batch's):
+                       * each call maps the part it writes, on its own thread (rill__call_range) */
   rill_array_t* out;  /* a split variable-length run's part: its own array; else the output */
 } member_t;
 

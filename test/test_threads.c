@@ -1049,3 +1049,56 @@ Test(threads, cheap_chunks_use_every_worker_while_the_consumer_sleeps_between_ba
   cr_assert_geq(fewer * 8, steady, "one worker computed %d of %d chunks while the consumer slept between them", fewer,
                 steady);
 }
+
+/* ---------------------------------------------------------------- fresh outputs */
+
+enum { WIDE_CELL = 3001, WIDE_ROWS = 2048 };
+
+/* Source: uint8 [WIDE_CELL] cells, byte j of row r = (7 r + j) mod 256. */
+static int src_wide(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                    rill_error_t* err) {
+  int r = rill_exec_alloc(ex, out, rill_type_tensor(RILL_UINT8, 1, (int64_t[]){WIDE_CELL}), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < WIDE_CELL; j++) ((uint8_t*)out->data)[i * WIDE_CELL + j] = (uint8_t)(7 * rows[i] + j);
+  return RILL_OK;
+}
+
+/* A fresh output buffer of several MB (a first batch's) is mapped by the tasks that write it,
+ * each its own part, while the others write theirs: parts of an odd cell size share their
+ * edge pages, and every byte of every row still reads back (2 and 4 threads, the stage's own
+ * grain and the probe's first calls). */
+Test(threads, a_fresh_output_mapped_by_its_writers_keeps_every_byte) {
+  for (int threads = 2; threads <= 4; threads += 2)
+    for (int grain = 0; grain <= 64; grain += 64) {
+      rill_error_t err;
+      rill_df_t *df, *b;
+      RT_OK(rill_df_new(2 * WIDE_ROWS, &df, &err), err);
+      int col = rill_df_add_source(df, "w", rill_type_tensor(RILL_UINT8, 1, (int64_t[]){WIDE_CELL}), src_wide, NULL,
+                                   NULL, &(rill_stage_opts_t){.grain = grain}, &err);
+      cr_assert_eq(col, 0, "%s", err.message);
+      RT_OK(rill_df_batch(df, &col, 1, WIDE_ROWS, NULL, &b, &err), err);
+      rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = threads, .prefetch = 2});
+      rill_row_t row;
+      int64_t batches = 0, bad = -1;
+      int rc;
+      while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+        const rill_array_t* a = rill_row_get(&row, 0);
+        cr_assert_eq(a->length, WIDE_ROWS);
+        const uint8_t* d = a->data;
+        for (int64_t i = 0; i < WIDE_ROWS && bad < 0; i++)
+          for (int64_t j = 0; j < WIDE_CELL; j++)
+            if (d[i * WIDE_CELL + j] != (uint8_t)(7 * (batches * WIDE_ROWS + i) + j)) {
+              bad = batches * WIDE_ROWS + i;
+              break;
+            }
+        batches++;
+      }
+      cr_assert_eq(rc, RILL_END, "%s", err.message);
+      cr_assert_eq(batches, 2);
+      cr_assert_eq(bad, -1, "%d threads, grain %d: row %lld differs", threads, grain, (long long)bad);
+      rill_iter_free(it);
+      rill_df_free(b);
+      rill_df_free(df);
+    }
+}
