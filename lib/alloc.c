@@ -93,8 +93,8 @@ void rill__populate(void* p, size_t size) {
   if (!p || size == 0) return;
   uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   if (page == 0 || (page & (page - 1))) return;
-  uintptr_t lo = (uintptr_t)p & ~(page - 1), hi = ((uintptr_t)p + size + page - 1) & ~(page - 1);
-  (void)madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE); /* EINVAL on older kernels: faults as usual */
+  uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + size) & ~(page - 1);
+  if (hi > lo) (void)madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE); /* EINVAL on older kernels: faults as usual */
 }
 
 void rill__prefault(void* p, size_t size) {

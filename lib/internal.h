@@ -27,9 +27,8 @@ char* rill__strdup(const char* s);
  * RILL__PREFAULT_MIN, and kernels without it, are left to fault page by page. */
 #define RILL__PREFAULT_MIN ((size_t)4 << 20)
 void rill__prefault(void* p, size_t size);
-/* rill__prefault for any size: every page that [p, p + size) touches (a part of a block that
- * is mapped whole; other threads may be writing to its edge pages meanwhile: nothing is
- * written). */
+/* rill__prefault for any size: the pages wholly inside [p, p + size) (a part of a block whose
+ * other parts other threads write meanwhile: the pages it shares with them fault as usual). */
 void rill__populate(void* p, size_t size);
 /* Frees v[0..n) and then v itself (v may be NULL). */
 void rill__free_vec(void** v, int64_t n);

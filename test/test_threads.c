@@ -1066,8 +1066,8 @@ static int src_wide(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec
 
 /* A fresh output buffer of several MB (a first batch's) is mapped by the tasks that write it,
  * each its own part, while the others write theirs: parts of an odd cell size share their
- * edge pages, and every byte of every row still reads back (2 and 4 threads, the stage's own
- * grain and the probe's first calls). */
+ * edge pages, which fault as usual, and every byte of every row reads back (2 and 4 threads,
+ * the stage's own grain and the probe's first calls). */
 Test(threads, a_fresh_output_mapped_by_its_writers_keeps_every_byte) {
   for (int threads = 2; threads <= 4; threads += 2)
     for (int grain = 0; grain <= 64; grain += 64) {
