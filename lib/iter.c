@@ -281,8 +281,10 @@ static int thread_usage(int64_t* cpu_ns, int64_t* sleeps) {
  * the machine has no core to spare then). After two timed absences in a row spent so, the
  * consumer's waits end by waking the sleeping workers (RILL__WAIT_ANY_OFF), so that every
  * worker computes while it is away; one timed absence on the CPU ends that. The thread's
- * usage costs a system call (about 0.2 us here) and a cheap chunk can take only 10 us, so one
- * absence in ABSENCE_EVERY is timed. `start`: 1 as a wait begins, 0 as it ends. */
+ * usage costs a system call (about 0.2 us here) and a chunk handed to the workers can take
+ * only 10 us, so one absence in ABSENCE_EVERY is timed, and only waits for such chunks (a
+ * batch of 1,024 int64 rows through a trivial map, computed by the consumer in about 1 us,
+ * was 8% slower when every wait counted). `start`: 1 as a wait begins, 0 as it ends. */
 enum { ABSENCE_EVERY = 4 };
 
 static void note_absence(rill_iter_t* it, int start) {
@@ -307,15 +309,15 @@ static void note_absence(rill_iter_t* it, int start) {
 }
 
 static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
-  note_absence(it, 1);
-  if (s->queued) {
+  if (s->queued) { /* chunks the consumer computes itself (under a hand-off) are not timed */
+    note_absence(it, 1);
     rill__workers_wait(it->workers, &s->group, wait_mode(it));
     s->queued = 0;
+    note_absence(it, 0);
   } else if (!s->done) {
     slot_eval(s);
   }
   s->done = 1;
-  note_absence(it, 0);
 }
 
 /* ---------------------------------------------------------------- lifetime */
