@@ -255,7 +255,7 @@ static void drop_all(rill_iter_t* it, int64_t epoch, int64_t row) {
  * and older ones when the workers leave it a core (consumer_helps); and where chunks are cheap
  * it runs the next queued chunk rather than sleep (see cheap_chunks), and, when it spent its
  * last two absences off the CPU, frees the sleeping workers for the next one (see
- * note_absence). */
+ * absence_ends). */
 static int wait_mode(const rill_iter_t* it) {
   if (cheap_chunks(it)) return it->off_runs >= 2 ? RILL__WAIT_ANY_OFF : RILL__WAIT_ANY;
   return it->consumer_helps ? RILL__WAIT_OLDER : RILL__WAIT_OWN;
@@ -284,19 +284,23 @@ static int thread_usage(int64_t* cpu_ns, int64_t* sleeps) {
  * usage costs a system call (about 0.2 us here) and a chunk handed to the workers can take
  * only 10 us, so one absence in ABSENCE_EVERY is timed, and only waits for such chunks (a
  * batch of 1,024 int64 rows through a trivial map, computed by the consumer in about 1 us,
- * was 8% slower when every wait counted). `start`: 1 as a wait begins, 0 as it ends. */
+ * was 8% slower when every wait counted). */
 enum { ABSENCE_EVERY = 4 };
 
-static void note_absence(rill_iter_t* it, int start) {
+/* As a wait for a chunk on the workers ends: the absence that begins is timed when its turn
+ * comes. */
+static void absence_begins(rill_iter_t* it) {
+  it->left_ns = 0;
+  if (it->lean < it->nthreads && ++it->absences % ABSENCE_EVERY == 0 &&
+      thread_usage(&it->left_cpu_ns, &it->left_sleeps) == 0)
+    it->left_ns = rill__now_ns();
+}
+
+/* As the next wait begins: a timed absence spent off the CPU adds to off_runs, any other
+ * resets it (and so does a queue without a lean limit: nothing sleeps through an absence). */
+static void absence_ends(rill_iter_t* it) {
   if (it->lean >= it->nthreads) {
-    it->left_ns = 0;
     it->off_runs = 0;
-    return;
-  }
-  if (!start) {
-    it->left_ns = 0;
-    if (++it->absences % ABSENCE_EVERY == 0 && thread_usage(&it->left_cpu_ns, &it->left_sleeps) == 0)
-      it->left_ns = rill__now_ns();
     return;
   }
   if (it->left_ns <= 0) return;
@@ -310,10 +314,10 @@ static void note_absence(rill_iter_t* it, int start) {
 
 static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
   if (s->queued) { /* chunks the consumer computes itself (under a hand-off) are not timed */
-    note_absence(it, 1);
+    absence_ends(it);
     rill__workers_wait(it->workers, &s->group, wait_mode(it));
     s->queued = 0;
-    note_absence(it, 0);
+    absence_begins(it);
   } else if (!s->done) {
     slot_eval(s);
   }

@@ -632,10 +632,7 @@ static int src_gated(const int64_t* rows, int64_t n, rill_array_t* out, rill_exe
   }
   pthread_mutex_unlock(&g->mu);
   nanosleep(&(struct timespec){0, 200000}, NULL);
-  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
-  if (r != RILL_OK) return rill_error_set(err, r, "alloc failed");
-  for (int64_t i = 0; i < n; i++) ((int64_t*)out->data)[i] = rows[i];
-  return RILL_OK;
+  return out_row_ids(rows, n, out, ex, err);
 }
 
 /* 1 when no thread of this process but the caller is running or waiting for a CPU (state R in
