@@ -294,7 +294,7 @@ static int prepare_fixed(rill_array_t* a, int64_t cell, int64_t length, bool zer
   int64_t bytes;
   if (cell < 0 || mul_overflow(cell, length, &bytes)) return RILL_ERANGE;
   void* b = p->data_buf;
-  int r = grow(a->device, &b, &p->data_cap, bytes, 0);
+  int r = b && bytes <= p->data_cap ? 0 : grow(a->device, &b, &p->data_cap, bytes, 0); /* a pooled array's fits */
   if (r < 0) return r;
   p->data_buf = b;
   *allocated = r;

@@ -97,7 +97,6 @@ void rill__chunk_fail(rill__chunk_t* ch, int code, const char* fmt, ...) {
 }
 
 /* Called before every call of a stage function: one load, no lock. */
-int rill__chunk_failed(rill__chunk_t* ch) { return atomic_load_explicit(&ch->failed, memory_order_acquire); }
 
 const rill_array_t* rill__chunk_column(rill__chunk_t* ch, int d, int c) {
   rill__frame_t* fr = &ch->frames[d];

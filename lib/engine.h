@@ -202,7 +202,13 @@ typedef struct rill__node {
   rill_pool_t* pool;
   rill_stream_t* stream;     /* CUDA stages */
   rill_device_t device;
+  int fixed;                 /* the column's cells have a fixed shape (rill_type_is_fixed) */
+  int64_t cell;              /* then their bytes (rill_type_cell_bytes), else -1 */
   _Atomic int64_t ns_per_row; /* measured cost (rising at most 4x per run), picks the grain */
+  /* the stage's runs so far, and the time and cells of its last timed one (stage.c, run_timed:
+   * cheap runs are timed one in a few, the others' time estimated from it); written without
+   * locked instructions by any thread, so a count lost to a race only shifts the sampling */
+  _Atomic int64_t runs, timed_ns, timed_rows;
   _Atomic int64_t bytes_per_row; /* variable cells: last measured data bytes per row */
 } rill__node_t;
 
@@ -319,7 +325,7 @@ int rill__frame_rows(rill__chunk_t* ch, rill__frame_t* f);
 /* Records a failure of the whole chunk (the first one wins). Thread-safe. */
 void rill__chunk_fail(rill__chunk_t* ch, int code, const char* fmt, ...) RILL_PRINTF(3, 4);
 /* Whether the chunk failed. Thread-safe. */
-int rill__chunk_failed(rill__chunk_t* ch);
+static inline int rill__chunk_failed(rill__chunk_t* ch) { return atomic_load_explicit(&ch->failed, memory_order_acquire); }
 /* Column c of frame d of the chunk, computed on first use; NULL when the chunk failed. */
 const rill_array_t* rill__chunk_column(rill__chunk_t* ch, int d, int c);
 

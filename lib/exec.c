@@ -26,7 +26,7 @@ int rill_exec_alloc(rill_exec_t* exec, rill_array_t* out, rill_type_t type, int6
   (void)exec;
   if (!out || !out->priv || length < 0) return RILL_EINVAL;
   if (out->priv->flags & RILL__ARRAY_SLOT) {
-    if (!rill_type_equal(&type, &out->type) || length != out->length) return RILL_EINVAL;
+    if (!rill__type_same(&type, &out->type) || length != out->length) return RILL_EINVAL; /* a window's type is valid */
     return RILL_OK;
   }
   if (out->priv->flags & RILL__ARRAY_EXTERNAL) return RILL_EINVAL;

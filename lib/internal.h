@@ -72,6 +72,14 @@ void rill__exec_count_nulled(rill_exec_t* exec, int64_t n);
 
 /* ---- types */
 int rill__type_valid(const rill_type_t* t); /* dtype known, 0..8 dims, strings scalar */
+/* rill_type_equal where at least one of a, b is valid (its ndim bounds the shape read): for
+ * the per-call checks of the stage runner, inline. */
+static inline int rill__type_same(const rill_type_t* a, const rill_type_t* b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i]) return 0;
+  return 1;
+}
 
 /* ---- arrays */
 enum {

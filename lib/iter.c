@@ -35,6 +35,8 @@ static int add_node(rill_iter_t* it, int d, int c, int pinned, rill_error_t* err
   n->col = c;
   n->depth = d;
   n->device = (rill_device_t){RILL_DEVICE_CPU, 0};
+  n->fixed = rill_type_is_fixed(&col->field.type);
+  n->cell = n->fixed ? rill_type_cell_bytes(&col->field.type) : -1;
   if (col->kind != RILL__COL_BATCH && col->opts.where == RILL_STAGE_CUDA) {
     n->device = (rill_device_t){RILL_DEVICE_CUDA, col->opts.device};
     int r = rill_stream_new_cuda(col->opts.device, &n->stream, err);
@@ -109,12 +111,17 @@ static uint64_t fingerprint(const rill_iter_t* it) {
 
 /* Evaluates a slot's chunk and records how long it took (the hand-off decision): the
  * shorter of the last two chunks' times, so that one chunk slowed by a preemption does not
- * send the next cheap chunks to the workers. */
+ * send the next cheap chunks to the workers. Without threads there is no hand-off to decide
+ * (worth_a_thread, cheap_chunks): the chunk is not timed. */
 static void slot_eval(rill__slot_t* s) {
+  rill_iter_t* it = s->chunk.it;
+  if (it->nthreads == 0) {
+    rill__chunk_eval(&s->chunk);
+    return;
+  }
   rill__stopwatch_t sw;
   rill__stopwatch_start(&sw);
   rill__chunk_eval(&s->chunk);
-  rill_iter_t* it = s->chunk.it;
   int64_t ns = rill__stopwatch_ns(&sw);
   int64_t prev = atomic_exchange_explicit(&it->chunk_last_ns, ns, memory_order_relaxed);
   atomic_store_explicit(&it->chunk_ns, prev > 0 && prev < ns ? prev : ns, memory_order_relaxed);

@@ -237,7 +237,7 @@ int rill__commit(run_t* R, member_t* mb, rill_array_t* piece, int64_t a, int64_t
 }
 
 static int piece_ok(const member_t* mb, const rill_array_t* piece, int64_t k) {
-  return piece->length == k && rill_type_equal(&piece->type, &mb->c->field.type) &&
+  return piece->length == k && rill__type_same(&piece->type, &mb->c->field.type) && /* the column's is valid */
          (mb->fixed || (piece->offsets && piece->priv->var_cells >= 0));
 }
 
@@ -344,7 +344,8 @@ static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e, i
     if (R->c->opts.where == RILL_STAGE_CPU_SERIAL) serial = R->group ? &R->group->serial : &R->c->serial;
     if (serial) pthread_mutex_lock(serial);
     const double scale = R->top->scale;
-    int64_t t0 = rill__clk_now(scale);
+    const int timed = R->top->timed;
+    int64_t t0 = timed ? rill__clk_now(scale) : 0;
     if (R->group) {
       int nouts = R->group->n;
       rill_array_t* outs[nouts];
@@ -358,7 +359,7 @@ static int invoke(run_t* R, int64_t a, int64_t b, piece_t* p, rill_error_t* e, i
     } else {
       rc = R->c->reduce(group, p[0].a, &ex, R->c->ctx, e);
     }
-    int64_t dt = rill__clk_now(scale) - t0;
+    int64_t dt = timed ? rill__clk_now(scale) - t0 : 0;
     if (serial) pthread_mutex_unlock(serial);
     *spent += dt > 0 ? dt : 0; /* a thread moved to a CPU whose counter lags: not negative */
     if (rc > 0) {
@@ -565,11 +566,30 @@ static int run_members(run_t* R, rill__chunk_t* ch, int d, int c) {
   }
   for (int j = 0; j < R->nm; j++) {
     member_t* mb = &R->m[j];
-    mb->fixed = rill_type_is_fixed(&mb->c->field.type);
-    mb->cell = mb->fixed ? rill_type_cell_bytes(&mb->c->field.type) : -1;
+    mb->fixed = mb->node->fixed; /* the column's type, known since the plan */
+    mb->cell = mb->node->cell;
     R->fixed &= mb->fixed;
   }
   return RILL_OK;
+}
+
+/* Whether the calls of a run of `node` over n cells are timed. Timing a call reads the clock
+ * twice (the time-stamp counter: some 10-20 ns a reading on a virtual machine, a visible part
+ * of a trivial stage's run over a batch of 1,024 int64 rows). A run whose cost, estimated from
+ * the stage's last timed run, is under UNTIMED_RUN_NS is timed one run in UNTIMED_EVERY (at
+ * scattered runs); the others count the estimate (compute_ns). A stage that turns expensive is therefore noticed
+ * within UNTIMED_EVERY runs, and from then on every run is timed. Runs that may be split
+ * across threads cost more than a hand-off, so they are always timed (tasks.c reads their
+ * measured cost). */
+enum { UNTIMED_RUN_NS = RILL__HANDOFF_NS / 4, UNTIMED_EVERY = 8 };
+
+static int run_timed(rill__node_t* node, int64_t n) {
+  int64_t runs = atomic_load_explicit(&node->runs, memory_order_relaxed);
+  atomic_store_explicit(&node->runs, runs + 1, memory_order_relaxed);
+  if (rill__mix64((uint64_t)runs) % UNTIMED_EVERY == 0) return 1; /* no period of the stage's costs aligns */
+  int64_t rows = atomic_load_explicit(&node->timed_rows, memory_order_relaxed);
+  int64_t ns = atomic_load_explicit(&node->timed_ns, memory_order_relaxed);
+  return rows <= 0 || (double)ns * (double)n >= (double)UNTIMED_RUN_NS * (double)rows;
 }
 
 /* Computes SOURCE/MAP/REDUCE column c of frame d (a source group: with the other columns
@@ -650,18 +670,29 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
     return NULL;
   }
   R.out_direct = !R.fixed && R.n > 0;
+  R.timed = R.n > 0 && run_timed(R.node, R.n);
   if (R.n > 0) rill__run_cells(&R);
   int64_t ns = atomic_load_explicit(&R.ns, memory_order_relaxed);
-  if (R.scale > 0)
+  if (!R.timed) {
+    int64_t rows = atomic_load_explicit(&R.node->timed_rows, memory_order_relaxed);
+    ns = rows > 0 ? (int64_t)((double)atomic_load_explicit(&R.node->timed_ns, memory_order_relaxed) * (double)R.n /
+                              (double)rows)
+                  : 0;
+  } else if (R.scale > 0) {
     ns = (int64_t)((double)ns * R.scale);
-  else
+  } else {
     rill__clk_refresh(rill__clk_ticks()); /* the first rate (chunks measure it again: rill__stopwatch_ns) */
+  }
+  if (R.timed) {
+    atomic_store_explicit(&R.node->timed_ns, ns, memory_order_relaxed);
+    atomic_store_explicit(&R.node->timed_rows, R.n, memory_order_relaxed);
+  }
   /* the iterator's counters are shared by every chunk in flight: the chunk adds them once */
   ch->st_ns += ns;
   ch->st_calls += atomic_load_explicit(&R.calls, memory_order_relaxed);
   for (int j = 0; j < R.nm; j++) {
     member_t* mb = &R.m[j];
-    if (R.n > 0) { /* hints read by later runs: no ordering needed */
+    if (R.timed) { /* hints read by later runs: no ordering needed */
       /* the cost per row falls at once but rises at most fourfold per run: one run slowed by
        * preemption (milliseconds on a busy machine) would otherwise cut the next chunk of a
        * cheap stage into hundreds of tasks worth less than their hand-off (tasks.c) */

@@ -28,7 +28,7 @@ typedef struct member {
   int gi;             /* a group's column: its index in the group (outs[gi]) */
   rill__node_t* node;
   int fixed;
-  int64_t cell;       /* fixed: bytes per cell (rill_type_cell_bytes), computed once per run */
+  int64_t cell;       /* fixed: bytes per cell (rill_type_cell_bytes) */
   int fresh;          /* fixed: the output's buffer is fresh and not mapped yet (a first batch's):
                        * each call maps the part it writes, on its own thread (rill__call_range) */
   rill_array_t* out;  /* a split variable-length run's part: its own array; else the output */
@@ -54,6 +54,7 @@ typedef struct run {
   int64_t nulled, nfate;
   int fail_rc; /* a RAISE outside row mode: the chunk fails with the first cell's error */
   int64_t fail_cell;
+  int timed;             /* the calls are timed (else their time is estimated: run_timed) */
   double scale;          /* the run's clock (clock.h): ns per tick, or 0 for CLOCK_MONOTONIC */
   _Atomic int64_t ns;    /* time spent in the stage function, summed over the run's calls, in
                           * the run's clock (ticks or ns) until the run ends */

@@ -89,10 +89,7 @@ int64_t rill_type_cell_bytes(const rill_type_t* type) {
 
 int rill_type_equal(const rill_type_t* a, const rill_type_t* b) {
   if (!a || !b || !ndim_ok(a) || !ndim_ok(b)) return 0;
-  if (a->dtype != b->dtype || a->ndim != b->ndim) return 0;
-  for (int i = 0; i < a->ndim; i++)
-    if (a->shape[i] != b->shape[i]) return 0;
-  return 1;
+  return rill__type_same(a, b);
 }
 
 char* rill_type_format(const rill_type_t* type, char* buf, size_t size) {

@@ -486,6 +486,70 @@ Test(iter, compute_ns_is_stage_time) {
   }
 }
 
+/* A map that copies its input (batches of 8 rows) and lasts at least 200 us a call in batches
+ * 0-50, nothing much in batches 51-249 and at least 50 us in batches 250-299. */
+static int map_spin_phases(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                           rill_error_t* err) {
+  int64_t t0 = mono_ns();
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), in[0]->length);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  memcpy(out->data, in[0]->data, (size_t)in[0]->length * sizeof(int64_t));
+  int64_t batch = in[0]->length > 0 ? ((const int64_t*)in[0]->data)[0] / 8 : 0;
+  int64_t spin = batch <= 50 ? 200000 : batch >= 250 ? 50000 : 0;
+  while (mono_ns() - t0 < spin) {
+  }
+  return RILL_OK;
+}
+
+/* Runs of a cheap stage are timed one in a few and the others count the cost of the last
+ * timed one; a run whose estimate is not cheap is timed. So a stage that turns cheap is timed
+ * exactly until it does (no run is counted at the old, high cost: compute_ns stays within the
+ * wall time), and one that turns expensive is counted at its cost after at most a few runs at
+ * the cheap estimate (8 allowed below). Without threads the map's runs are in batch order (the
+ * scattered timed runs are then those of the engine's fixed sequence); with two workers the
+ * lower bound must hold too. */
+Test(iter, compute_ns_follows_a_stage_whose_cost_changes) {
+  for (int threads = 0; threads < 2; threads++) {
+    counter_t cs;
+    counter_init(&cs, 0);
+    rill_df_t* df = make_src(300 * 8, &cs, NULL);
+    rill_error_t err;
+    int in = 0;
+    int m = rill_df_map(df, "spin", rill_type_scalar(RILL_INT64), &in, 1, map_spin_phases, NULL, NULL, NULL, &err);
+    cr_assert_eq(m, 1, "%s", err.message);
+    rill_df_t* b = batch_of(df, m, 8, NULL);
+    int64_t t0 = mono_ns();
+    rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = threads ? 2 : RILL_THREADS_NONE});
+    rill_row_t row;
+    int64_t n = 0, sum = 0;
+    while (rill_iter_next(it, &row, &err) == RILL_OK) {
+      const rill_array_t* a = rill_row_get(&row, 0);
+      for (int64_t i = 0; i < a->length; i++) sum += ((const int64_t*)a->data)[i];
+      n++;
+    }
+    int64_t wall = mono_ns() - t0;
+    cr_assert_eq(n, 300);
+    cr_assert_eq(sum, 2400LL * 2399 / 2);
+    rill_iter_stats_t st;
+    rill_iter_stats(it, &st);
+    /* the source and the map, once per batch; with workers the spinning map's runs are split
+     * into calls of fewer rows (each lasting as long) */
+    if (threads)
+      cr_assert_geq(st.stage_calls, 600, "%lld calls", (long long)st.stage_calls);
+    else
+      cr_assert_eq(st.stage_calls, 600, "%lld calls", (long long)st.stage_calls);
+    int64_t least = (51 * 200000LL + 42 * 50000LL) * 99 / 100;
+    cr_assert_geq(st.compute_ns, least, "threads %d: compute_ns %lld, at least %lld", threads,
+                  (long long)st.compute_ns, (long long)least);
+    if (!threads) /* with workers, stages on two threads may add up to more than the wall time */
+      cr_assert_leq(st.compute_ns, wall * 101 / 100, "compute_ns %lld, wall %lld", (long long)st.compute_ns,
+                    (long long)wall);
+    rill_iter_free(it);
+    rill_df_free(b);
+    rill_df_free(df);
+  }
+}
+
 Test(iter, rows_may_be_kept_after_next) {
   counter_t cs;
   counter_init(&cs, 0);
