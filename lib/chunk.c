@@ -123,7 +123,8 @@ int rill__chunk_init(rill_iter_t* it, rill__chunk_t* ch) {
   ch->frames = rill__calloc((size_t)it->nchain, sizeof *ch->frames);
   ch->level_n = rill__calloc((size_t)it->nchain + 1, sizeof *ch->level_n);
   ch->cols = rill__calloc((size_t)(it->nreq > 0 ? it->nreq : 1), sizeof *ch->cols);
-  if (!ch->frames || !ch->level_n || !ch->cols) return RILL_ENOMEM;
+  ch->spare = rill__calloc((size_t)(it->nnodes > 0 ? it->nnodes : 1), sizeof *ch->spare);
+  if (!ch->frames || !ch->level_n || !ch->cols || !ch->spare) return RILL_ENOMEM;
   for (int d = 0; d < it->nchain; d++) {
     ch->frames[d].df = it->chain[d];
     int nc = it->chain[d]->ncols;
@@ -133,10 +134,34 @@ int rill__chunk_init(rill_iter_t* it, rill__chunk_t* ch) {
   return RILL_OK;
 }
 
+/* A spare is an array of a host stage's node, filled in place (fixed cells: no variable
+ * buffers to trim as the pool does), that only the chunk holds: nothing can take another
+ * reference to it meanwhile. */
+void rill__chunk_drop(rill__chunk_t* ch, rill_array_t* a) {
+  if (!a) return;
+  rill__node_t* node = a->priv->engine;
+  rill_iter_t* it = ch->it;
+  if (node && ch->spare && node->index < it->nnodes && it->nodes[node->index] == node && node->fixed &&
+      node->device.type == RILL_DEVICE_CPU && !a->event && !ch->spare[node->index] && rill_array_refcount(a) == 1) {
+    ch->spare[node->index] = a;
+    return;
+  }
+  rill_array_release(a);
+}
+
+rill_array_t* rill__chunk_spare(rill__chunk_t* ch, rill__node_t* node, int64_t bytes) {
+  rill_array_t* a = ch->spare ? ch->spare[node->index] : NULL;
+  if (!a) return NULL;
+  ch->spare[node->index] = NULL;
+  if (a->priv->data_cap >= bytes) return a;
+  rill_array_release(a);
+  return NULL;
+}
+
 void rill__chunk_release(rill__chunk_t* ch) {
   if (!ch->cols) return;
   for (int q = 0; q < ch->it->nreq; q++) {
-    rill_array_release(ch->cols[q]);
+    rill__chunk_drop(ch, ch->cols[q]);
     ch->cols[q] = NULL;
   }
   ch->m = 0;
@@ -148,6 +173,8 @@ void rill__chunk_release(rill__chunk_t* ch) {
 void rill__chunk_destroy(rill__chunk_t* ch) {
   if (!ch->it) return;
   rill__chunk_release(ch);
+  for (int i = 0; ch->spare && i < ch->it->nnodes; i++) rill_array_release(ch->spare[i]);
+  rill__free(ch->spare);
   if (ch->frames) {
     for (int d = 0; d < ch->nframes; d++) {
       rill__free(ch->frames[d].vals);
@@ -262,7 +289,7 @@ void rill__chunk_eval(rill__chunk_t* ch) {
   for (int d = 0; d < ch->nframes; d++) {
     rill__frame_t* f = &ch->frames[d];
     for (int c = 0; c < f->df->ncols; c++) {
-      rill_array_release(f->vals[c]);
+      rill__chunk_drop(ch, f->vals[c]);
       f->vals[c] = NULL;
     }
   }

@@ -199,6 +199,7 @@ typedef struct rill__node {
   rill_df_t* df;
   int col;
   int depth;
+  int index; /* in the iterator's nodes[] (a chunk's spare[]) */
   rill_pool_t* pool;
   rill_stream_t* stream;     /* CUDA stages */
   rill_device_t device;
@@ -249,6 +250,11 @@ typedef struct rill__chunk {
   int64_t skipped, nulled;
   int64_t st_ns, st_calls; /* stage time and calls of this evaluation (added to the iterator's
                             * counters once, at its end) */
+  /* [node index]: an output array of the node's stage that this slot's last chunk let go of
+   * while nothing else held it, kept for the slot's next chunk (chunk.c, rill__chunk_drop): a
+   * cheap stage then skips the pool's round trip, whose locked instructions wait for the
+   * stage function's stores to drain (a few percent of a trivial stage's run) */
+  rill_array_t** spare;
 } rill__chunk_t;
 
 typedef struct rill__slot {
@@ -312,8 +318,15 @@ struct rill_iter {
 /* Computes chunk->start..end of the iterator's dataframe: chunk->cols, m, top, rerr, or
  * chunk->rc < 0 with chunk->err. */
 void rill__chunk_eval(rill__chunk_t* chunk);
-/* Drops the chunk's results (its arrays go back to their pools). */
+/* Drops the chunk's results (its arrays go back to their pools, or stay as its spares). */
 void rill__chunk_release(rill__chunk_t* chunk);
+/* Lets go of the chunk's reference to `a` (NULL: nothing): an array that a stage of the
+ * iterator filled (rill__run_stage) on the host and that nothing else holds stays as the
+ * node's spare for the slot's next chunk; any other goes back to its pool or is freed. */
+void rill__chunk_drop(rill__chunk_t* chunk, rill_array_t* a);
+/* The node's spare array (rill__chunk_drop) when its buffer holds `bytes`, taken; else NULL
+ * (a spare too small goes back to its pool). */
+rill_array_t* rill__chunk_spare(rill__chunk_t* chunk, rill__node_t* node, int64_t bytes);
 /* Sets up an empty chunk of iterator `it`. RILL_OK or RILL_ENOMEM (destroy it either way). */
 int rill__chunk_init(struct rill_iter* it, rill__chunk_t* chunk);
 /* Frees what rill__chunk_init and evaluation allocated; a zeroed chunk is a no-op. */

@@ -29,6 +29,7 @@ static int add_node(rill_iter_t* it, int d, int c, int pinned, rill_error_t* err
     }
     it->nodes = nn;
   }
+  n->index = it->nnodes;
   it->nodes[it->nnodes++] = n;
   it->nodemap[d][c] = n;
   n->df = df;

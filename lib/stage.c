@@ -646,7 +646,10 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   int nout = 0; /* outputs acquired */
   for (; ok && nout < R.nm; nout++) {
     member_t* mb = &R.m[nout];
-    int ar = rill__node_acquire(mb->node, rill__expect_bytes(mb, R.n), &mb->out, &e);
+    int64_t bytes = rill__expect_bytes(mb, R.n);
+    mb->out = mb->fixed ? rill__chunk_spare(ch, mb->node, bytes) : NULL;
+    int ar = mb->out ? RILL_OK : rill__node_acquire(mb->node, bytes, &mb->out, &e);
+    if (ar == RILL_OK) mb->out->priv->engine = mb->node; /* may become the chunk's spare (rill__chunk_drop) */
     if (ar != RILL_OK) {
       rill__chunk_fail(ch, ar, "column '%s': %s", mb->c->field.name, e.message);
       ok = 0;

@@ -550,6 +550,57 @@ Test(iter, compute_ns_follows_a_stage_whose_cost_changes) {
   }
 }
 
+/* A stage's output that nothing holds any more stays with the slot that computed it and is
+ * filled again by the slot's next chunk (rill__chunk_drop); one the consumer keeps is never
+ * written again. Every third batch of both columns (the source, which the map also reads, and
+ * the map) is kept past the iterator's end; the others are let go and their arrays reused:
+ * at most one array a column for each kept batch and each batch in flight is allocated (128
+ * without reuse). */
+Test(iter, kept_batches_stay_intact_while_the_others_are_reused) {
+  for (int threads = 0; threads < 2; threads++) {
+    counter_t cs, cm;
+    counter_init(&cs, 0);
+    counter_init(&cm, 1);
+    rill_df_t* df = make_src(64 * 16, &cs, NULL);
+    int m = add_map(df, "m", 0, &cm, NULL);
+    int cols[2] = {0, m};
+    rill_error_t err;
+    rill_df_t* b;
+    RT_OK(rill_df_batch(df, cols, 2, 16, NULL, &b, &err), err);
+    rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = threads ? 2 : RILL_THREADS_NONE, .prefetch = 4});
+    const rill_array_t* kept[22][2];
+    int nk = 0;
+    rill_row_t row;
+    for (int i = 0; i < 64; i++) {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      for (int q = 0; q < 2; q++) {
+        const rill_array_t* a = rill_row_get(&row, q);
+        cr_assert_eq(a->length, 16);
+        for (int64_t j = 0; j < 16; j++)
+          cr_assert_eq(((const int64_t*)a->data)[j], i * 16 + j + q, "threads %d, batch %d, column %d, cell %lld",
+                       threads, i, q, (long long)j);
+      }
+      if (i % 3 == 0) {
+        for (int q = 0; q < 2; q++) kept[nk][q] = rill_array_retain(rill_row_get(&row, q));
+        nk++;
+      }
+    }
+    cr_assert_eq(nk, 22);
+    rill_iter_stats_t st;
+    rill_iter_stats(it, &st);
+    cr_assert_leq(st.allocs, 2 * (22 + 8), "threads %d: %lld allocations", threads, (long long)st.allocs);
+    cr_assert_geq(st.reuses, 128 - st.allocs, "threads %d: %lld reuses", threads, (long long)st.reuses);
+    end_and_free(it, df, b);
+    for (int k = 0; k < nk; k++)
+      for (int q = 0; q < 2; q++) {
+        for (int64_t j = 0; j < 16; j++)
+          cr_assert_eq(((const int64_t*)kept[k][q]->data)[j], k * 3 * 16 + j + q,
+                       "threads %d: kept batch %d, column %d, cell %lld written again", threads, k * 3, q, (long long)j);
+        rill_array_release(kept[k][q]);
+      }
+  }
+}
+
 Test(iter, rows_may_be_kept_after_next) {
   counter_t cs;
   counter_init(&cs, 0);
