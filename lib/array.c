@@ -277,14 +277,14 @@ static int grow(rill_device_t dev, void** buf, int64_t* cap, int64_t need, int64
 static int mul_overflow(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
 /* The end of a successful rill__array_prepare. */
-static void prepared(rill_array_t* a, const rill_type_t* type, int64_t length, int allocated) {
+static void prepared(rill_array_t* a, const rill_type_t* type, int64_t length, int allocated, int count) {
   rill_array_priv_t* p = a->priv;
   a->type = *type;
   a->length = length;
   a->validity = NULL;
   a->null_count = 0;
   p->var_cells = 0;
-  if (p->pool) atomic_fetch_add_explicit(allocated ? &p->pool->allocs : &p->pool->reuses, 1, memory_order_relaxed);
+  if (p->pool && count) atomic_fetch_add_explicit(allocated ? &p->pool->allocs : &p->pool->reuses, 1, memory_order_relaxed);
 }
 
 /* Fixed cells of `cell` bytes (>= 0; the type is valid and fixed): data for `length` cells.
@@ -312,12 +312,13 @@ static int prepare_fixed(rill_array_t* a, int64_t cell, int64_t length, bool zer
   return RILL_OK;
 }
 
-int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length, int* fresh) {
+int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length, int count,
+                              int* fresh) {
   if (fresh) *fresh = 0;
   if (length < 0 || (a->priv->flags & (RILL__ARRAY_EXTERNAL | RILL__ARRAY_SLOT))) return RILL_EINVAL;
   int allocated = 0, r = prepare_fixed(a, cell, length, false, &allocated, fresh);
   if (r != RILL_OK) return r;
-  prepared(a, type, length, allocated);
+  prepared(a, type, length, allocated, count);
   return RILL_OK;
 }
 
@@ -352,7 +353,7 @@ int rill__array_prepare(rill_array_t* a, rill_type_t type, int64_t length, bool 
     a->data = p->data_buf;
     a->data_size = 0;
   }
-  prepared(a, &type, length, allocated);
+  prepared(a, &type, length, allocated, 1);
   return RILL_OK;
 }
 

@@ -153,7 +153,11 @@ rill_array_t* rill__chunk_spare(rill__chunk_t* ch, rill__node_t* node, int64_t b
   rill_array_t* a = ch->spare ? ch->spare[node->index] : NULL;
   if (!a) return NULL;
   ch->spare[node->index] = NULL;
-  if (a->priv->data_cap >= bytes) return a;
+  if (a->priv->data_cap >= bytes) { /* a reuse the pool does not see: counted here, by this thread alone */
+    atomic_store_explicit(&ch->spare_reuses, atomic_load_explicit(&ch->spare_reuses, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    return a;
+  }
   rill_array_release(a);
   return NULL;
 }
@@ -271,9 +275,9 @@ void rill__chunk_eval(rill__chunk_t* ch) {
       rill__chunk_column(ch, 0, it->req[q]);
     }
     if (ch->rc == RILL_OK) {
-      for (int q = 0; q < it->nreq; q++) {
+      for (int q = 0; q < it->nreq; q++) { /* borrowed from the frames until the loop below */
         ch->reqcol = it->req[q];
-        ch->cols[q] = rill_array_retain(rill__chunk_column(ch, 0, it->req[q]));
+        ch->cols[q] = (rill_array_t*)rill__chunk_column(ch, 0, it->req[q]);
       }
       ch->m = it->batched ? (ch->level_n[0] > 0 || it->nreq == 0) : ch->level_n[0];
       if (!it->batched && rill__frame_rows(ch, &ch->frames[0]) != RILL_OK)
@@ -282,17 +286,35 @@ void rill__chunk_eval(rill__chunk_t* ch) {
       if (ch->nrerr > 1) qsort(ch->rerr, (size_t)ch->nrerr, sizeof *ch->rerr, cmp_rowerr);
     }
   }
-  if (ch->st_calls) { /* shared by every chunk in flight: two atomic additions per chunk */
-    atomic_fetch_add_explicit(&it->st_compute, ch->st_ns, memory_order_relaxed);
-    atomic_fetch_add_explicit(&it->st_calls, ch->st_calls, memory_order_relaxed);
+  if (ch->st_calls) { /* this thread alone writes them now: no locked instruction */
+    atomic_store_explicit(&ch->total_ns, atomic_load_explicit(&ch->total_ns, memory_order_relaxed) + ch->st_ns,
+                          memory_order_relaxed);
+    atomic_store_explicit(&ch->total_calls, atomic_load_explicit(&ch->total_calls, memory_order_relaxed) + ch->st_calls,
+                          memory_order_relaxed);
   }
+  /* The frames let go of their values. A requested column's value is a frame's: that frame's
+   * reference passes to cols[q] (no locked instruction), and a second q with the same value
+   * takes one of its own; the chunk drops the others (rill__chunk_drop). */
+  uint64_t owned = 0; /* bit q: cols[q] holds a reference (q < 64; the others are retained first) */
+  for (int q = 64; q < it->nreq; q++) rill_array_retain(ch->cols[q]);
   for (int d = 0; d < ch->nframes; d++) {
     rill__frame_t* f = &ch->frames[d];
     for (int c = 0; c < f->df->ncols; c++) {
-      rill__chunk_drop(ch, f->vals[c]);
+      rill_array_t* v = f->vals[c];
       f->vals[c] = NULL;
+      if (!v) continue;
+      int passed = 0;
+      for (int q = 0; q < it->nreq && q < 64; q++) {
+        if (ch->cols[q] != v || (owned >> q & 1)) continue;
+        if (passed) rill_array_retain(v);
+        passed = 1;
+        owned |= (uint64_t)1 << q;
+      }
+      if (!passed) rill__chunk_drop(ch, v);
     }
   }
+  for (int q = 0; q < it->nreq && q < 64; q++) /* NULL (a failure), or not a frame's value (none is) */
+    if (!(owned >> q & 1)) rill_array_retain(ch->cols[q]);
   if (ch->rc != RILL_OK) {
     for (int q = 0; q < it->nreq; q++) {
       rill_array_release(ch->cols[q]);

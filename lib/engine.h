@@ -248,8 +248,12 @@ typedef struct rill__chunk {
   int rc;
   rill_error_t err;
   int64_t skipped, nulled;
-  int64_t st_ns, st_calls; /* stage time and calls of this evaluation (added to the iterator's
-                            * counters once, at its end) */
+  int64_t st_ns, st_calls; /* stage time and calls of this evaluation (added to the totals
+                            * below once, at its end) */
+  /* the slot's chunks so far: stage time and calls, and outputs filled in spares (a reuse the
+   * pools do not see); written by the thread evaluating the slot's chunk (one at a time, so
+   * without locked instructions), summed over the slots by rill_iter_stats */
+  _Atomic int64_t total_ns, total_calls, spare_reuses;
   /* [node index]: an output array of the node's stage that this slot's last chunk let go of
    * while nothing else held it, kept for the slot's next chunk (chunk.c, rill__chunk_drop): a
    * cheap stage then skips the pool's round trip, whose locked instructions wait for the
@@ -308,7 +312,6 @@ struct rill_iter {
   const rill_array_t** rowcols;
   /* statistics */
   rill_iter_stats_t st; /* rows, cells, skipped, nulled, errors, wait_ns (the rest: when read) */
-  _Atomic int64_t st_compute, st_calls;
   _Atomic int64_t chunk_ns;      /* the shorter of the last two chunks' evaluation times (0: none yet) */
   _Atomic int64_t chunk_last_ns; /* the last chunk's evaluation time */
 };

@@ -134,10 +134,14 @@ void rill__array_window(rill_array_t* win, rill_array_priv_t* wpriv, const rill_
  * computes once per stage run rather than once per call). */
 void rill__array_window_cells(rill_array_t* win, rill_array_priv_t* wpriv, const rill_array_t* parent, int64_t cell,
                               int64_t start, int64_t n);
-/* `fresh`: NULL, or where to leave a fresh host buffer of RILL__PREFAULT_MIN or more unmapped
- * and say so (1; else 0): the caller then populates the parts it writes (rill__populate), on
- * the threads that write them. */
-int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length, int* fresh);
+/* Makes `a` an array of `length` cells of fixed-shape `type` (`cell` bytes each), not zeroed,
+ * keeping its buffer when it holds them. `count`: its pool counts the allocation or reuse (the
+ * iterator's statistics; 0 for an engine chunk's spare, which the chunk counts). `fresh`:
+ * NULL, or where to leave a fresh host buffer of RILL__PREFAULT_MIN or more unmapped and say
+ * so (1; else 0): the caller then populates the parts it writes (rill__populate), on the
+ * threads that write them. */
+int rill__array_prepare_fixed(rill_array_t* a, const rill_type_t* type, int64_t cell, int64_t length, int count,
+                              int* fresh);
 /* Frees what a window owns (its validity bitmap); the parent's buffers are untouched. */
 void rill__array_window_release(rill_array_t* win);
 /* Ensures a validity bitmap exists for `a` (all valid). */

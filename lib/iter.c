@@ -707,8 +707,13 @@ void rill_iter_stats(const rill_iter_t* it, rill_iter_stats_t* st) {
   if (!it) return;
   *st = it->st;
   st->allocs = st->reuses = 0;
-  st->compute_ns = atomic_load(&((rill_iter_t*)it)->st_compute);
-  st->stage_calls = atomic_load(&((rill_iter_t*)it)->st_calls);
+  st->compute_ns = st->stage_calls = 0;
+  for (int i = 0; i < it->nslots; i++) {
+    rill__chunk_t* ch = &it->slots[i].chunk;
+    st->compute_ns += atomic_load_explicit(&ch->total_ns, memory_order_relaxed);
+    st->stage_calls += atomic_load_explicit(&ch->total_calls, memory_order_relaxed);
+    st->reuses += atomic_load_explicit(&ch->spare_reuses, memory_order_relaxed);
+  }
   for (int i = 0; i < it->nnodes; i++) {
     int64_t a, r;
     rill__pool_counts(it->nodes[i]->pool, &a, &r);

@@ -648,7 +648,8 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
     member_t* mb = &R.m[nout];
     int64_t bytes = rill__expect_bytes(mb, R.n);
     mb->out = mb->fixed ? rill__chunk_spare(ch, mb->node, bytes) : NULL;
-    int ar = mb->out ? RILL_OK : rill__node_acquire(mb->node, bytes, &mb->out, &e);
+    int spare = mb->out != NULL;
+    int ar = spare ? RILL_OK : rill__node_acquire(mb->node, bytes, &mb->out, &e);
     if (ar == RILL_OK) mb->out->priv->engine = mb->node; /* may become the chunk's spare (rill__chunk_drop) */
     if (ar != RILL_OK) {
       rill__chunk_fail(ch, ar, "column '%s': %s", mb->c->field.name, e.message);
@@ -656,7 +657,7 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
       break;
     }
     if (mb->fixed || R.n == 0) {
-      int r = mb->fixed ? rill__array_prepare_fixed(mb->out, &mb->c->field.type, mb->cell, R.n, &mb->fresh)
+      int r = mb->fixed ? rill__array_prepare_fixed(mb->out, &mb->c->field.type, mb->cell, R.n, !spare, &mb->fresh)
                         : rill__array_prepare(mb->out, mb->c->field.type, R.n, false);
       if (r != RILL_OK) {
         rill_array_release(mb->out);
