@@ -677,11 +677,10 @@ const rill_array_t* rill__run_stage(rill__chunk_t* ch, int d, int c) {
   R.timed = R.n > 0 && run_timed(R.node, R.n);
   if (R.n > 0) rill__run_cells(&R);
   int64_t ns = atomic_load_explicit(&R.ns, memory_order_relaxed);
-  if (!R.timed) {
+  if (!R.timed) { /* the last timed run's cost, for as many cells (no division: batches of a size) */
     int64_t rows = atomic_load_explicit(&R.node->timed_rows, memory_order_relaxed);
-    ns = rows > 0 ? (int64_t)((double)atomic_load_explicit(&R.node->timed_ns, memory_order_relaxed) * (double)R.n /
-                              (double)rows)
-                  : 0;
+    ns = atomic_load_explicit(&R.node->timed_ns, memory_order_relaxed);
+    if (rows != R.n) ns = rows > 0 ? (int64_t)((double)ns * (double)R.n / (double)rows) : 0;
   } else if (R.scale > 0) {
     ns = (int64_t)((double)ns * R.scale);
   } else {
