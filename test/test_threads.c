@@ -774,13 +774,14 @@ Test(threads, first_chunk_of_a_cheap_stage_is_not_split) {
   cr_assert_gt(on_workers, 0, "no task of an expensive stage ran on a worker thread");
 }
 
-/* Source: int64 cell = row id, in batches of `rows`; the calls for batch `slow` sleep 5 ms;
- * counts the calls per batch and records the batches computed off the iterating thread. */
+/* Source: int64 cell = row id, in batches of `rows`; the calls for batch `slow`, and for every
+ * batch from `dear` on when dear > 0, sleep 5 ms; counts the calls per batch and records the
+ * batches computed off the iterating thread. */
 typedef struct spike {
-  int64_t rows, slow;
+  int64_t rows, slow, dear;
   pthread_t consumer;
-  _Atomic int64_t calls[32];
-  _Atomic int on_worker[32];
+  _Atomic int64_t calls[64];
+  _Atomic int on_worker[64];
 } spike_t;
 
 static int src_spike(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
@@ -789,7 +790,7 @@ static int src_spike(const int64_t* rows, int64_t n, rill_array_t* out, rill_exe
   int64_t b = rows[0] / s->rows;
   atomic_fetch_add(&s->calls[b], 1);
   if (!pthread_equal(pthread_self(), s->consumer)) atomic_store(&s->on_worker[b], 1);
-  if (b == s->slow) nanosleep(&(struct timespec){0, 5000000}, NULL);
+  if (b == s->slow || (s->dear > 0 && b >= s->dear)) nanosleep(&(struct timespec){0, 5000000}, NULL);
   return out_row_ids(rows, n, out, ex, err);
 }
 
@@ -861,6 +862,22 @@ Test(threads, one_slow_chunk_keeps_the_next_on_the_calling_thread) {
       if (atomic_load(&s.on_worker[c])) on_worker = c;
   }
   cr_assert_eq(on_worker, 0, "chunk %d ran on a worker", on_worker);
+}
+
+/* Chunks too cheap to hand off are timed one in a few; once one of them is timed dear, every
+ * chunk is timed again, and two dear ones in a row send the next to the workers. 32 cheap
+ * batches, then 32 of 5 ms: the workers take dear batches within 16 of them (each timed chunk
+ * is one in 8 at worst, two are needed: 16 batches; code that stopped timing cheap chunks
+ * would leave all of them on the iterating thread). */
+Test(threads, cheap_chunks_that_turn_dear_go_to_the_workers) {
+  spike_t s = {.rows = 16, .slow = -1, .dear = 32, .consumer = pthread_self()};
+  /* one call a batch (a batch's own grain): only the chunk's hand-off can move it */
+  row_id_batches(src_spike, &s, &(rill_stage_opts_t){.grain = 16}, 16, 64,
+                 &(rill_iter_opts_t){.threads = 2, .prefetch = 2}, 0);
+  int first = -1;
+  for (int c = 32; c < 64 && first < 0; c++)
+    if (atomic_load(&s.on_worker[c])) first = c;
+  cr_assert(first >= 32 && first < 48, "the first dear batch on a worker: %d (32-63 are dear)", first);
 }
 
 /* ---------------------------------------------------------------- the waiting consumer */
