@@ -136,13 +136,19 @@ int rill__chunk_init(rill_iter_t* it, rill__chunk_t* ch) {
 
 /* A spare is an array of a host stage's node, filled in place (fixed cells: no variable
  * buffers to trim as the pool does), that only the chunk holds: nothing can take another
- * reference to it meanwhile. */
+ * reference to it meanwhile. Only small buffers stay (SPARE_MAX): a spare is pinned to its slot,
+ * while through the pool an intermediate (a 154 MB float batch before its transposition) is
+ * shared by every slot that needs one at the time; a chunk that fills more than SPARE_MAX bytes
+ * costs far more than the pool's round trip. */
+enum { SPARE_MAX = 256 << 10 };
+
 void rill__chunk_drop(rill__chunk_t* ch, rill_array_t* a) {
   if (!a) return;
   rill__node_t* node = a->priv->engine;
   rill_iter_t* it = ch->it;
   if (node && ch->spare && node->index < it->nnodes && it->nodes[node->index] == node && node->fixed &&
-      node->device.type == RILL_DEVICE_CPU && !a->event && !ch->spare[node->index] && rill_array_refcount(a) == 1) {
+      node->device.type == RILL_DEVICE_CPU && !a->event && a->priv->data_cap <= SPARE_MAX &&
+      !ch->spare[node->index] && rill_array_refcount(a) == 1) {
     ch->spare[node->index] = a;
     return;
   }

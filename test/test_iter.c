@@ -601,6 +601,58 @@ Test(iter, kept_batches_stay_intact_while_the_others_are_reused) {
   }
 }
 
+/* Source: a 64 KB uint8 cell per row, every byte the row id's low byte. */
+static int src_64k(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx, rill_error_t* err) {
+  int64_t shape[1] = {65536};
+  int r = rill_exec_alloc(ex, out, rill_type_tensor(RILL_UINT8, 1, shape), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  for (int64_t i = 0; i < n; i++) memset((uint8_t*)out->data + i * 65536, (int)(rows[i] & 0xff), 65536);
+  return RILL_OK;
+}
+
+/* Map: the sum of a 64 KB cell's bytes. */
+static int map_sum_64k(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                       rill_error_t* err) {
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), in[0]->length);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  for (int64_t i = 0; i < in[0]->length; i++) {
+    int64_t sum = 0;
+    for (int64_t j = 0; j < 65536; j++) sum += ((const uint8_t*)in[0]->data)[i * 65536 + j];
+    ((int64_t*)out->data)[i] = sum;
+  }
+  return RILL_OK;
+}
+
+/* A large intermediate (the source's 512 KB a batch, which only the map reads) goes back to
+ * its pool at the end of each chunk's evaluation and is shared by every slot: without workers
+ * one buffer serves all 32 batches. Only small outputs stay with their slot (here the map's
+ * 64 bytes, one a slot: 5 with prefetch 4): 6 allocations in all; an intermediate pinned to
+ * each slot would make 10. */
+Test(iter, a_large_intermediate_is_shared_by_the_slots) {
+  rill_error_t err;
+  rill_df_t *df, *b;
+  RT_OK(rill_df_new(32 * 8, &df, &err), err);
+  int64_t shape[1] = {65536};
+  int s = rill_df_add_source(df, "s", rill_type_tensor(RILL_UINT8, 1, shape), src_64k, NULL, NULL, NULL, &err);
+  cr_assert_eq(s, 0, "%s", err.message);
+  int m = rill_df_map(df, "sum", rill_type_scalar(RILL_INT64), &s, 1, map_sum_64k, NULL, NULL, NULL, &err);
+  cr_assert_eq(m, 1, "%s", err.message);
+  RT_OK(rill_df_batch(df, &m, 1, 8, NULL, &b, &err), err);
+  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = 4});
+  rill_row_t row;
+  for (int i = 0; i < 32; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    const rill_array_t* a = rill_row_get(&row, 0);
+    for (int64_t j = 0; j < 8; j++)
+      cr_assert_eq(((const int64_t*)a->data)[j], ((i * 8 + j) & 0xff) * 65536LL, "batch %d, row %lld", i, (long long)j);
+  }
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_leq(st.allocs, 6, "%lld allocations (reuses %lld)", (long long)st.allocs, (long long)st.reuses);
+  cr_assert_geq(st.reuses, 2 * 32 - 6, "%lld reuses", (long long)st.reuses);
+  end_and_free(it, df, b);
+}
+
 /* A column requested twice is one array handed out under both indexes; each holds its own
  * reference (the chunk's frame passes its reference to the first, the second takes one), so
  * batches kept through either index, or both, outlive the iterator intact, and nothing leaks
