@@ -435,16 +435,59 @@ static int64_t mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* A map that copies its input and lasts at least 50 us (CLOCK_MONOTONIC) per call. */
+/* How long the spinning map lasts a call (at least), by batch of 8 rows. */
+typedef struct spin {
+  int64_t (*ns)(int64_t batch);
+} spin_t;
+
+static int64_t spin_50us(int64_t batch) { return 50000; }
+
+/* 200 us in batches 0-50, nothing much in batches 51-249, 50 us in batches 250-299. */
+static int64_t spin_phases(int64_t batch) { return batch <= 50 ? 200000 : batch >= 250 ? 50000 : 0; }
+
+/* A map that copies its input and spins (CLOCK_MONOTONIC) as long as ctx (a spin_t) says. */
 static int map_spin(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
                     rill_error_t* err) {
   int64_t t0 = mono_ns();
   int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), in[0]->length);
   if (r != RILL_OK) return rill_error_set(err, r, "alloc");
   memcpy(out->data, in[0]->data, (size_t)in[0]->length * sizeof(int64_t));
-  while (mono_ns() - t0 < 50000) {
+  int64_t spin = ((const spin_t*)ctx)->ns(in[0]->length > 0 ? ((const int64_t*)in[0]->data)[0] / 8 : 0);
+  while (mono_ns() - t0 < spin) {
   }
   return RILL_OK;
+}
+
+/* Iterates 300 batches of 8 rows of the source through the spinning map (2 worker threads or
+ * none), checks every row; returns the iterator's statistics at the end and sets *wall to the
+ * time from rill_iter_new to the end. */
+static rill_iter_stats_t spin_run(const spin_t* spin, int threads, int64_t* wall) {
+  counter_t cs;
+  counter_init(&cs, 0);
+  rill_df_t* df = make_src(300 * 8, &cs, NULL);
+  rill_error_t err;
+  int in = 0;
+  int m = rill_df_map(df, "spin", rill_type_scalar(RILL_INT64), &in, 1, map_spin, (void*)spin, NULL, NULL, &err);
+  cr_assert_eq(m, 1, "%s", err.message);
+  rill_df_t* b = batch_of(df, m, 8, NULL);
+  int64_t t0 = mono_ns();
+  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = threads ? 2 : RILL_THREADS_NONE});
+  rill_row_t row;
+  int64_t n = 0, sum = 0;
+  while (rill_iter_next(it, &row, &err) == RILL_OK) {
+    const rill_array_t* a = rill_row_get(&row, 0);
+    for (int64_t i = 0; i < a->length; i++) sum += ((const int64_t*)a->data)[i];
+    n++;
+  }
+  *wall = mono_ns() - t0;
+  cr_assert_eq(n, 300);
+  cr_assert_eq(sum, 2400LL * 2399 / 2);
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  rill_iter_free(it);
+  rill_df_free(b);
+  rill_df_free(df);
+  return st;
 }
 
 /* compute_ns is the time spent inside stage functions, whichever clock the engine times them
@@ -452,53 +495,16 @@ static int map_spin(const rill_array_t* const* in, int nin, rill_array_t* out, r
  * call lasts, at most the wall time of the whole iteration (no worker threads). The bounds
  * allow 1% for the conversion of the engine's clock to nanoseconds. */
 Test(iter, compute_ns_is_stage_time) {
+  const spin_t spin = {spin_50us};
   for (int round = 0; round < 2; round++) {
-    counter_t cs;
-    counter_init(&cs, 0);
-    rill_df_t* df = make_src(300 * 8, &cs, NULL);
-    rill_error_t err;
-    int in = 0;
-    int m = rill_df_map(df, "spin", rill_type_scalar(RILL_INT64), &in, 1, map_spin, NULL, NULL, NULL, &err);
-    cr_assert_eq(m, 1, "%s", err.message);
-    rill_df_t* b = batch_of(df, m, 8, NULL);
-    int64_t t0 = mono_ns();
-    rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE});
-    rill_row_t row;
-    int64_t n = 0, sum = 0;
-    while (rill_iter_next(it, &row, &err) == RILL_OK) {
-      const rill_array_t* a = rill_row_get(&row, 0);
-      for (int64_t i = 0; i < a->length; i++) sum += ((const int64_t*)a->data)[i];
-      n++;
-    }
-    int64_t wall = mono_ns() - t0;
-    cr_assert_eq(n, 300);
-    cr_assert_eq(sum, 2400LL * 2399 / 2);
-    rill_iter_stats_t st;
-    rill_iter_stats(it, &st);
+    int64_t wall;
+    rill_iter_stats_t st = spin_run(&spin, 0, &wall);
     cr_assert_eq(st.stage_calls, 600); /* the source and the map, once per batch */
     cr_assert(st.compute_ns >= 300 * 50000LL * 99 / 100, "round %d: compute_ns %lld for 300 calls of >= 50 us", round,
               (long long)st.compute_ns);
     cr_assert(st.compute_ns <= wall * 101 / 100, "round %d: compute_ns %lld, wall %lld", round,
               (long long)st.compute_ns, (long long)wall);
-    rill_iter_free(it);
-    rill_df_free(b);
-    rill_df_free(df);
   }
-}
-
-/* A map that copies its input (batches of 8 rows) and lasts at least 200 us a call in batches
- * 0-50, nothing much in batches 51-249 and at least 50 us in batches 250-299. */
-static int map_spin_phases(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
-                           rill_error_t* err) {
-  int64_t t0 = mono_ns();
-  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), in[0]->length);
-  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
-  memcpy(out->data, in[0]->data, (size_t)in[0]->length * sizeof(int64_t));
-  int64_t batch = in[0]->length > 0 ? ((const int64_t*)in[0]->data)[0] / 8 : 0;
-  int64_t spin = batch <= 50 ? 200000 : batch >= 250 ? 50000 : 0;
-  while (mono_ns() - t0 < spin) {
-  }
-  return RILL_OK;
 }
 
 /* Runs of a cheap stage are timed one in a few and the others count the cost of the last
@@ -509,29 +515,10 @@ static int map_spin_phases(const rill_array_t* const* in, int nin, rill_array_t*
  * scattered timed runs are then those of the engine's fixed sequence); with two workers the
  * lower bound must hold too. */
 Test(iter, compute_ns_follows_a_stage_whose_cost_changes) {
+  const spin_t spin = {spin_phases};
   for (int threads = 0; threads < 2; threads++) {
-    counter_t cs;
-    counter_init(&cs, 0);
-    rill_df_t* df = make_src(300 * 8, &cs, NULL);
-    rill_error_t err;
-    int in = 0;
-    int m = rill_df_map(df, "spin", rill_type_scalar(RILL_INT64), &in, 1, map_spin_phases, NULL, NULL, NULL, &err);
-    cr_assert_eq(m, 1, "%s", err.message);
-    rill_df_t* b = batch_of(df, m, 8, NULL);
-    int64_t t0 = mono_ns();
-    rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = threads ? 2 : RILL_THREADS_NONE});
-    rill_row_t row;
-    int64_t n = 0, sum = 0;
-    while (rill_iter_next(it, &row, &err) == RILL_OK) {
-      const rill_array_t* a = rill_row_get(&row, 0);
-      for (int64_t i = 0; i < a->length; i++) sum += ((const int64_t*)a->data)[i];
-      n++;
-    }
-    int64_t wall = mono_ns() - t0;
-    cr_assert_eq(n, 300);
-    cr_assert_eq(sum, 2400LL * 2399 / 2);
-    rill_iter_stats_t st;
-    rill_iter_stats(it, &st);
+    int64_t wall;
+    rill_iter_stats_t st = spin_run(&spin, threads, &wall);
     /* the source and the map, once per batch; with workers the spinning map's runs are split
      * into calls of fewer rows (each lasting as long) */
     if (threads)
@@ -544,10 +531,21 @@ Test(iter, compute_ns_follows_a_stage_whose_cost_changes) {
     if (!threads) /* with workers, stages on two threads may add up to more than the wall time */
       cr_assert_leq(st.compute_ns, wall * 101 / 100, "compute_ns %lld, wall %lld", (long long)st.compute_ns,
                     (long long)wall);
-    rill_iter_free(it);
-    rill_df_free(b);
-    rill_df_free(df);
   }
+}
+
+/* Batches of `size` rows of both columns of a source (cells: their row ids) and a map adding
+ * 1 to it, over nbatches * size rows; *df: the base dataframe (cs, cm: the stages' counters,
+ * which must outlive it). */
+static rill_df_t* both_columns_batched(int64_t nbatches, int64_t size, counter_t* cs, counter_t* cm, rill_df_t** df) {
+  counter_init(cs, 0);
+  counter_init(cm, 1);
+  *df = make_src(nbatches * size, cs, NULL);
+  int cols[2] = {0, add_map(*df, "m", 0, cm, NULL)};
+  rill_error_t err;
+  rill_df_t* b;
+  RT_OK(rill_df_batch(*df, cols, 2, size, NULL, &b, &err), err);
+  return b;
 }
 
 /* A stage's output that nothing holds any more stays with the slot that computed it and is
@@ -559,14 +557,9 @@ Test(iter, compute_ns_follows_a_stage_whose_cost_changes) {
 Test(iter, kept_batches_stay_intact_while_the_others_are_reused) {
   for (int threads = 0; threads < 2; threads++) {
     counter_t cs, cm;
-    counter_init(&cs, 0);
-    counter_init(&cm, 1);
-    rill_df_t* df = make_src(64 * 16, &cs, NULL);
-    int m = add_map(df, "m", 0, &cm, NULL);
-    int cols[2] = {0, m};
+    rill_df_t* df;
+    rill_df_t* b = both_columns_batched(64, 16, &cs, &cm, &df);
     rill_error_t err;
-    rill_df_t* b;
-    RT_OK(rill_df_batch(df, cols, 2, 16, NULL, &b, &err), err);
     rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = threads ? 2 : RILL_THREADS_NONE, .prefetch = 4});
     const rill_array_t* kept[22][2];
     int nk = 0;
@@ -659,14 +652,9 @@ Test(iter, a_large_intermediate_is_shared_by_the_slots) {
  * (AddressSanitizer's leak check in make check-asan). */
 Test(iter, a_column_requested_twice_is_kept_through_either_index) {
   counter_t cs, cm;
-  counter_init(&cs, 0);
-  counter_init(&cm, 1);
-  rill_df_t* df = make_src(8 * 16, &cs, NULL);
-  int m = add_map(df, "m", 0, &cm, NULL);
-  int cols[2] = {0, m};
+  rill_df_t* df;
+  rill_df_t* b = both_columns_batched(8, 16, &cs, &cm, &df);
   rill_error_t err;
-  rill_df_t* b;
-  RT_OK(rill_df_batch(df, cols, 2, 16, NULL, &b, &err), err);
   int req[3] = {1, 0, 1};
   rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.columns = req, .ncolumns = 3, .threads = RILL_THREADS_NONE});
   const rill_array_t* kept[8];
