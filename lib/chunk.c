@@ -96,8 +96,6 @@ void rill__chunk_fail(rill__chunk_t* ch, int code, const char* fmt, ...) {
   pthread_mutex_unlock(&ch->mu);
 }
 
-/* Called before every call of a stage function: one load, no lock. */
-
 const rill_array_t* rill__chunk_column(rill__chunk_t* ch, int d, int c) {
   rill__frame_t* fr = &ch->frames[d];
   if (fr->vals[c]) return fr->vals[c];

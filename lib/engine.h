@@ -340,7 +340,8 @@ static inline int64_t rill__frame_row(const rill__frame_t* f, int64_t i) { retur
 int rill__frame_rows(rill__chunk_t* ch, rill__frame_t* f);
 /* Records a failure of the whole chunk (the first one wins). Thread-safe. */
 void rill__chunk_fail(rill__chunk_t* ch, int code, const char* fmt, ...) RILL_PRINTF(3, 4);
-/* Whether the chunk failed. Thread-safe. */
+/* Whether the chunk failed. Thread-safe; called before every call of a stage function: one
+ * load, no lock. */
 static inline int rill__chunk_failed(rill__chunk_t* ch) { return atomic_load_explicit(&ch->failed, memory_order_acquire); }
 /* Column c of frame d of the chunk, computed on first use; NULL when the chunk failed. */
 const rill_array_t* rill__chunk_column(rill__chunk_t* ch, int d, int c);
