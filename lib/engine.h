@@ -170,6 +170,12 @@ static inline uint64_t rill__mix64(uint64_t x) {
   x ^= x >> 31;
   return x;
 }
+/* Cheap work timed by sampling (a stage's runs: stage.c, run_timed; cheap chunks: iter.c,
+ * slot_eval) is timed at turn k (a count of runs or chunks) when this is 1: one turn in
+ * RILL__TIMED_EVERY on average, scattered so that no period of the work's costs aligns with
+ * the timed turns; turn 0 is always timed. */
+#define RILL__TIMED_EVERY 8
+static inline int rill__timed_turn(uint64_t k) { return rill__mix64(k) % RILL__TIMED_EVERY == 0; }
 /* A hash of v[0..n), for saved iterator states to name a take's rows or a concatenation's
  * parts (df->kept_hash), computed once when the dataframe is made. */
 static inline uint64_t rill__hash_i64(const int64_t* v, int64_t n) {

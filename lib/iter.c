@@ -114,16 +114,14 @@ static uint64_t fingerprint(const rill_iter_t* it) {
  * shorter of the last two chunks' times, so that one chunk slowed by a preemption does not
  * send the next cheap chunks to the workers. Without threads there is no hand-off to decide
  * (worth_a_thread, cheap_chunks): the chunk is not timed. Chunks too cheap to hand off, which
- * the consumer computes itself, are timed one in TIMED_CHUNK_EVERY (scattered): two readings
- * of the clock and a locked exchange are a visible part of a 1 us chunk, and once a timed one
- * takes a hand-off's worth every chunk is timed again. */
-enum { TIMED_CHUNK_EVERY = 8 };
-
+ * the consumer computes itself, are timed at their sampled turns (rill__timed_turn of the
+ * chunk's sequence number): two readings of the clock and a locked exchange are a visible part
+ * of a 1 us chunk, and once a timed one takes a hand-off's worth every chunk is timed again. */
 static void slot_eval(rill__slot_t* s) {
   rill_iter_t* it = s->chunk.it;
   int64_t last = atomic_load_explicit(&it->chunk_last_ns, memory_order_relaxed);
-  if (it->nthreads == 0 || (last > 0 && last < RILL__CHUNK_HANDOFF_NS &&
-                            rill__mix64((uint64_t)s->chunk.prio) % TIMED_CHUNK_EVERY != 0)) {
+  if (it->nthreads == 0 ||
+      (last > 0 && last < RILL__CHUNK_HANDOFF_NS && !rill__timed_turn((uint64_t)s->chunk.prio))) {
     rill__chunk_eval(&s->chunk);
     return;
   }

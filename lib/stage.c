@@ -576,20 +576,20 @@ static int run_members(run_t* R, rill__chunk_t* ch, int d, int c) {
 /* Whether the calls of a run of `node` over n cells are timed. Timing a call reads the clock
  * twice (the time-stamp counter: some 10-20 ns a reading on a virtual machine, a visible part
  * of a trivial stage's run over a batch of 1,024 int64 rows). A run whose cost, estimated from
- * the stage's last timed run, is under UNTIMED_RUN_NS is timed one run in UNTIMED_EVERY on
- * average, at scattered runs (so that no period of the stage's costs aligns with them); the
- * others count the estimate (compute_ns). A stage that turns expensive is noticed at its next
+ * the stage's last timed run, is under UNTIMED_RUN_NS is timed at its sampled turns only
+ * (rill__timed_turn of the stage's run count: one in 8 on average, scattered); the others
+ * count the estimate (compute_ns). A stage that turns expensive is noticed at its next
  * timed run, and from then on every run is timed; one that turns cheap is timed until a run
  * shows it. A stage's first run is timed (tasks.c probes the cost of a stage not measured
  * yet; later splits read the measured cost per row, ns_per_row, which only timed runs set).
  * Threads running the stage at once may lose a count or pair one run's time with another's
  * cells: the sampling shifts, nothing more. */
-enum { UNTIMED_RUN_NS = RILL__HANDOFF_NS / 4, UNTIMED_EVERY = 8 };
+enum { UNTIMED_RUN_NS = RILL__HANDOFF_NS / 4 };
 
 static int run_timed(rill__node_t* node, int64_t n) {
   int64_t runs = atomic_load_explicit(&node->runs, memory_order_relaxed);
   atomic_store_explicit(&node->runs, runs + 1, memory_order_relaxed);
-  if (rill__mix64((uint64_t)runs) % UNTIMED_EVERY == 0) return 1;
+  if (rill__timed_turn((uint64_t)runs)) return 1;
   int64_t rows = atomic_load_explicit(&node->timed_rows, memory_order_relaxed);
   int64_t ns = atomic_load_explicit(&node->timed_ns, memory_order_relaxed);
   return rows <= 0 || (double)ns * (double)n >= (double)UNTIMED_RUN_NS * (double)rows;

@@ -864,11 +864,12 @@ Test(threads, one_slow_chunk_keeps_the_next_on_the_calling_thread) {
   cr_assert_eq(on_worker, 0, "chunk %d ran on a worker", on_worker);
 }
 
-/* Chunks too cheap to hand off are timed one in a few; once one of them is timed dear, every
- * chunk is timed again, and two dear ones in a row send the next to the workers. 32 cheap
- * batches, then 32 of 5 ms: the workers take dear batches within 16 of them (each timed chunk
- * is one in 8 at worst, two are needed: 16 batches; code that stopped timing cheap chunks
- * would leave all of them on the iterating thread). */
+/* Chunks too cheap to hand off are timed at scattered turns, one in 8 on average; once one of
+ * them is timed dear, every chunk is timed again, and two dear ones in a row send the next to
+ * the workers. 32 cheap batches, then 32 of 5 ms: the workers take dear batches within 16 of
+ * them (the turns are fixed by the chunks' sequence: here the first timed dear one is chunk
+ * 37, and the first on a worker 41; code that stopped timing cheap chunks would leave all of
+ * them on the iterating thread). */
 Test(threads, cheap_chunks_that_turn_dear_go_to_the_workers) {
   spike_t s = {.rows = 16, .slow = -1, .dear = 32, .consumer = pthread_self()};
   /* one call a batch (a batch's own grain): only the chunk's hand-off can move it */
