@@ -646,6 +646,48 @@ Test(iter, a_large_intermediate_is_shared_by_the_slots) {
   end_and_free(it, df, b);
 }
 
+/* Map: its input, with the cells of rows 0, 16, 32, ... null (the first of every other batch of 8). */
+static int map_null_every_16(const rill_array_t* const* in, int nin, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                             rill_error_t* err) {
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), in[0]->length);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  const int64_t* rows = rill_exec_rows(ex);
+  for (int64_t i = 0; i < in[0]->length; i++) {
+    ((int64_t*)out->data)[i] = ((const int64_t*)in[0]->data)[i];
+    if (rows[i] % 16 == 0 && (r = rill_array_set_null(out, i)) != RILL_OK) return rill_error_set(err, r, "set_null");
+  }
+  return RILL_OK;
+}
+
+/* A spare filled again starts with every cell valid: with 3 slots (prefetch 2) each slot's
+ * chunks alternate between batches with a null and batches without, so a null left from a
+ * slot's last chunk would show in its next. */
+Test(iter, a_spare_filled_again_keeps_no_null_of_its_last_chunk) {
+  for (int threads = 0; threads < 2; threads++) {
+    counter_t cs;
+    counter_init(&cs, 0);
+    rill_df_t* df = make_src(24 * 8, &cs, NULL);
+    rill_error_t err;
+    int in = 0;
+    int m = rill_df_map(df, "n", rill_type_scalar(RILL_INT64), &in, 1, map_null_every_16, NULL, NULL, NULL, &err);
+    cr_assert_eq(m, 1, "%s", err.message);
+    rill_df_t* b = batch_of(df, m, 8, NULL);
+    rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = threads ? 2 : RILL_THREADS_NONE, .prefetch = 2});
+    rill_row_t row;
+    for (int i = 0; i < 24; i++) {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      const rill_array_t* a = rill_row_get(&row, 0);
+      cr_assert_eq(a->null_count, i % 2 == 0, "threads %d, batch %d: %lld nulls", threads, i, (long long)a->null_count);
+      for (int64_t j = 0; j < 8; j++) {
+        int valid = !a->validity || ((a->validity[j >> 3] >> (j & 7)) & 1);
+        cr_assert_eq(valid, !(j == 0 && i % 2 == 0), "threads %d, batch %d, cell %lld", threads, i, (long long)j);
+        if (valid) cr_assert_eq(((const int64_t*)a->data)[j], i * 8 + j);
+      }
+    }
+    end_and_free(it, df, b);
+  }
+}
+
 /* A column requested twice is one array handed out under both indexes; each holds its own
  * reference (the chunk's frame passes its reference to the first, the second takes one), so
  * batches kept through either index, or both, outlive the iterator intact, and nothing leaks
