@@ -306,6 +306,7 @@ struct rill_iter {
                            prefetch went on into the next one (next_epoch) */
   int next_epoch;       /* prefetch may go on into epoch + 1 */
   int64_t seq; /* chunks scheduled so far: the next chunk's priority */
+  int warm;     /* the slot whose chunk the consumer computed last (-1: none; iter.c, wait_slot) */
   int cur_active;
   int64_t pos_r, pos_e; /* hand-out positions in the current slot */
   int64_t cursor;

@@ -325,6 +325,27 @@ static void absence_ends(rill_iter_t* it) {
   it->off_runs = off ? it->off_runs + 1 : 0;
 }
 
+/* The consumer computes a chunk in slot s, which is not its last one: the buffers its last
+ * chunk used (its frames' row ids, its stages' spares) are still in the core's cache, while
+ * slot s's were last written a whole ring of chunks ago; when the last slot holds no chunk's
+ * results and no worker has it, the two slots trade their buffers. */
+static void take_warm(rill_iter_t* it, rill__slot_t* s) {
+  int w = it->warm;
+  it->warm = (int)(s - it->slots);
+  if (w < 0 || w == it->warm) return;
+  rill__slot_t* p = &it->slots[w];
+  if (p->queued || p->done) return;
+  rill__chunk_t *a = &p->chunk, *b = &s->chunk;
+  rill_array_t** sp = a->spare;
+  a->spare = b->spare;
+  b->spare = sp;
+  for (int d = 0; d < a->nframes; d++) {
+    rill__frame_t *x = &a->frames[d], *y = &b->frames[d], t = *x;
+    x->rows = y->rows, x->rows_cap = y->rows_cap, x->goff = y->goff, x->goff_cap = y->goff_cap;
+    y->rows = t.rows, y->rows_cap = t.rows_cap, y->goff = t.goff, y->goff_cap = t.goff_cap;
+  }
+}
+
 static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
   if (s->queued) { /* chunks the consumer computes itself (under a hand-off) are not timed */
     absence_ends(it);
@@ -332,6 +353,7 @@ static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
     s->queued = 0;
     absence_begins(it);
   } else if (!s->done) {
+    take_warm(it, s);
     slot_eval(s);
   }
   s->done = 1;
@@ -457,6 +479,7 @@ int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_iter_t** out
   it->consumer_helps = it->nthreads < cores;
   if (rill__workers_new(it->nthreads, &it->workers) != RILL_OK) goto nomem;
   it->lean = it->nthreads;
+  it->warm = -1;
   it->slots = rill__calloc((size_t)it->nslots, sizeof *it->slots);
   if (!it->slots) goto nomem;
   for (int i = 0; i < it->nslots; i++)

@@ -594,6 +594,33 @@ Test(iter, kept_batches_stay_intact_while_the_others_are_reused) {
   }
 }
 
+/* Without workers the consumer computes each chunk itself, in the slot the ring gives it; the
+ * buffers of its last chunk (still in its core's cache) move to that slot with it: each batch
+ * let go is written again by the next one, and the whole iteration allocates one buffer a
+ * stage (a ring of 5 slots, each with its own, would make 10 and hand out 5 buffers in turn). */
+Test(iter, the_consumer_fills_again_the_buffers_of_its_last_chunk) {
+  counter_t cs, cm;
+  rill_df_t* df;
+  rill_df_t* b = both_columns_batched(32, 16, &cs, &cm, &df);
+  rill_error_t err;
+  int req = 1;
+  rill_iter_t* it =
+      open_iter(b, &(rill_iter_opts_t){.columns = &req, .ncolumns = 1, .threads = RILL_THREADS_NONE, .prefetch = 4});
+  const void* last = NULL;
+  rill_row_t row;
+  for (int i = 0; i < 32; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    const rill_array_t* a = rill_row_get(&row, 0);
+    for (int64_t j = 0; j < 16; j++) cr_assert_eq(((const int64_t*)a->data)[j], i * 16 + j + 1, "batch %d, cell %lld", i, (long long)j);
+    if (i > 0) cr_assert_eq(a->data, last, "batch %d is not in the buffer of batch %d", i, i - 1);
+    last = a->data;
+  }
+  rill_iter_stats_t st;
+  rill_iter_stats(it, &st);
+  cr_assert_eq(st.allocs, 2, "%lld allocations", (long long)st.allocs);
+  end_and_free(it, df, b);
+}
+
 /* Source: a 64 KB uint8 cell per row, every byte the row id's low byte. */
 static int src_64k(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx, rill_error_t* err) {
   int64_t shape[1] = {65536};
@@ -619,8 +646,8 @@ static int map_sum_64k(const rill_array_t* const* in, int nin, rill_array_t* out
 /* A large intermediate (the source's 512 KB a batch, which only the map reads) goes back to
  * its pool at the end of each chunk's evaluation and is shared by every slot: without workers
  * one buffer serves all 32 batches. Only small outputs stay with their slot (here the map's
- * 64 bytes, one a slot: 5 with prefetch 4): 6 allocations in all; an intermediate pinned to
- * each slot would make 10. */
+ * 64 bytes; at most one a slot, 5 with prefetch 4): 6 allocations at most; an intermediate
+ * pinned to each slot would make 10. */
 Test(iter, a_large_intermediate_is_shared_by_the_slots) {
   rill_error_t err;
   rill_df_t *df, *b;
@@ -659,9 +686,10 @@ static int map_null_every_16(const rill_array_t* const* in, int nin, rill_array_
   return RILL_OK;
 }
 
-/* A spare filled again starts with every cell valid: with 3 slots (prefetch 2) each slot's
- * chunks alternate between batches with a null and batches without, so a null left from a
- * slot's last chunk would show in its next. */
+/* A spare filled again starts with every cell valid: batches with a null alternate with
+ * batches without, and a spare is filled again by the next chunk its slot computes (with 2
+ * workers and 3 slots, prefetch 2) or by the consumer's next chunk (without workers), so a null
+ * left from the chunk before would show. */
 Test(iter, a_spare_filled_again_keeps_no_null_of_its_last_chunk) {
   for (int threads = 0; threads < 2; threads++) {
     counter_t cs;
