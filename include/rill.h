@@ -495,7 +495,9 @@ typedef struct rill_iter_stats {
   int64_t skipped;            /* rows dropped under RILL_ON_ERROR_SKIP */
   int64_t nulled;             /* cells nulled under RILL_ON_ERROR_NULL */
   int64_t errors;             /* errors returned under RILL_ON_ERROR_RAISE */
-  int64_t wait_ns;            /* time rill_iter_next blocked waiting for data */
+  int64_t wait_ns;            /* time rill_iter_next blocked waiting for data; a chunk it computes
+                               * itself in under 10 us is timed one in 8, the others counted at
+                               * the last timed chunk's time */
   int64_t compute_ns;         /* time spent inside stage functions (all threads); runs of a stage
                                * under 5 us are timed one in 8, the others counted at the cost per
                                * row of its last timed run */

@@ -112,28 +112,32 @@ static uint64_t fingerprint(const rill_iter_t* it) {
 
 /* Evaluates a slot's chunk and records how long it took (the hand-off decision): the
  * shorter of the last two chunks' times, so that one chunk slowed by a preemption does not
- * send the next cheap chunks to the workers. Without threads there is no hand-off to decide
- * (worth_a_thread, cheap_chunks): the chunk is not timed. Chunks too cheap to hand off, which
- * the consumer computes itself, are timed at their sampled turns (rill__timed_turn of the
- * chunk's sequence number): two readings of the clock and a locked exchange are a visible part
- * of a 1 us chunk, and once a timed one takes a hand-off's worth every chunk is timed again. */
-static void slot_eval(rill__slot_t* s) {
+ * send the next cheap chunks to the workers. Chunks too cheap to hand off are timed at their
+ * sampled turns only (rill__timed_turn of the chunk's sequence number): two readings of the
+ * clock and a locked exchange are a visible part of a 1 us chunk, and once a timed one takes
+ * a hand-off's worth every chunk is timed again. Returns the chunk's time: measured, or for an
+ * untimed one the last timed chunk's (the consumer's wait for a chunk it computes itself). */
+static int64_t slot_eval(rill__slot_t* s) {
   rill_iter_t* it = s->chunk.it;
   int64_t last = atomic_load_explicit(&it->chunk_last_ns, memory_order_relaxed);
-  if (it->nthreads == 0 ||
-      (last > 0 && last < RILL__CHUNK_HANDOFF_NS && !rill__timed_turn((uint64_t)s->chunk.prio))) {
+  if (last > 0 && last < RILL__CHUNK_HANDOFF_NS && !rill__timed_turn((uint64_t)s->chunk.prio)) {
     rill__chunk_eval(&s->chunk);
-    return;
+    return last;
   }
   rill__stopwatch_t sw;
   rill__stopwatch_start(&sw);
   rill__chunk_eval(&s->chunk);
   int64_t ns = rill__stopwatch_ns(&sw);
+  if (it->nthreads == 0) { /* this thread alone evaluates chunks: no locked instruction */
+    atomic_store_explicit(&it->chunk_last_ns, ns, memory_order_relaxed);
+    return ns;
+  }
   int64_t prev = atomic_exchange_explicit(&it->chunk_last_ns, ns, memory_order_relaxed);
   atomic_store_explicit(&it->chunk_ns, prev > 0 && prev < ns ? prev : ns, memory_order_relaxed);
+  return ns;
 }
 
-static void slot_main(void* arg) { slot_eval(arg); }
+static void slot_main(void* arg) { (void)slot_eval(arg); }
 
 /* Whether the next chunk goes to a worker thread: there are threads, and the last two chunks
  * each took longer than a hand-off (RILL__CHUNK_HANDOFF_NS; or none has been measured yet, or
@@ -346,17 +350,24 @@ static void take_warm(rill_iter_t* it, rill__slot_t* s) {
   }
 }
 
-static void wait_slot(rill_iter_t* it, rill__slot_t* s) {
-  if (s->queued) { /* chunks the consumer computes itself (under a hand-off) are not timed */
+/* Waits for slot s's chunk, computing it here when no worker has it; returns the time waited
+ * (for a chunk computed here: slot_eval's, an estimate for cheap ones). */
+static int64_t wait_slot(rill_iter_t* it, rill__slot_t* s) {
+  int64_t ns = 0;
+  if (s->queued) {
+    rill__stopwatch_t sw;
+    rill__stopwatch_start(&sw);
     absence_ends(it);
     rill__workers_wait(it->workers, &s->group, wait_mode(it));
     s->queued = 0;
     absence_begins(it);
+    ns = rill__stopwatch_ns(&sw);
   } else if (!s->done) {
     take_warm(it, s);
-    slot_eval(s);
+    ns = slot_eval(s);
   }
   s->done = 1;
+  return ns;
 }
 
 /* ---------------------------------------------------------------- lifetime */
@@ -624,10 +635,7 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
     /* the epoch is over (the next one's chunks may be running ahead) */
     if (it->inflight == 0 || it->slots[it->head].chunk.epoch != it->epoch) return RILL_END;
     rill__slot_t* s = &it->slots[it->head];
-    rill__stopwatch_t sw;
-    rill__stopwatch_start(&sw);
-    wait_slot(it, s);
-    it->st.wait_ns += rill__stopwatch_ns(&sw);
+    it->st.wait_ns += wait_slot(it, s);
     it->cur_active = 1;
     it->pos_r = it->pos_e = 0;
     it->st.skipped += s->chunk.skipped;

@@ -513,8 +513,10 @@ Test(iter, compute_ns_is_stage_time) {
  * wall time), and one that turns expensive is counted at its cost after at most a few runs at
  * the cheap estimate (8 allowed below). Without threads the map's runs are in batch order (the
  * scattered timed runs are then those of the engine's fixed sequence); with two workers the
- * lower bound must hold too. */
-Test(iter, compute_ns_follows_a_stage_whose_cost_changes) {
+ * lower bound must hold too. The consumer's waits for the chunks it computes itself follow the
+ * same rule (wait_ns, without threads); with workers it waits less, never longer than the
+ * whole iteration. */
+Test(iter, compute_ns_and_wait_ns_follow_a_stage_whose_cost_changes) {
   const spin_t spin = {spin_phases};
   for (int threads = 0; threads < 2; threads++) {
     int64_t wall;
@@ -528,9 +530,13 @@ Test(iter, compute_ns_follows_a_stage_whose_cost_changes) {
     int64_t least = (51 * 200000LL + 42 * 50000LL) * 99 / 100;
     cr_assert_geq(st.compute_ns, least, "threads %d: compute_ns %lld, at least %lld", threads,
                   (long long)st.compute_ns, (long long)least);
-    if (!threads) /* with workers, stages on two threads may add up to more than the wall time */
+    if (!threads) { /* with workers, stages on two threads may add up to more than the wall time */
       cr_assert_leq(st.compute_ns, wall * 101 / 100, "compute_ns %lld, wall %lld", (long long)st.compute_ns,
                     (long long)wall);
+      cr_assert_geq(st.wait_ns, least, "wait_ns %lld, at least %lld", (long long)st.wait_ns, (long long)least);
+    }
+    cr_assert_leq(st.wait_ns, wall * 101 / 100, "threads %d: wait_ns %lld, wall %lld", threads, (long long)st.wait_ns,
+                  (long long)wall);
   }
 }
 
