@@ -261,7 +261,8 @@ typedef struct rill__chunk {
    * without locked instructions), summed over the slots by rill_iter_stats */
   _Atomic int64_t total_ns, total_calls, spare_reuses;
   /* [node index]: an output array of the node's stage that this slot's last chunk let go of
-   * while nothing else held it, kept for the slot's next chunk (chunk.c, rill__chunk_drop): a
+   * while nothing else held it, kept for the slot's next chunk (chunk.c, rill__chunk_drop; a
+   * chunk the consumer computes takes the spares of its last one instead: iter.c, take_warm): a
    * cheap stage then skips the pool's round trip, whose locked instructions wait for the
    * stage function's stores to drain (a few percent of a trivial stage's run) */
   rill_array_t** spare;
@@ -306,7 +307,7 @@ struct rill_iter {
                            prefetch went on into the next one (next_epoch) */
   int next_epoch;       /* prefetch may go on into epoch + 1 */
   int64_t seq; /* chunks scheduled so far: the next chunk's priority */
-  int warm;     /* the slot whose chunk the consumer computed last (-1: none; iter.c, wait_slot) */
+  int warm;     /* the slot whose chunk the consumer computed last (-1: none; iter.c, take_warm) */
   int cur_active;
   int64_t pos_r, pos_e; /* hand-out positions in the current slot */
   int64_t cursor;
@@ -332,7 +333,8 @@ void rill__chunk_eval(rill__chunk_t* chunk);
 void rill__chunk_release(rill__chunk_t* chunk);
 /* Lets go of the chunk's reference to `a` (NULL: nothing): an array that a stage of the
  * iterator filled (rill__run_stage) on the host and that nothing else holds stays as the
- * node's spare for the slot's next chunk; any other goes back to its pool or is freed. */
+ * node's spare for the slot's next chunk (or the consumer's: iter.c, take_warm); any other goes
+ * back to its pool or is freed. */
 void rill__chunk_drop(rill__chunk_t* chunk, rill_array_t* a);
 /* The node's spare array (rill__chunk_drop) when its buffer holds `bytes`, taken; else NULL
  * (a spare too small goes back to its pool). */
