@@ -627,6 +627,35 @@ Test(iter, the_consumer_fills_again_the_buffers_of_its_last_chunk) {
   end_and_free(it, df, b);
 }
 
+/* A batch a SKIP shortened leaves shortened arrays behind: without workers the consumer's next
+ * batch fills those same buffers (take_warm), and comes out whole, with every cell its own. */
+Test(iter, the_batch_after_a_shortened_one_is_whole) {
+  counter_t cs, cm;
+  counter_failing(&cs, 0, 4);
+  counter_init(&cm, 1);
+  rill_stage_opts_t skip = policy(RILL_ON_ERROR_SKIP);
+  rill_df_t* df = make_src(12, &cs, &skip);
+  int cols[2] = {0, add_map(df, "m", 0, &cm, NULL)};
+  rill_error_t err;
+  rill_df_t* b;
+  RT_OK(rill_df_batch(df, cols, 2, 3, NULL, &b, &err), err);
+  rill_iter_t* it = open_iter(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = 2});
+  static const int64_t want[4][3] = {{0, 1, 2}, {3, 5, -1}, {6, 7, 8}, {9, 10, 11}};
+  rill_row_t row;
+  for (int i = 0; i < 4; i++) {
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    for (int q = 0; q < 2; q++) {
+      const rill_array_t* a = rill_row_get(&row, q);
+      cr_assert_eq(a->length, i == 1 ? 2 : 3, "batch %d, column %d: %lld cells", i, q, (long long)a->length);
+      cr_assert_eq(a->null_count, 0, "batch %d, column %d", i, q);
+      for (int64_t j = 0; j < a->length; j++)
+        cr_assert_eq(((const int64_t*)a->data)[j], want[i][j] + q, "batch %d, column %d, cell %lld", i, q, (long long)j);
+    }
+  }
+  expect_stats(it, 4, 11, 1, 0, 0);
+  end_and_free(it, df, b);
+}
+
 /* Source: a 64 KB uint8 cell per row, every byte the row id's low byte. */
 static int src_64k(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx, rill_error_t* err) {
   int64_t shape[1] = {65536};
