@@ -320,8 +320,9 @@ struct rill_iter {
   const rill_array_t** rowcols;
   /* statistics */
   rill_iter_stats_t st; /* rows, cells, skipped, nulled, errors, wait_ns (the rest: when read) */
-  _Atomic int64_t chunk_ns;      /* the shorter of the last two chunks' evaluation times (0: none yet) */
-  _Atomic int64_t chunk_last_ns; /* the last chunk's evaluation time */
+  _Atomic int64_t chunk_ns;      /* the shorter of the last two timed chunks' evaluation times (0: none
+                                  * yet; kept with worker threads only: it decides hand-offs) */
+  _Atomic int64_t chunk_last_ns; /* the last timed chunk's evaluation time (iter.c, slot_eval) */
 };
 
 /* ---------------------------------------------------------------- chunks (chunk.c) */
