@@ -168,18 +168,19 @@ static void run_locked(rill__workers_t* w, rill__task_t* t) {
   }
 }
 
-/* How many of the queue's threads may be awake now (see "Awake threads" above). Called with
- * the lock held. */
+/* How many of the queue's threads may be awake now (see "Awake threads" above): reads the
+ * clock while the waiter is away and the limit is below the thread count, so each caller
+ * reads it once and passes it on. Called with the lock held. */
 static int limit_locked(rill__workers_t* w) {
   if (w->lean >= w->nthreads || (w->away > 0 && w->away_off)) return w->nthreads;
   return w->away > 0 && rill__now_ns() - w->away > RILL__HELP_LATER_NS ? w->nthreads : w->lean;
 }
 
-/* A sleeping thread taken off the stack for a queued task, when the limit lets one more be
- * awake; NULL otherwise. The caller posts its semaphore. Called with the lock held. */
-static pool_thread_t* wake_locked(rill__workers_t* w) {
+/* A sleeping thread taken off the stack for a queued task, when `limit` (limit_locked) lets
+ * one more be awake; NULL otherwise. The caller posts its semaphore. Called with the lock held. */
+static pool_thread_t* wake_locked(rill__workers_t* w, int limit) {
   pool_thread_t* t = w->sleeping;
-  if (!t || !w->head || w->nthreads - w->nsleeping >= limit_locked(w)) return NULL;
+  if (!t || !w->head || w->nthreads - w->nsleeping >= limit) return NULL;
   w->sleeping = t->next;
   w->nsleeping--;
   return t;
@@ -199,9 +200,12 @@ static void* thread_main(void* arg) {
     worker_index = t->index;
     pthread_mutex_lock(&w->mu);
     /* awake: the threads not asleep on the stack, this one among them */
-    for (rill__task_t* task; w->nthreads - w->nsleeping <= limit_locked(w) && (task = pop_locked(w));) {
+    /* the limit read once a task: it decides both the wake-up and whether to go on */
+    int limit = limit_locked(w);
+    for (rill__task_t* task; w->nthreads - w->nsleeping <= limit && (task = pop_locked(w));) {
       run_locked(w, task);
-      pool_thread_t* more = wake_locked(w);
+      limit = limit_locked(w);
+      pool_thread_t* more = wake_locked(w, limit);
       if (more) sem_post(&more->wake);
     }
     t->next = w->sleeping; /* asleep from here on: the queue may hand it back to the pool */
@@ -350,7 +354,8 @@ static pool_thread_t* take_for_queued_locked(rill__workers_t* w) {
   pool_thread_t* taken = NULL;
   int queued = 0;
   for (const rill__task_t* t = w->head; t && queued < w->nthreads; t = t->next) queued++;
-  for (pool_thread_t* t; queued-- > 0 && (t = wake_locked(w));) {
+  int limit = limit_locked(w);
+  for (pool_thread_t* t; queued-- > 0 && (t = wake_locked(w, limit));) {
     t->next = taken;
     taken = t;
   }
@@ -408,7 +413,7 @@ void rill__workers_submit(rill__workers_t* w, rill__task_t* task) {
   }
   w->last = task;
   event_locked(w);
-  pool_thread_t* wake = wake_locked(w);
+  pool_thread_t* wake = wake_locked(w, limit_locked(w));
   if (!wake && w->waiting > 0 && p <= w->waiting_prio) pthread_cond_broadcast(&w->done_cv);
   pthread_mutex_unlock(&w->mu);
   if (wake) sem_post(&wake->wake); /* a pool thread outlives every queue: safe unlocked */
