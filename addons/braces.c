@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "addon.h"
 #include "rill_addons.h"
@@ -289,3 +290,8 @@ int rill_expand_braces(const char* pattern, char*** paths, int64_t* count, rill_
 }
 
 void rill_expand_braces_free(char** paths, int64_t count) { rill__free_vec((void**)paths, count); }
+
+int rill_path_is_pattern(const char* path) {
+  struct stat st;
+  return path && strchr(path, '{') && stat(path, &st) != 0;
+}

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "commands.h"
 #include "rill.h"
@@ -34,8 +33,7 @@ static void free_expanded(void) {
 
 int rill_cli_expand_paths(const char* cmd, const char** list, int* n, int max) {
   for (int i = 0; i < *n; i++) {
-    struct stat st;
-    if (!strchr(list[i], '{') || stat(list[i], &st) == 0) continue;
+    if (!rill_path_is_pattern(list[i])) continue;
     char** p;
     int64_t k;
     rill_error_t err = {0};

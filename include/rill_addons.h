@@ -412,6 +412,11 @@ RILL_API int rill_df_from_tar(const char* const* paths, int npaths, const rill_t
 RILL_API int rill_expand_braces(const char* pattern, char*** paths, int64_t* count, rill_error_t* err);
 /* Frees what rill_expand_braces gave (NULL is a no-op). */
 RILL_API void rill_expand_braces_free(char** paths, int64_t count);
+/* 1 when a front end should expand `path` with rill_expand_braces: it holds a '{' and names
+ * no file (the rule the command-line tool and the Python module's from_csv and from_tar apply
+ * to a path they are given, so "odd-{1,2}.tar" is read as it is where that file exists);
+ * 0 otherwise, and for NULL. Looks at the file system (stat). */
+RILL_API int rill_path_is_pattern(const char* path);
 
 /* Options of rill_image_decode. Zero = defaults. */
 typedef struct rill_decode_opts {

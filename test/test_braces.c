@@ -178,6 +178,24 @@ static void write_shard(const char* rel, int k) {
   fclose(f);
 }
 
+/* The front ends' rule for one path: a brace pattern to expand when it holds a '{' and names
+ * no file; a file, a folder or a path without braces is read as it is. */
+Test(braces, a_path_is_a_pattern_when_it_holds_a_brace_and_names_no_file) {
+  cr_assert_eq(rill_path_is_pattern(NULL), 0);
+  cr_assert_eq(rill_path_is_pattern(""), 0);
+  cr_assert_eq(rill_path_is_pattern(rt_tpath("train-{000..002}.tar")), 1);
+  cr_assert_eq(rill_path_is_pattern(rt_tpath("no-brace.tar")), 0, "a missing path without braces is no pattern");
+  cr_assert_eq(rill_path_is_pattern("{a,b}"), 1);
+  FILE* f = fopen(rt_tpath("odd-{1,2}.csv"), "w");
+  cr_assert(f);
+  fputs("x\n1\n", f);
+  fclose(f);
+  cr_assert_eq(rill_path_is_pattern(rt_tpath("odd-{1,2}.csv")), 0, "a file whose name holds braces");
+  cr_assert_eq(mkdir(rt_tpath("dir-{a}"), 0700), 0);
+  cr_assert_eq(rill_path_is_pattern(rt_tpath("dir-{a}")), 0, "a folder whose name holds braces");
+  cr_assert_eq(rill_path_is_pattern(rt_tpath("odd-{1,2}.csv.gz")), 1);
+}
+
 /* rill head over a quoted pattern of shards and of CSV files; a path with braces that names
  * a file is that file; bad patterns and missing expansions are errors naming them. */
 Test(braces, cli_expands_paths_that_name_no_file) {

@@ -5,7 +5,6 @@
 
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
 /* ================================================================ arrays from Python values */
 
@@ -1109,10 +1108,7 @@ static PyObject* py_expand_braces(PyObject* m, PyObject* pattern) {
 static PyObject* brace_paths(PyObject* path) {
   PyObject* b = rillpy_fspath(path);
   if (!b) return NULL;
-  struct stat st;
-  PyObject* r;
-  if (!strchr(PyBytes_AS_STRING(b), '{') || stat(PyBytes_AS_STRING(b), &st) == 0) r = Py_NewRef(Py_None);
-  else r = expand_pattern(b, 0);
+  PyObject* r = rill_path_is_pattern(PyBytes_AS_STRING(b)) ? expand_pattern(b, 0) : Py_NewRef(Py_None);
   Py_DECREF(b);
   return r;
 }
