@@ -521,6 +521,14 @@ static int sync_columns(rill_iter_t* it, rill__chunk_t* ch, rill_error_t* err) {
  * of host array `src`, so that row mode allocates nothing per row. */
 static int view_rebind(rill_array_t* v, const rill_array_t* src, int64_t i) {
   rill_array_priv_t* p = v->priv;
+  /* the array of the last row again (the view holds it: it is the same chunk's), of fixed
+   * cells and without nulls: the view's type, size and null state are already its, only the
+   * cell moves (the usual row of a chunk: no copy of the type, no cell size computed) */
+  if (p->parent == src && !src->offsets && !(src->validity && src->null_count > 0) &&
+      src->device.type == RILL_DEVICE_CPU && (p->flags & RILL__ARRAY_EXTERNAL)) {
+    v->data = (uint8_t*)src->data + i * v->data_size;
+    return RILL_OK;
+  }
   if (!(p->flags & RILL__ARRAY_EXTERNAL) || !src->device.type || src->device.type != RILL_DEVICE_CPU ||
       v->device.type != RILL_DEVICE_CPU)
     return RILL_EINVAL;

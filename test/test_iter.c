@@ -779,6 +779,86 @@ Test(iter, a_column_requested_twice_is_kept_through_either_index) {
   }
 }
 
+/* Row mode hands out one view per requested column, pointed at each row's cell in turn: a
+ * source of int64 cells (null at rows 3, 10, 17, ... up to row 40, and at 47, the last of its
+ * chunk, then none), int32[3] tensors and strings, in chunks of 16 rows (some with nulls, some
+ * without, a last short one): every
+ * row's cells, lengths, sizes and null state. A row kept past the next call (retained) keeps
+ * its cell while later rows get a view of their own. */
+static int src_nulls(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                     rill_error_t* err) {
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_INT64), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  for (int64_t i = 0; i < n; i++) {
+    ((int64_t*)out->data)[i] = rows[i] * 10;
+    if (((rows[i] < 40 && rows[i] % 7 == 3) || rows[i] == 47) && rill_array_set_null(out, i) != RILL_OK)
+      return rill_error_set(err, RILL_ENOMEM, "null");
+  }
+  return RILL_OK;
+}
+static int src_vec3(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                    rill_error_t* err) {
+  int r = rill_exec_alloc(ex, out, rill_type_tensor(RILL_INT32, 1, (int64_t[]){3}), n);
+  if (r != RILL_OK) return rill_error_set(err, r, "alloc");
+  for (int64_t i = 0; i < 3 * n; i++) ((int32_t*)out->data)[i] = (int32_t)(rows[i / 3] * 3 + i % 3);
+  return RILL_OK;
+}
+static int src_text(const int64_t* rows, int64_t n, rill_array_t* out, rill_exec_t* ex, void* ctx,
+                    rill_error_t* err) {
+  int r = rill_exec_alloc(ex, out, rill_type_scalar(RILL_STRING), n);
+  for (int64_t i = 0; r == RILL_OK && i < n; i++) {
+    char s[32];
+    int len = snprintf(s, sizeof s, "row-%lld", (long long)rows[i]);
+    r = rill_array_set_var(out, i, s, len, NULL);
+  }
+  return r == RILL_OK ? RILL_OK : rill_error_set(err, r, "text");
+}
+
+Test(iter, row_views_follow_each_row_across_chunks_with_and_without_nulls) {
+  enum { N = 70 };
+  rill_error_t err;
+  rill_df_t* df;
+  RT_OK(rill_df_new(N, &df, &err), err);
+  rill_stage_opts_t o = {.grain = 16, .nullable = 1};
+  cr_assert_eq(rill_df_add_source(df, "x", rill_type_scalar(RILL_INT64), src_nulls, NULL, NULL, &o, &err), 0);
+  cr_assert_eq(rill_df_add_source(df, "v", rill_type_tensor(RILL_INT32, 1, (int64_t[]){3}), src_vec3, NULL, NULL, &o,
+                                  &err), 1);
+  cr_assert_eq(rill_df_add_source(df, "s", rill_type_scalar(RILL_STRING), src_text, NULL, NULL, &o, &err), 2);
+  for (int threads = 0; threads < 2; threads++) {
+    rill_iter_t* it = open_iter(df, &(rill_iter_opts_t){.threads = threads ? 2 : RILL_THREADS_NONE, .prefetch = 40});
+    rill_row_t row;
+    const rill_array_t* kept = NULL;
+    for (int64_t i = 0; i < N; i++) {
+      RT_OK(rill_iter_next(it, &row, &err), err);
+      cr_assert_eq(row.index, i);
+      const rill_array_t *x = rill_row_get(&row, 0), *v = rill_row_get(&row, 1), *s = rill_row_get(&row, 2);
+      cr_assert(x->length == 1 && v->length == 1 && s->length == 1, "row %lld", (long long)i);
+      cr_assert_eq(x->data_size, 8, "row %lld", (long long)i);
+      cr_assert_eq(v->data_size, 12, "row %lld", (long long)i);
+      cr_assert(v->type.ndim == 1 && v->type.shape[0] == 3 && v->type.dtype == RILL_INT32);
+      int null = (i < 40 && i % 7 == 3) || i == 47;
+      cr_assert_eq(x->null_count, null, "row %lld: null_count %lld", (long long)i, (long long)x->null_count);
+      cr_assert_eq(rill_array_is_valid(x, 0), !null, "row %lld", (long long)i);
+      if (!null) cr_assert_eq(((const int64_t*)x->data)[0], i * 10, "row %lld", (long long)i);
+      for (int k = 0; k < 3; k++) cr_assert_eq(((const int32_t*)v->data)[k], i * 3 + k, "row %lld", (long long)i);
+      char want[32];
+      int len = snprintf(want, sizeof want, "row-%lld", (long long)i);
+      cr_assert(s->offsets && s->offsets[1] - s->offsets[0] == len &&
+                    memcmp((const char*)s->data + s->offsets[0], want, (size_t)len) == 0,
+                "row %lld: string", (long long)i);
+      if (i == 20) kept = rill_array_retain(v); /* a row of a chunk without nulls, kept */
+      if (i == 21) cr_assert_neq(v, kept, "a kept row's view is not pointed at the next row");
+    }
+    cr_assert_eq(rill_iter_next(it, &row, &err), RILL_END);
+    cr_assert(kept);
+    for (int k = 0; k < 3; k++) cr_assert_eq(((const int32_t*)kept->data)[k], 60 + k, "the kept row 20 changed");
+    rill_iter_free(it);
+    cr_assert_eq(((const int32_t*)kept->data)[1], 61, "the kept row 20 outlives its iterator");
+    rill_array_release(kept);
+  }
+  rill_df_free(df);
+}
+
 Test(iter, rows_may_be_kept_after_next) {
   counter_t cs;
   counter_init(&cs, 0);
