@@ -22,15 +22,19 @@ static void default_free(void* p, void* ctx) {
 
 static rill_allocator_t g_allocator = {default_alloc, default_free, NULL};
 
-/* Each block starts with a header that records the allocator which made it, so a block is
- * always freed by that allocator, whatever rill_set_allocator did in between. The header
- * takes RILL_ALIGN bytes so that the caller's pointer keeps the block's alignment. */
+/* Each block records the allocator which made it, so that a block is always freed by that
+ * allocator, whatever rill_set_allocator did in between: a header just before the caller's
+ * pointer, at the end of a slot of RILL_ALIGN bytes (SMALL_SLOT for small blocks) that keeps
+ * the block's alignment, with the allocator's own pointer. */
 typedef struct block_header {
+  void* base;
   void (*free)(void* ptr, void* ctx);
   void* ctx;
 } block_header_t;
 
-_Static_assert(sizeof(block_header_t) <= RILL_ALIGN, "the block header fits its slot");
+enum { SMALL_ALIGN = 16, SMALL_SLOT = 32 };
+_Static_assert(sizeof(block_header_t) <= SMALL_SLOT && SMALL_SLOT <= RILL_ALIGN, "the block header fits its slot");
+_Static_assert(SMALL_SLOT % SMALL_ALIGN == 0, "a small block keeps its alignment");
 
 void rill_set_allocator(const rill_allocator_t* allocator) {
   if (allocator && allocator->alloc && allocator->free)
@@ -39,22 +43,30 @@ void rill_set_allocator(const rill_allocator_t* allocator) {
     g_allocator = (rill_allocator_t){default_alloc, default_free, NULL};
 }
 
-void* rill__alloc(size_t size) {
-  if (size > SIZE_MAX - RILL_ALIGN) return NULL;
+static void* alloc_slot(size_t size, size_t slot, size_t align) {
+  if (size > SIZE_MAX - slot) return NULL;
   rill_allocator_t a = g_allocator;
-  uint8_t* base = a.alloc(size + RILL_ALIGN, RILL_ALIGN, a.ctx);
+  uint8_t* base = a.alloc(size + slot, align, a.ctx);
   if (!base) return NULL;
-  block_header_t* h = (block_header_t*)base;
+  block_header_t* h = (block_header_t*)(base + slot) - 1;
+  h->base = base;
   h->free = a.free;
   h->ctx = a.ctx;
-  return base + RILL_ALIGN;
+  return base + slot;
+}
+
+void* rill__alloc(size_t size) { return alloc_slot(size, RILL_ALIGN, RILL_ALIGN); }
+
+void* rill__calloc_small(size_t size) {
+  void* p = alloc_slot(size, SMALL_SLOT, SMALL_ALIGN);
+  if (p) memset(p, 0, size);
+  return p;
 }
 
 void rill__free(void* p) {
   if (!p) return;
-  uint8_t* base = (uint8_t*)p - RILL_ALIGN;
-  const block_header_t* h = (const block_header_t*)base;
-  h->free(base, h->ctx);
+  const block_header_t* h = (const block_header_t*)p - 1;
+  h->free(h->base, h->ctx);
 }
 
 void* rill__calloc(size_t n, size_t size) {

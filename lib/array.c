@@ -51,7 +51,7 @@ int64_t rill__count_nulls(const uint8_t* validity, int64_t length) {
 /* ---------------------------------------------------------------- creation and release */
 
 int rill__array_create(rill_pool_t* pool, rill_device_t device, rill_array_t** out) {
-  array_block_t* b = rill__calloc(1, sizeof *b);
+  array_block_t* b = rill__calloc_small(sizeof *b);
   if (!b) return RILL_ENOMEM;
   b->array.priv = &b->priv;
   b->array.device = device.type ? device : (rill_device_t){RILL_DEVICE_CPU, 0};

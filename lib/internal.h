@@ -14,6 +14,11 @@
 /* ---- allocation (through rill_set_allocator) */
 void* rill__alloc(size_t size);               /* 64-byte aligned; NULL on failure */
 void* rill__calloc(size_t n, size_t size);    /* zeroed; NULL on failure or overflow */
+/* A zeroed block for a small object made and freed often (an array's header: a row's view, a
+ * slice), aligned for any C type (16 bytes) rather than 64: the default allocator then serves
+ * it from malloc's per-thread cache, where an aligned request takes the heap's lock. Freed by
+ * rill__free like any block. */
+void* rill__calloc_small(size_t size);
 void* rill__realloc(void* p, size_t old_size, size_t new_size); /* copies old_size bytes */
 /* Block p of *cap elements of `size` bytes, the first `used` in use, made to hold at least
  * `need` (> 0) elements: p itself when it does; else a block of max(need, 2 x *cap, first)

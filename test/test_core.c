@@ -786,6 +786,46 @@ static int pipeline_rows_once(int64_t* count) {
   return r < 0 ? r : RILL_OK;
 }
 
+/* An allocator that records each request's alignment and counts the blocks out. */
+static _Atomic long rec_out, rec_small, rec_large;
+static void* recording_alloc(size_t size, size_t alignment, void* ctx) {
+  (void)ctx;
+  if (alignment == 16) atomic_fetch_add(&rec_small, 1);
+  else if (alignment == 64) atomic_fetch_add(&rec_large, 1);
+  else cr_assert_fail("an alignment of %zu", alignment);
+  void* p = rt_sys_alloc(size, alignment);
+  cr_assert(p && (uintptr_t)p % alignment == 0);
+  atomic_fetch_add(&rec_out, 1);
+  return p;
+}
+static void recording_free(void* p, void* ctx) {
+  atomic_fetch_sub(&rec_out, 1);
+  rt_sys_free(p, ctx);
+}
+
+/* Arrays' headers (a slice, a row's view: small, made and freed often) are asked with an
+ * alignment of 16, which malloc serves from its per-thread cache; buffers keep 64 (Arrow's
+ * alignment); every block goes back to the allocator that made it. */
+Test(core, array_headers_are_small_blocks_and_buffers_stay_aligned) {
+  rill_set_allocator(&(rill_allocator_t){recording_alloc, recording_free, NULL});
+  rill_error_t err;
+  rill_array_t* a;
+  RT_OK(rill_array_new(rill_type_scalar(RILL_INT64), 100, &a, &err), err);
+  cr_assert_eq((uintptr_t)a->data % 64, 0, "the data buffer is 64-byte aligned");
+  cr_assert_eq((uintptr_t)a % 16, 0);
+  long small = atomic_load(&rec_small), large = atomic_load(&rec_large);
+  cr_assert(small >= 1 && large >= 1, "header %ld, buffers %ld", small, large);
+  rill_array_t* s;
+  RT_OK(rill_array_slice(a, 10, 5, &s, &err), err);
+  cr_assert_eq(atomic_load(&rec_small), small + 1, "a slice of fixed cells is one small block");
+  cr_assert_eq(atomic_load(&rec_large), large);
+  cr_assert_eq(((const int64_t*)s->data) - ((const int64_t*)a->data), 10);
+  rill_set_allocator(NULL); /* blocks made before go back to the recording allocator */
+  rill_array_release(s);
+  rill_array_release(a);
+  cr_assert_eq(atomic_load(&rec_out), 0, "%ld blocks not freed", atomic_load(&rec_out));
+}
+
 Test(core, allocation_failure_in_row_mode_filter_and_reduce) {
   rill_allocator_t al = {failing_alloc, rt_sys_free, NULL};
   rill_set_allocator(&al);
