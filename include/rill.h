@@ -120,7 +120,9 @@ typedef struct rill_allocator {
  * posix_memalign/free). Each block records the allocator that made it and is always
  * returned to that one: objects and buffers made before a change stay valid and are freed
  * by their own allocator, so an allocator's ctx (and its functions) must stay usable until
- * every block it made is freed. rill asks for 64 bytes more than it uses per block.
+ * every block it made is freed. rill asks for 64 bytes more than it uses per block, with an
+ * alignment of 64, and for an array's header (small, made and freed often: a row's view, a
+ * slice) 32 bytes more with an alignment of 16.
  * Not thread-safe: call it while no other thread is inside rill. */
 RILL_API void rill_set_allocator(const rill_allocator_t* allocator);
 
@@ -511,6 +513,12 @@ RILL_API int rill_iter_new(rill_df_t* df, const rill_iter_opts_t* opts, rill_ite
 /* RILL_OK (row filled), RILL_END (on every call once exhausted), or < 0: the error of the
  * failing row with err->row/err->column set; the next call continues with the next row. */
 RILL_API int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err);
+/* 1 when the next rill_iter_next returns at once, computing and waiting for nothing: its row
+ * (or error) is one of a chunk the iterator already holds; 0 when it may compute or wait (a
+ * chunk's first row, the end), and for NULL. For bindings that give up a lock around
+ * rill_iter_next (Python's GIL): such a row takes tens of nanoseconds, less than the lock's
+ * release and retake. */
+RILL_API int rill_iter_ready(const rill_iter_t* it);
 RILL_API const rill_array_t* rill_row_get(const rill_row_t* row, int i); /* borrowed */
 /* The calls below take no rill_error_t (their signatures are fixed): when one fails, its
  * message is kept in the iterator and rill_iter_error returns it. */

@@ -662,6 +662,12 @@ int rill_iter_next(rill_iter_t* it, rill_row_t* row, rill_error_t* err) {
   }
 }
 
+int rill_iter_ready(const rill_iter_t* it) {
+  if (!it || !it->cur_active) return 0;
+  const rill__chunk_t* ch = &it->slots[it->head].chunk;
+  return ch->rc != RILL_OK || it->pos_r < ch->m || it->pos_e < ch->nrerr;
+}
+
 const rill_array_t* rill_row_get(const rill_row_t* row, int i) {
   if (!row || i < 0 || i >= row->ncolumns) return NULL;
   return row->columns[i];

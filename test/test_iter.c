@@ -859,6 +859,52 @@ Test(iter, row_views_follow_each_row_across_chunks_with_and_without_nulls) {
   rill_df_free(df);
 }
 
+/* rill_iter_ready: 1 exactly while the next call hands out a row (or an error) of a chunk the
+ * iterator holds; 0 before the first row, at a chunk's end, at the end, and for NULL. Row mode
+ * in chunks of 4 rows, row 7 failing under RAISE (an error after its chunk's last row), then batches of
+ * 4 (one chunk a batch) with the batch of row 9 failing (an error that is the whole chunk). */
+Test(iter, ready_says_whether_the_next_row_is_held) {
+  cr_assert_eq(rill_iter_ready(NULL), 0);
+  counter_t cs;
+  counter_failing(&cs, 0, 7);
+  rill_stage_opts_t o = {.grain = 4};
+  rill_df_t* df = make_src(10, &cs, &o);
+  rill_error_t err;
+  rill_row_t row;
+  rill_iter_t* it = open_iter(df, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = 8});
+  cr_assert_eq(rill_iter_ready(it), 0, "before the first row");
+  /* rows 0-3, 4-7 (row 7's error last), 8-9 */
+  const int want[11] = {1, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0}; /* after each call */
+  int rows = 0, errors = 0;
+  for (int k = 0; k < 11; k++) {
+    int r = rill_iter_next(it, &row, &err);
+    if (k == 10) {
+      cr_assert_eq(r, RILL_END);
+    } else if (k == 7) {
+      cr_assert_eq(r, RILL_EFORMAT, "call %d: %d", k, r);
+      cr_assert_eq(err.row, 7);
+      errors++;
+    } else {
+      RT_OK(r, err);
+      rows++;
+    }
+    cr_assert_eq(rill_iter_ready(it), want[k], "after call %d (%s)", k, k == 10 ? "the end" : "a row");
+  }
+  cr_assert(rows == 9 && errors == 1);
+  cr_assert_eq(rill_iter_ready(it), 0, "at the end");
+  rill_iter_free(it);
+  /* batched: each chunk is one batch, handed out in one call */
+  rill_df_t* b = batch_of(df, 0, 4, NULL);
+  counter_failing(&cs, 0, 9);
+  it = open_iter(b, &(rill_iter_opts_t){.threads = RILL_THREADS_NONE, .prefetch = 8});
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(rill_iter_ready(it), 0, "a batch handed out: its chunk is done");
+  RT_OK(rill_iter_next(it, &row, &err), err);
+  cr_assert_eq(rill_iter_next(it, &row, &err), RILL_EFORMAT);
+  cr_assert_eq(rill_iter_ready(it), 0);
+  end_and_free(it, df, b);
+}
+
 Test(iter, rows_may_be_kept_after_next) {
   counter_t cs;
   counter_init(&cs, 0);

@@ -11,6 +11,7 @@ typedef struct RillIterator {
   int* columns;          /* dataframe column of each row column (PyMem), NULL = all */
   int ncolumns;
   int busy;              /* a call without the GIL is running on it */
+  PyObject* names;       /* the rows' column names (a tuple, shared by every row) */
   rill_stream_t* stream; /* the consumer's CUDA stream (a wrapper), or NULL */
   PyObject* stream_obj;  /* the Python object that named it (kept alive with the iterator) */
   PyObject* weakrefs;
@@ -108,6 +109,11 @@ PyObject* rillpy_iter_new(RillDataFrame* df, PyObject* columns, int prefetch, in
   self->stream = NULL;
   self->stream_obj = NULL;
   self->weakrefs = NULL;
+  self->names = rillpy_row_names(df->df, cols, n);
+  if (!self->names) {
+    Py_DECREF(self);
+    return NULL;
+  }
   rill_error_t err;
   rill_error_clear(&err);
   if (stream != NULL && stream != Py_None) {
@@ -158,6 +164,7 @@ static void iter_dealloc(RillIterator* self) {
   if (self->weakrefs) PyObject_ClearWeakRefs((PyObject*)self);
   close_it(self);
   PyMem_Free(self->columns);
+  Py_CLEAR(self->names);
   Py_CLEAR(self->df);
   Py_TYPE(self)->tp_free((PyObject*)self);
 }
@@ -175,16 +182,20 @@ static PyObject* iter_next(RillIterator* self) {
   rill_error_t err;
   rill_error_clear(&err);
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = rill_iter_next(self->it, &row, &err);
-  Py_END_ALLOW_THREADS
+  if (rill_iter_ready(self->it)) { /* a row the iterator holds: quicker than giving up the GIL */
+    rc = rill_iter_next(self->it, &row, &err);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    rc = rill_iter_next(self->it, &row, &err);
+    Py_END_ALLOW_THREADS
+  }
   PyObject* r;
   if (rc == RILL_END)
     r = NULL; /* StopIteration */
   else if (rc < 0)
     r = rillpy_raise_row_error(rc, &err, self->df->df);
   else
-    r = rillpy_row_new(self->df, &row, self->columns);
+    r = rillpy_row_new(self->df, &row, self->columns, self->names);
   self->busy = 0;
   return r;
 }

@@ -43,9 +43,9 @@ typedef struct RillRow {
   RillDataFrame* df;      /* the iterated dataframe (strong reference) */
   int64_t index;
   int ncolumns;
-  int* columns;           /* dataframe column index of each array (PyMem) */
-  const rill_array_t** arrays; /* retained (PyMem) */
-  PyObject* names;        /* tuple of str */
+  int* columns;           /* dataframe column index of each array (in the block of `arrays`) */
+  const rill_array_t** arrays; /* retained (PyMem: the arrays, then the columns) */
+  PyObject* names;        /* tuple of str (the iterator's, shared) */
 } RillRow;
 
 extern PyTypeObject RillDataFrame_Type;
@@ -159,7 +159,11 @@ void rillpy_array_release(const rill_array_t* a);
 
 /* A new rill.Row over `row` (from rill_iter_next); `columns` gives the dataframe column of
  * each of its arrays (NULL = 0..n-1). Retains the arrays. */
-PyObject* rillpy_row_new(RillDataFrame* df, const rill_row_t* row, const int* columns);
+/* A row of an iterator over `df` producing `columns` (NULL: all), whose names tuple (of
+ * rillpy_row_names) the row shares. */
+PyObject* rillpy_row_new(RillDataFrame* df, const rill_row_t* row, const int* columns, PyObject* names);
+/* The names of the n columns (NULL: all of df's) as a new tuple of str, for rillpy_row_new. */
+PyObject* rillpy_row_names(const rill_df_t* df, const int* columns, int n);
 
 /* ---------------------------------------------------------------- interchange (interchange.c) */
 

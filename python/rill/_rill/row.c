@@ -7,32 +7,38 @@
 
 #define SELF ((RillRow*)self)
 
-PyObject* rillpy_row_new(RillDataFrame* df, const rill_row_t* row, const int* columns) {
+PyObject* rillpy_row_names(const rill_df_t* df, const int* columns, int n) {
+  if (!columns) n = rill_df_ncolumns(df);
+  PyObject* names = PyTuple_New(n);
+  for (int i = 0; names && i < n; i++) {
+    int c = columns ? columns[i] : i;
+    const rill_field_t* f = rill_df_field(df, c);
+    PyObject* name = f ? PyUnicode_DecodeUTF8(f->name, (Py_ssize_t)strlen(f->name), "replace")
+                       : PyUnicode_FromFormat("%d", c);
+    if (name == NULL) Py_CLEAR(names);
+    else PyTuple_SET_ITEM(names, i, name);
+  }
+  return names;
+}
+
+PyObject* rillpy_row_new(RillDataFrame* df, const rill_row_t* row, const int* columns, PyObject* names) {
   int n = row->ncolumns;
+  if (PyTuple_GET_SIZE(names) != n) return rillpy_invalid("a row of %d columns for %zd names", n, PyTuple_GET_SIZE(names));
   RillRow* self = PyObject_New(RillRow, &RillRow_Type);
   if (self == NULL) return NULL;
   self->df = (RillDataFrame*)Py_NewRef((PyObject*)df);
   self->index = row->index;
   self->ncolumns = 0;
-  self->columns = PyMem_Malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
-  self->arrays = PyMem_Malloc(sizeof(*self->arrays) * (size_t)(n > 0 ? n : 1));
-  self->names = PyTuple_New(n);
-  if (self->columns == NULL || self->arrays == NULL || self->names == NULL) {
+  /* one block: the arrays, then the columns */
+  self->arrays = PyMem_Malloc((sizeof(*self->arrays) + sizeof(int)) * (size_t)(n > 0 ? n : 1));
+  self->names = Py_NewRef(names);
+  if (self->arrays == NULL) {
     Py_DECREF(self);
-    if (!PyErr_Occurred()) PyErr_NoMemory();
-    return NULL;
+    return PyErr_NoMemory();
   }
+  self->columns = (int*)(self->arrays + n);
   for (int i = 0; i < n; i++) {
-    int c = columns ? columns[i] : i;
-    const rill_field_t* f = rill_df_field(df->df, c);
-    PyObject* name = f ? PyUnicode_DecodeUTF8(f->name, (Py_ssize_t)strlen(f->name), "replace")
-                       : PyUnicode_FromFormat("%d", c);
-    if (name == NULL) {
-      Py_DECREF(self);
-      return NULL;
-    }
-    PyTuple_SET_ITEM(self->names, i, name);
-    self->columns[i] = c;
+    self->columns[i] = columns ? columns[i] : i;
     self->arrays[i] = rill_array_retain(rill_row_get(row, i));
     self->ncolumns = i + 1;
   }
@@ -42,7 +48,6 @@ PyObject* rillpy_row_new(RillDataFrame* df, const rill_row_t* row, const int* co
 static void row_dealloc(PyObject* self) {
   for (int i = 0; SELF->arrays != NULL && i < SELF->ncolumns; i++) rillpy_array_release(SELF->arrays[i]);
   PyMem_Free(SELF->arrays);
-  PyMem_Free(SELF->columns);
   Py_XDECREF(SELF->names);
   Py_XDECREF((PyObject*)SELF->df);
   PyObject_Free(self);
