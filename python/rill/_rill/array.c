@@ -146,9 +146,16 @@ static const rill_array_t* host_array(const rill_array_t* a) {
   return copy ? copy : rill_array_retain(a);
 }
 
+/* A last release that may take long enough to let other Python threads run meanwhile: one
+ * that may free a large buffer (its pages unmapped) or device memory. A small array (a row's
+ * one-cell view, a batch of a few kilobytes) is released with the GIL held: giving it up and
+ * taking it back costs more (two lock round trips a row, some 50 ns). */
+enum { RELEASE_WITHOUT_GIL_BYTES = 1 << 20 };
+
 void rillpy_array_release(const rill_array_t* a) {
   if (a == NULL) return;
-  if (rill_array_refcount(a) == 1) {
+  if (rill_array_refcount(a) == 1 &&
+      (a->data_size >= RELEASE_WITHOUT_GIL_BYTES || (a->device.type != 0 && a->device.type != RILL_DEVICE_CPU))) {
     Py_BEGIN_ALLOW_THREADS
     rill_array_release(a);
     Py_END_ALLOW_THREADS

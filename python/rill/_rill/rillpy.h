@@ -152,7 +152,8 @@ PyObject* rillpy_arrow_c_array(rillpy_arrow_export_fn export, const void* src, i
 PyObject* rillpy_arrow_c_schema(rillpy_arrow_export_fn export, const void* src);
 /* A new rill.Array over rows [start, start + n) of `a` (zero-copy), named `name` (may be NULL). */
 PyObject* rillpy_array_slice(const rill_array_t* a, int64_t start, int64_t n, PyObject* name);
-/* rill_array_release, without the GIL when it frees the array (the last reference). */
+/* rill_array_release, without the GIL when it may free a large or device buffer (the last
+ * reference to an array of 1 MiB or more, or on a device). */
 void rillpy_array_release(const rill_array_t* a);
 
 /* ---------------------------------------------------------------- rows (row.c) */
