@@ -122,7 +122,7 @@ typedef struct rill_allocator {
  * by their own allocator, so an allocator's ctx (and its functions) must stay usable until
  * every block it made is freed. rill asks for 64 bytes more than it uses per block, with an
  * alignment of 64, and for an array's header (small, made and freed often: a row's view, a
- * slice) 32 bytes more with an alignment of 16.
+ * slice) 80 bytes more with an alignment of 16 (malloc serves those from its per-thread cache).
  * Not thread-safe: call it while no other thread is inside rill. */
 RILL_API void rill_set_allocator(const rill_allocator_t* allocator);
 

@@ -24,8 +24,8 @@ static rill_allocator_t g_allocator = {default_alloc, default_free, NULL};
 
 /* Each block records the allocator which made it, so that a block is always freed by that
  * allocator, whatever rill_set_allocator did in between: a header just before the caller's
- * pointer, at the end of a slot of RILL_ALIGN bytes (SMALL_SLOT for small blocks) that keeps
- * the block's alignment, with the allocator's own pointer. */
+ * pointer (in a slot of RILL_ALIGN bytes, or of SMALL_SLOT bytes and up to RILL_ALIGN -
+ * SMALL_ALIGN more for small blocks), with the allocator's own pointer. */
 typedef struct block_header {
   void* base;
   void (*free)(void* ptr, void* ctx);
@@ -43,16 +43,21 @@ void rill_set_allocator(const rill_allocator_t* allocator) {
     g_allocator = (rill_allocator_t){default_alloc, default_free, NULL};
 }
 
+/* A block of `size` bytes at a RILL_ALIGN boundary, asked of the allocator with alignment
+ * `align`: a block asked with less is over-allocated by the difference and its caller's
+ * pointer rounded up to the boundary. `slot`: the bytes before it, at least (the header). */
 static void* alloc_slot(size_t size, size_t slot, size_t align) {
-  if (size > SIZE_MAX - slot) return NULL;
+  size_t pad = RILL_ALIGN - align;
+  if (size > SIZE_MAX - slot - pad) return NULL;
   rill_allocator_t a = g_allocator;
-  uint8_t* base = a.alloc(size + slot, align, a.ctx);
+  uint8_t* base = a.alloc(size + slot + pad, align, a.ctx);
   if (!base) return NULL;
-  block_header_t* h = (block_header_t*)(base + slot) - 1;
+  uint8_t* p = (uint8_t*)(((uintptr_t)base + slot + RILL_ALIGN - 1) & ~(uintptr_t)(RILL_ALIGN - 1));
+  block_header_t* h = (block_header_t*)p - 1;
   h->base = base;
   h->free = a.free;
   h->ctx = a.ctx;
-  return base + slot;
+  return p;
 }
 
 void* rill__alloc(size_t size) { return alloc_slot(size, RILL_ALIGN, RILL_ALIGN); }

@@ -15,9 +15,9 @@
 void* rill__alloc(size_t size);               /* 64-byte aligned; NULL on failure */
 void* rill__calloc(size_t n, size_t size);    /* zeroed; NULL on failure or overflow */
 /* A zeroed block for a small object made and freed often (an array's header: a row's view, a
- * slice), aligned for any C type (16 bytes) rather than 64: the default allocator then serves
- * it from malloc's per-thread cache, where an aligned request takes the heap's lock. Freed by
- * rill__free like any block. */
+ * slice), 64-byte aligned like any block but asked of the allocator with an alignment of 16
+ * (and 48 bytes more, to align it itself): the default allocator then serves it from malloc's
+ * per-thread cache, where an aligned request takes the heap's lock. Freed by rill__free. */
 void* rill__calloc_small(size_t size);
 void* rill__realloc(void* p, size_t old_size, size_t new_size); /* copies old_size bytes */
 /* Block p of *cap elements of `size` bytes, the first `used` in use, made to hold at least

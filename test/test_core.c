@@ -804,15 +804,16 @@ static void recording_free(void* p, void* ctx) {
 }
 
 /* Arrays' headers (a slice, a row's view: small, made and freed often) are asked with an
- * alignment of 16, which malloc serves from its per-thread cache; buffers keep 64 (Arrow's
- * alignment); every block goes back to the allocator that made it. */
+ * alignment of 16, which malloc serves from its per-thread cache, and still land on 64 bytes;
+ * buffers are asked with 64 (Arrow's alignment); every block goes back to the allocator that
+ * made it. */
 Test(core, array_headers_are_small_blocks_and_buffers_stay_aligned) {
   rill_set_allocator(&(rill_allocator_t){recording_alloc, recording_free, NULL});
   rill_error_t err;
   rill_array_t* a;
   RT_OK(rill_array_new(rill_type_scalar(RILL_INT64), 100, &a, &err), err);
   cr_assert_eq((uintptr_t)a->data % 64, 0, "the data buffer is 64-byte aligned");
-  cr_assert_eq((uintptr_t)a % 16, 0);
+  cr_assert_eq((uintptr_t)a % 64, 0, "a header asked with alignment 16 is aligned to 64 by rill itself");
   long small = atomic_load(&rec_small), large = atomic_load(&rec_large);
   cr_assert(small >= 1 && large >= 1, "header %ld, buffers %ld", small, large);
   rill_array_t* s;

@@ -141,6 +141,20 @@ def bench_next(rows=65536, batch=64):
         df = rill.from_numpy({"v": values})
         with df.batch(batch).iter(threads=threads, prefetch=prefetch) as it:
             out[name] = ns_per_next(it)
+    # rows one by one (an unbatched dataframe), against a Python generator chain over as many
+    # values: what a loop over rows costs from Python
+    df = rill.from_numpy({"v": values})
+    with df.iter(threads=rill.THREADS_NONE) as it:
+        out["rows"] = ns_per_next(it)
+
+    def gen_pass():
+        n, t0 = 0, time.perf_counter()
+        for _ in (v + 1 for v in (i for i in range(rows))):
+            n += 1
+        return (time.perf_counter() - t0) * 1e9 / n
+
+    gen_pass()
+    out["generator"] = min(gen_pass() for _ in range(3))
     try:
         from rill.torch import Loader
     except ImportError:
@@ -337,6 +351,8 @@ def main():
         report(f"python_next_ns_{name}", py_next[name])
     if loader_ns is not None:
         report("python_loader_next_ns_inline", loader_ns)
+    report("python_row_ns", py_next["rows"])
+    report("python_generator_ns", py_next["generator"])
 
     peers = {}
     if not args.skip_peers:
@@ -372,6 +388,9 @@ def main():
         print(f"per-batch overhead of Python next ({name:8s}):   {over:.2f} us "
               f"({py_next[name] / 1e3:.2f} us vs C {cn.get(f'c_next_ns_{name}', 0.0) / 1e3:.2f} us;"
               " goal <= 20 us)")
+    print(f"Python rows one by one (in-memory int64, no threads): {py_next['rows']:.0f} ns a row; "
+          f"a generator chain (range -> +1) {py_next['generator']:.0f} ns a value "
+          f"({q(py_next['rows'], py_next['generator']):.2f}x its time)")
     if loader_ns is not None:
         over = (loader_ns - cn.get("c_next_ns_inline", 0.0)) / 1e3
         print(f"per-batch overhead of rill.torch.Loader (inline): {over:.2f} us (goal <= 20 us)")
