@@ -52,7 +52,8 @@ static void* alloc_slot(size_t size, size_t slot, size_t align) {
   rill_allocator_t a = g_allocator;
   uint8_t* base = a.alloc(size + slot + pad, align, a.ctx);
   if (!base) return NULL;
-  uint8_t* p = (uint8_t*)(((uintptr_t)base + slot + RILL_ALIGN - 1) & ~(uintptr_t)(RILL_ALIGN - 1));
+  uint8_t* p = base + slot;
+  if (pad) p = (uint8_t*)(((uintptr_t)p + RILL_ALIGN - 1) & ~(uintptr_t)(RILL_ALIGN - 1)); /* within pad */
   block_header_t* h = (block_header_t*)p - 1;
   h->base = base;
   h->free = a.free;

@@ -159,9 +159,8 @@ void rillpy_array_release(const rill_array_t* a);
 /* ---------------------------------------------------------------- rows (row.c) */
 
 /* A new rill.Row over `row` (from rill_iter_next); `columns` gives the dataframe column of
- * each of its arrays (NULL = 0..n-1). Retains the arrays. */
-/* A row of an iterator over `df` producing `columns` (NULL: all), whose names tuple (of
- * rillpy_row_names) the row shares. */
+ * each of its arrays (NULL = 0..n-1). Retains the arrays, and shares `names` (the iterator's
+ * tuple of rillpy_row_names). */
 PyObject* rillpy_row_new(RillDataFrame* df, const rill_row_t* row, const int* columns, PyObject* names);
 /* The names of the n columns (NULL: all of df's) as a new tuple of str, for rillpy_row_new. */
 PyObject* rillpy_row_names(const rill_df_t* df, const int* columns, int n);
