@@ -37,6 +37,23 @@ def test_rows_len_columns_and_values():
     assert next(it2).columns == ["s"]
 
 
+def test_rows_outlive_their_iterator_with_their_names():
+    # the rows of an iterator share its tuple of names and keep the cells they were given
+    import gc
+    df = rill.from_numpy({"i": np.arange(10, dtype=np.int64), "s": [f"v{k}" for k in range(10)]})
+    it = df.iter(columns=["s", "i"], threads=rill.THREADS_NONE)
+    rows = [next(it) for _ in range(4)]
+    del it
+    gc.collect()
+    for k, r in enumerate(rows):
+        assert r.columns == ["s", "i"]
+        assert list(r) == ["s", "i"]
+        assert "i" in r and "x" not in r
+        assert r["i"].to_pylist() == [k]
+        assert r["s"].to_pylist() == [f"v{k}"]
+        assert r.to_dict()["i"].to_pylist() == [k]
+
+
 def test_iter_unknown_column():
     df = rill.from_numpy({"i": np.arange(3)})
     with pytest.raises(rill.InvalidArgumentError, match=r"unknown column 'x'; columns are: i"):
