@@ -182,13 +182,10 @@ static PyObject* iter_next(RillIterator* self) {
   rill_error_t err;
   rill_error_clear(&err);
   int rc;
-  if (rill_iter_ready(self->it)) { /* a row the iterator holds: quicker than giving up the GIL */
-    rc = rill_iter_next(self->it, &row, &err);
-  } else {
-    Py_BEGIN_ALLOW_THREADS
-    rc = rill_iter_next(self->it, &row, &err);
-    Py_END_ALLOW_THREADS
-  }
+  /* a row the iterator holds is quicker to take than giving up the GIL and taking it back */
+  PyThreadState* ts = rill_iter_ready(self->it) ? NULL : PyEval_SaveThread();
+  rc = rill_iter_next(self->it, &row, &err);
+  if (ts) PyEval_RestoreThread(ts);
   PyObject* r;
   if (rc == RILL_END)
     r = NULL; /* StopIteration */
