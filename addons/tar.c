@@ -130,8 +130,6 @@ static int64_t pread_full(int fd, void* buf, int64_t n, int64_t off) {
   return got;
 }
 
-static int64_t mtime_ns(const struct stat* st) { return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec; }
-
 /* A descriptor of archive a for a call's reads: its kept one, or one opened by its path
  * (*opened = 1: the caller closes it); either must still be the file indexed, unchanged.
  * < 0 with a message naming the archive. */
@@ -147,7 +145,7 @@ static int open_archive(const archive_t* a, int* opened, rill_error_t* err) {
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != a->dev || (uint64_t)st.st_ino != a->ino ||
-      (int64_t)st.st_size != a->size || mtime_ns(&st) != a->mtime_ns) {
+      (int64_t)st.st_size != a->size || rill__tar_mtime_ns(&st) != a->mtime_ns) {
     if (*opened) close(fd);
     *opened = 0;
     return rill_error_set(err, RILL_EIO,
@@ -786,7 +784,7 @@ static int index_or_walk(index_job_t* job, walk_t* w, const archive_t* ar, rill_
     atomic_fetch_add(&rill__tar_walks, 1);
     return walk_archive(w, err);
   }
-  rill__tar_stamp_t stamp = {.size = ar->size, .mtime_ns = ar->mtime_ns, .dev = ar->dev, .ino = ar->ino};
+  rill__tar_stamp_t stamp = {.size = ar->size, .mtime_ns = ar->mtime_ns, .fd = w->fd};
   rill__tar_log_t log;
   int got = rill__tar_index_load(file, real, &stamp, &log);
   if (got < 0) return rill__fail(err, RILL_ENOMEM, "out of memory");
@@ -830,7 +828,7 @@ static int index_one(index_job_t* job, int a, part_t* p, uint8_t* win) {
     ar->size = w.size = (int64_t)st.st_size;
     ar->dev = (uint64_t)st.st_dev;
     ar->ino = (uint64_t)st.st_ino;
-    ar->mtime_ns = mtime_ns(&st);
+    ar->mtime_ns = rill__tar_mtime_ns(&st);
     rc = index_or_walk(job, &w, ar, err);
   }
   set_name(&w, NULL, 0);

@@ -1,15 +1,16 @@
-/* The file format of saved tar indexes (see tar_index.h). One file per archive, named after a
- * hash of the archive's real path and its base name, in the host's byte order (a cache of
- * this machine, not an interchange format):
+/* The file format of saved tar indexes (see tar_index.h), and their pruning
+ * (rill_tar_index_prune). One file per archive, named after a hash of the archive's real path
+ * and its base name; every integer little-endian (a file is read the same on any host):
  *
- *   "RILLTIX" 0x01 | u32 0x01020304 (byte order) | u32 version 1
- *   i64 archive size | i64 mtime (ns) | u64 device | u64 inode
+ *   "RILLTIX" 0x01 | u64 version 2
+ *   i64 archive size | i64 mtime (ns) | u64 content mark (rill__tar_index_mark)
  *   i64 length of the real path | i64 records | i64 bytes of names
  *   the real path | records x (i64 off, i64 size, i64 name length) | the names
  *   u64 FNV-1a of every byte before it
  *
  * A file that does not match in any part is not used: the archive is walked again and the
- * file written anew. */
+ * file written anew (a file of version 1, which held the device and inode, is one). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "addon.h"
@@ -24,8 +26,8 @@
 
 #define BLOCK RILL__TAR_BLOCK
 #define MAGIC "RILLTIX\x01"
-#define VERSION 1u
-#define HEAD_BYTES (8 + 4 + 4 + 8 * 7)
+#define VERSION 2u
+#define HEAD_BYTES (8 + 8 * 7)
 #define MAX_NAME RILL__TAR_MAX_META /* as the walk's longest name */
 
 _Atomic int64_t rill__tar_walks;
@@ -67,16 +69,68 @@ int rill__tar_index_path(const char* dir, const char* real, char* buf, size_t si
   return n > 0 && (size_t)n < size ? RILL_OK : RILL_EINVAL;
 }
 
+/* Integers are little-endian in the file, whatever the host's order. */
 static void put64(uint8_t** p, uint64_t v) {
-  memcpy(*p, &v, 8);
+  for (int i = 0; i < 8; i++) (*p)[i] = (uint8_t)(v >> (8 * i));
   *p += 8;
 }
 
 static uint64_t get64(const uint8_t** p) {
-  uint64_t v;
-  memcpy(&v, *p, 8);
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)(*p)[i] << (8 * i);
   *p += 8;
   return v;
+}
+
+static int read_at(int fd, uint8_t* buf, int64_t n, int64_t off) {
+  int64_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, buf + got, (size_t)(n - got), (off_t)(off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += r;
+  }
+  return got == n ? 0 : -1;
+}
+
+int rill__tar_index_mark(const rill__tar_stamp_t* st, const rill__tar_log_t* log, uint64_t* mark) {
+  uint8_t block[BLOCK];
+  uint64_t h = RILL__FNV_START;
+  if (st->size >= BLOCK) {
+    if (read_at(st->fd, block, BLOCK, 0) != 0) return -1;
+    h = rill__fnv(h, block, BLOCK);
+  }
+  if (log->n > 0) {
+    if (read_at(st->fd, block, BLOCK, log->recs[log->n - 1].off - BLOCK) != 0) return -1;
+    h = rill__fnv(h, block, BLOCK);
+  }
+  *mark = h;
+  return 0;
+}
+
+/* The file's head (HEAD_BYTES): the fields after its magic and version. 0, or -1 when it is
+ * not a head of this version. */
+static int parse_head(const uint8_t* buf, int64_t* asize, int64_t* mtime, uint64_t* mark, int64_t* plen, int64_t* nrec,
+                      int64_t* nlen) {
+  const uint8_t* p = buf + 8;
+  if (memcmp(buf, MAGIC, 8) != 0 || get64(&p) != VERSION) return -1;
+  *asize = (int64_t)get64(&p), *mtime = (int64_t)get64(&p), *mark = get64(&p);
+  *plen = (int64_t)get64(&p), *nrec = (int64_t)get64(&p), *nlen = (int64_t)get64(&p);
+  return 0;
+}
+
+int rill__tar_index_archive(const char* path, char* buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return 0;
+  uint8_t head[HEAD_BYTES];
+  int64_t asize, mt, plen, nrec, nlen;
+  uint64_t mark;
+  int ok = read_at(fd, head, HEAD_BYTES, 0) == 0 && parse_head(head, &asize, &mt, &mark, &plen, &nrec, &nlen) == 0 &&
+           plen > 0 && (uint64_t)plen < size && read_at(fd, (uint8_t*)buf, plen, HEAD_BYTES) == 0;
+  close(fd);
+  if (!ok) return 0;
+  buf[plen] = 0;
+  return strlen(buf) == (size_t)plen;
 }
 
 int rill__tar_index_load(const char* path, const char* real, const rill__tar_stamp_t* st, rill__tar_log_t* log) {
@@ -98,28 +152,17 @@ int rill__tar_index_load(const char* path, const char* real, const rill__tar_sta
     close(fd);
     return RILL_ENOMEM;
   }
-  int64_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(fd, buf + got, (size_t)(n - got), got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += r;
-  }
+  int got = read_at(fd, buf, n, 0);
   close(fd);
   int rc = 0;
-  const uint8_t* p = buf;
-  uint32_t order, version;
-  uint64_t sum;
-  memcpy(&sum, buf + n - 8, 8);
-  if (got != n || memcmp(p, MAGIC, 8) != 0 || rill__fnv(RILL__FNV_START, buf, (size_t)(n - 8)) != sum) goto done;
-  p += 8;
-  memcpy(&order, p, 4), memcpy(&version, p + 4, 4);
-  p += 8;
-  if (order != 0x01020304u || version != VERSION) goto done;
-  int64_t size = (int64_t)get64(&p), mt = (int64_t)get64(&p);
-  uint64_t dev = get64(&p), ino = get64(&p);
-  int64_t plen = (int64_t)get64(&p), nrec = (int64_t)get64(&p), nlen = (int64_t)get64(&p);
-  if (size != st->size || mt != st->mtime_ns || dev != st->dev || ino != st->ino || plen != real_len) goto done;
+  const uint8_t* p = buf + n - 8;
+  uint64_t sum = get64(&p), mark, want;
+  int64_t size, mt, plen, nrec, nlen;
+  if (got != 0 || rill__fnv(RILL__FNV_START, buf, (size_t)(n - 8)) != sum ||
+      parse_head(buf, &size, &mt, &mark, &plen, &nrec, &nlen) != 0)
+    goto done;
+  p = buf + HEAD_BYTES;
+  if (size != st->size || mt != st->mtime_ns || plen != real_len) goto done;
   if (nrec < 0 || nlen < 0 || nrec > (n - HEAD_BYTES) / 24 || nlen > n ||
       HEAD_BYTES + plen + nrec * 24 + nlen + 8 != n || memcmp(p, real, (size_t)plen) != 0)
     goto done;
@@ -147,7 +190,8 @@ int rill__tar_index_load(const char* path, const char* real, const rill__tar_sta
     sum_len += len;
     last = off;
   }
-  if (sum_len != nlen) {
+  /* the archive's own bytes last: its first block and its last member's header */
+  if (sum_len != nlen || rill__tar_index_mark(st, log, &want) != 0 || want != mark) {
     rill__tar_log_free(log);
     goto done;
   }
@@ -159,14 +203,14 @@ done:
 
 int rill__tar_index_save(const char* path, const char* real, const rill__tar_stamp_t* st, const rill__tar_log_t* log) {
   int64_t plen = (int64_t)strlen(real), n = HEAD_BYTES + plen + log->n * 24 + log->names_len + 8;
+  uint64_t mark;
+  if (rill__tar_index_mark(st, log, &mark) != 0) return -1;
   uint8_t* buf = rill__alloc((size_t)n);
   if (!buf) return -1;
   uint8_t* p = buf;
   memcpy(p, MAGIC, 8);
-  uint32_t order = 0x01020304u, version = VERSION;
-  memcpy(p + 8, &order, 4), memcpy(p + 12, &version, 4);
-  p += 16;
-  put64(&p, (uint64_t)st->size), put64(&p, (uint64_t)st->mtime_ns), put64(&p, st->dev), put64(&p, st->ino);
+  p += 8;
+  put64(&p, VERSION), put64(&p, (uint64_t)st->size), put64(&p, (uint64_t)st->mtime_ns), put64(&p, mark);
   put64(&p, (uint64_t)plen), put64(&p, (uint64_t)log->n), put64(&p, (uint64_t)log->names_len);
   memcpy(p, real, (size_t)plen);
   p += plen;
@@ -197,5 +241,86 @@ int rill__tar_index_save(const char* path, const char* real, const rill__tar_sta
     }
   }
   rill__free(buf);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- pruning */
+
+enum { TMP_AGE_S = 3600 }; /* a temporary file this old was left by a process that stopped */
+
+/* Whether index file `name` of folder `dir` would be used at an open of its archive: 1, 0,
+ * or RILL_ENOMEM. */
+static int index_current(const char* dir, const char* name, const char* file) {
+  char real[PATH_MAX], want[PATH_MAX + 128];
+  if (!rill__tar_index_archive(file, real, sizeof real) || rill__tar_index_path(dir, real, want, sizeof want) != RILL_OK)
+    return 0;
+  const char* base = strrchr(want, '/');
+  if (strcmp(base ? base + 1 : want, name) != 0) return 0; /* not named for its archive: never read */
+  char eb[128];
+  int fd;
+  int64_t size;
+  if (rill__open_regular(real, &fd, &size, eb, sizeof eb)) return 0;
+  struct stat st;
+  int rc = 0;
+  if (fstat(fd, &st) == 0) {
+    rill__tar_stamp_t stamp = {.size = (int64_t)st.st_size, .mtime_ns = rill__tar_mtime_ns(&st), .fd = fd};
+    rill__tar_log_t log;
+    rc = rill__tar_index_load(file, real, &stamp, &log);
+    rill__tar_log_free(&log);
+  }
+  close(fd);
+  return rc;
+}
+
+int rill_tar_index_prune(const char* index_dir, int64_t* kept, int64_t* removed, rill_error_t* err) {
+  int64_t nkept = 0, nremoved = 0;
+  if (kept) *kept = 0;
+  if (removed) *removed = 0;
+  if (!index_dir || !index_dir[0]) return rill__fail(err, RILL_EINVAL, "rill_tar_index_prune: no folder given");
+  char eb[128];
+  DIR* d = opendir(index_dir);
+  if (!d)
+    return errno == ENOTDIR || errno == ENOENT
+               ? rill__fail(err, RILL_EINVAL, "rill_tar_index_prune: index_dir '%s' is not a folder: %s", index_dir,
+                            strerror_r(errno, eb, sizeof eb))
+               : rill__fail(err, RILL_EIO, "rill_tar_index_prune: cannot list '%s': %s", index_dir,
+                            strerror_r(errno, eb, sizeof eb));
+  int rc = RILL_OK;
+  time_t now = time(NULL);
+  for (struct dirent* e; rc == RILL_OK && (errno = 0, e = readdir(d));) {
+    const char* name = e->d_name;
+    size_t len = strlen(name);
+    const char* idx = strstr(name, ".rillidx");
+    if (!idx) continue;
+    int is_index = idx + 8 == name + len, is_tmp = !is_index && len > 4 && strcmp(name + len - 4, ".tmp") == 0;
+    if (!is_index && !is_tmp) continue;
+    char file[PATH_MAX + 256];
+    if (snprintf(file, sizeof file, "%s/%s", index_dir, name) >= (int)sizeof file) continue;
+    struct stat st;
+    if (lstat(file, &st) != 0 || !S_ISREG(st.st_mode)) continue; /* gone meanwhile, or not a file rill wrote */
+    int drop;
+    if (is_tmp) {
+      drop = now - st.st_mtim.tv_sec > TMP_AGE_S;
+    } else {
+      int cur = index_current(index_dir, name, file);
+      if (cur < 0) {
+        rc = rill__fail(err, RILL_ENOMEM, "rill_tar_index_prune: out of memory reading %s", file);
+        break;
+      }
+      drop = !cur;
+      nkept += cur;
+    }
+    if (!drop) continue;
+    if (unlink(file) != 0 && errno != ENOENT) {
+      rc = rill__fail(err, RILL_EIO, "rill_tar_index_prune: cannot remove %s: %s", file, strerror_r(errno, eb, sizeof eb));
+      break;
+    }
+    nremoved += is_index; /* a temporary file is not an index */
+  }
+  if (rc == RILL_OK && errno != 0)
+    rc = rill__fail(err, RILL_EIO, "rill_tar_index_prune: cannot list '%s': %s", index_dir, strerror_r(errno, eb, sizeof eb));
+  closedir(d);
+  if (kept) *kept = nkept;
+  if (removed) *removed = nremoved;
   return rc;
 }

@@ -7,6 +7,7 @@ int rill_cmd_head(int argc, char** argv);         /* bin/cmd_head.c */
 int rill_cmd_demo(int argc, char** argv);         /* bin/cmd_image.c */
 int rill_cmd_preview(int argc, char** argv);      /* bin/cmd_image.c */
 int rill_cmd_bench_images(int argc, char** argv); /* bin/cmd_image.c */
+int rill_cmd_index(int argc, char** argv);        /* bin/cmd_index.c */
 
 /* A count given as an argument (bin/rill.c): decimal digits only (a sign, blanks, other text,
  * nothing at all and a value outside [lo, hi] are refused). 0, or -1. */

@@ -72,6 +72,7 @@ static void usage(FILE* f) {
           "  bench images DIR           measure the image pipeline (images/s)\n"
           "  head FILE.csv              print the first rows of a CSV file\n"
           "  head DB.sqlite \"SELECT ..\" print the first rows of a query\n"
+          "  index --index-dir DIR ...  save the indexes of tar shards ahead, prune them\n"
           "  info                       version, built-in features, CUDA devices\n"
           "  help                       this text\n"
           "\n"
@@ -126,6 +127,7 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "head")) return rill_cmd_head(argc - 1, argv + 1);
   if (!strcmp(cmd, "demo")) return rill_cmd_demo(argc - 1, argv + 1);
   if (!strcmp(cmd, "preview")) return rill_cmd_preview(argc - 1, argv + 1);
+  if (!strcmp(cmd, "index")) return rill_cmd_index(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) {
     if (argc >= 3 && !strcmp(argv[2], "images")) return rill_cmd_bench_images(argc - 2, argv + 2);
     fprintf(stderr, "rill bench: expected 'images' (rill bench images DIR)\n");

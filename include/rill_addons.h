@@ -380,11 +380,16 @@ typedef struct rill_tar_opts {
                                  whole through a rename: processes opening the same shards
                                  at once are safe), and read back at later opens instead of
                                  the archive's headers while the archive keeps its size,
-                                 modification time, device and inode; a saved index that does
-                                 not match, or is damaged, is not used (the archive is indexed
-                                 again and the file rewritten). The same checks and errors
-                                 either way; a folder that cannot be written to only loses
-                                 the saving. */
+                                 modification time, first block and last member's header
+                                 (not its device or inode: a copy made with rsync -a or
+                                 cp -p keeps its index, and machines sharing the folder over
+                                 a network file system share the indexes; integers are
+                                 little-endian, the same on every host); a saved index that
+                                 does not match, or is damaged, is not used (the archive is
+                                 indexed again and the file rewritten). The same checks and
+                                 errors either way; a folder that cannot be written to only
+                                 loses the saving. Nothing is removed by itself: see
+                                 rill_tar_index_prune. */
   int64_t reserved[RILL_OPTS_RESERVED - 1]; /* zero (room to grow, see "Option structs" in rill.h) */
 } rill_tar_opts_t;
 
@@ -392,6 +397,18 @@ typedef struct rill_tar_opts {
  * RILL_EINVAL for bad arguments. Free with rill_df_free. */
 RILL_API int rill_df_from_tar(const char* const* paths, int npaths, const rill_tar_opts_t* opts,
                               rill_df_t** out, rill_error_t* err);
+
+/* Removes from folder index_dir (rill_tar_opts_t.index_dir) the saved indexes that no open
+ * would use: an index whose archive is gone or changed (size, modification time, first
+ * block or last member's header), a damaged one, one of an older version of the format, a
+ * file not named for its archive; and the temporary files that a process stopped while
+ * saving left behind (over an hour old). Other files are not touched. An index is kept by
+ * the path it was saved for (the archive's real path): run this on a machine that sees the
+ * archives there, since the index of an archive it does not see is removed. *kept, *removed
+ * (each may be NULL): the index files kept and removed. RILL_OK; RILL_EINVAL (index_dir is
+ * NULL, empty or not a folder), RILL_EIO (it cannot be listed, or a file cannot be removed:
+ * named in the message), RILL_ENOMEM. */
+RILL_API int rill_tar_index_prune(const char* index_dir, int64_t* kept, int64_t* removed, rill_error_t* err);
 
 /* ---- brace patterns of shard lists
  * The paths a brace pattern stands for, as shells and WebDataset's shard lists expand

@@ -948,7 +948,170 @@ Test(tar, saved_indexes_give_the_errors_of_a_walk) {
            "index_dir '' is not a folder", err);
 }
 
+/* Writes b.tar again with members `first` and `last` (names of write_two's sizes) and gives
+ * it back its modification time: the same size and time, other headers. */
+static void rewrite_b(const char* first, const char* last, const struct stat* was) {
+  FILE* f = create("b.tar");
+  tw_file(f, first, "-7", 2);
+  tw_file(f, last, "", 0);
+  tw_end(f);
+  fclose(f);
+  struct stat now;
+  cr_assert_eq(stat(rt_tpath("b.tar"), &now), 0);
+  cr_assert_eq(now.st_size, was->st_size);
+  struct timespec t[2] = {was->st_atim, was->st_mtim};
+  cr_assert_eq(utimensat(AT_FDCWD, rt_tpath("b.tar"), t, 0), 0);
+}
+
+/* An index is of the archive's bytes, not of its inode: a copy with the same time keeps it; an
+ * archive of the same size and time whose first block or last member's header differs does
+ * not. Its integers are little-endian. */
+Test(tar, saved_indexes_follow_the_archives_bytes_not_its_inode) {
+  write_two();
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", rt_tpath("idx")); /* rt_tpath's buffers rotate */
+  cr_assert_eq(mkdir(dir, 0755), 0);
+  static table_t plain, got;
+  rill_tar_opts_t o = {0}, oi = {.index_dir = dir};
+  cr_assert_eq(rows_of_ab(&oi, &got), 2);
+  /* the head: magic, version 2 and the archive's size, little-endian */
+  struct stat sb;
+  cr_assert_eq(stat(rt_tpath("b.tar"), &sb), 0);
+  uint8_t head[24];
+  int fd = open(index_file(dir, "b.tar"), O_RDONLY);
+  cr_assert_eq(pread(fd, head, sizeof head, 0), (ssize_t)sizeof head);
+  close(fd);
+  cr_assert(memcmp(head, "RILLTIX\x01\x02\0\0\0\0\0\0\0", 16) == 0);
+  uint64_t size = 0;
+  for (int i = 0; i < 8; i++) size |= (uint64_t)head[16 + i] << (8 * i);
+  cr_assert_eq(size, (uint64_t)sb.st_size);
+  /* b.tar replaced by a copy of itself (another inode), its time kept */
+  char cmd[2 * PATH_MAX + 64], out[256];
+  snprintf(cmd, sizeof cmd, "cp -p '%s' '%s.new' && mv '%s.new' '%s'", rt_tpath("b.tar"), rt_tpath("b.tar"),
+           rt_tpath("b.tar"), rt_tpath("b.tar"));
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  struct stat sc;
+  cr_assert_eq(stat(rt_tpath("b.tar"), &sc), 0);
+  cr_assert_neq(sc.st_ino, sb.st_ino);
+  cr_assert_eq(rows_of_ab(&oi, &got), 0, "a copy keeps its index");
+  /* the same size and time, another last member: the index would name the wrong column */
+  rewrite_b("003.cls", "003.png", &sb);
+  cr_assert_eq(rows_of_ab(&o, &plain), 2);
+  cr_assert_str_eq(plain.names[plain.ncols - 1], "png");
+  cr_assert_eq(rows_of_ab(&oi, &got), 1, "the last member's header changed: walked again");
+  cr_assert(memcmp(&plain, &got, sizeof plain) == 0);
+  /* and another first member */
+  rewrite_b("003.txt", "003.png", &sb);
+  cr_assert_eq(rows_of_ab(&o, &plain), 2);
+  cr_assert_eq(rows_of_ab(&oi, &got), 1, "the first block changed: walked again");
+  cr_assert(memcmp(&plain, &got, sizeof plain) == 0);
+  cr_assert_eq(rows_of_ab(&oi, &got), 0);
+}
+
+/* rill_tar_index_prune removes what no open would use and keeps the rest. */
+Test(tar, pruning_removes_the_indexes_no_open_would_use) {
+  write_two();
+  FILE* f = create("c.tar");
+  tw_file(f, "009.cls", "1", 1);
+  tw_end(f);
+  fclose(f);
+  char dir[PATH_MAX], cmd[3 * PATH_MAX], out[256];
+  snprintf(dir, sizeof dir, "%s", rt_tpath("idx")); /* rt_tpath's buffers rotate */
+  cr_assert_eq(mkdir(dir, 0755), 0);
+  const char* paths[] = {rt_tpath("a.tar"), rt_tpath("b.tar"), rt_tpath("c.tar")};
+  rill_df_t* df = NULL;
+  rill_error_t err = {0};
+  RT_OK(rill_df_from_tar(paths, 3, &(rill_tar_opts_t){.index_dir = dir}, &df, &err), err);
+  rill_df_free(df);
+  cr_assert_eq(count_index_files(dir), 3);
+  int64_t kept = -1, removed = -1;
+  RT_OK(rill_tar_index_prune(dir, &kept, &removed, &err), err);
+  cr_assert(kept == 3 && removed == 0, "kept %lld removed %lld", (long long)kept, (long long)removed);
+  /* b.tar gone, c.tar changed, a.tar's index also under a name not its own, a file of an
+   * older version, temporary files old and new, and files rill did not write */
+  cr_assert_eq(unlink(rt_tpath("b.tar")), 0);
+  f = create("c.tar");
+  tw_file(f, "009.cls", "22", 2);
+  tw_end(f);
+  fclose(f);
+  char fa[PATH_MAX + 128], misnamed[PATH_MAX + 64], old[PATH_MAX + 64], tmp_old[PATH_MAX + 160],
+      tmp_new[PATH_MAX + 160], other[PATH_MAX + 64], folder[PATH_MAX + 64];
+  snprintf(fa, sizeof fa, "%s", index_file(dir, "a.tar"));
+  snprintf(misnamed, sizeof misnamed, "%s/0000000000000000-a.tar.rillidx", dir);
+  snprintf(old, sizeof old, "%s/0123456789abcdef-old.tar.rillidx", dir);
+  snprintf(tmp_old, sizeof tmp_old, "%s.77.0.tmp", fa);
+  snprintf(tmp_new, sizeof tmp_new, "%s.78.0.tmp", fa);
+  snprintf(other, sizeof other, "%s/notes.txt", dir);
+  snprintf(folder, sizeof folder, "%s/sub.rillidx", dir);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", fa, misnamed);
+  cr_assert_eq(rt_run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  const char* small[] = {old, tmp_old, tmp_new, other};
+  for (int i = 0; i < 4; i++) {
+    FILE* w = fopen(small[i], "wb");
+    cr_assert(w);
+    fputs(i == 0 ? "RILLTIX\x01\x01\x02\x03\x04\x01\0\0\0" : "x", w);
+    fclose(w);
+  }
+  struct timespec t[2] = {{.tv_sec = time(NULL) - 7200}, {.tv_sec = time(NULL) - 7200}};
+  cr_assert_eq(utimensat(AT_FDCWD, tmp_old, t, 0), 0);
+  cr_assert_eq(mkdir(folder, 0755), 0);
+  RT_OK(rill_tar_index_prune(dir, &kept, &removed, &err), err);
+  cr_assert(kept == 1 && removed == 4, "kept %lld removed %lld", (long long)kept, (long long)removed);
+  struct stat st;
+  cr_assert_eq(stat(fa, &st), 0, "a.tar's index kept");
+  cr_assert_neq(stat(misnamed, &st), 0);
+  cr_assert_neq(stat(old, &st), 0);
+  cr_assert_neq(stat(tmp_old, &st), 0, "a temporary file over an hour old removed");
+  cr_assert_eq(stat(tmp_new, &st), 0, "a recent one kept: its process may be saving");
+  cr_assert_eq(stat(other, &st), 0);
+  cr_assert_eq(stat(folder, &st), 0);
+  cr_assert_eq(count_index_files(dir), 3, "a.tar's index, the recent temporary file and the folder");
+  /* a.tar's index is still read, and c.tar's is saved again */
+  int64_t w0 = atomic_load(&rill__tar_walks);
+  const char* ac[] = {rt_tpath("a.tar"), rt_tpath("c.tar")};
+  RT_OK(rill_df_from_tar(ac, 2, &(rill_tar_opts_t){.index_dir = dir}, &df, &err), err);
+  rill_df_free(df);
+  cr_assert_eq(atomic_load(&rill__tar_walks) - w0, 1, "only c.tar walked");
+  RT_OK(rill_tar_index_prune(dir, NULL, NULL, &err), err);
+  RT_OK(rill_tar_index_prune(dir, &kept, &removed, &err), err);
+  cr_assert(kept == 2 && removed == 0, "kept %lld removed %lld", (long long)kept, (long long)removed);
+  /* bad arguments */
+  RT_FAILS(rill_tar_index_prune(NULL, &kept, &removed, &err), RILL_EINVAL, "no folder given", err);
+  cr_assert(kept == 0 && removed == 0);
+  RT_FAILS(rill_tar_index_prune("", NULL, NULL, &err), RILL_EINVAL, "no folder given", err);
+  RT_FAILS(rill_tar_index_prune(rt_tpath("none"), NULL, NULL, &err), RILL_EINVAL, "none' is not a folder: No such file",
+           err);
+  RT_FAILS(rill_tar_index_prune(rt_tpath("a.tar"), NULL, NULL, &err), RILL_EINVAL, "a.tar' is not a folder: Not a directory",
+           err);
+}
+
 /* ---------------------------------------------------------------- command-line tool */
+
+/* rill index: saves the indexes of shards ahead (brace patterns expanded), then prunes. */
+Test(tar, cli_index_saves_ahead_and_prunes) {
+  const char* bin = getenv("RILL_BIN");
+  if (!bin || !*bin) cr_skip_test("RILL_BIN not set (run through make test)");
+  write_two();
+  char idx[PATH_MAX], pattern[PATH_MAX];
+  snprintf(idx, sizeof idx, "%s", rt_tpath("cli-idx")); /* rt_tpath's buffers rotate */
+  snprintf(pattern, sizeof pattern, "%s/{a,b}.tar", rt_tmpdir());
+  cr_assert_eq(mkdir(idx, 0755), 0);
+  rt_cmd_expect(0, "2 shards, 4 samples, indexed in", "'%s' index --index-dir '%s' '%s'", bin, idx, pattern);
+  cr_assert_eq(count_index_files(idx), 2);
+  static table_t got;
+  cr_assert_eq(rows_of_ab(&(rill_tar_opts_t){.index_dir = idx}, &got), 0, "read from the indexes the command saved");
+  cr_assert_eq(unlink(rt_tpath("b.tar")), 0);
+  rt_cmd_expect(0, "1 index kept, 1 removed", "'%s' index --index-dir '%s' --prune", bin, idx);
+  cr_assert_eq(count_index_files(idx), 1);
+  rt_cmd_expect(1, "is not a folder", "'%s' index --index-dir '%s' '%s'", bin, rt_tpath("none"), rt_tpath("a.tar"));
+  rt_cmd_expect(1, "rill index: ", "'%s' index --index-dir '%s' '%s'", bin, idx, rt_tpath("b.tar"));
+  rt_cmd_expect(1, "rill index: rill_tar_index_prune: index_dir '", "'%s' index --index-dir '%s' --prune", bin,
+                rt_tpath("none"));
+  rt_cmd_expect(2, "missing --index-dir DIR", "'%s' index '%s'", bin, rt_tpath("a.tar"));
+  rt_cmd_expect(2, "give shards, --prune or both", "'%s' index --index-dir '%s'", bin, idx);
+  rt_cmd_expect(2, "unknown option '--bogus'", "'%s' index --index-dir '%s' --bogus", bin, idx);
+  rt_cmd_expect(0, "usage: rill index --index-dir DIR", "'%s' index --help", bin);
+}
 
 /* rill head over shards (typed with --dtype), and rill bench images / demo / preview over
  * shards whose samples hold .jpg or .png images, a damaged one skipped and named. */

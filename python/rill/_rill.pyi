@@ -16,7 +16,7 @@ __all__ = ['Array', 'ArrowStream', 'Batch', 'ColumnNullType', 'CudaError', 'DEVI
            'STAGE_CPU_SERIAL', 'STAGE_CUDA', 'StageError', 'THREADS_NONE', 'concat', 'cuda_device_count',
            'cuda_pool_stats', 'from_arrays', 'from_arrow', 'from_csv', 'from_csv_buffer',
            'from_file_list', 'from_files', 'from_image_folder', 'from_numpy', 'from_sqlite',
-           'expand_braces', 'from_tar', 'has_feature', 'strerror', 'version']
+           'expand_braces', 'from_tar', 'has_feature', 'prune_tar_indexes', 'strerror', 'version']
 
 __version__: str
 
@@ -342,3 +342,4 @@ def from_tar(paths: Union[_PathLike, bytes, Sequence[Union[_PathLike, bytes]]], 
              rename: Optional[Mapping[str, str]] = None, on_error: _OnError = "raise",
              grain: int = 0, threads: int = 0,
              index_dir: Optional[Union[_PathLike, bytes]] = None) -> DataFrame: ...
+def prune_tar_indexes(index_dir: Union[_PathLike, bytes]) -> Tuple[int, int]: ...

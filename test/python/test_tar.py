@@ -814,3 +814,29 @@ def test_from_tar_index_dir_errors(tmp_path):
     (f,) = idx.iterdir()
     f.write_bytes(b"garbage" + f.read_bytes()[7:])
     assert table(rill.from_tar(str(tmp_path / "a.tar"), index_dir=idx)) == want
+
+
+def test_prune_tar_indexes_removes_what_no_open_would_use(tmp_path):
+    write_shards(tmp_path, ["a.tar", "b.tar"])
+    idx = tmp_path / "idx"
+    idx.mkdir()
+    paths = [str(tmp_path / "a.tar"), str(tmp_path / "b.tar")]
+    want = table(rill.from_tar(paths, index_dir=idx))
+    assert rill.prune_tar_indexes(idx) == (2, 0)
+    (tmp_path / "b.tar").unlink()
+    (idx / "notes.txt").write_text("kept")
+    (idx / "0000000000000000-x.tar.rillidx").write_bytes(b"RILLTIX\x01garbage")
+    assert rill.prune_tar_indexes(str(idx).encode()) == (1, 2)
+    left = sorted(p.name for p in idx.iterdir())
+    assert len(left) == 2 and left[0].endswith("-a.tar.rillidx") and left[1] == "notes.txt"
+    assert (idx / "notes.txt").read_text() == "kept"
+    # a.tar's index is still the one read: its file is not rewritten
+    (a_index,) = [p for p in idx.iterdir() if p.suffix == ".rillidx"]
+    mtime = a_index.stat().st_mtime_ns
+    assert table(rill.from_tar(paths[0], index_dir=idx))["key"] == \
+        [k for k, p in zip(want["key"], want["path"]) if p.startswith(paths[0])]
+    assert a_index.stat().st_mtime_ns == mtime
+    with pytest.raises(rill.InvalidArgumentError, match=r"index_dir '.*nowhere' is not a folder"):
+        rill.prune_tar_indexes(tmp_path / "nowhere")
+    with pytest.raises(TypeError):
+        rill.prune_tar_indexes(3)

@@ -1160,6 +1160,21 @@ static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
   return rc < 0 ? NULL : rillpy_df_new(df, NULL);
 }
 
+static PyObject* py_prune_tar_indexes(PyObject* m, PyObject* index_dir) {
+  PyObject* dir = rillpy_fspath(index_dir);
+  if (!dir) return NULL;
+  int64_t kept = 0, removed = 0;
+  rill_error_t err;
+  rill_error_clear(&err);
+  int rc;
+  Py_BEGIN_ALLOW_THREADS /* reads every index and stats every archive */
+  rc = rill_tar_index_prune(PyBytes_AS_STRING(dir), &kept, &removed, &err);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(dir);
+  if (rillpy_check(rc, &err) < 0) return NULL;
+  return Py_BuildValue("(LL)", (long long)kept, (long long)removed);
+}
+
 /* ================================================================ registration */
 
 static PyMethodDef source_functions[] = {
@@ -1245,8 +1260,17 @@ static PyMethodDef source_functions[] = {
      "can be read under another name. on_error: for a member that cannot be read or converted. threads: "
      "archives indexed side by side at open (0: up to 16; 1: the calling thread). index_dir: an existing "
      "folder where each archive's index is saved once made and read back at later opens instead of the "
-     "archive's headers, while the archive is unchanged (size, modification time, device, inode); a damaged or "
-     "stale saved index is not used."},
+     "archive's headers, while the archive is unchanged (size, modification time, first block, last member's "
+     "header: a copy made with rsync -a or cp -p keeps its index, and machines can share the folder); a damaged or "
+     "stale saved index is not used, and none is removed (see prune_tar_indexes)."},
+    {"prune_tar_indexes", (PyCFunction)py_prune_tar_indexes, METH_O,
+     "prune_tar_indexes(index_dir: str | bytes | os.PathLike) -> tuple[int, int]\n\n"
+     "Removes from index_dir (from_tar's) the saved indexes no open would use: of archives gone or changed, "
+     "damaged ones, older versions, files not named for their archive, and temporary files over an hour old "
+     "that a process stopped while saving left. Other files are not touched. An index belongs to the path it "
+     "was saved for: run it where the archives are seen at those paths. Returns (kept, removed), counts of "
+     "index files. InvalidArgumentError when index_dir is not a folder, RillIOError when it cannot be listed or "
+     "a file cannot be removed."},
     {NULL, NULL, 0, NULL}};
 
 int rillpy_init_sources(PyObject* m) { return PyModule_AddFunctions(m, source_functions); }
