@@ -803,6 +803,12 @@ Test(tar, jpeg_members_decoded_and_a_damaged_one_named_by_its_sample) {
 
 /* ---------------------------------------------------------------- saved indexes */
 
+/* Makes folder rel of the test folder; its path into buf (rt_tpath's buffers rotate). */
+static void make_folder(char* buf, size_t size, const char* rel) {
+  snprintf(buf, size, "%s", rt_tpath(rel));
+  cr_assert_eq(mkdir(buf, 0755), 0, "mkdir %s", buf);
+}
+
 /* The .rillidx files in folder dir. */
 static int count_index_files(const char* dir) {
   DIR* d = opendir(dir);
@@ -835,8 +841,7 @@ static int64_t rows_of_ab(const rill_tar_opts_t* o, table_t* t) {
 Test(tar, saved_indexes_are_read_back_instead_of_the_headers) {
   write_two();
   char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s", rt_tpath("idx")); /* rt_tpath's buffers rotate */
-  cr_assert_eq(mkdir(dir, 0755), 0);
+  make_folder(dir, sizeof dir, "idx");
   static table_t plain, saved, again;
   rill_tar_column_t cols[] = {{"cls", RILL_INT64, NULL}, {"json", RILL_STRING, NULL}};
   rill_tar_opts_t o = {.columns = cols, .ncolumns = 2}, oi = {.columns = cols, .ncolumns = 2, .index_dir = dir};
@@ -873,8 +878,7 @@ Test(tar, saved_indexes_are_read_back_instead_of_the_headers) {
 Test(tar, damaged_or_foreign_saved_indexes_are_not_used) {
   write_two();
   char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s", rt_tpath("idx")); /* rt_tpath's buffers rotate */
-  cr_assert_eq(mkdir(dir, 0755), 0);
+  make_folder(dir, sizeof dir, "idx");
   static table_t plain, got;
   rill_tar_opts_t o = {0}, oi = {.index_dir = dir};
   rows_of_ab(&o, &plain);
@@ -923,8 +927,7 @@ Test(tar, saved_indexes_give_the_errors_of_a_walk) {
   tw_end(f);
   fclose(f);
   char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s", rt_tpath("idx")); /* rt_tpath's buffers rotate */
-  cr_assert_eq(mkdir(dir, 0755), 0);
+  make_folder(dir, sizeof dir, "idx");
   const char* paths[] = {rt_tpath("alt.tar")};
   rill_df_t* df = NULL;
   rill_error_t err = {0}, err2 = {0};
@@ -969,8 +972,7 @@ static void rewrite_b(const char* first, const char* last, const struct stat* wa
 Test(tar, saved_indexes_follow_the_archives_bytes_not_its_inode) {
   write_two();
   char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s", rt_tpath("idx")); /* rt_tpath's buffers rotate */
-  cr_assert_eq(mkdir(dir, 0755), 0);
+  make_folder(dir, sizeof dir, "idx");
   static table_t plain, got;
   rill_tar_opts_t o = {0}, oi = {.index_dir = dir};
   cr_assert_eq(rows_of_ab(&oi, &got), 2);
@@ -1016,8 +1018,7 @@ Test(tar, pruning_removes_the_indexes_no_open_would_use) {
   tw_end(f);
   fclose(f);
   char dir[PATH_MAX], cmd[3 * PATH_MAX], out[256];
-  snprintf(dir, sizeof dir, "%s", rt_tpath("idx")); /* rt_tpath's buffers rotate */
-  cr_assert_eq(mkdir(dir, 0755), 0);
+  make_folder(dir, sizeof dir, "idx");
   const char* paths[] = {rt_tpath("a.tar"), rt_tpath("b.tar"), rt_tpath("c.tar")};
   rill_df_t* df = NULL;
   rill_error_t err = {0};
@@ -1093,9 +1094,8 @@ Test(tar, cli_index_saves_ahead_and_prunes) {
   if (!bin || !*bin) cr_skip_test("RILL_BIN not set (run through make test)");
   write_two();
   char idx[PATH_MAX], pattern[PATH_MAX];
-  snprintf(idx, sizeof idx, "%s", rt_tpath("cli-idx")); /* rt_tpath's buffers rotate */
+  make_folder(idx, sizeof idx, "cli-idx");
   snprintf(pattern, sizeof pattern, "%s/{a,b}.tar", rt_tmpdir());
-  cr_assert_eq(mkdir(idx, 0755), 0);
   rt_cmd_expect(0, "2 shards, 4 samples, indexed in", "'%s' index --index-dir '%s' '%s'", bin, idx, pattern);
   cr_assert_eq(count_index_files(idx), 2);
   static table_t got;
@@ -1164,8 +1164,7 @@ Test(tar, cli_head_and_image_commands_over_shards) {
   cr_assert(strstr(out, "skipped 1"), "%s", out);
   /* saved indexes: made by the first run, read by the second */
   char idx[PATH_MAX];
-  snprintf(idx, sizeof idx, "%s", rt_tpath("cli-idx"));
-  cr_assert_eq(mkdir(idx, 0755), 0);
+  make_folder(idx, sizeof idx, "cli-idx");
   for (int run = 0; run < 2; run++) {
     rt_cmd_expect(0, "epoch 0: 9 images", "'%s' bench images '%s' '%s' --size 32 --batch 4 --epochs 1 --index-dir '%s'",
                   bin, rt_tpath("img0.tar"), rt_tpath("img1.tar"), idx);
