@@ -43,15 +43,18 @@ static void concat_free(void* ctx) {
   rill__free(cc);
 }
 
-/* The part holding row r (parts without rows hold none). */
+/* The part holding row r: the last p with first[p] <= r (a part without rows shares its
+ * first[] with the next one, so it is never the last). A shuffled read over many files asks
+ * this for every row, in no order a branch predictor can follow: the search halves its range
+ * with a conditional move, not a branch. */
 static int part_of(const concat_t* cc, int64_t r) {
-  int lo = 0, hi = cc->nparts - 1;
-  while (lo < hi) { /* the last p with first[p] <= r */
-    int mid = lo + (hi - lo + 1) / 2;
-    if (cc->first[mid] <= r) lo = mid;
-    else hi = mid - 1;
+  const int64_t* first = cc->first;
+  int lo = 0, n = cc->nparts;
+  while (n > 1) {
+    int half = n / 2;
+    lo = first[lo + half] <= r ? lo + half : lo;
+    n -= half;
   }
-  while (cc->first[lo + 1] <= r) lo++; /* past empty parts */
   return lo;
 }
 

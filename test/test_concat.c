@@ -463,6 +463,54 @@ static rill_array_t* pairs(int n, int base) {
   return a;
 }
 
+/* Many parts of uneven sizes, some without rows (first, last and between): every row of a
+ * shuffled read, in calls over several parts, comes from the part that holds it. */
+Test(concat, rows_of_many_uneven_parts_found_in_any_order) {
+  enum { NP = 41 };
+  rill_df_t* parts[NP];
+  int64_t total = 0;
+  for (int p = 0; p < NP; p++) {
+    int n = p == 0 || p == NP - 1 ? 0 : (p * 7 + 3) % 6 + (p % 10 == 4 ? 40 : 0);
+    int64_t vals[64];
+    for (int i = 0; i < n; i++) vals[i] = total + i;
+    parts[p] = table(vals, n, "r", -1, 0);
+    total += n;
+  }
+  rill_error_t err;
+  rill_df_t *cat, *shuffled, *b;
+  RT_OK(rill_df_concat(parts, NP, &cat, &err), err);
+  cr_assert_eq(rill_df_rows(cat), total);
+  RT_OK(rill_df_shuffle(cat, 11, &shuffled, &err), err);
+  int cols[2] = {0, 1};
+  RT_OK(rill_df_batch(shuffled, cols, 2, 7, NULL, &b, &err), err);
+  uint8_t seen[512] = {0};
+  cr_assert_leq(total, (int64_t)sizeof seen);
+  for (int threads = 0; threads < 2; threads++) {
+    memset(seen, 0, sizeof seen);
+    rill_iter_t* it;
+    RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = threads ? 2 : RILL_THREADS_NONE}, &it, &err), err);
+    rill_row_t row;
+    int r;
+    int64_t n = 0;
+    while ((r = rill_iter_next(it, &row, &err)) == RILL_OK) {
+      const rill_array_t *v = rill_row_get(&row, 0), *str = rill_row_get(&row, 1);
+      for (int64_t i = 0; i < v->length; i++, n++) {
+        int64_t x = ((const int64_t*)v->data)[i];
+        cr_assert(x >= 0 && x < total && !seen[x], "row %lld seen twice or out of range", (long long)x);
+        seen[x] = 1;
+        expect_cell(v, str, i, x, "r");
+      }
+    }
+    cr_assert_eq(r, RILL_END, "%s", err.message);
+    cr_assert_eq(n, total);
+    rill_iter_free(it);
+  }
+  rill_df_free(b);
+  rill_df_free(shuffled);
+  rill_df_free(cat);
+  for (int p = 0; p < NP; p++) rill_df_free(parts[p]);
+}
+
 Test(concat, memory_parts_lend_rows_that_lie_in_one_of_them) {
   rill_error_t err;
   rill_array_t *a = pairs(6, 0), *b = pairs(4, 6);
