@@ -75,8 +75,9 @@ PyObject* rillpy_column_list(const rill_df_t* df, const int* columns, int n, int
   if (!columns) n = rill_df_ncolumns(df);
   PyObject* l = PyList_New(n);
   for (int i = 0; l && i < n; i++) {
-    const rill_field_t* f = rill_df_field(df, columns ? columns[i] : i);
-    PyObject* item = fields ? rillpy_field(f) : PyUnicode_FromString(f->name);
+    int c = columns ? columns[i] : i;
+    const rill_field_t* f = rill_df_field(df, c);
+    PyObject* item = !f ? rillpy_invalid("no column %d", c) : fields ? rillpy_field(f) : rillpy_text(f->name);
     if (!item) {
       Py_CLEAR(l);
       break;

@@ -86,9 +86,7 @@ static PyObject* raise_with(int code, PyObject* message, int64_t row, int column
   PyObject* c = PyLong_FromLong(code);
   PyObject* r = PyLong_FromLongLong(row);
   PyObject* col = PyLong_FromLong(column);
-  PyObject* name = column_name ? PyUnicode_DecodeUTF8(column_name, (Py_ssize_t)strlen(column_name),
-                                                      "replace")
-                               : Py_NewRef(Py_None);
+  PyObject* name = column_name ? rillpy_text(column_name) : Py_NewRef(Py_None);
   int ok = c && r && col && name && PyObject_SetAttrString(exc, "code", c) == 0 &&
            PyObject_SetAttrString(exc, "row", r) == 0 &&
            PyObject_SetAttrString(exc, "column", col) == 0 &&
@@ -104,9 +102,10 @@ static PyObject* raise_with(int code, PyObject* message, int64_t row, int column
   return NULL;
 }
 
+PyObject* rillpy_text(const char* s) { return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace"); }
+
 static PyObject* error_message(int code, const rill_error_t* err) {
-  const char* text = (err != NULL && err->message[0] != '\0') ? err->message : rill_strerror(code);
-  return PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
+  return rillpy_text((err != NULL && err->message[0] != '\0') ? err->message : rill_strerror(code));
 }
 
 PyObject* rillpy_raise_column(int code, const rill_error_t* err, const char* column_name) {
@@ -418,18 +417,6 @@ int rillpy_parse_where(PyObject* o, rill_stage_where_t* out) {
   return 0;
 }
 
-/* The column names of df (a new list). */
-static PyObject* column_names(rill_df_t* df) {
-  PyObject* parts = PyList_New(0);
-  int n = rill_df_ncolumns(df);
-  for (int i = 0; parts != NULL && i < n; i++) {
-    const char* name = rill_df_field(df, i)->name;
-    if (rillpy_append(parts, PyUnicode_DecodeUTF8(name, (Py_ssize_t)strlen(name), "replace")) < 0)
-      Py_CLEAR(parts);
-  }
-  return parts;
-}
-
 PyObject* rillpy_unknown_column(PyObject* key, PyObject* names) {
   PyObject* joined = rillpy_join(names);
   if (joined == NULL) return NULL;
@@ -458,7 +445,7 @@ int rillpy_parse_column(rill_df_t* df, PyObject* o, int* out) {
       *out = c;
       return 0;
     }
-    rillpy_unknown_column(o, column_names(df));
+    rillpy_unknown_column(o, rillpy_column_list(df, NULL, 0, 0));
     return -1;
   }
   if (PyLong_Check(o) && !PyBool_Check(o)) {
@@ -577,7 +564,7 @@ PyObject* rillpy_field(const rill_field_t* f) {
   PyObject* out = PyStructSequence_New(&FieldType);
   if (out == NULL) return NULL;
   PyObject* items[5] = {
-    PyUnicode_DecodeUTF8(f->name, (Py_ssize_t)strlen(f->name), "replace"),
+    rillpy_text(f->name),
     rillpy_dtype_name(f->type.dtype),
     rillpy_type_shape(&f->type),
     PyBool_FromLong(f->nullable),

@@ -129,6 +129,9 @@ PyObject* rillpy_type_shape(const rill_type_t* t); /* new tuple of the cell shap
 /* A new tuple (lead, *shape) when `with_lead`, else tuple(shape); NULL (raised). */
 PyObject* rillpy_shape_tuple(int ndim, const int64_t* shape, int64_t lead, int with_lead);
 PyObject* rillpy_field(const rill_field_t* f);     /* new rill.Field */
+/* Text of the library (column names, messages) as a new str: UTF-8, each ill-formed part
+ * read as U+FFFD (names are not checked as UTF-8 in C), so listing them never fails. */
+PyObject* rillpy_text(const char* s);
 
 /* ---------------------------------------------------------------- arrays (array.c) */
 
@@ -162,7 +165,8 @@ void rillpy_array_release(const rill_array_t* a);
  * each of its arrays (NULL = 0..n-1). Retains the arrays, and shares `names` (the iterator's
  * tuple of rillpy_row_names). */
 PyObject* rillpy_row_new(RillDataFrame* df, const rill_row_t* row, const int* columns, PyObject* names);
-/* The names of the n columns (NULL: all of df's) as a new tuple of str, for rillpy_row_new. */
+/* The names of the n columns (NULL: all of df's) as a new tuple of str (rillpy_column_list's
+ * names), for rillpy_row_new. */
 PyObject* rillpy_row_names(const rill_df_t* df, const int* columns, int n);
 
 /* ---------------------------------------------------------------- interchange (interchange.c) */

@@ -8,16 +8,9 @@
 #define SELF ((RillRow*)self)
 
 PyObject* rillpy_row_names(const rill_df_t* df, const int* columns, int n) {
-  if (!columns) n = rill_df_ncolumns(df);
-  PyObject* names = PyTuple_New(n);
-  for (int i = 0; names && i < n; i++) {
-    int c = columns ? columns[i] : i;
-    const rill_field_t* f = rill_df_field(df, c);
-    PyObject* name = f ? PyUnicode_DecodeUTF8(f->name, (Py_ssize_t)strlen(f->name), "replace")
-                       : PyUnicode_FromFormat("%d", c);
-    if (name == NULL) Py_CLEAR(names);
-    else PyTuple_SET_ITEM(names, i, name);
-  }
+  PyObject* list = rillpy_column_list(df, columns, n, 0);
+  PyObject* names = list ? PyList_AsTuple(list) : NULL;
+  Py_XDECREF(list);
   return names;
 }
 
