@@ -117,18 +117,6 @@ static void col_free(void* p) {
 
 /* ---------------------------------------------------------------- reading */
 
-/* Reads n bytes at off (fewer only at the end of the file): the bytes read, or -1 (errno). */
-static int64_t pread_full(int fd, void* buf, int64_t n, int64_t off) {
-  int64_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(fd, (char*)buf + got, (size_t)(n - got), (off_t)(off + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -1;
-    if (r == 0) break;
-    got += r;
-  }
-  return got;
-}
 
 /* A descriptor of archive a for a call's reads: its kept one, or one opened by its path
  * (*opened = 1: the caller closes it); either must still be the file indexed, unchanged.
@@ -270,7 +258,7 @@ static int member_source(const int64_t* rows, int64_t n, rill_array_t* out, rill
       rc = member_error(c, m, s, i, RILL_EFORMAT, msg, err);
       break;
     }
-    int64_t got = pread_full(fd, dst, m->size, m->off);
+    int64_t got = rill__tar_pread(fd, dst, m->size, m->off);
     if (got != m->size) {
       if (got < 0)
         snprintf(msg, sizeof msg, "cannot read: %s", strerror_r(errno, (char[96]){0}, 96));
@@ -472,7 +460,7 @@ typedef struct walk {
 static int header_at(walk_t* w, int64_t pos, const uint8_t** h, rill_error_t* err) {
   if (pos < w->win_at || pos + BLOCK > w->win_at + w->win_len) {
     int64_t n = w->size - pos < WINDOW ? w->size - pos : WINDOW;
-    int64_t got = pread_full(w->fd, w->win, n, pos);
+    int64_t got = rill__tar_pread(w->fd, w->win, n, pos);
     if (got < BLOCK) {
       char eb[96];
       return rill__fail(err, RILL_EIO, "%s: cannot read the header at byte %lld: %s", w->path, (long long)pos,
@@ -492,7 +480,7 @@ static int read_meta(walk_t* w, int64_t pos, int64_t size, int64_t hpos, char** 
     return rill__fail(err, RILL_EFORMAT, "%s: byte %lld: an extended header of %lld bytes (at most %lld): the archive "
                       "is damaged", w->path, (long long)hpos, (long long)size, (long long)MAX_META);
   if (!(*d = rill__alloc((size_t)size + 1))) return rill__fail(err, RILL_ENOMEM, "out of memory");
-  int64_t got = pread_full(w->fd, *d, size, pos);
+  int64_t got = rill__tar_pread(w->fd, *d, size, pos);
   if (got != size) {
     char eb[96];
     rill__free(*d);
@@ -634,7 +622,7 @@ static int walk_archive(walk_t* w, rill_error_t* err) {
   while (pos < w->size) {
     if (w->size - pos < BLOCK && pos == 0) { /* a compressed archive smaller than a block */
       uint8_t head[8];
-      int64_t got = pread_full(w->fd, head, w->size < 8 ? w->size : 8, 0);
+      int64_t got = rill__tar_pread(w->fd, head, w->size < 8 ? w->size : 8, 0);
       const char* z = got > 0 ? compression(head, got) : NULL;
       if (z) return compressed(w->path, z, err);
     }

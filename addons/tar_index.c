@@ -82,16 +82,20 @@ static uint64_t get64(const uint8_t** p) {
   return v;
 }
 
-static int read_at(int fd, uint8_t* buf, int64_t n, int64_t off) {
+int64_t rill__tar_pread(int fd, void* buf, int64_t n, int64_t off) {
   int64_t got = 0;
   while (got < n) {
-    ssize_t r = pread(fd, buf + got, (size_t)(n - got), (off_t)(off + got));
+    ssize_t r = pread(fd, (char*)buf + got, (size_t)(n - got), (off_t)(off + got));
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
+    if (r < 0) return -1;
+    if (r == 0) break;
     got += r;
   }
-  return got == n ? 0 : -1;
+  return got;
 }
+
+/* n bytes at off, all of them: 0, or -1. */
+static int read_at(int fd, void* buf, int64_t n, int64_t off) { return rill__tar_pread(fd, buf, n, off) == n ? 0 : -1; }
 
 int rill__tar_index_mark(const rill__tar_stamp_t* st, const rill__tar_log_t* log, uint64_t* mark) {
   uint8_t block[BLOCK];
@@ -126,7 +130,7 @@ int rill__tar_index_archive(const char* path, char* buf, size_t size) {
   int64_t asize, mt, plen, nrec, nlen;
   uint64_t mark;
   int ok = read_at(fd, head, HEAD_BYTES, 0) == 0 && parse_head(head, &asize, &mt, &mark, &plen, &nrec, &nlen) == 0 &&
-           plen > 0 && (uint64_t)plen < size && read_at(fd, (uint8_t*)buf, plen, HEAD_BYTES) == 0;
+           plen > 0 && (uint64_t)plen < size && read_at(fd, buf, plen, HEAD_BYTES) == 0;
   close(fd);
   if (!ok) return 0;
   buf[plen] = 0;

@@ -41,6 +41,10 @@ static inline int64_t rill__tar_mtime_ns(const struct stat* st) {
   return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 }
 
+/* Reads n bytes at off of fd (fewer only at the end of the file), again after EINTR: the
+ * bytes read, or -1 (errno). */
+int64_t rill__tar_pread(int fd, void* buf, int64_t n, int64_t off);
+
 /* Appends a member: RILL_OK or RILL_ENOMEM. */
 int rill__tar_log_add(rill__tar_log_t* log, const char* name, int64_t len, int64_t off, int64_t size);
 void rill__tar_log_free(rill__tar_log_t* log);
