@@ -166,8 +166,10 @@ RILL_API int rill_df_from_csv_buffer(const void* data, size_t size, const rill_c
  * name its file and line. rill_csv_bad_rows answers for each file's own dataframe
  * (rill_df_concat_parts), not for the result. The files are opened side by side on up to
  * opts->threads threads (0: one per core; 1: one after another), each file's index pass given
- * the threads left over. Returns as rill_df_from_csv (when several files fail, the error of the
- * first of them in `paths`), or RILL_EINVAL (no paths, a NULL path). */
+ * the threads left over. A batch is cut into tasks of at least 16 rows a file (up to 65,536
+ * rows a task; 1,024 for a single file), so that a shuffled batch hands each file a few rows
+ * a call rather than one. Returns as rill_df_from_csv (when several files fail, the error of
+ * the first of them in `paths`), or RILL_EINVAL (no paths, a NULL path). */
 RILL_API int rill_df_from_csv_files(const char* const* paths, int npaths, const rill_csv_opts_t* opts,
                                     rill_df_t** out, rill_error_t* err);
 /* A row of a CSV file with too few or too many fields. */

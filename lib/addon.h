@@ -22,6 +22,10 @@ int rill__df_set_lend(rill_df_t* df, int column, rill__lend_fn lend, rill_error_
  * rill__df_add_source_group for `column` of df (a view's column: its parent's; a column put
  * side by side by rill_df_concat_columns: its part's), or NULL. */
 void* rill__df_column_ctx(const rill_df_t* df, int column);
+/* rill_df_concat, with tasks of at least part_rows rows for each part (0: the parts' own
+ * grain), at most 65,536: a reader of many files whose rows are cheap (CSV) then hands each
+ * part a few rows a call in a shuffled read, not one, when a batch is larger than a task. */
+int rill__df_concat(rill_df_t* const* parts, int nparts, int64_t part_rows, rill_df_t** out, rill_error_t* err);
 /* Any function pointer (ISO C converts function pointers only to function pointer types):
  * compare with (rill__fn_t)my_function. */
 typedef void (*rill__fn_t)(void);

@@ -417,7 +417,13 @@ static int match_part(concat_t* cc, int p, rill_error_t* err) {
   return RILL_OK;
 }
 
+enum { GRAIN_MAX = 65536 }; /* rows a task of rill__df_concat's spread grain takes at most */
+
 int rill_df_concat(rill_df_t* const* parts, int nparts, rill_df_t** out, rill_error_t* err) {
+  return rill__df_concat(parts, nparts, 0, out, err);
+}
+
+int rill__df_concat(rill_df_t* const* parts, int nparts, int64_t part_rows, rill_df_t** out, rill_error_t* err) {
   static const char who[] = "rill_df_concat";
   if (!out) return rill__fail(err, RILL_EINVAL, "%s: out is NULL", who);
   *out = NULL;
@@ -462,6 +468,10 @@ int rill_df_concat(rill_df_t* const* parts, int nparts, rill_df_t** out, rill_er
       nullable[i] |= c->field.nullable;
       if (c->opts.grain > o.grain) o.grain = c->opts.grain;
     }
+  }
+  if (part_rows > 0) { /* tasks of about part_rows rows a part, at most GRAIN_MAX rows */
+    int64_t spread = part_rows > GRAIN_MAX / nparts ? GRAIN_MAX : part_rows * nparts;
+    if (o.grain < spread) o.grain = spread;
   }
   rill_df_t* df = NULL;
   rc = rill__df_new_source_group(rows, names, types, nullable, cc->ncols, concat_fill, cc, concat_free, &o, &df, err);

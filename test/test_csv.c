@@ -2365,6 +2365,55 @@ static const char* csv_at(int slot, const char* name, const char* text) {
   return paths[slot];
 }
 
+/* A shuffled batch over many files is one task of the concatenation while it holds fewer
+ * than 16 rows a file: each file's call gets several rows, not one or two (a batch of 2,000
+ * rows over 200 files was cut into two 1,024-row tasks before). In-order batches too. */
+Test(csv, a_shuffled_batch_over_many_files_is_one_task) {
+  enum { NF = 200, ROWS = 10 };
+  static char names[NF][PATH_MAX];
+  const char* p[NF];
+  for (int f = 0; f < NF; f++) {
+    snprintf(names[f], sizeof names[f], "%s/part-%03d.csv", rt_tmpdir(), f);
+    FILE* w = fopen(names[f], "wb");
+    cr_assert_not_null(w);
+    fputs("id\n", w);
+    for (int r = 0; r < ROWS; r++) fprintf(w, "%d\n", f * ROWS + r);
+    fclose(w);
+    p[f] = names[f];
+  }
+  rill_error_t err = {0};
+  rill_df_t *df, *sh, *b;
+  RT_OK(rill_df_from_csv_files(p, NF, NULL, &df, &err), err);
+  for (int shuffled = 0; shuffled < 2; shuffled++) {
+    sh = NULL;
+    if (shuffled) RT_OK(rill_df_shuffle(df, 3, &sh, &err), err);
+    int col = 0;
+    RT_OK(rill_df_batch(shuffled ? sh : df, &col, 1, NF * ROWS, NULL, &b, &err), err);
+    rill_iter_t* it;
+    RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = 2}, &it, &err), err);
+    rill_row_t row;
+    RT_OK(rill_iter_next(it, &row, &err), err);
+    const rill_array_t* a = rill_row_get(&row, 0);
+    cr_assert_eq(a->length, NF * ROWS);
+    static uint8_t seen[NF * ROWS];
+    memset(seen, 0, sizeof seen);
+    for (int64_t i = 0; i < a->length; i++) {
+      int64_t v = ((const int64_t*)a->data)[i];
+      cr_assert(v >= 0 && v < NF * ROWS && !seen[v], "id %lld out of range or twice", (long long)v);
+      seen[v] = 1;
+      if (!shuffled) cr_assert_eq(v, i);
+    }
+    rill_iter_stats_t st;
+    rill_iter_stats(it, &st);
+    cr_assert_eq(st.stage_calls, 1, "%s: %lld calls of the files' source for one batch", shuffled ? "shuffled" : "in order",
+                 (long long)st.stage_calls);
+    rill_iter_free(it);
+    rill_df_free(b);
+    rill_df_free(sh);
+  }
+  rill_df_free(df);
+}
+
 Test(csv, several_files_read_as_one) {
   rill_error_t err = {0};
   rill_df_t* df;
