@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #if RILL_HAVE_PNG
@@ -42,12 +41,6 @@ typedef struct pipeline {
   int64_t images;
   int paths;         /* column of the batches with the paths, or -1 */
 } pipeline_t;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static double rss_mib(void) {
   FILE* f = fopen("/proc/self/statm", "r");
@@ -236,9 +229,9 @@ static int dir_pipeline(const char* cmd, int argc, char** argv, opts_t* o, int w
                         const char* usage, pipeline_t* p, double* setup_s) {
   int rc = parse_dir_command(cmd, argc, argv, o, with_out, allow_runs, usage);
   if (rc) return rc < 0 ? 0 : rc;
-  double t0 = now_s();
+  double t0 = rill_cli_now_s();
   if (pipeline_new(cmd, o, p)) return 1;
-  if (setup_s) *setup_s = now_s() - t0;
+  if (setup_s) *setup_s = rill_cli_now_s() - t0;
   return -1;
 }
 
@@ -252,12 +245,12 @@ typedef struct progress {
 
 static void progress_start(progress_t* pr, int64_t total) {
   pr->tty = isatty(STDERR_FILENO);
-  pr->start = pr->last = now_s();
+  pr->start = pr->last = rill_cli_now_s();
   pr->total = total;
 }
 
 static void progress_show(progress_t* pr, int64_t done, int final) {
-  double t = now_s();
+  double t = rill_cli_now_s();
   if (!final && t - pr->last < (pr->tty ? 0.1 : 2.0)) return;
   pr->last = t;
   double el = t - pr->start, rate = el > 0 ? done / el : 0;
@@ -374,10 +367,10 @@ static int run_epoch(const char* cmd, pipeline_t* p, progress_t* pr, int64_t don
   rill_iter_stats_t st;
   rill_iter_stats(p->it, &st);
   int64_t skipped_before = st.skipped; /* the iterator's counts run over all epochs */
-  double t0 = now_s();
+  double t0 = rill_cli_now_s();
   while ((rc = rill_iter_next(p->it, &row, &err)) == RILL_OK) {
     const rill_array_t* t = rill_row_get(&row, 0);
-    if (r->first_batch_s < 0) r->first_batch_s = now_s() - t0;
+    if (r->first_batch_s < 0) r->first_batch_s = rill_cli_now_s() - t0;
     if (keep_first && r->batches == 0) r->first = rill_array_retain(t);
     const rill_array_t* paths = keep_paths ? rill_row_get(&row, p->paths) : NULL;
     for (int64_t i = 0; paths && i < paths->length && r->nseen < p->images; i++) {
@@ -391,7 +384,7 @@ static int run_epoch(const char* cmd, pipeline_t* p, progress_t* pr, int64_t don
     r->batches++;
     if (pr) progress_show(pr, done_before + r->images, 0);
   }
-  r->seconds = now_s() - t0;
+  r->seconds = rill_cli_now_s() - t0;
   if (rc < 0) {
     if (pr && pr->tty) fputc('\n', stderr);
     fprintf(stderr, "rill %s: %s\n", cmd, err.message[0] ? err.message : rill_strerror(rc));
@@ -471,9 +464,9 @@ int rill_cmd_demo(int argc, char** argv) {
   if (!o.dir) o.dir = DEFAULT_CORPUS;
   if ((rc = check_dir("demo", &o, is_default))) return rc;
   pipeline_t p;
-  double t0 = now_s();
+  double t0 = rill_cli_now_s();
   if (pipeline_new("demo", &o, &p)) return 1;
-  double setup = now_s() - t0;
+  double setup = rill_cli_now_s() - t0;
   fprintf(stderr, "rill demo: %lld images in '%s' -> random resized crop %d, flip, normalize, batches of %d\n",
           (long long)p.images, o.dir, o.size, o.batch);
   progress_t pr;
@@ -489,9 +482,9 @@ int rill_cmd_demo(int argc, char** argv) {
            r.seconds > 0 ? r.images / r.seconds : 0, r.first_batch_s * 1e3, o.nshards ? "shard index" : "folder scan",
            setup * 1e3, (long long)r.skipped);
     if (r.first) {
-      double tp = now_s();
+      double tp = rill_cli_now_s();
       rc = save_grid("demo", o.out, r.first);
-      if (!rc) printf("preview of the first batch: %s (written in %.0f ms)\n", o.out, (now_s() - tp) * 1e3);
+      if (!rc) printf("preview of the first batch: %s (written in %.0f ms)\n", o.out, (rill_cli_now_s() - tp) * 1e3);
     }
   }
   run_result_free(&r);

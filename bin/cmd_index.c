@@ -2,7 +2,6 @@
  * (rill_tar_opts_t.index_dir), and prunes the folder (rill_tar_index_prune). */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "commands.h"
 #include "rill.h"
@@ -17,12 +16,6 @@ static const char USAGE[] =
     "instead of the shard's headers; an index already there that is still good is kept.\n"
     "  --prune  then remove from DIR the indexes no open would use: of shards gone or changed,\n"
     "           damaged ones, and temporary files left by a process stopped while saving\n";
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 int rill_cmd_index(int argc, char** argv) {
   static const char* shards[MAX_SHARDS]; /* one command a process */
@@ -59,14 +52,14 @@ int rill_cmd_index(int argc, char** argv) {
   if (rc) return rc;
   rill_error_t err = {0};
   if (nshards) {
-    double t0 = now_ms();
+    double t0 = rill_cli_now_s();
     rill_df_t* df = NULL;
     if (rill_df_from_tar(shards, nshards, &(rill_tar_opts_t){.index_dir = dir}, &df, &err) < 0) {
       fprintf(stderr, "rill index: %s\n", err.message);
       return 1;
     }
     printf("%d shard%s, %lld samples, indexed in %.1f ms; their indexes are in %s\n", nshards, nshards == 1 ? "" : "s",
-           (long long)rill_df_rows(df), now_ms() - t0, dir);
+           (long long)rill_df_rows(df), (rill_cli_now_s() - t0) * 1e3, dir);
     rill_df_free(df);
   }
   if (prune) {

@@ -9,6 +9,9 @@ int rill_cmd_preview(int argc, char** argv);      /* bin/cmd_image.c */
 int rill_cmd_bench_images(int argc, char** argv); /* bin/cmd_image.c */
 int rill_cmd_index(int argc, char** argv);        /* bin/cmd_index.c */
 
+/* Seconds on the monotonic clock (bin/rill.c): the commands' timings. */
+double rill_cli_now_s(void);
+
 /* A count given as an argument (bin/rill.c): decimal digits only (a sign, blanks, other text,
  * nothing at all and a value outside [lo, hi] are refused). 0, or -1. */
 int rill_cli_count(const char* v, long long lo, long long hi, long long* out);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "commands.h"
 #include "rill.h"
@@ -29,6 +30,12 @@ static void free_expanded(void) {
   for (int i = 0; i < nexpanded; i++) rill_expand_braces_free(expanded[i].paths, expanded[i].n);
   free(expanded);
   expanded = NULL, nexpanded = 0;
+}
+
+double rill_cli_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 int rill_cli_expand_paths(const char* cmd, const char** list, int* n, int max) {
