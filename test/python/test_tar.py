@@ -840,3 +840,5 @@ def test_prune_tar_indexes_removes_what_no_open_would_use(tmp_path):
         rill.prune_tar_indexes(tmp_path / "nowhere")
     with pytest.raises(TypeError):
         rill.prune_tar_indexes(3)
+    with pytest.raises(rill.InvalidArgumentError, match="the path holds a NUL character"):
+        rill.prune_tar_indexes(str(idx) + "\0/elsewhere")

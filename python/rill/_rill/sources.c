@@ -1163,6 +1163,10 @@ static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
 static PyObject* py_prune_tar_indexes(PyObject* m, PyObject* index_dir) {
   PyObject* dir = rillpy_fspath(index_dir);
   if (!dir) return NULL;
+  if (memchr(PyBytes_AS_STRING(dir), 0, (size_t)PyBytes_GET_SIZE(dir))) { /* it would prune the folder before it */
+    Py_DECREF(dir);
+    return rillpy_invalid("prune_tar_indexes: the path holds a NUL character");
+  }
   int64_t kept = 0, removed = 0;
   rill_error_t err;
   rill_error_clear(&err);
