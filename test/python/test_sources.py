@@ -740,6 +740,39 @@ def test_from_files_and_file_list(tmp_path):
         rill.from_files("abc")
 
 
+def test_a_path_holding_a_nul_character_is_refused(tmp_path):
+    # cut at the NUL, each path would name a file or folder that opens: the read must not go there
+    from PIL import Image
+    (tmp_path / "c").mkdir()
+    Image.new("RGB", (2, 2)).save(tmp_path / "c" / "0.png")
+    write_csv(tmp_path / "a.csv", [["x"], ["1"]])
+    (tmp_path / "list.txt").write_text("a.csv\n")
+    con = sqlite3.connect(tmp_path / "a.db")
+    con.execute("CREATE TABLE t (x INTEGER)")
+    con.commit()
+    con.close()
+    cut = str(tmp_path / "a.csv") + "\0.gz"
+    calls = [
+        (lambda: rill.from_csv(cut), cut),
+        (lambda: rill.from_csv(cut.encode()), cut.encode()),
+        (lambda: rill.from_csv([tmp_path / "a.csv", cut]), cut),
+        (lambda: rill.from_csv(str(tmp_path / "a.csv\0{1,2}")), str(tmp_path / "a.csv\0{1,2}")),
+        (lambda: rill.from_files([tmp_path / "a.csv", cut]), cut),
+        (lambda: rill.from_file_list(str(tmp_path / "list.txt") + "\0x"), str(tmp_path / "list.txt") + "\0x"),
+        (lambda: rill.from_image_folder(str(tmp_path) + "\0/c"), str(tmp_path) + "\0/c"),
+        (lambda: rill.from_sqlite(str(tmp_path / "a.db") + "\0x", "t"), str(tmp_path / "a.db") + "\0x"),
+    ]
+    for call, path in calls:
+        with pytest.raises(rill.InvalidArgumentError) as e:
+            call()
+        assert str(e.value) == f"the path {path!r} holds a NUL character"
+        assert e.value.code == rill.EINVAL
+    # the same paths without the NUL's tail open
+    assert len(rill.from_csv(tmp_path / "a.csv")) == 1
+    assert len(rill.from_image_folder(tmp_path)) == 1
+    assert len(rill.from_sqlite(tmp_path / "a.db", "t")) == 0
+
+
 def test_from_image_folder(tmp_path):
     from PIL import Image
     for cls, color in (("cat", (255, 0, 0)), ("dog", (0, 255, 0))):

@@ -731,7 +731,7 @@ def test_expand_braces_types_and_escapes(tmp_path):
     ("{1..99999999999999999999}", "a number of the range {1..99999999999999999999} is out of range"),
     ("{0..1000000}", "'{0..1000000}' expands to more than 1000000 paths"),
     ("", "expand_braces: empty pattern"),
-    ("a\0{1,2}", "expand_braces: the pattern holds a NUL character"),
+    ("a\0{1,2}", "the path 'a\\x00{1,2}' holds a NUL character"),
 ])
 def test_expand_braces_errors(pattern, message):
     with pytest.raises(rill.InvalidArgumentError) as e:
@@ -807,6 +807,13 @@ def test_from_tar_index_dir_errors(tmp_path):
         rill.from_tar(str(tmp_path / "a.tar"), index_dir=tmp_path / "a.tar")
     with pytest.raises(TypeError):
         rill.from_tar(str(tmp_path / "a.tar"), index_dir=3)
+    # a NUL would end the C string: the index would be saved in tmp_path, the archive read is a.tar
+    with pytest.raises(rill.InvalidArgumentError, match=r"the path '.*\\x00idx' holds a NUL character"):
+        rill.from_tar(str(tmp_path / "a.tar"), index_dir=str(tmp_path) + "\0idx")
+    for paths in (str(tmp_path / "a.tar") + "\0x", [str(tmp_path / "a.tar") + "\0x"]):
+        with pytest.raises(rill.InvalidArgumentError, match=r"a\.tar\\x00x' holds a NUL character"):
+            rill.from_tar(paths)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar"]
     # a damaged saved index is not used
     idx = tmp_path / "idx"
     idx.mkdir()
@@ -840,5 +847,5 @@ def test_prune_tar_indexes_removes_what_no_open_would_use(tmp_path):
         rill.prune_tar_indexes(tmp_path / "nowhere")
     with pytest.raises(TypeError):
         rill.prune_tar_indexes(3)
-    with pytest.raises(rill.InvalidArgumentError, match="the path holds a NUL character"):
+    with pytest.raises(rill.InvalidArgumentError, match=r"the path '.*\\x00/elsewhere' holds a NUL character"):
         rill.prune_tar_indexes(str(idx) + "\0/elsewhere")

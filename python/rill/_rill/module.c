@@ -515,8 +515,11 @@ int rillpy_parse_columns(rill_df_t* df, PyObject* o, int** out, int* n) {
 PyObject* rillpy_fspath(PyObject* o) {
   PyObject* p = PyOS_FSPath(o);
   if (p == NULL) return NULL;
-  if (PyBytes_Check(p)) return p;
-  PyObject* b = PyUnicode_EncodeFSDefault(p);
+  PyObject* b = PyBytes_Check(p) ? Py_NewRef(p) : PyUnicode_EncodeFSDefault(p);
+  if (b && memchr(PyBytes_AS_STRING(b), 0, (size_t)PyBytes_GET_SIZE(b))) { /* the C string would end there */
+    Py_CLEAR(b);
+    rillpy_invalid("the path %R holds a NUL character", p);
+  }
   Py_DECREF(p);
   return b;
 }

@@ -121,7 +121,8 @@ int rillpy_parse_grain(long long grain, int64_t* out);
 int rillpy_parse_column(rill_df_t* df, PyObject* o, int* out);
 /* A list of columns (None -> all when `all` is set, else NULL/0). *out is PyMem; free it. */
 int rillpy_parse_columns(rill_df_t* df, PyObject* o, int** out, int* n);
-/* A filesystem path (str or os.PathLike) as a new bytes object, or NULL (raised). */
+/* A filesystem path (str, bytes or os.PathLike) as a new bytes object, or NULL (raised);
+ * InvalidArgumentError for a path holding a NUL character, which the C string would end at. */
 PyObject* rillpy_fspath(PyObject* o);
 /* Python views of C values. */
 PyObject* rillpy_dtype_name(rill_dtype_t dtype);  /* new str */

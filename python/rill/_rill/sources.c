@@ -1093,10 +1093,6 @@ static PyObject* expand_pattern(PyObject* b, int as_str) {
 static PyObject* py_expand_braces(PyObject* m, PyObject* pattern) {
   PyObject* b = rillpy_fspath(pattern);
   if (!b) return NULL;
-  if (memchr(PyBytes_AS_STRING(b), 0, (size_t)PyBytes_GET_SIZE(b))) {
-    Py_DECREF(b);
-    return rillpy_invalid("expand_braces: the pattern holds a NUL character");
-  }
   PyObject* list = expand_pattern(b, !PyBytes_Check(pattern));
   Py_DECREF(b);
   return list;
@@ -1163,10 +1159,6 @@ static PyObject* py_from_tar(PyObject* m, PyObject* args, PyObject* kw) {
 static PyObject* py_prune_tar_indexes(PyObject* m, PyObject* index_dir) {
   PyObject* dir = rillpy_fspath(index_dir);
   if (!dir) return NULL;
-  if (memchr(PyBytes_AS_STRING(dir), 0, (size_t)PyBytes_GET_SIZE(dir))) { /* it would prune the folder before it */
-    Py_DECREF(dir);
-    return rillpy_invalid("prune_tar_indexes: the path holds a NUL character");
-  }
   int64_t kept = 0, removed = 0;
   rill_error_t err;
   rill_error_clear(&err);
