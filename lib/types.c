@@ -55,9 +55,24 @@ const char* rill_dtype_name(rill_dtype_t dtype) {
   return "invalid";
 }
 
-/* Written straight into the result (a memset of a local and a copy stalled on store
- * forwarding): stage functions call this once per call. */
-rill_type_t rill_type_scalar(rill_dtype_t dtype) { return (rill_type_t){.dtype = dtype}; }
+/* Stage functions call this once per call and pass the result on by value, so its stores must
+ * forward to the caller's copy. Built in place, the type is a 4-byte store of the dtype and
+ * 16-byte stores from byte 4; the caller copies it with 16-byte loads from byte 0, none of
+ * which lies within one store, and each waits for the stores to reach the cache (7-8 ns a call
+ * measured here). A copy of a whole prebuilt type stores 16 bytes at a time from byte 0. */
+#define SCALAR(d) [d] = {.dtype = d}
+static const rill_type_t scalar_types[RILL_TIMESTAMP_US + 1] = {
+  SCALAR(RILL_BOOL),    SCALAR(RILL_INT8),    SCALAR(RILL_INT16),   SCALAR(RILL_INT32),   SCALAR(RILL_INT64),
+  SCALAR(RILL_UINT8),   SCALAR(RILL_UINT16),  SCALAR(RILL_UINT32),  SCALAR(RILL_UINT64),  SCALAR(RILL_FLOAT16),
+  SCALAR(RILL_BFLOAT16), SCALAR(RILL_FLOAT32), SCALAR(RILL_FLOAT64), SCALAR(RILL_STRING), SCALAR(RILL_BINARY),
+  SCALAR(RILL_TIMESTAMP_US),
+};
+#undef SCALAR
+
+rill_type_t rill_type_scalar(rill_dtype_t dtype) {
+  if ((unsigned)dtype < sizeof scalar_types / sizeof scalar_types[0]) return scalar_types[dtype];
+  return (rill_type_t){.dtype = dtype}; /* not a dtype: kept as given, refused where it is used */
+}
 
 rill_type_t rill_type_tensor(rill_dtype_t dtype, int ndim, const int64_t* shape) {
   rill_type_t t = rill_type_scalar(dtype);

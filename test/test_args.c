@@ -33,6 +33,31 @@ Test(types, ndim_out_of_range_and_null_type) {
   cr_assert_null(a);
 }
 
+/* Every dtype's scalar type (taken from a table) and a value that is no dtype (kept as given):
+ * the dtype, no dimension, every byte of the shape zero. */
+Test(types, scalar_types_of_every_dtype_and_of_no_dtype) {
+  const int64_t zero[RILL_MAX_NDIM] = {0};
+  int dtypes[] = {0, RILL_BOOL, RILL_INT8, RILL_INT64, RILL_FLOAT32, RILL_STRING, RILL_TIMESTAMP_US,
+                  RILL_TIMESTAMP_US + 1, 1000, -1};
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+    rill_type_t t = rill_type_scalar((rill_dtype_t)dtypes[i]);
+    cr_assert_eq((int)t.dtype, dtypes[i]);
+    cr_assert_eq(t.ndim, 0, "dtype %d", dtypes[i]);
+    cr_assert_eq(memcmp(t.shape, zero, sizeof zero), 0, "dtype %d", dtypes[i]);
+  }
+  for (int d = RILL_BOOL; d <= RILL_TIMESTAMP_US; d++) {
+    rill_type_t t = rill_type_scalar((rill_dtype_t)d);
+    cr_assert_eq((int)t.dtype, d);
+    cr_assert_neq(strcmp(rill_dtype_name(t.dtype), "invalid"), 0, "dtype %d", d);
+    cr_assert(rill_type_equal(&t, &t), "dtype %d", d);
+    cr_assert_eq(rill_type_cell_bytes(&t), rill_dtype_size(t.dtype) ? (int64_t)rill_dtype_size(t.dtype) : -1);
+  }
+  rill_type_t bad = rill_type_scalar((rill_dtype_t)1000);
+  char buf[64];
+  cr_assert_eq(rill_type_is_fixed(&bad), 0);
+  cr_assert_str_eq(rill_type_format(&bad, buf, sizeof buf), "invalid");
+}
+
 /* ---------------------------------------------------------------- NULL and out-of-range */
 
 Test(args, null_and_out_of_range_arguments) {
