@@ -12,6 +12,11 @@
 typedef struct part {
   rill_df_t* df;
   int* col; /* col[i]: the part's column holding column i of the result */
+  /* src[i], grp[i]: that column and its source group (NULL: none), read by every call over
+   * the part without a walk through its dataframe (a shuffled batch over many files calls
+   * each of them, and their dataframes' blocks are out of the cache by then) */
+  const rill__column_t** src;
+  const rill__srcgroup_t** grp;
 } part_t;
 
 struct concat;
@@ -36,6 +41,8 @@ static void concat_free(void* ctx) {
       rill_df_free(cc->parts[p].df);
     }
     rill__free(cc->parts[p].col);
+    rill__free(cc->parts[p].src);
+    rill__free(cc->parts[p].grp);
   }
   rill__free(cc->parts);
   rill__free(cc->first);
@@ -90,17 +97,16 @@ static int fill_part(const concat_t* cc, int p, const int64_t* local, int64_t k,
   memset(done, 0, sizeof done);
   for (int i = 0; i < cc->ncols; i++) {
     if (!outs[i] || done[i]) continue;
-    const rill__column_t* c = pt->df->cols[pt->col[i]];
+    const rill__column_t* c = pt->src[i];
     rill_error_clear(err);
     int rc;
-    if (c->group) {
-      const rill__srcgroup_t* g = c->group;
+    const rill__srcgroup_t* g = pt->grp[i];
+    if (g) {
       rill_array_t* gouts[g->n];
       memset(gouts, 0, sizeof gouts);
       for (int j = i; j < cc->ncols; j++) {
-        int gi = pt->col[j] - g->first;
-        if (!outs[j] || done[j] || gi < 0 || gi >= g->n || pt->df->cols[pt->col[j]]->group != g) continue;
-        gouts[gi] = outs[j];
+        if (!outs[j] || done[j] || pt->grp[j] != g) continue;
+        gouts[pt->col[j] - g->first] = outs[j];
         done[j] = 1;
       }
       rc = call_source(c, local, k, gouts, exec, err);
@@ -289,7 +295,7 @@ static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_a
     rc = rill_error_set(err, RILL_ENOMEM, "out of memory copying the cells");
   for (int i = 0; i < nc && rc == RILL_OK; i++) {
     if (!outs[i]) continue;
-    rill_type_t ty = cc->parts[0].df->cols[cc->parts[0].col[i]]->field.type;
+    rill_type_t ty = cc->parts[0].src[i]->field.type;
     if ((rc = rill_exec_alloc(exec, outs[i], ty, n)) == RILL_OK) {
       for (int u = 0; u < nu; u++) src[u] = tmp[u * nc + i];
       rc = gather(outs[i], src, sof, at, bad, rill_type_cell_bytes(&ty));
@@ -342,7 +348,7 @@ static int concat_lend(void* ctx, int64_t start, int64_t n, rill_array_t** out) 
   const concat_t* cc = ref->cc;
   int p = part_of(cc, start);
   if (start + n > cc->first[p + 1]) return RILL_ENOTSUP;
-  const rill__column_t* c = cc->parts[p].df->cols[cc->parts[p].col[ref->i]];
+  const rill__column_t* c = cc->parts[p].src[ref->i];
   if (!c->lend || c->opts.where != RILL_STAGE_CPU) return RILL_ENOTSUP;
   return c->lend(c->ctx, start - cc->first[p], n, out);
 }
@@ -413,6 +419,8 @@ static int match_part(concat_t* cc, int p, rill_error_t* err) {
                         rill_type_format(&f0->type, t0, sizeof t0), rill_type_format(&f->type, t1, sizeof t1), p);
     }
     cc->parts[p].col[i] = k;
+    cc->parts[p].src[i] = d->cols[k];
+    cc->parts[p].grp[i] = d->cols[k]->group;
   }
   return RILL_OK;
 }
@@ -442,7 +450,11 @@ int rill__df_concat(rill_df_t* const* parts, int nparts, int64_t part_rows, rill
     rill__df_retain(parts[p]);
     rill__df_freeze(parts[p], 1); /* columns added later would not be in the result */
     cc->nparts = p + 1;
-    if (!(cc->parts[p].col = rill__calloc((size_t)cc->ncols + 1, sizeof(int))))
+    part_t* pt = &cc->parts[p];
+    pt->col = rill__calloc((size_t)cc->ncols + 1, sizeof *pt->col);
+    pt->src = rill__calloc((size_t)cc->ncols + 1, sizeof *pt->src);
+    pt->grp = rill__calloc((size_t)cc->ncols + 1, sizeof *pt->grp);
+    if (!pt->col || !pt->src || !pt->grp)
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
     else rc = match_part(cc, p, err);
     if (rc == RILL_OK && parts[p]->rows > INT64_MAX - cc->first[p])
@@ -464,7 +476,7 @@ int rill__df_concat(rill_df_t* const* parts, int nparts, int64_t part_rows, rill
     types[i] = d0->cols[i]->field.type;
     nullable[i] = 0;
     for (int p = 0; p < nparts; p++) {
-      const rill__column_t* c = parts[p]->cols[cc->parts[p].col[i]];
+      const rill__column_t* c = cc->parts[p].src[i];
       nullable[i] |= c->field.nullable;
       if (c->opts.grain > o.grain) o.grain = c->opts.grain;
     }
@@ -480,7 +492,7 @@ int rill__df_concat(rill_df_t* const* parts, int nparts, int64_t part_rows, rill
   cc->refs = rill__calloc((size_t)cc->ncols, sizeof *cc->refs);
   for (int i = 0; cc->refs && i < cc->ncols; i++) {
     int all = 1;
-    for (int p = 0; p < nparts; p++) all &= parts[p]->cols[cc->parts[p].col[i]]->lend != NULL;
+    for (int p = 0; p < nparts; p++) all &= cc->parts[p].src[i]->lend != NULL;
     cc->refs[i] = (column_ref_t){cc, i};
     if (!all) continue;
     df->cols[i]->ctx = &cc->refs[i];
