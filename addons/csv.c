@@ -746,6 +746,31 @@ static int fill_pinned(const int64_t* rows, int64_t n, rill_array_t* const* outs
   return rc;
 }
 
+/* Holds file c mapped when it is (as csv_pin does, without mapping it again or marking it
+ * used): 1, to be let go by csv_unpin; 0 when it is not mapped now. */
+static int csv_hold_if_mapped(rill__csv_t* c) {
+  if (!c->evictable) return 1;
+  atomic_fetch_add(&c->pins, 1);
+  if (atomic_load(&c->present)) return 1;
+  atomic_fetch_sub(&c->pins, 1);
+  return 0;
+}
+
+/* The group's prefetch hook (rill__prefetch_fn): step 0 the rows' index entries, step 1 the
+ * first bytes of their records while the file is held mapped; a file unmapped meanwhile (more
+ * files than stay mapped) is left to the call, which maps it again: a hint must not map it,
+ * or unmap another. Rows out of range are left to the call too. */
+static void csv_prefetch(void* ctx, const int64_t* rows, int64_t n, int step) {
+  rill__csv_t* c = ctx;
+  if (step != 0 && !csv_hold_if_mapped(c)) return;
+  for (int64_t j = 0; j < n; j++) {
+    if (rows[j] < 0 || rows[j] >= c->nrows) continue;
+    if (step == 0) rill__csv_prefetch_offset(c, rows[j]);
+    else rill__csv_prefetch_row(c, rows[j]);
+  }
+  if (step != 0) csv_unpin(c);
+}
+
 /* The group's function: fill_pinned with c's bytes kept in place. */
 static int csv_fill(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts, rill_exec_t* exec,
                     void* ctx, rill_error_t* err) {
@@ -1258,6 +1283,11 @@ static int csv_frame(rill__csv_t* c, const rill_csv_opts_t* o, rill_df_t** out, 
   atomic_fetch_add(&c->refs, 1);
   rc = rill__df_new_source_group(c->nrows, (const char* const*)c->names, types, nullable, c->ncols, csv_fill, c,
                                  csv_unref_ctx, &so, out, err);
+  for (int k = 0; rc == RILL_OK && k < c->ncols; k++) rc = rill__df_set_prefetch(*out, k, csv_prefetch, err);
+  if (rc != RILL_OK && *out) {
+    rill_df_free(*out);
+    *out = NULL;
+  }
   rill__free(types);
   rill__free(nullable);
   return rc;

@@ -130,6 +130,20 @@ static inline int64_t rill__csv_start(const rill__csv_t* c, int64_t r) {
   return o != RILL__CSV_FAR ? b->base + o : rill__csv_far(c->far, c->nfar, r);
 }
 
+/* Asks for the index entry of row r, and for the first bytes of row r's record, without
+ * waiting (a shuffled read waits for memory twice a row: for its offset, then for its text).
+ * The second reads c->data: a mapped file's caller holds it mapped (csv_pin). */
+static inline void rill__csv_prefetch_offset(const rill__csv_t* c, int64_t r) {
+  const rill__csv_block_t* b = &c->blocks[r >> RILL__CSV_BLOCK_SHIFT];
+  __builtin_prefetch(b->off + (r & (((int64_t)1 << RILL__CSV_BLOCK_SHIFT) - 1)));
+}
+
+static inline void rill__csv_prefetch_row(const rill__csv_t* c, int64_t r) {
+  const rill__csv_block_t* b = &c->blocks[r >> RILL__CSV_BLOCK_SHIFT];
+  uint32_t o = b->off[r & (((int64_t)1 << RILL__CSV_BLOCK_SHIFT) - 1)];
+  if (o != RILL__CSV_FAR) __builtin_prefetch(c->data + b->base + o);
+}
+
 /* Hands the mapped pages inside [a, b) back to the kernel (csv.c); no-op for buffers. */
 void rill__csv_drop(const rill__csv_t* c, int64_t a, int64_t b);
 

@@ -18,6 +18,19 @@ typedef int (*rill__lend_fn)(void* ctx, int64_t start, int64_t n, rill_array_t**
  * building the dataframe. */
 int rill__df_set_lend(rill_df_t* df, int column, rill__lend_fn lend, rill_error_t* err);
 
+/* ---- asking for a call's memory ahead of it
+ * A source's hint: ask the memory for the memory a call over rows[0..n) reads first, without
+ * waiting for it. Step 0 asks for what tells where the rows lie (an index), step 1, called
+ * after step 0 with the same rows, for the rows themselves. A caller that calls many sources
+ * a few rows each (rill_df_concat in a shuffled read over many files) calls both steps for
+ * all of them first, so that their waits for memory overlap instead of each call waiting in
+ * turn. Called with the ctx of the column's source (a column of a source group: the group's),
+ * on any thread, concurrently with calls; it must change nothing a call or a result sees. */
+typedef void (*rill__prefetch_fn)(void* ctx, const int64_t* rows, int64_t n, int step);
+/* Gives source `column` of `df` a prefetch hook. RILL_EINVAL (with a message) when the column
+ * is not a source of df. Not thread-safe: call it while building the dataframe. */
+int rill__df_set_prefetch(rill_df_t* df, int column, rill__prefetch_fn prefetch, rill_error_t* err);
+
 /* ---- a column's context: the ctx given to rill_df_add_source / rill_df_map /
  * rill__df_add_source_group for `column` of df (a view's column: its parent's; a column put
  * side by side by rill_df_concat_columns: its part's), or NULL. */

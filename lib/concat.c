@@ -17,6 +17,7 @@ typedef struct part {
    * each of them, and their dataframes' blocks are out of the cache by then) */
   const rill__column_t** src;
   const rill__srcgroup_t** grp;
+  void** pctx; /* pctx[i]: the ctx of column i's prefetch hook (its source's or group's) */
 } part_t;
 
 struct concat;
@@ -43,6 +44,7 @@ static void concat_free(void* ctx) {
     rill__free(cc->parts[p].col);
     rill__free(cc->parts[p].src);
     rill__free(cc->parts[p].grp);
+    rill__free(cc->parts[p].pctx);
   }
   rill__free(cc->parts);
   rill__free(cc->first);
@@ -221,6 +223,26 @@ static void spare_give(spare_t* s, rill_array_t* a) {
   rill_array_release(a);
 }
 
+/* The calls over parts used[0..nu) (part used[u] gets rows local[start[u]..start[u+1])) wait
+ * for memory row by row: over 400 CSV files, a call's split of each row waited for its offset
+ * in the index, then for its text. Before the call over part u, the parts' prefetch hooks (of
+ * the first column asked for) ask for the text of part u + AHEAD_PARTS's rows and for the
+ * offsets of part u + 2 * AHEAD_PARTS's, so that those waits overlap the calls between. */
+enum { AHEAD_PARTS = 2 };
+
+static int first_asked(const concat_t* cc, rill_array_t* const* outs) {
+  int i = 0;
+  while (i < cc->ncols && !outs[i]) i++;
+  return i;
+}
+
+static void prefetch_part(const concat_t* cc, int i, const int* used, int nu, const int64_t* start,
+                          const int64_t* local, int u, int step) {
+  if (u >= nu || i >= cc->ncols) return;
+  const part_t* pt = &cc->parts[used[u]];
+  if (pt->src[i]->prefetch) pt->src[i]->prefetch(pt->pctx[i], local + start[u], start[u + 1] - start[u], step);
+}
+
 /* A call whose rows lie in several parts: one call per part that holds some of them, into
  * arrays of its own, then the cells copied into outs. A part that fails at one of its cells
  * stops there; the cells of the result before the first such cell (over every part) are kept
@@ -265,7 +287,12 @@ static int fill_mixed(const concat_t* cc, const int64_t* rows, int64_t n, rill_a
     rc = rill_error_set(err, RILL_ENOMEM, "out of memory splitting the rows among the parts");
     goto out;
   }
+  int pi = first_asked(cc, outs);
+  for (int u = 0; u < 2 * AHEAD_PARTS; u++) prefetch_part(cc, pi, used, nu, start, local, u, 0);
+  for (int u = 0; u < AHEAD_PARTS; u++) prefetch_part(cc, pi, used, nu, start, local, u, 1);
   for (int u = 0; u < nu && rc == RILL_OK; u++) {
+    prefetch_part(cc, pi, used, nu, start, local, u + 2 * AHEAD_PARTS, 0);
+    prefetch_part(cc, pi, used, nu, start, local, u + AHEAD_PARTS, 1);
     int64_t b = start[u], k = start[u + 1] - b;
     for (int i = 0; i < nc; i++) {
       pouts[i] = NULL;
@@ -421,6 +448,7 @@ static int match_part(concat_t* cc, int p, rill_error_t* err) {
     cc->parts[p].col[i] = k;
     cc->parts[p].src[i] = d->cols[k];
     cc->parts[p].grp[i] = d->cols[k]->group;
+    cc->parts[p].pctx[i] = d->cols[k]->group ? d->cols[k]->group->ctx : d->cols[k]->ctx;
   }
   return RILL_OK;
 }
@@ -454,7 +482,8 @@ int rill__df_concat(rill_df_t* const* parts, int nparts, int64_t part_rows, rill
     pt->col = rill__calloc((size_t)cc->ncols + 1, sizeof *pt->col);
     pt->src = rill__calloc((size_t)cc->ncols + 1, sizeof *pt->src);
     pt->grp = rill__calloc((size_t)cc->ncols + 1, sizeof *pt->grp);
-    if (!pt->col || !pt->src || !pt->grp)
+    pt->pctx = rill__calloc((size_t)cc->ncols + 1, sizeof *pt->pctx);
+    if (!pt->col || !pt->src || !pt->grp || !pt->pctx)
       rc = rill__fail(err, RILL_ENOMEM, "%s: out of memory", who);
     else rc = match_part(cc, p, err);
     if (rc == RILL_OK && parts[p]->rows > INT64_MAX - cc->first[p])

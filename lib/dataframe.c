@@ -287,14 +287,35 @@ rill__fn_t rill__df_column_fn(const rill_df_t* df, int column) {
   return NULL;
 }
 
-int rill__df_set_lend(rill_df_t* df, int column, rill__lend_fn lend, rill_error_t* err) {
-  const char* who = "rill__df_set_lend";
-  if (!df) return rill__fail(err, RILL_EINVAL, "%s: the dataframe is NULL", who);
-  if (column < 0 || column >= df->ncols) return rill__bad_column(err, who, df, column);
+/* Source `column` of df for a hook's setter `who`, or NULL (err set). */
+static rill__column_t* hooked_source(rill_df_t* df, int column, const char* who, rill_error_t* err) {
+  if (!df) {
+    rill__fail(err, RILL_EINVAL, "%s: the dataframe is NULL", who);
+    return NULL;
+  }
+  if (column < 0 || column >= df->ncols) {
+    rill__bad_column(err, who, df, column);
+    return NULL;
+  }
   rill__column_t* c = df->cols[column];
-  if (c->kind != RILL__COL_SOURCE)
-    return rill__fail(err, RILL_EINVAL, "%s: column '%s' is not a source of the dataframe", who, c->field.name);
+  if (c->kind != RILL__COL_SOURCE) {
+    rill__fail(err, RILL_EINVAL, "%s: column '%s' is not a source of the dataframe", who, c->field.name);
+    return NULL;
+  }
+  return c;
+}
+
+int rill__df_set_lend(rill_df_t* df, int column, rill__lend_fn lend, rill_error_t* err) {
+  rill__column_t* c = hooked_source(df, column, "rill__df_set_lend", err);
+  if (!c) return RILL_EINVAL;
   c->lend = lend;
+  return RILL_OK;
+}
+
+int rill__df_set_prefetch(rill_df_t* df, int column, rill__prefetch_fn prefetch, rill_error_t* err) {
+  rill__column_t* c = hooked_source(df, column, "rill__df_set_prefetch", err);
+  if (!c) return RILL_EINVAL;
+  c->prefetch = prefetch;
   return RILL_OK;
 }
 

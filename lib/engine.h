@@ -137,6 +137,7 @@ typedef struct rill__column {
   int pcol;
   int transpose; /* batch column: 3-D HWC cells become CHW */
   rill__lend_fn lend; /* source: consecutive rows without a call (NULL: none) */
+  rill__prefetch_fn prefetch; /* source: asks for a call's memory ahead of it (NULL: none) */
   rill__srcgroup_t* group; /* source filled with other columns by one call (NULL: none) */
   int gi;                  /* index of the column in its group (outs[gi]) */
   pthread_mutex_t serial;

@@ -17,6 +17,12 @@ typedef struct grp {
   int64_t fail_row;          /* row whose cell fails (-1: none) */
   int fail_col;              /* the column at fault (-1: all) */
   int freed;
+  /* prefetch hook (grp_prefetch): seen[row] 0 -> 1 (step 0) -> 2 (step 1) -> 3 (filled) when
+   * set; a step out of that order counts in misordered, a row filled without being asked for
+   * (a call over one part's rows only) in unasked */
+  uint8_t* seen;
+  _Atomic int64_t prefetched[2];
+  _Atomic int64_t misordered, unasked;
 } grp_t;
 
 static int grp_fn(const int64_t* rows, int64_t n, rill_array_t* const* outs, int nouts, rill_exec_t* exec,
@@ -24,6 +30,12 @@ static int grp_fn(const int64_t* rows, int64_t n, rill_array_t* const* outs, int
   grp_t* g = ctx;
   cr_assert_eq(nouts, 3);
   atomic_fetch_add(&g->calls, 1);
+  for (int64_t i = 0; g->seen && i < n; i++) {
+    uint8_t s = g->seen[rows[i]];
+    if (s == 0) atomic_fetch_add(&g->unasked, 1);
+    else if (s != 2) atomic_fetch_add(&g->misordered, 1);
+    g->seen[rows[i]] = 3;
+  }
   for (int j = 0; j < 3; j++)
     if (outs[j]) atomic_fetch_add(&g->filled[j], n);
   int r = RILL_OK;
@@ -276,6 +288,78 @@ static int copy_map(const rill_array_t* const* in, int nin, rill_array_t* out, r
   if (r != RILL_OK) return rill_error_set(err, r, "alloc");
   memcpy(out->data, in[0]->data, (size_t)in[0]->data_size);
   return RILL_OK;
+}
+
+static void grp_prefetch(void* ctx, const int64_t* rows, int64_t n, int step) {
+  grp_t* g = ctx;
+  cr_assert(step == 0 || step == 1, "step %d", step);
+  for (int64_t i = 0; i < n; i++) {
+    if (g->seen[rows[i]] != step) atomic_fetch_add(&g->misordered, 1);
+    g->seen[rows[i]] = (uint8_t)(step + 1);
+  }
+  atomic_fetch_add(&g->prefetched[step], n);
+}
+
+/* A shuffled read over three parts in batches: each batch's call over several parts asks each
+ * part's hook for step 0, then step 1 of its rows before the part's call over them (every
+ * row of every part, once each, in that order), and the cells are the parts' own. With worker
+ * threads a batch may be cut into tasks, and a task over one part's rows asks nothing (its
+ * part is called at once): there the order is checked, not the count. */
+Test(addon, prefetch_hooks_are_asked_ahead_of_each_parts_call) {
+  rill_error_t err = {0};
+  enum { NP = 3, ROWS = 40, B = 12 };
+  for (int threads = 0; threads < 2; threads++) {
+    grp_t g[NP];
+    uint8_t seen[NP][ROWS];
+    rill_df_t* parts[NP];
+    for (int p = 0; p < NP; p++) {
+      parts[p] = grp_df(&g[p], ROWS, RILL_ON_ERROR_RAISE, 0);
+      memset(seen[p], 0, sizeof seen[p]);
+      g[p].seen = seen[p];
+      for (int k = 0; k < 3; k++) RT_OK(rill__df_set_prefetch(parts[p], k, grp_prefetch, &err), err);
+    }
+    rill_df_t *cat, *sh, *b;
+    RT_OK(rill_df_concat(parts, NP, &cat, &err), err);
+    RT_OK(rill_df_shuffle(cat, 7, &sh, &err), err);
+    RT_OK(rill_df_batch(sh, (int[]){0, 2}, 2, B, NULL, &b, &err), err);
+    rill_iter_t* it;
+    RT_OK(rill_iter_new(b, &(rill_iter_opts_t){.threads = threads ? 2 : RILL_THREADS_NONE}, &it, &err), err);
+    rill_row_t row;
+    int64_t n = 0;
+    int rc;
+    while ((rc = rill_iter_next(it, &row, &err)) == RILL_OK) {
+      const rill_array_t *a = rill_row_get(&row, 0), *f = rill_row_get(&row, 1);
+      for (int64_t i = 0; i < a->length; i++)
+        cr_assert_eq(((const double*)f->data)[i], ((const int64_t*)a->data)[i] / 2.0);
+      n += a->length;
+    }
+    cr_assert_eq(rc, RILL_END, "%s", err.message);
+    cr_assert_eq(n, NP * ROWS);
+    rill_iter_free(it);
+    int64_t asked = 0;
+    for (int p = 0; p < NP; p++) {
+      cr_assert_eq(atomic_load(&g[p].misordered), 0, "part %d: a row filled or asked for out of order", p);
+      int64_t unasked = atomic_load(&g[p].unasked);
+      cr_assert_eq(atomic_load(&g[p].prefetched[0]) + unasked, ROWS, "part %d", p);
+      cr_assert_eq(atomic_load(&g[p].prefetched[1]) + unasked, ROWS, "part %d", p);
+      if (!threads) cr_assert_eq(unasked, 0, "part %d: %lld rows filled without being asked for", p, (long long)unasked);
+      asked += atomic_load(&g[p].prefetched[1]);
+      for (int r = 0; r < ROWS; r++) cr_assert_eq(seen[p][r], 3, "part %d row %d", p, r);
+    }
+    cr_assert_gt(asked, 0);
+    rill_df_free(b);
+    rill_df_free(sh);
+    rill_df_free(cat);
+    for (int p = 0; p < NP; p++) rill_df_free(parts[p]);
+  }
+  rill_df_t* df;
+  RT_OK(rill_df_new(4, &df, &err), err);
+  int s = rill_df_add_source(df, "s", rill_type_scalar(RILL_INT64), one_source, NULL, NULL, NULL, &err);
+  int m = rill_df_map(df, "m", rill_type_scalar(RILL_INT64), &s, 1, copy_map, NULL, NULL, NULL, &err);
+  RT_FAILS(rill__df_set_prefetch(df, m, grp_prefetch, &err), RILL_EINVAL, "'m' is not a source", err);
+  RT_FAILS(rill__df_set_prefetch(df, 9, grp_prefetch, &err), RILL_EINVAL, "unknown column 9", err);
+  RT_FAILS(rill__df_set_prefetch(NULL, 0, grp_prefetch, &err), RILL_EINVAL, "the dataframe is NULL", err);
+  rill_df_free(df);
 }
 
 static _Atomic int lends;

@@ -182,6 +182,25 @@ def main():
         t0 = csv_start()
         df = pl.scan_csv(path.split(",")).collect()
         report("polars.scan_csv(files)", t0, df.height)
+    elif cmd == "polars-csv-shuffled":
+        # a training loop's shuffled batches from polars: the file(s) read whole, then each
+        # batch gathered by a permutation (argv: paths joined by commas, threads, batch rows)
+        os.environ["POLARS_MAX_THREADS"] = sys.argv[3]
+        try:
+            import numpy as np
+            import polars as pl
+        except ImportError as e:
+            print(f"polars shuffled skipped: {e}")
+            return
+        batch = int(sys.argv[4])
+        t0 = csv_start()
+        paths = path.split(",")
+        df = pl.read_csv(paths[0]) if len(paths) == 1 else pl.scan_csv(paths).collect()
+        perm = np.random.default_rng(1).permutation(df.height)
+        rows = 0
+        for start in range(0, df.height, batch):
+            rows += df[perm[start:start + batch]].height
+        report("polars.read_csv+gather" if len(paths) == 1 else "polars.scan_csv(files)+gather", t0, rows)
     elif cmd == "duckdb-csv":
         try:
             import duckdb

@@ -8,6 +8,8 @@
 # SQLITE_ROWS (default 1000000; 10000000 for the 10M-row case).
 # SKIP_SQLITE=1 runs the CSV half only. The CSV file is then split in 4 and in CSV_SHARDS
 # (default 400) files and read as one dataframe, against polars and pandas reading the files.
+# The file and the 400 files are also read in shuffled batches (CSV_BATCH rows), against
+# polars reading them whole and gathering each batch by a permutation.
 set -euo pipefail
 : "${ROOT:?}" "${BUILD:?}" "${VENV:?}"
 PY="$VENV/bin/python"
@@ -46,6 +48,20 @@ done
 # The same rows in 4 files, and in CSV_SHARDS (default 400) small ones, read as one dataframe
 # (rill_df_from_csv_files) against polars and pandas reading the same files, and against rill
 # reading the one file.
+# shuffled batches (a training loop's order): rill reads each batch's rows where they lie;
+# polars reads the whole file, then gathers each batch by a permutation
+shuffled_csv() { # $1: file(s) joined by commas, $2: what they are
+  local r p
+  r=$(CSV_SHUFFLE=1 "$BUILD/bench/bench_csv" "$1" "$THREADS" "$CSV_BATCH" 2>/dev/null); echo "$r ($2, shuffled)"
+  p=$("$PY" "$PEERS" polars-csv-shuffled "$1" "$THREADS" "$CSV_BATCH"); echo "$p"
+  case "$p" in
+  *skipped*) ;;
+  *) echo "speed ratio rill vs ${p%% *} ($2, shuffled batches of $CSV_BATCH): $(ratio "$(field seconds "$p")" "$(field seconds "$r")")x" \
+          "(per CPU-second $(ratio "$(field cpu_s "$p")" "$(field cpu_s "$r")")x; peak RSS $(field rss_mb "$r") MB vs $(field rss_mb "$p") MB)" ;;
+  esac
+}
+shuffled_csv "$tmp/data.csv" "1 file"
+
 for nf in 4 "${CSV_SHARDS:-400}"; do
   echo "-- CSV: the same rows in $nf files"
   files=$("$PY" "$PEERS" split-csv "$tmp/data.csv" "$nf")
@@ -62,6 +78,7 @@ for nf in 4 "${CSV_SHARDS:-400}"; do
             "(peak RSS $(field rss_mb "$peer") MB)" ;;
     esac
   done
+  [ "$nf" = 4 ] || shuffled_csv "$files" "$nf files"
   rm -f "$tmp"/data.csv.*.csv
 done
 
