@@ -253,7 +253,7 @@ fuzz-smoke: $(FUZZ_BIN)
 	  seeds="test/fuzz/seeds/$$n"; [ -d "$$seeds" ] || seeds=""; \
 	  [ "$$n" = image ] && [ -d build/data/variants ] && seeds="$$seeds build/data/variants"; \
 	  set -o pipefail; $$f -max_total_time=$(FUZZ_SECONDS) -max_len=262144 -rss_limit_mb=2048 \
-	    build/fuzz/corpus-$$n $$seeds 2>&1 | tail -3 || exit 1; done
+	    -artifact_prefix=build/fuzz/$$n- build/fuzz/corpus-$$n $$seeds 2>&1 | tail -3 || exit 1; done
 fuzz: FUZZ_SECONDS=300
 fuzz: fuzz-smoke
 

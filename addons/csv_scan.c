@@ -742,8 +742,6 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
   }                                                                                                     \
   return -1;
 
-/* Splits rows[0..n) (each row's fields to sp + j * stride, at most `max`; counts to
- * nfields[j]) with SPLIT (a mask split, -1 when it leaves the record to the byte loop). */
 /* Rows split in a call in an order of their own (a shuffled read) wait for memory twice each:
  * for the row's offset in the index, then for its text. The offset of the row
  * 2 * SPLIT_AHEAD_ROWS ahead and the text of the row SPLIT_AHEAD_ROWS ahead are asked for
@@ -754,6 +752,8 @@ __attribute__((target("avx2,popcnt,bmi"))) static int scan_chunk_masks_avx2(cons
  * (the hardware's prefetch follows a long row by itself). */
 enum { SPLIT_AHEAD_ROWS = 8 };
 
+/* Splits rows[0..n) (each row's fields to sp + j * stride, at most `max`; counts to
+ * nfields[j]) with SPLIT (a mask split, -1 when it leaves the record to the byte loop). */
 #define SPLIT_ROWS_BODY(SPLIT)                                                                          \
   const char* d = c->data;                                                                              \
   const int mesc = masks_escape(&c->dia);                                                               \

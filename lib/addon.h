@@ -19,7 +19,7 @@ typedef int (*rill__lend_fn)(void* ctx, int64_t start, int64_t n, rill_array_t**
 int rill__df_set_lend(rill_df_t* df, int column, rill__lend_fn lend, rill_error_t* err);
 
 /* ---- asking for a call's memory ahead of it
- * A source's hint: ask the memory for the memory a call over rows[0..n) reads first, without
+ * A source's hint: it asks for the memory that a call over rows[0..n) reads first, without
  * waiting for it. Step 0 asks for what tells where the rows lie (an index), step 1, called
  * after step 0 with the same rows, for the rows themselves. A caller that calls many sources
  * a few rows each (rill_df_concat in a shuffled read over many files) calls both steps for
