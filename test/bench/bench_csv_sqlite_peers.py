@@ -125,6 +125,18 @@ def gen_sqlite(path, rows):
     db.close()
 
 
+def import_polars(threads, what):
+    """polars using `threads` threads (read when it is imported), or None after printing that
+    `what` is skipped."""
+    os.environ["POLARS_MAX_THREADS"] = threads
+    try:
+        import polars as pl
+    except ImportError as e:
+        print(f"{what} skipped: {e}")
+        return None
+    return pl
+
+
 def main():
     cmd, path = sys.argv[1], sys.argv[2]
     if cmd == "gen-csv":
@@ -145,11 +157,8 @@ def main():
         table = pacsv.read_csv(path)
         report("pyarrow.csv.read_csv", t0, table.num_rows)
     elif cmd == "polars-csv":
-        os.environ["POLARS_MAX_THREADS"] = sys.argv[3]  # read when polars is imported
-        try:
-            import polars as pl
-        except ImportError as e:
-            print(f"polars.read_csv skipped: {e}")
+        pl = import_polars(sys.argv[3], "polars.read_csv")
+        if not pl:
             return
         t0 = csv_start()
         df = pl.read_csv(path)
@@ -173,11 +182,8 @@ def main():
         df = pd.concat([pd.read_csv(p) for p in path.split(",")], ignore_index=True)
         report("pandas.concat(read_csv)", t0, len(df))
     elif cmd == "polars-csv-files":
-        os.environ["POLARS_MAX_THREADS"] = sys.argv[3]
-        try:
-            import polars as pl
-        except ImportError as e:
-            print(f"polars.scan_csv skipped: {e}")
+        pl = import_polars(sys.argv[3], "polars.scan_csv")
+        if not pl:
             return
         t0 = csv_start()
         df = pl.scan_csv(path.split(",")).collect()
@@ -185,13 +191,10 @@ def main():
     elif cmd == "polars-csv-shuffled":
         # a training loop's shuffled batches from polars: the file(s) read whole, then each
         # batch gathered by a permutation (argv: paths joined by commas, threads, batch rows)
-        os.environ["POLARS_MAX_THREADS"] = sys.argv[3]
-        try:
-            import numpy as np
-            import polars as pl
-        except ImportError as e:
-            print(f"polars shuffled skipped: {e}")
+        pl = import_polars(sys.argv[3], "polars shuffled")
+        if not pl:
             return
+        import numpy as np
         batch = int(sys.argv[4])
         t0 = csv_start()
         paths = path.split(",")
